@@ -1,0 +1,23 @@
+"""Checkpoint stores: "everything up to here is done", per shard.
+
+One small protocol (:class:`CheckpointStore`), several implementations, one
+contract test suite (``tests/integration/test_checkpoint_contract.py``):
+
+* ``memory://`` — :class:`MemoryCheckpointStore`, for tests and embedding;
+* ``file://DIR`` — the local-file store, the embedded default (one worker);
+* ``zk://host:port[,host:port]/root`` — the ZooKeeper store (kazoo).
+
+Rules every store keeps:
+
+* a checkpoint never moves backwards: a save that is not after the stored
+  one is a no-op when equal and :class:`StaleCheckpointError` when behind;
+* a shard marked ended stays ended;
+* a stored value that cannot be parsed, or that names another stream or job,
+  raises :class:`CorruptCheckpointError` instead of being ignored.
+"""
+
+from __future__ import annotations
+
+from kinesis_spout.checkpoint.base import CheckpointStore, MemoryCheckpointStore, open_store
+
+__all__ = ["CheckpointStore", "MemoryCheckpointStore", "open_store"]

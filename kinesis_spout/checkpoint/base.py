@@ -1,0 +1,117 @@
+"""The checkpoint-store protocol, the in-memory store and ``open_store``."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Protocol, runtime_checkable
+
+from kinesis_spout.errors import ConfigError, StaleCheckpointError
+from kinesis_spout.records import Checkpoint
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Where per-shard checkpoints of one job live.
+
+    A store is bound to one job name at construction; ``load`` and ``save``
+    work on one stream at a time.
+    """
+
+    job_name: str
+
+    def load(self, stream_name: str) -> dict[str, Checkpoint]:
+        """Every stored checkpoint of ``stream_name``, by shard id."""
+        ...
+
+    def save(self, checkpoint: Checkpoint) -> Checkpoint:
+        """Store ``checkpoint`` if it is after the stored one; return what is
+        stored now. Equal: no-op. Behind, or refused because another owner
+        holds the shard: :class:`StaleCheckpointError`."""
+        ...
+
+    def mark_ended(self, stream_name: str, shard_id: str, owner: str) -> Checkpoint:
+        """Record that every record of a closed shard is done."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; further calls are an error."""
+        ...
+
+
+def check_forward(stored: Checkpoint | None, new: Checkpoint) -> bool:
+    """Shared monotonicity rule: True = write ``new``; False = equal (no-op);
+    raises :class:`StaleCheckpointError` when ``new`` is behind ``stored``."""
+    if stored is None:
+        return True
+    if new.is_after(stored):
+        return True
+    if stored.is_after(new):
+        raise StaleCheckpointError(
+            f"refusing to move checkpoint of {new.stream_name}/{new.shard_id} backwards: "
+            f"stored {stored.sequence_number}:{stored.sub_sequence_number}"
+            f"{' (shard end)' if stored.shard_end else ''}, "
+            f"new {new.sequence_number}:{new.sub_sequence_number}"
+        )
+    return False
+
+
+class MemoryCheckpointStore:
+    """A store that lives in this process only (tests, embedding)."""
+
+    def __init__(self, job_name: str = "kinesis-spout") -> None:
+        self.job_name = job_name
+        self._data: dict[tuple[str, str], Checkpoint] = {}
+        self._lock = threading.Lock()
+        self.writes = 0
+        self.closed = False
+
+    def load(self, stream_name: str) -> dict[str, Checkpoint]:
+        with self._lock:
+            return {s: c for (st, s), c in self._data.items() if st == stream_name}
+
+    def save(self, checkpoint: Checkpoint) -> Checkpoint:
+        cp = replace(checkpoint, job_name=self.job_name, updated_at=datetime.now(UTC))
+        with self._lock:
+            k = (cp.stream_name, cp.shard_id)
+            if check_forward(self._data.get(k), cp):
+                self._data[k] = cp
+                self.writes += 1
+            return self._data[k]
+
+    def mark_ended(self, stream_name: str, shard_id: str, owner: str) -> Checkpoint:
+        with self._lock:
+            prev = self._data.get((stream_name, shard_id))
+        seq = prev.sequence_number if prev else None
+        sub = prev.sub_sequence_number if prev else 0
+        return self.save(Checkpoint(stream_name, shard_id, seq, sub, shard_end=True, owner=owner))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def open_store(
+    url: str,
+    job_name: str,
+    *,
+    owner: str = "",
+    zk_auth: str | None = None,
+    zk_session_timeout: float = 10.0,
+) -> CheckpointStore:
+    """The store named by ``url``: ``memory://``, ``file://DIR``, ``zk://hosts/root``."""
+    if url.startswith("memory://"):
+        return MemoryCheckpointStore(job_name)
+    if url.startswith("file://"):
+        from kinesis_spout.checkpoint.file import FileCheckpointStore
+
+        return FileCheckpointStore(url[len("file://") :], job_name)
+    if url.startswith("zk://"):
+        from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
+
+        return ZooKeeperCheckpointStore.from_url(
+            url, job_name, owner=owner, auth=zk_auth, session_timeout=zk_session_timeout
+        )
+    raise ConfigError(
+        "checkpoint_store", url, "a URL: memory://, file://DIR or zk://host:port[,host:port]/root"
+    )

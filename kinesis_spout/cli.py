@@ -1,0 +1,86 @@
+"""The ``kinesis-spout`` command.
+
+Subcommands are registered in :data:`COMMANDS`; each module that adds one
+keeps its own argument parsing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from kinesis_spout import __version__
+from kinesis_spout.config import add_config_arguments, config_from_args
+from kinesis_spout.errors import KinesisSpoutError
+
+log = logging.getLogger("kinesis_spout")
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    """Validate the config and print it (secrets masked)."""
+    cfg = config_from_args(args)
+    print(json.dumps(cfg.redacted(), indent=2, default=str))
+    return 0
+
+
+def _cmd_checkpoints(args: argparse.Namespace) -> int:
+    """Print the stored checkpoints of the configured stream."""
+    from kinesis_spout.checkpoint import open_store
+
+    cfg = config_from_args(args)
+    store = open_store(cfg.checkpoint_store, cfg.job_name, owner=cfg.worker_id, zk_auth=cfg.zk_auth)
+    try:
+        cps = store.load(cfg.stream_name)
+    finally:
+        store.close()
+    for shard_id, cp in sorted(cps.items()):
+        end = " (shard end)" if cp.shard_end else ""
+        print(f"{shard_id}\t{cp.sequence_number}:{cp.sub_sequence_number}{end}\t{cp.updated_at}")
+    if not cps:
+        print(f"no checkpoints for job {cfg.job_name!r}, stream {cfg.stream_name!r}")
+    return 0
+
+
+Handler = Callable[[argparse.Namespace], int]
+COMMANDS: dict[str, tuple[str, Handler, bool]] = {
+    "config": ("validate the configuration and print it", _cmd_config, True),
+    "checkpoints": ("show the stored checkpoints", _cmd_checkpoints, True),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kinesis-spout", description="Read Kinesis shards with Storm-grade reliability."
+    )
+    parser.add_argument("--version", action="version", version=__version__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="DEBUG logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, handler, takes_config) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        if takes_config:
+            add_config_arguments(p)
+        p.set_defaults(handler=handler)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.handler(args))
+    except KinesisSpoutError as exc:
+        print(f"kinesis-spout: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""The boto3 adapter: the only place that sees boto3 dictionaries and botocore errors.
+
+:class:`KinesisApi` wraps one stream. Each method makes exactly one request
+(``list_shards`` follows pagination) and either returns value objects or raises a
+:class:`~kinesis_spout.errors.KinesisSpoutError`; it never sleeps and never
+retries: backoff is the caller's, so callers stay non-blocking.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    ReadTimeoutError,
+)
+
+from kinesis_spout.config import InitialPosition
+from kinesis_spout.errors import (
+    CredentialsError,
+    EndpointUnreachableError,
+    ExpiredIteratorError,
+    KinesisError,
+    StreamNotFoundError,
+    ThrottledError,
+    TransientKinesisError,
+)
+from kinesis_spout.kinesis.aggregation import MAGIC, deaggregate
+from kinesis_spout.records import Record, ShardInfo
+from tracker import SequenceKey
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_THROTTLE_CODES = {
+    "ProvisionedThroughputExceededException",
+    "LimitExceededException",
+    "ThrottlingException",
+    "KMSThrottlingException",
+    "RequestLimitExceeded",
+}
+_CREDENTIAL_CODES = {
+    "UnrecognizedClientException",
+    "InvalidSignatureException",
+    "AccessDeniedException",
+    "ExpiredTokenException",
+    "InvalidClientTokenId",
+    "MissingAuthenticationTokenException",
+    "SignatureDoesNotMatch",
+}
+_TRANSIENT_CODES = {"InternalFailure", "InternalFailureException", "ServiceUnavailable"}
+
+
+@dataclass(frozen=True, slots=True)
+class GetRecordsResult:
+    """One GetRecords answer, de-aggregated."""
+
+    records: list[Record]
+    next_iterator: str | None
+    """``None``: the shard is closed and this was its last page."""
+    millis_behind_latest: int | None
+    child_shards: tuple[ShardInfo, ...]
+    raw_count: int
+    """Kinesis records in the answer (before de-aggregation)."""
+
+
+def translate(exc: Exception, what: str) -> Exception:
+    """The project's exception for a botocore one (others are returned as is)."""
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        msg = str(err.get("Message", "")) or str(exc)
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if code == "ResourceNotFoundException":
+            return StreamNotFoundError(f"{what}: {msg}")
+        if code in _THROTTLE_CODES:
+            return ThrottledError(f"{what}: {code}: {msg}")
+        if code == "ExpiredIteratorException":
+            return ExpiredIteratorError(f"{what}: {msg}")
+        if code in _CREDENTIAL_CODES:
+            return CredentialsError(f"{what}: credentials rejected ({code}): {msg}")
+        if code in _TRANSIENT_CODES or status >= 500:
+            return TransientKinesisError(f"{what}: {code or status}: {msg}")
+        return KinesisError(f"{what}: {code}: {msg}")
+    if isinstance(exc, NoCredentialsError):
+        return CredentialsError(f"{what}: no AWS credentials found ({exc})")
+    if isinstance(exc, EndpointConnectionError | ConnectTimeoutError):
+        return EndpointUnreachableError(f"{what}: endpoint unreachable: {exc}")
+    if isinstance(exc, ConnectionClosedError | ReadTimeoutError):
+        return TransientKinesisError(f"{what}: connection dropped: {exc}")
+    if isinstance(exc, BotoCoreError):
+        return TransientKinesisError(f"{what}: {type(exc).__name__}: {exc}")
+    return exc
+
+
+class KinesisApi:
+    """One stream's Kinesis calls, returning value objects."""
+
+    def __init__(self, client: Any, stream_name: str) -> None:
+        self.client = client
+        self.stream_name = stream_name
+        self.calls = 0
+
+    def _call(self, what: str, fn: Callable[..., T], **kwargs: Any) -> T:
+        self.calls += 1
+        try:
+            return fn(**kwargs)
+        except Exception as exc:
+            translated = translate(exc, what)
+            if translated is exc:
+                raise
+            raise translated from exc
+
+    def check_stream(self) -> str:
+        """The stream's status; :class:`StreamNotFoundError` if it does not exist."""
+        try:
+            resp = self._call(
+                f"DescribeStreamSummary {self.stream_name}",
+                self.client.describe_stream_summary,
+                StreamName=self.stream_name,
+            )
+        except StreamNotFoundError:
+            raise StreamNotFoundError(
+                f"stream {self.stream_name!r} not found at {self.client.meta.endpoint_url} "
+                f"(region {self.client.meta.region_name})"
+            ) from None
+        return str(resp["StreamDescriptionSummary"]["StreamStatus"])
+
+    def list_shards(self) -> list[ShardInfo]:
+        """Every shard of the stream (open and closed), following pagination."""
+        shards: list[ShardInfo] = []
+        kwargs: dict[str, Any] = {"StreamName": self.stream_name}
+        while True:
+            try:
+                resp = self._call(
+                    f"ListShards {self.stream_name}", self.client.list_shards, **kwargs
+                )
+            except KinesisError:
+                # moto needs StreamName next to NextToken; real Kinesis rejects that.
+                if "NextToken" in kwargs and "StreamName" not in kwargs:
+                    kwargs["StreamName"] = self.stream_name
+                    continue
+                raise
+            shards.extend(_shard_info(s) for s in resp.get("Shards", []))
+            token = resp.get("NextToken")
+            if not token:
+                return shards
+            kwargs = {"NextToken": token}
+
+    def shard_iterator(
+        self,
+        shard_id: str,
+        *,
+        after_sequence: str | None = None,
+        at_sequence: str | None = None,
+        position: InitialPosition = InitialPosition.TRIM_HORIZON,
+        timestamp: datetime | None = None,
+    ) -> str:
+        """GetShardIterator: after/at a sequence number, else ``position``."""
+        kwargs: dict[str, Any] = {"StreamName": self.stream_name, "ShardId": shard_id}
+        if after_sequence is not None:
+            kwargs.update(
+                ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=after_sequence
+            )
+        elif at_sequence is not None:
+            kwargs.update(
+                ShardIteratorType="AT_SEQUENCE_NUMBER", StartingSequenceNumber=at_sequence
+            )
+        elif position is InitialPosition.AT_TIMESTAMP:
+            kwargs.update(ShardIteratorType="AT_TIMESTAMP", Timestamp=timestamp)
+        else:
+            kwargs.update(ShardIteratorType=position.value)
+        resp = self._call(
+            f"GetShardIterator {self.stream_name}/{shard_id}",
+            self.client.get_shard_iterator,
+            **kwargs,
+        )
+        return str(resp["ShardIterator"])
+
+    def get_records(self, shard_id: str, iterator: str, limit: int) -> GetRecordsResult:
+        """GetRecords once; KPL aggregates are de-aggregated."""
+        resp = self._call(
+            f"GetRecords {self.stream_name}/{shard_id}",
+            self.client.get_records,
+            ShardIterator=iterator,
+            Limit=limit,
+        )
+        behind = resp.get("MillisBehindLatest")
+        raw = resp.get("Records", [])
+        records = to_records(self.stream_name, shard_id, raw, behind)
+        children = tuple(_child_info(c, shard_id) for c in resp.get("ChildShards", []) or [])
+        return GetRecordsResult(
+            records=records,
+            next_iterator=resp.get("NextShardIterator"),
+            millis_behind_latest=behind,
+            child_shards=children,
+            raw_count=len(raw),
+        )
+
+
+def to_records(
+    stream: str, shard_id: str, raw: list[dict[str, Any]], behind: int | None = None
+) -> list[Record]:
+    """Value objects for the ``Records`` of a GetRecords answer."""
+    out: list[Record] = []
+    append = out.append
+    for r in raw:
+        seq = r["SequenceNumber"]
+        data = r["Data"]
+        pk = r["PartitionKey"]
+        arrival = r.get("ApproximateArrivalTimestamp")
+        seq_int = int(seq)
+        if data[:4] == MAGIC:
+            parts = deaggregate(data, pk)
+            if len(parts) > 1 or parts[0][1] is not data:
+                for i, (upk, udata) in enumerate(parts):
+                    append(
+                        Record(
+                            stream,
+                            shard_id,
+                            seq,
+                            i,
+                            upk,
+                            udata,
+                            arrival,
+                            SequenceKey(seq_int, i),
+                            1,
+                            behind,
+                        )
+                    )
+                continue
+        append(
+            Record(stream, shard_id, seq, 0, pk, data, arrival, SequenceKey(seq_int, 0), 1, behind)
+        )
+    return out
+
+
+def _shard_info(s: dict[str, Any]) -> ShardInfo:
+    rng = s.get("SequenceNumberRange", {})
+    return ShardInfo(
+        shard_id=s["ShardId"],
+        parent_shard_id=s.get("ParentShardId"),
+        adjacent_parent_shard_id=s.get("AdjacentParentShardId"),
+        starting_sequence_number=rng.get("StartingSequenceNumber"),
+        ending_sequence_number=rng.get("EndingSequenceNumber"),
+    )
+
+
+def _child_info(c: dict[str, Any], reported_by: str) -> ShardInfo:
+    parents = [p for p in c.get("ParentShards", []) if p]
+    return ShardInfo(
+        shard_id=c["ShardId"],
+        parent_shard_id=parents[0] if parents else reported_by,
+        adjacent_parent_shard_id=parents[1] if len(parents) > 1 else None,
+    )

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Set up everything from scratch and run the whole suite:
+#   ruff, mypy --strict, pytest (unit + integration against real servers).
+# Installs: a virtualenv in .venv with the project and its test extras (PyPI),
+# kinesis-mock from npm into .cache/, and Java/Node from Debian if missing.
+# Extra arguments go to pytest, e.g. `scripts/test.sh tests/unit -x`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup-common.sh
+
+ensure_system_packages
+ensure_venv test
+ensure_kinesis_mock
+
+echo "== ruff"
+"$VENV/bin/ruff" check .
+echo "== mypy --strict"
+"$VENV/bin/mypy" --strict tracker kinesis_spout bench
+echo "== pytest"
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
