@@ -44,10 +44,43 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    """spark-submit the Spark job (kinesis_spout/spark/job.py)."""
+    from kinesis_spout.spark.submit import cmd_run
+
+    return cmd_run(args)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    """The word-count demo on a local emulator."""
+    from kinesis_spout.examples.demo import cmd_demo
+
+    return cmd_demo(args)
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    from kinesis_spout.spark.submit import add_run_arguments
+
+    add_run_arguments(parser)
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    from kinesis_spout.examples.demo import add_demo_arguments
+
+    add_demo_arguments(parser)
+
+
 Handler = Callable[[argparse.Namespace], int]
 COMMANDS: dict[str, tuple[str, Handler, bool]] = {
     "config": ("validate the configuration and print it", _cmd_config, True),
     "checkpoints": ("show the stored checkpoints", _cmd_checkpoints, True),
+    "run": ("run the Spark job with spark-submit (--process module:function)", _cmd_run, True),
+    "demo": ("word count on a local Kinesis emulator with Spark (resumes)", _cmd_demo, False),
+}
+# Commands with flags of their own beyond the config flags.
+EXTRA_ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "run": _run_arguments,
+    "demo": _demo_arguments,
 }
 
 
@@ -62,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         if takes_config:
             add_config_arguments(p)
+        if name in EXTRA_ARGUMENTS:
+            EXTRA_ARGUMENTS[name](p)
         p.set_defaults(handler=handler)
     return parser
 

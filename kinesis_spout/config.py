@@ -18,8 +18,11 @@ only the keys count, so these are equivalent::
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import enum
+import inspect
+import math
 import os
 import socket
 import tomllib
@@ -157,6 +160,29 @@ FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SpoutCon
 _HINTS = typing.get_type_hints(SpoutConfig)
 
 
+def _field_docs() -> dict[str, str]:
+    """The docstring under each field of :class:`SpoutConfig` (for ``--help``)."""
+    try:
+        tree = ast.parse(inspect.getsource(SpoutConfig))
+    except (OSError, TypeError, SyntaxError):  # no source (frozen app): no help texts
+        return {}
+    docs: dict[str, str] = {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    for node, nxt in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+FIELD_DOCS: dict[str, str] = _field_docs()
+
+
 def _base_type(name: str) -> tuple[type, bool]:
     """(underlying type, optional?) of a field."""
     hint = _HINTS[name]
@@ -205,16 +231,19 @@ def _coerce(name: str, value: Any) -> Any:
             dt = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
             return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
     except (ValueError, TypeError):
-        allowed = {
-            bool: "true or false",
-            int: "an integer",
-            float: "a number",
-            str: "a string",
-            InitialPosition: "one of " + ", ".join(p.value for p in InitialPosition),
-            datetime: "an ISO 8601 timestamp such as 2026-01-31T12:00:00Z",
-        }.get(typ, str(typ))
-        raise ConfigError(name, value, f"expected {allowed}") from None
+        raise ConfigError(name, value, f"expected {_allowed_text(typ)}") from None
     return value  # pragma: no cover - every field type is handled above
+
+
+def _allowed_text(typ: type) -> str:
+    return {
+        bool: "true or false",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        InitialPosition: "one of " + ", ".join(p.value for p in InitialPosition),
+        datetime: "an ISO 8601 timestamp such as 2026-01-31T12:00:00Z",
+    }.get(typ, getattr(typ, "__name__", str(typ)))
 
 
 def _coerce_all(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -234,11 +263,18 @@ def _validate(c: SpoutConfig) -> None:
         if value is None:
             _check(optional, name, value, "a value is required")
             continue
+        if isinstance(value, str) and typ in (InitialPosition, datetime):
+            # SpoutConfig(initial_position="LATEST") works like the file and the flags do.
+            value = _coerce(name, value)
+            object.__setattr__(c, name, value)
         ok = isinstance(value, typ) and not (typ in (int, float) and isinstance(value, bool))
         if typ is float and isinstance(value, int) and not isinstance(value, bool):
-            object.__setattr__(c, name, float(value))
+            value = float(value)
+            object.__setattr__(c, name, value)
             ok = True
-        _check(ok, name, value, f"expected {getattr(typ, '__name__', typ)}")
+        _check(ok, name, value, f"expected {_allowed_text(typ)}")
+        if typ is float:
+            _check(math.isfinite(value), name, value, "a finite number")
 
     _check(bool(c.stream_name.strip()), "stream_name", c.stream_name, "a non-empty stream name")
     _check(len(c.stream_name) <= 128, "stream_name", c.stream_name, "at most 128 characters")
@@ -348,6 +384,10 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     return out
 
 
+# KINESIS_SPOUT_CONFIG names the file; the others are read by scripts/ and kinesis_spout.testing.
+_TOOLING_ENV = frozenset({"config", "venv", "node_modules"})
+
+
 def env_values(env: Mapping[str, str]) -> dict[str, Any]:
     """``KINESIS_SPOUT_<FIELD>`` variables (unknown ones are an error: a typo
     must not be silently ignored)."""
@@ -356,7 +396,7 @@ def env_values(env: Mapping[str, str]) -> dict[str, Any]:
         if not k.startswith(ENV_PREFIX):
             continue
         name = k[len(ENV_PREFIX) :].lower()
-        if name == "config":  # KINESIS_SPOUT_CONFIG names the file itself
+        if name in _TOOLING_ENV:  # the config file itself, and the project's scripts' settings
             continue
         if name not in _HINTS:
             raise ConfigError(
@@ -390,7 +430,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML config file")
     group = parser.add_argument_group("config (override the file and the environment)")
     for f in dataclasses.fields(SpoutConfig):
-        doc = (f.metadata.get("doc") if f.metadata else None) or ""
+        doc = FIELD_DOCS.get(f.name, "")
         group.add_argument(
             "--" + f.name.replace("_", "-"),
             dest="cfg_" + f.name,

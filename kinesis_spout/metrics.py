@@ -16,6 +16,7 @@ checkpoint_age_seconds    gauge  seconds since the last successful checkpoint wr
 checkpoint_writes         count  checkpoint writes that took effect
 kinesis_throttled         count  throttling answers from Kinesis
 kinesis_errors            count  5xx answers and dropped connections
+iterators_expired         count  ExpiredIteratorException answers (the iterator is re-opened)
 ========================  =====  ==============================================
 """
 

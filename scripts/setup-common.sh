@@ -44,3 +44,42 @@ ensure_kinesis_mock() {
     npm install --prefix .cache --no-audit --no-fund --silent "kinesis-local@$KINESIS_LOCAL_VERSION"
   fi
 }
+
+# LocalStack in host mode (no docker) for the LocalStack tests. It gets a virtualenv of its
+# own: its dependencies clash with the project's, releases after 4.9.2 do not import on
+# Python 3.11, and some of its dependencies need pins. Its Kinesis engine (npm kinesis-local,
+# the version LocalStack 4.9.2 asks for) is installed ahead of time into
+# .cache/localstack-libs/kinesis-local/<version>/ (the layout of LocalStack's own
+# var/lib/localstack/lib); kinesis_spout/testing/localstack.py links it into LocalStack's
+# FILESYSTEM_ROOT, so LocalStack never runs `npm install` itself.
+LOCALSTACK_VERSION="4.9.2"
+LOCALSTACK_KINESIS_LOCAL_VERSION="0.4.13"
+LOCALSTACK_PIP_SPECS=(
+  "localstack-core[base-runtime]==$LOCALSTACK_VERSION"
+  "cbor2<6" "pyopenssl==24.3.0" "cryptography<45" "psutil<7" "service_identity"
+)
+
+ensure_localstack() {
+  local venv=.cache/localstack-venv
+  local marker="$venv/.kinesis-spout-installed"
+  if [[ ! -x "$venv/bin/python" || "$(cat "$marker" 2>/dev/null)" != "${LOCALSTACK_PIP_SPECS[*]}" ]]; then
+    log "installing localstack-core $LOCALSTACK_VERSION into $venv"
+    mkdir -p .cache
+    rm -f "$marker"
+    [[ -x "$venv/bin/python" ]] || "$PYTHON" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip \
+      >.cache/localstack-pip.log 2>&1 || { tail -40 .cache/localstack-pip.log >&2; exit 1; }
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "${LOCALSTACK_PIP_SPECS[@]}" \
+      >>.cache/localstack-pip.log 2>&1 || { tail -40 .cache/localstack-pip.log >&2; exit 1; }
+    "$venv/bin/python" -c "import localstack.runtime.main, hypercorn" \
+      || { echo "LocalStack $LOCALSTACK_VERSION does not import in $venv" >&2; exit 1; }
+    echo "${LOCALSTACK_PIP_SPECS[*]}" >"$marker"
+  fi
+  local engine=".cache/localstack-libs/kinesis-local/$LOCALSTACK_KINESIS_LOCAL_VERSION"
+  if [[ ! -f "$engine/node_modules/kinesis-local/main.js" ]]; then
+    log "installing LocalStack's Kinesis engine (npm kinesis-local@$LOCALSTACK_KINESIS_LOCAL_VERSION) into $engine"
+    mkdir -p "$engine"
+    npm install --prefix "$engine" --no-audit --no-fund --silent \
+      "kinesis-local@$LOCALSTACK_KINESIS_LOCAL_VERSION"
+  fi
+}

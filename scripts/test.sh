@@ -11,6 +11,7 @@ source scripts/setup-common.sh
 ensure_system_packages
 ensure_venv test
 ensure_kinesis_mock
+ensure_localstack
 
 echo "== ruff"
 "$VENV/bin/ruff" check .

@@ -1,7 +1,7 @@
 """Checkpoint stores: "everything up to here is done", per shard.
 
 One small protocol (:class:`CheckpointStore`), several implementations, one
-contract test suite (``tests/integration/test_checkpoint_contract.py``):
+contract test suite (``tests/integration/checkpoint/test_checkpoint_contract.py``):
 
 * ``memory://`` — :class:`MemoryCheckpointStore`, for tests and embedding;
 * ``file://DIR`` — the local-file store, the embedded default (one worker);
@@ -18,6 +18,20 @@ Rules every store keeps:
 
 from __future__ import annotations
 
-from kinesis_spout.checkpoint.base import CheckpointStore, MemoryCheckpointStore, open_store
+from kinesis_spout.checkpoint.base import (
+    CheckpointStore,
+    MemoryCheckpointStore,
+    check_forward,
+    open_store,
+)
+from kinesis_spout.checkpoint.file import FileCheckpointStore
 
-__all__ = ["CheckpointStore", "MemoryCheckpointStore", "open_store"]
+# ZooKeeperCheckpointStore lives in kinesis_spout.checkpoint.zookeeper (needs kazoo,
+# the "zookeeper" extra), imported only when a zk:// URL is opened.
+__all__ = [
+    "CheckpointStore",
+    "FileCheckpointStore",
+    "MemoryCheckpointStore",
+    "check_forward",
+    "open_store",
+]

@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from kinesis_spout.errors import ConfigError, StaleCheckpointError
+from kinesis_spout.errors import CheckpointError, ConfigError, StaleCheckpointError
 from kinesis_spout.records import Checkpoint
 
 
@@ -60,19 +60,27 @@ def check_forward(stored: Checkpoint | None, new: Checkpoint) -> bool:
 class MemoryCheckpointStore:
     """A store that lives in this process only (tests, embedding)."""
 
-    def __init__(self, job_name: str = "kinesis-spout") -> None:
+    def __init__(self, job_name: str = "kinesis-spout", *, owner: str = "") -> None:
         self.job_name = job_name
+        self.owner = owner
         self._data: dict[tuple[str, str], Checkpoint] = {}
         self._lock = threading.Lock()
         self.writes = 0
         self.closed = False
 
     def load(self, stream_name: str) -> dict[str, Checkpoint]:
+        self._check_open()
         with self._lock:
             return {s: c for (st, s), c in self._data.items() if st == stream_name}
 
     def save(self, checkpoint: Checkpoint) -> Checkpoint:
-        cp = replace(checkpoint, job_name=self.job_name, updated_at=datetime.now(UTC))
+        self._check_open()
+        cp = replace(
+            checkpoint,
+            job_name=self.job_name,
+            owner=checkpoint.owner or self.owner,
+            updated_at=datetime.now(UTC),
+        )
         with self._lock:
             k = (cp.stream_name, cp.shard_id)
             if check_forward(self._data.get(k), cp):
@@ -81,14 +89,21 @@ class MemoryCheckpointStore:
             return self._data[k]
 
     def mark_ended(self, stream_name: str, shard_id: str, owner: str) -> Checkpoint:
+        self._check_open()
         with self._lock:
             prev = self._data.get((stream_name, shard_id))
+        if prev is not None and prev.shard_end:
+            return prev
         seq = prev.sequence_number if prev else None
         sub = prev.sub_sequence_number if prev else 0
         return self.save(Checkpoint(stream_name, shard_id, seq, sub, shard_end=True, owner=owner))
 
     def close(self) -> None:
         self.closed = True
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise CheckpointError(f"memory checkpoint store of job {self.job_name!r} is closed")
 
 
 def open_store(
@@ -101,11 +116,11 @@ def open_store(
 ) -> CheckpointStore:
     """The store named by ``url``: ``memory://``, ``file://DIR``, ``zk://hosts/root``."""
     if url.startswith("memory://"):
-        return MemoryCheckpointStore(job_name)
+        return MemoryCheckpointStore(job_name, owner=owner)
     if url.startswith("file://"):
         from kinesis_spout.checkpoint.file import FileCheckpointStore
 
-        return FileCheckpointStore(url[len("file://") :], job_name)
+        return FileCheckpointStore(url[len("file://") :], job_name, owner=owner)
     if url.startswith("zk://"):
         from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 

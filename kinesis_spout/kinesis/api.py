@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 from botocore.exceptions import (
@@ -110,6 +111,9 @@ class KinesisApi:
         self.client = client
         self.stream_name = stream_name
         self.calls = 0
+        self._token_needs_stream = False
+        self.server_time: datetime | None = None
+        """The ``Date`` header of the last GetShardIterator answer (whole seconds), if any."""
 
     def _call(self, what: str, fn: Callable[..., T], **kwargs: Any) -> T:
         self.calls += 1
@@ -136,18 +140,24 @@ class KinesisApi:
             ) from None
         return str(resp["StreamDescriptionSummary"]["StreamStatus"])
 
-    def list_shards(self) -> list[ShardInfo]:
-        """Every shard of the stream (open and closed), following pagination."""
+    def list_shards(self, page_size: int | None = None) -> list[ShardInfo]:
+        """Every shard of the stream (open and closed), following pagination.
+
+        ``page_size`` sets ``MaxResults`` (tests use it to force several pages).
+        """
         shards: list[ShardInfo] = []
         kwargs: dict[str, Any] = {"StreamName": self.stream_name}
+        if page_size is not None:
+            kwargs["MaxResults"] = page_size
         while True:
             try:
                 resp = self._call(
                     f"ListShards {self.stream_name}", self.client.list_shards, **kwargs
                 )
-            except KinesisError:
+            except KinesisError as exc:
                 # moto needs StreamName next to NextToken; real Kinesis rejects that.
-                if "NextToken" in kwargs and "StreamName" not in kwargs:
+                if not exc.retriable and "NextToken" in kwargs and "StreamName" not in kwargs:
+                    self._token_needs_stream = True
                     kwargs["StreamName"] = self.stream_name
                     continue
                 raise
@@ -156,6 +166,10 @@ class KinesisApi:
             if not token:
                 return shards
             kwargs = {"NextToken": token}
+            if self._token_needs_stream:
+                kwargs["StreamName"] = self.stream_name
+            if page_size is not None:
+                kwargs["MaxResults"] = page_size
 
     def shard_iterator(
         self,
@@ -185,6 +199,7 @@ class KinesisApi:
             self.client.get_shard_iterator,
             **kwargs,
         )
+        self.server_time = _server_date(resp)
         return str(resp["ShardIterator"])
 
     def get_records(self, shard_id: str, iterator: str, limit: int) -> GetRecordsResult:
@@ -243,6 +258,18 @@ def to_records(
             Record(stream, shard_id, seq, 0, pk, data, arrival, SequenceKey(seq_int, 0), 1, behind)
         )
     return out
+
+
+def _server_date(resp: dict[str, Any]) -> datetime | None:
+    """The server's clock from an answer's ``Date`` header (None if absent or bad)."""
+    headers = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {}) or {}
+    value = headers.get("date")
+    if not value:
+        return None
+    try:
+        return parsedate_to_datetime(str(value))
+    except (TypeError, ValueError):
+        return None
 
 
 def _shard_info(s: dict[str, Any]) -> ShardInfo:

@@ -30,8 +30,10 @@ def make_client(
 ) -> Any:
     """A boto3 Kinesis client.
 
-    botocore's own retries are turned off (``max_attempts=1``): the getter
-    does its own backoff so that it can stay non-blocking and count faults.
+    botocore's own retries are turned off (``total_max_attempts=1``; note that
+    botocore's ``max_attempts=1`` would still allow one retry, with a blocking
+    sleep): the getter does its own backoff so that it stays non-blocking and
+    sees every fault.
     ``endpoint_url=None`` keeps boto3's resolution, which honours
     ``AWS_ENDPOINT_URL_KINESIS`` / ``AWS_ENDPOINT_URL``.
     """
@@ -39,7 +41,7 @@ def make_client(
         region_name=region,
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
-        retries={"max_attempts": 1, "mode": "standard"},
+        retries={"total_max_attempts": 1, "mode": "standard"},
         max_pool_connections=max_pool_connections,
     )
     kwargs: dict[str, Any] = {"config": cfg, "region_name": region}

@@ -334,7 +334,8 @@ class ZooKeeperServer(ManagedProcess):
         ]
 
     def ready(self) -> bool:
-        return four_letter(self.port, "ruok") == "imok"
+        # ``ruok`` answers before the server takes sessions; ``srvr`` reports a mode only after.
+        return "Mode:" in four_letter(self.port, "srvr")
 
 
 class ZooKeeperPeer(ManagedProcess):

@@ -1,0 +1,191 @@
+"""Checkpoint write cost, and how many writes the spout makes.
+
+Starts a standalone ZooKeeper (from PySpark's jars) and a moto server, then:
+
+(a) write latency: ``--writes`` checkpoint saves of one shard, each one
+    further than the last, timed one by one, for
+    * the file store (write temp file, fsync, rename, fsync dir, under flock),
+    * the ZooKeeper store (read + compare-and-set ``setData``),
+    * the ZooKeeper store fenced by a lease (read + transaction: check the
+      lease epoch, ``setData``), as used by multi-worker runs;
+    reported as p50 / p99 milliseconds;
+(b) writes per 100,000 records: the spout reads ``--records`` records from a
+    4-shard stream with the default config (file store, checkpoint every
+    5 s and on close) and acks each batch at once; the checkpoint writes it
+    made are scaled to 100,000 records (one write per record would be 100,000).
+
+With ``--json`` the last line is one JSON object.
+
+    python bench/checkpoint_bench.py [--writes 1000] [--records 100000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+from kazoo.client import KazooClient  # noqa: E402
+
+from kinesis_spout.checkpoint.base import CheckpointStore  # noqa: E402
+from kinesis_spout.checkpoint.file import FileCheckpointStore  # noqa: E402
+from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore  # noqa: E402
+from kinesis_spout.config import SpoutConfig  # noqa: E402
+from kinesis_spout.kinesis.client import make_client  # noqa: E402
+from kinesis_spout.records import Checkpoint  # noqa: E402
+from kinesis_spout.spout import KinesisSpout  # noqa: E402
+from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer  # noqa: E402
+from kinesis_spout.testing.streams import create_stream, make_payloads, put_records  # noqa: E402
+
+SHARDS = 4
+STREAM = "bench-checkpoints"
+SHARD = "shardId-000000000000"
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by nearest rank."""
+    ordered = sorted(samples)
+    idx = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[idx]
+
+
+def time_writes(store: CheckpointStore, n: int, stream: str = STREAM) -> list[float]:
+    """Milliseconds of each of ``n`` forward saves (after 20 untimed warm-up saves)."""
+    seq = 1_000
+    for _ in range(20):
+        seq += 1
+        store.save(Checkpoint(stream, SHARD, str(seq)))
+    out = []
+    for _ in range(n):
+        seq += 1
+        cp = Checkpoint(stream, SHARD, str(seq))
+        t0 = time.perf_counter()
+        store.save(cp)
+        out.append((time.perf_counter() - t0) * 1000.0)
+    return out
+
+
+def zk_fenced(store: ZooKeeperCheckpointStore, hosts: str, stream: str) -> None:
+    """Make ``store`` hold a lease epoch for SHARD, as a coordinator would."""
+    raw = KazooClient(hosts)
+    raw.start()
+    try:
+        path = store.paths.lease(stream, SHARD)
+        raw.ensure_path(path)
+        epoch = int(raw.set(path, b"{}").version)
+    finally:
+        raw.stop()
+        raw.close()
+    store.require_leases(stream)
+    store.set_lease(stream, SHARD, epoch)
+
+
+def count_spout_writes(moto: MotoServer, records: int, workdir: Path) -> dict[str, Any]:
+    """Read ``records`` records with the default config; count checkpoint writes."""
+    client = make_client(moto.endpoint_url, "us-east-1")
+    create_stream(client, STREAM, SHARDS)
+    t0 = time.monotonic()
+    put_records(client, STREAM, make_payloads(records, size=200))
+    put_seconds = time.monotonic() - t0
+    config = SpoutConfig(
+        stream_name=STREAM,
+        endpoint_url=moto.endpoint_url,
+        checkpoint_store=f"file://{workdir / 'checkpoints'}",
+        dead_letter=str(workdir / "dead"),
+    )
+    spout = KinesisSpout(config, client=client)
+    spout.open()
+    done = 0
+    t0 = time.monotonic()
+    deadline = t0 + 600
+    while done < records and time.monotonic() < deadline:
+        batch = spout.next_batch(config.batch_size)
+        if batch:
+            spout.ack_many(batch)
+            done += len(batch)
+        else:
+            time.sleep(min(spout.poll_delay(), 0.05))
+    spout.close()  # the final checkpoint of each shard
+    seconds = time.monotonic() - t0
+    writes = spout.stats().checkpoint_writes
+    return {
+        "records": done,
+        "read_seconds": round(seconds, 3),
+        "put_seconds": round(put_seconds, 3),
+        "checkpoint_interval": config.checkpoint_interval,
+        "checkpoint_writes": writes,
+        "writes_per_100k_records": round(writes * 100_000 / max(done, 1), 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
+    parser.add_argument("--writes", type=int, default=1000, help="timed saves per store")
+    parser.add_argument("--records", type=int, default=100_000, help="records the spout reads")
+    parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    result: dict[str, Any] = {"writes_timed": args.writes}
+    with tempfile.TemporaryDirectory(prefix="ks-ckpt-bench-") as tmp:
+        work = Path(tmp)
+        file_store = FileCheckpointStore(work / "file-store", "bench")
+        file_ms = time_writes(file_store, args.writes)
+        file_store.close()
+
+        with ZooKeeperServer(workdir=work / "zk") as zk:
+            zk_store = ZooKeeperCheckpointStore.from_url(zk.url("/bench"), "bench", owner="b")
+            try:
+                zk_ms = time_writes(zk_store, args.writes)
+                zk_fenced(zk_store, zk.hosts, STREAM + "-fenced")
+                fenced_ms = time_writes(zk_store, args.writes, STREAM + "-fenced")
+            finally:
+                zk_store.close()
+
+        with MotoServer(workdir=work / "moto") as moto:
+            spout_figures = count_spout_writes(moto, args.records, work)
+
+    stats: list[tuple[str, list[float]]] = [
+        ("file_write_ms", file_ms),
+        ("zk_write_ms", zk_ms),
+        ("zk_fenced_write_ms", fenced_ms),
+    ]
+    for name, samples in stats:
+        result[f"{name}_p50"] = round(percentile(samples, 0.50), 3)
+        result[f"{name}_p99"] = round(percentile(samples, 0.99), 3)
+        result[f"{name}_mean"] = round(statistics.fmean(samples), 3)
+    result.update(spout_figures)
+
+    out: Callable[[str], None] = print
+    out(f"checkpoint writes, {args.writes} timed saves each (ms):")
+    for name, _ in stats:
+        out(
+            f"  {name[:-9]:<18} p50 {result[f'{name}_p50']:8.3f}   "
+            f"p99 {result[f'{name}_p99']:8.3f}   mean {result[f'{name}_mean']:8.3f}"
+        )
+    out(
+        f"spout, default config ({SHARDS} shards, checkpoint every "
+        f"{spout_figures['checkpoint_interval']:.0f} s): {spout_figures['records']} records read "
+        f"in {spout_figures['read_seconds']:.1f} s with {spout_figures['checkpoint_writes']} "
+        f"checkpoint writes = {spout_figures['writes_per_100k_records']} per 100,000 records "
+        "(one per record would be 100,000)"
+    )
+    if args.json:
+        out(json.dumps(result, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""Reader throughput: the spout against a plain boto3 loop and async-kinesis.
+
+Starts a moto server, fills a 4-shard stream with 100,000 records of 200 bytes,
+then reads the whole stream from TRIM_HORIZON, in one run:
+
+(a) a plain boto3 GetRecords loop, round-robin over the shards, Limit 10,000:
+    the ceiling (no tracking at all);
+(b) the spout: ``next_batch`` + ``ack_many`` until every record was read and
+    acked (memory checkpoint store, checkpoints every 5 s and on close);
+(c) async-kinesis' ``Consumer`` on the same stream: the peer.
+
+For each: records/s (wall clock) and client CPU microseconds per record (this
+process only; the moto server is a separate process). Ratios are against (a)
+and (c) of the same run. ``--rounds N`` repeats the three readers N times and
+reports the median of each. With ``--json`` the last line is one JSON object.
+
+    python bench/reader_bench.py [--records 100000] [--rounds 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+from kinesis_spout.checkpoint.base import MemoryCheckpointStore  # noqa: E402
+from kinesis_spout.config import SpoutConfig  # noqa: E402
+from kinesis_spout.kinesis.client import make_client  # noqa: E402
+from kinesis_spout.spout import KinesisSpout  # noqa: E402
+from kinesis_spout.testing.servers import MotoServer  # noqa: E402
+from kinesis_spout.testing.streams import create_stream, make_payloads, put_records  # noqa: E402
+
+SHARDS = 4
+LIMIT = 10_000
+TIMEOUT = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    name: str
+    records: int
+    seconds: float
+    cpu_seconds: float
+
+    @property
+    def rps(self) -> float:
+        return self.records / self.seconds
+
+    @property
+    def cpu_us(self) -> float:
+        return 1e6 * self.cpu_seconds / self.records
+
+
+def _timed(name: str, fn: Callable[[], int]) -> Run:
+    wall, cpu = time.perf_counter(), time.process_time()
+    n = fn()
+    return Run(name, n, time.perf_counter() - wall, time.process_time() - cpu)
+
+
+def read_boto3(endpoint: str, stream: str, expected: int) -> int:
+    """Round-robin GetRecords over every shard until ``expected`` records were read."""
+    client = make_client(endpoint)
+    shards = [s["ShardId"] for s in client.list_shards(StreamName=stream)["Shards"]]
+    iterators = {
+        s: client.get_shard_iterator(
+            StreamName=stream, ShardId=s, ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        for s in shards
+    }
+    count = 0
+    deadline = time.monotonic() + TIMEOUT
+    while count < expected:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"boto3 loop read {count} of {expected}")
+        for s in shards:
+            resp = client.get_records(ShardIterator=iterators[s], Limit=LIMIT)
+            iterators[s] = resp["NextShardIterator"]
+            count += len(resp["Records"])
+    return count
+
+
+def read_spout(endpoint: str, stream: str, expected: int) -> int:
+    """The spout reads and acks everything."""
+    cfg = SpoutConfig(
+        stream_name=stream,
+        endpoint_url=endpoint,
+        job_name="bench",
+        checkpoint_store="memory://",
+        dead_letter="none",
+        records_per_call=LIMIT,
+        checkpoint_interval=5.0,
+    )
+    spout = KinesisSpout(cfg, store=MemoryCheckpointStore("bench"), client=make_client(endpoint))
+    spout.open()
+    count = 0
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while count < expected:
+            batch = spout.next_batch(LIMIT)
+            if batch:
+                spout.ack_many(batch)
+                count += len(batch)
+            else:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"spout read {count} of {expected}")
+                time.sleep(spout.poll_delay())
+    finally:
+        spout.close()
+    return count
+
+
+def read_async_kinesis(endpoint: str, stream: str, expected: int) -> int:
+    """async-kinesis' Consumer, 5 GetRecords/s per shard like the spout."""
+    from kinesis import Consumer, StringProcessor
+
+    async def run() -> int:
+        count = 0
+        async with Consumer(
+            stream,
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            iterator_type="TRIM_HORIZON",
+            record_limit=LIMIT,
+            shard_fetch_rate=5,
+            max_queue_size=LIMIT,
+            processor=StringProcessor(),
+            idle_timeout=30.0,
+        ) as consumer:
+            async for _item in consumer:
+                count += 1
+                if count >= expected:
+                    break
+        return count
+
+    return asyncio.run(run())
+
+
+READERS: dict[str, Callable[[str, str, int], int]] = {
+    "boto3": read_boto3,
+    "spout": read_spout,
+    "async_kinesis": read_async_kinesis,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=200, help="bytes per record")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the readers, report medians")
+    parser.add_argument("--json", action="store_true", help="last line: one JSON object")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    with MotoServer() as moto:
+        client = make_client(moto.endpoint_url)
+        stream = "reader-bench"
+        create_stream(client, stream, SHARDS)
+        t = time.perf_counter()
+        put_records(client, stream, make_payloads(args.records, args.size))
+        print(
+            f"moto {moto.endpoint_url}: {args.records} records of {args.size} B on {SHARDS} "
+            f"shards written in {time.perf_counter() - t:.1f}s",
+            flush=True,
+        )
+        runs: dict[str, list[Run]] = {name: [] for name in READERS}
+        for rnd in range(args.rounds):
+            for name, reader in READERS.items():
+                run = _timed(name, lambda r=reader: r(moto.endpoint_url, stream, args.records))  # type: ignore[misc]
+                if run.records < args.records:
+                    raise SystemExit(f"{name} read {run.records} of {args.records}")
+                runs[name].append(run)
+                print(
+                    f"round {rnd + 1} {name:>14}: {run.rps:9.0f} records/s  "
+                    f"{run.cpu_us:6.1f} us CPU/record  ({run.seconds:.2f}s)",
+                    flush=True,
+                )
+
+    def med(name: str, attr: str) -> float:
+        return float(statistics.median(getattr(r, attr) for r in runs[name]))
+
+    figures: dict[str, Any] = {
+        "records": args.records,
+        "record_bytes": args.size,
+        "shards": SHARDS,
+        "rounds": args.rounds,
+    }
+    for name in READERS:
+        figures[f"{name}_rps"] = round(med(name, "rps"), 1)
+        figures[f"{name}_cpu_us_per_record"] = round(med(name, "cpu_us"), 2)
+    figures["ratio_vs_boto3"] = round(figures["spout_rps"] / figures["boto3_rps"], 3)
+    figures["ratio_vs_async_kinesis"] = round(
+        figures["spout_rps"] / figures["async_kinesis_rps"], 3
+    )
+    figures["cpu_ratio_vs_boto3"] = round(
+        figures["spout_cpu_us_per_record"] / figures["boto3_cpu_us_per_record"], 3
+    )
+    print()
+    print(f"{'reader':>14} {'records/s':>10} {'us CPU/rec':>11}")
+    for name in READERS:
+        print(
+            f"{name:>14} {figures[f'{name}_rps']:>10.0f} "
+            f"{figures[f'{name}_cpu_us_per_record']:>11.1f}"
+        )
+    print(
+        f"spout / boto3 loop: {figures['ratio_vs_boto3']:.2f}x (goal >= 0.9);  "
+        f"spout / async-kinesis: {figures['ratio_vs_async_kinesis']:.2f}x (goal >= 1.5)"
+    )
+    if args.json:
+        print(json.dumps(figures, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

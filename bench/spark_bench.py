@@ -1,0 +1,205 @@
+"""End-to-end throughput of the Spark job, against a plain boto3 loop.
+
+Starts a moto server, puts ``--records`` records of ``--size`` bytes into a
+4-shard stream, then in one process:
+
+* **boto3 ceiling**: a plain loop (GetShardIterator TRIM_HORIZON, then
+  GetRecords with Limit 10000 round-robin over the shards until every
+  record is read), run before and after the job runs; the mean is the ceiling;
+* **the job** (:func:`kinesis_spout.spark.driver.run_job`, per-record
+  no-op function, file checkpoints, local[2] Spark) reading the whole
+  stream from TRIM_HORIZON at batch sizes 1,000, 10,000 and 50,000:
+  records/s from the start of the run to the ack of the last record;
+  per-batch Spark time (conversion, Spark job, statuses, acks) in ms;
+* **per-batch overhead**: the median time of a 1-record micro-batch
+  through the same Spark path, in ms.
+
+Spark starts once and is warmed up before the timed runs. Each job run uses
+a fresh job name (fresh checkpoints). With ``--json`` the last line is one
+JSON object (``job_rps_10k``, ``boto3_rps``, ``ratio_vs_boto3_10k`` ...).
+
+    python bench/spark_bench.py [--records 100000] [--size 200] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+from kinesis_spout.config import SpoutConfig  # noqa: E402
+from kinesis_spout.records import Record  # noqa: E402
+from kinesis_spout.spark.arrow import records_to_arrow  # noqa: E402
+from kinesis_spout.spark.driver import BatchReport, run_job  # noqa: E402
+from kinesis_spout.spark.processing import InputRecord, per_record  # noqa: E402
+from kinesis_spout.spark.runner import SparkRunner  # noqa: E402
+from kinesis_spout.testing.servers import MotoServer  # noqa: E402
+from kinesis_spout.testing.spark import local_spark_session  # noqa: E402
+from kinesis_spout.testing.streams import (  # noqa: E402
+    create_stream,
+    emulator_client,
+    make_payloads,
+    put_records,
+)
+from tracker import SequenceKey  # noqa: E402
+
+SHARDS = 4
+STREAM = "bench-spark"
+BATCH_SIZES = (1_000, 10_000, 50_000)
+
+
+def noop(record: InputRecord) -> None:
+    """The user's function: nothing, so the figures are the framework's cost."""
+    return None
+
+
+def boto3_loop(client: Any, total: int) -> float:
+    """Records/s of a plain GetRecords loop reading the whole stream once."""
+    shards = [s["ShardId"] for s in client.list_shards(StreamName=STREAM)["Shards"]]
+    start = time.perf_counter()
+    its = {
+        s: client.get_shard_iterator(
+            StreamName=STREAM, ShardId=s, ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        for s in shards
+    }
+    read = 0
+    done: set[str] = set()
+    while len(done) < len(shards):
+        for s in shards:
+            if s in done:
+                continue
+            resp = client.get_records(ShardIterator=its[s], Limit=10_000)
+            read += len(resp["Records"])
+            its[s] = resp["NextShardIterator"]
+            if not resp["Records"] and resp.get("MillisBehindLatest", 0) == 0:
+                done.add(s)
+    elapsed = time.perf_counter() - start
+    if read != total:
+        raise RuntimeError(f"boto3 loop read {read} records, expected {total}")
+    return read / elapsed
+
+
+def job_run(spark: Any, endpoint: str, tmp: Path, batch: int, total: int) -> dict[str, float]:
+    """One job run over the whole stream; its throughput and per-batch figures."""
+    cfg = SpoutConfig(
+        stream_name=STREAM,
+        job_name=f"bench-{batch}-{time.monotonic_ns()}",
+        endpoint_url=endpoint,
+        checkpoint_store=f"file://{tmp / 'checkpoints'}",
+        dead_letter=str(tmp / "dead-letter"),
+        batch_size=batch,
+        batch_max_wait=1.0,
+        max_in_flight=max(batch, 10_000),
+        empty_shard_backoff=0.2,
+        stop_when_idle=0.5,
+        checkpoint_interval=5.0,
+        message_timeout=0.0,
+    )
+    reports: list[tuple[float, BatchReport]] = []
+    start = time.perf_counter()
+    summary = run_job(
+        cfg,
+        per_record(noop),
+        spark=spark,
+        progress=lambda r: reports.append((time.perf_counter(), r)),
+    )
+    if summary.ok != total:
+        raise RuntimeError(f"batch {batch}: acked {summary.ok} of {total} records")
+    elapsed = reports[-1][0] - start  # to the ack of the last record (not the idle wait)
+    return {
+        "rps": total / elapsed,
+        "seconds": elapsed,
+        "batches": len(reports),
+        "spark_ms_per_batch": 1000 * statistics.mean(r.process_seconds for _, r in reports),
+        "fill_ms_per_batch": 1000
+        * statistics.mean(r.seconds - r.process_seconds for _, r in reports),
+    }
+
+
+def batch_overhead_ms(spark: Any, repeats: int = 15) -> float:
+    """Median time of a 1-record micro-batch through the Spark path."""
+    runner = SparkRunner(spark, per_record(noop))
+    rec = Record("s", "shardId-0", "1", 0, "k", b"x" * 200, None, SequenceKey(1))
+    table = records_to_arrow([rec])
+    times = []
+    for i in range(repeats):
+        t = time.perf_counter()
+        runner.run(i, table, 0, 1)
+        times.append(time.perf_counter() - t)
+    return 1000 * statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=200, help="bytes per record")
+    parser.add_argument("--json", action="store_true", help="one JSON object on the last line")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    with MotoServer() as moto, tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        client = emulator_client(moto.endpoint_url)
+        create_stream(client, STREAM, SHARDS)
+        t = time.perf_counter()
+        put_records(client, STREAM, make_payloads(args.records, args.size))
+        print(f"put {args.records} records of {args.size} B in {time.perf_counter() - t:.1f}s")
+
+        spark = local_spark_session("spark-bench")
+        try:
+            job_run(spark, moto.endpoint_url, tmp, 10_000, args.records)  # warm-up
+            boto_before = boto3_loop(client, args.records)
+            print(f"boto3 GetRecords loop: {boto_before:,.0f} records/s")
+            runs = {}
+            for batch in BATCH_SIZES:
+                runs[batch] = job_run(spark, moto.endpoint_url, tmp, batch, args.records)
+                r = runs[batch]
+                print(
+                    f"job, batch {batch:>6,}: {r['rps']:>8,.0f} records/s "
+                    f"({r['batches']:.0f} batches, Spark {r['spark_ms_per_batch']:.0f} ms "
+                    f"+ fill {r['fill_ms_per_batch']:.0f} ms per batch)"
+                )
+            boto_after = boto3_loop(client, args.records)
+            print(f"boto3 GetRecords loop again: {boto_after:,.0f} records/s")
+            overhead = batch_overhead_ms(spark)
+            print(f"per-batch overhead (1-record micro-batch): {overhead:.0f} ms")
+        finally:
+            spark.stop()
+
+    boto = (boto_before + boto_after) / 2
+    result: dict[str, Any] = {
+        "records": args.records,
+        "record_bytes": args.size,
+        "shards": SHARDS,
+        "master": "local[2]",
+        "boto3_rps": round(boto),
+        "boto3_rps_before": round(boto_before),
+        "boto3_rps_after": round(boto_after),
+        "batch_overhead_ms": round(overhead, 1),
+    }
+    for batch, key in zip(BATCH_SIZES, ("1k", "10k", "50k"), strict=True):
+        r = runs[batch]
+        result[f"job_rps_{key}"] = round(r["rps"])
+        result[f"ratio_vs_boto3_{key}"] = round(r["rps"] / boto, 3)
+        result[f"spark_ms_per_batch_{key}"] = round(r["spark_ms_per_batch"], 1)
+    print(f"job at 10,000: {result['ratio_vs_boto3_10k']:.2f}x the boto3 loop (goal >= 0.7)")
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

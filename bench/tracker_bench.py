@@ -1,0 +1,290 @@
+"""Benchmark: InflightRecordTracker against a sorted-set tracker in storm-kafka's style.
+
+Usage: ``python bench/tracker_bench.py [--json] [--quick]``
+
+Workload, for N = 1,000, 10,000 and 100,000 records in flight: emit N keys,
+then ack them all (in emit order, or shuffled), reading ``checkpoint`` after
+every ack batch of 1,000; repeat with fresh keys until about 1,000,000 records
+are measured (10 rounds at 100,000).  Each figure is the best of several trials
+(time.perf_counter), with the cyclic GC enabled and collected before each
+trial, for both trackers alike; trials of the two trackers alternate.  Keys are
+real-sized (56-digit) sequence numbers, created before timing; the trackers
+store no payload (record None).
+
+The baseline (``SortedSetTracker``) is what storm-kafka's PartitionManager
+does: a sorted set of pending keys (``sortedcontainers.SortedList``); the
+checkpoint is the predecessor of the smallest pending key (kept with a deque
+of emitted keys, as Kinesis keys are not dense like Kafka offsets); a given-up
+key is simply removed.  Its bulk path is the same loop with locals bound.
+
+Memory: bytes per in-flight record with tracemalloc, 100,000 records emitted
+and none acked, keys created before measuring (so not counted).
+
+Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import random
+import sys
+import time
+import tracemalloc
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Protocol
+
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sortedcontainers import SortedList  # noqa: E402
+
+from tracker import Acker, InflightRecordTracker, SequenceKey  # noqa: E402
+
+SIZES = (1_000, 10_000, 100_000)
+BATCH = 1_000  # acks between two checkpoint reads
+BASE_SEQUENCE = 49590338271490256608559692538361571095921575989136588898  # a real-sized one
+
+
+class Tracker(Protocol):
+    def emitted(self, key: SequenceKey, record: None = None, now: float = 0.0) -> bool: ...
+    def ack(self, key: SequenceKey) -> object: ...
+    def ack_many(self, keys: Iterable[SequenceKey]) -> object: ...
+    @property
+    def checkpoint(self) -> SequenceKey | None: ...
+
+
+class SortedSetTracker:
+    """storm-kafka PartitionManager's bookkeeping, for keys that are not dense."""
+
+    __slots__ = ("_checkpoint", "_emitted", "_pending")
+
+    def __init__(self) -> None:
+        self._pending: SortedList = SortedList()
+        self._emitted: deque[SequenceKey] = deque()  # emitted since the checkpoint, in order
+        self._checkpoint: SequenceKey | None = None
+
+    def emitted(self, key: SequenceKey, record: None = None, now: float = 0.0) -> bool:
+        self._pending.add(key)
+        self._emitted.append(key)
+        return True
+
+    def ack(self, key: SequenceKey) -> None:
+        self._pending.discard(key)
+
+    def give_up(self, key: SequenceKey) -> None:
+        self._pending.discard(key)
+
+    def ack_many(self, keys: Iterable[SequenceKey]) -> None:
+        discard = self._pending.discard
+        for key in keys:
+            discard(key)
+
+    @property
+    def checkpoint(self) -> SequenceKey | None:
+        pending = self._pending
+        emitted = self._emitted
+        if pending:
+            first = pending[0]
+            while emitted[0] < first:
+                self._checkpoint = emitted.popleft()
+        elif emitted:
+            self._checkpoint = emitted[-1]
+            emitted.clear()
+        return self._checkpoint
+
+
+Round = tuple[list[SequenceKey], list[list[SequenceKey]]]
+
+
+def make_rounds(size: int, rounds: int, shuffle: bool, rng: random.Random) -> list[Round]:
+    """Fresh increasing keys for every round, and the ack order cut into batches."""
+    out: list[Round] = []
+    sequence = BASE_SEQUENCE
+    for _ in range(rounds):
+        keys = []
+        for _ in range(size):
+            sequence += rng.randrange(1, 1000)
+            keys.append(SequenceKey(sequence, 0))
+        acks = keys[:]
+        if shuffle:
+            rng.shuffle(acks)
+        out.append((keys, [acks[i : i + BATCH] for i in range(0, size, BATCH)]))
+    return out
+
+
+def run_single(tracker: Tracker, rounds: list[Round]) -> float:
+    emitted = tracker.emitted
+    ack = tracker.ack
+    start = time.perf_counter()
+    for keys, batches in rounds:
+        for key in keys:
+            emitted(key)
+        for batch in batches:
+            for key in batch:
+                ack(key)
+            tracker.checkpoint  # noqa: B018  (read once per batch, like the spout does)
+    return time.perf_counter() - start
+
+
+def run_bulk(tracker: Tracker, rounds: list[Round]) -> float:
+    emitted = tracker.emitted
+    ack_many = tracker.ack_many
+    start = time.perf_counter()
+    for keys, batches in rounds:
+        for key in keys:
+            emitted(key)
+        for batch in batches:
+            ack_many(batch)
+            tracker.checkpoint  # noqa: B018
+    return time.perf_counter() - start
+
+
+def best_of(
+    trials: int,
+    runners: dict[str, tuple[Callable[[], Tracker], Callable[..., float]]],
+    rounds: list[Round],
+) -> dict[str, float]:
+    """Best time of each runner; the runners take turns in every trial."""
+    best = {name: float("inf") for name in runners}
+    last = rounds[-1][0][-1]
+    for _ in range(trials):
+        for name, (factory, run) in runners.items():
+            tracker = factory()
+            gc.collect()
+            elapsed = run(tracker, rounds)
+            if tracker.checkpoint != last:
+                raise AssertionError(f"{name}: checkpoint {tracker.checkpoint} != {last}")
+            best[name] = min(best[name], elapsed)
+            del tracker
+    return best
+
+
+def ours() -> Tracker:
+    return InflightRecordTracker(retry_limit=3)
+
+
+def baseline() -> Tracker:
+    return SortedSetTracker()
+
+
+def bytes_per_inflight(factory: Callable[[], object], size: int) -> float:
+    """tracemalloc'd bytes per in-flight record; the keys exist before measuring."""
+    rng = random.Random(7)
+    keys = make_rounds(size, 1, False, rng)[0][0]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracker = factory()
+        emitted = tracker.emitted  # type: ignore[attr-defined]
+        for key in keys:
+            emitted(key, None, 0.0)
+        used = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    return used / size
+
+
+def acker_bytes_per_root(roots: int) -> float:
+    acker = Acker(rng=random.Random(1))
+    ids = [(acker.new_id(), acker.new_id() | 1) for _ in range(roots)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for root, val in ids:
+            acker.init(root, val, "owner")
+        used = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    return used / roots
+
+
+def label(size: int) -> str:
+    return f"{size // 1000}k"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    parser.add_argument("--quick", action="store_true", help="~10x fewer records, 2 trials")
+    args = parser.parse_args(argv)
+
+    target = 100_000 if args.quick else 1_000_000
+    trials = 2 if args.quick else 5
+    figures: dict[str, object] = {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "batch": BATCH,
+        "trials": trials,
+        "gc_enabled": gc.isenabled(),
+    }
+    print(
+        f"tracker_bench: Python {platform.python_version()}, best of {trials} trials, "
+        f"checkpoint read every {BATCH} acks, GC enabled for both, keys pre-created"
+    )
+    print(
+        f"{'in flight':>10} {'order':>8} | {'ours':>8} {'sorted':>8} {'ratio':>6} |"
+        f" {'ours bulk':>9} {'sorted bulk':>11} {'ratio':>6}   (us per record, emit+ack)"
+    )
+    for size in SIZES:
+        rounds_count = max(1, target // size)
+        for order in ("inorder", "random"):
+            rounds = make_rounds(size, rounds_count, order == "random", random.Random(size))
+            records = size * rounds_count
+            best = best_of(
+                trials,
+                {
+                    "ours": (ours, run_single),
+                    "sorted": (baseline, run_single),
+                    "ours_bulk": (ours, run_bulk),
+                    "sorted_bulk": (baseline, run_bulk),
+                },
+                rounds,
+            )
+            us = {name: seconds / records * 1e6 for name, seconds in best.items()}
+            ratio = us["sorted"] / us["ours"]
+            ratio_bulk = us["sorted_bulk"] / us["ours_bulk"]
+            tag = f"{order}_{label(size)}"
+            figures[f"us_per_record_{tag}"] = round(us["ours"], 4)
+            figures[f"sorted_us_per_record_{tag}"] = round(us["sorted"], 4)
+            figures[f"bulk_us_per_record_{tag}"] = round(us["ours_bulk"], 4)
+            figures[f"sorted_bulk_us_per_record_{tag}"] = round(us["sorted_bulk"], 4)
+            figures[f"ratio_vs_sorted_{tag}"] = round(ratio, 3)
+            figures[f"ratio_bulk_vs_sorted_{tag}"] = round(ratio_bulk, 3)
+            figures[f"records_measured_{tag}"] = records
+            print(
+                f"{size:>10,} {order:>8} | {us['ours']:>8.3f} {us['sorted']:>8.3f} {ratio:>5.2f}x |"
+                f" {us['ours_bulk']:>9.3f} {us['sorted_bulk']:>11.3f} {ratio_bulk:>5.2f}x"
+            )
+            del rounds
+        figures[f"ratio_vs_sorted_{label(size)}"] = figures[f"ratio_vs_sorted_random_{label(size)}"]
+
+    size = SIZES[-1]
+    ours_bytes = bytes_per_inflight(ours, size)
+    timeout_bytes = bytes_per_inflight(
+        lambda: InflightRecordTracker(retry_limit=3, message_timeout=30.0), size
+    )
+    sorted_bytes = bytes_per_inflight(baseline, size)
+    acker_bytes = acker_bytes_per_root(size)
+    figures["bytes_per_inflight"] = round(ours_bytes, 1)
+    figures["bytes_per_inflight_with_timeout"] = round(timeout_bytes, 1)
+    figures["sorted_bytes_per_inflight"] = round(sorted_bytes, 1)
+    figures["acker_bytes_per_root"] = round(acker_bytes, 1)
+    print(
+        f"memory at {size:,} in flight (tracemalloc, keys created before measuring): "
+        f"{ours_bytes:.1f} B/record ours, {timeout_bytes:.1f} B with a message timeout, "
+        f"{sorted_bytes:.1f} B sorted-set baseline; acker {acker_bytes:.1f} B/open root"
+    )
+    if args.json:
+        print(json.dumps(figures, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,577 @@
+"""The ZooKeeper checkpoint store (``zk://host:port[,host:port...]/root``), via kazoo.
+
+Node layout under the URL's root (the root acts as a chroot: nothing is
+written outside it)::
+
+    /<root>/<job>/<stream>/<shardId>                 checkpoint JSON (codec.py), persistent
+    /<root>/<job>/<stream>/@leases/<shardId>         lease epoch node, persistent
+    /<root>/<job>/<stream>/@leases/<shardId>/holder  the lease itself, ephemeral
+    /<root>/<job>/<stream>/@workers/<workerId>       live workers, ephemeral
+
+The job name is part of every path, so two jobs reading one stream never
+share checkpoints by accident. Shard ids and stream names never contain
+``@``, so the ``@`` nodes cannot collide with a shard.
+
+Every write is compare-and-set on the node's version (kazoo's ``Counter``
+recipe): read, check the new value is after the stored one, write with
+``version=``; a concurrent writer makes the write fail with a bad version, and
+the loop re-reads and re-checks. So a checkpoint never moves backwards.
+
+Fencing (several workers): once a coordinator calls :meth:`require_leases`
+for a stream, a write is accepted only in one ZooKeeper transaction with a
+check that the shard's lease epoch node still has the version this worker got
+when it acquired the lease. Any later acquisition by another worker bumps
+that version, so a zombie (a paused process, a worker whose session expired)
+has its writes refused with :class:`StaleCheckpointError`.
+
+Connection state: while kazoo reports SUSPENDED or LOST no write is sent
+(kazoo would queue it and block): :class:`CheckpointStoreUnavailableError`
+(retriable) is raised at once. Each call waits at most ``op_timeout``; an
+answer that does not come in time is also "unavailable", never success.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    AuthFailedError,
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+from kazoo.security import ACL, make_digest_acl
+
+from kinesis_spout.checkpoint.base import check_forward
+from kinesis_spout.checkpoint.codec import decode_checkpoint, encode_checkpoint
+from kinesis_spout.errors import (
+    CheckpointError,
+    CheckpointStoreUnavailableError,
+    ConfigError,
+    StaleCheckpointError,
+)
+from kinesis_spout.records import Checkpoint
+
+log = logging.getLogger(__name__)
+
+#: kazoo's own log lines go through this logger, whose filter masks the digest password.
+kazoo_log = logging.getLogger(__name__ + ".kazoo")
+
+_HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
+_CAS_ATTEMPTS = 20
+_RETRIABLE = (
+    ConnectionLoss,
+    SessionExpiredError,
+    OperationTimeoutError,
+    KazooTimeoutError,
+)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+# --- pure parts ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ZkUrl:
+    """A parsed ``zk://host:port[,host:port...]/root`` URL."""
+
+    hosts: str
+    """kazoo's host list: ``"h1:p1,h2:p2"``."""
+    root: str
+    """Normalised root path, ``"/a/b"``: every node this project writes is under it."""
+
+    @classmethod
+    def parse(cls, url: str) -> ZkUrl:
+        """Parse and validate; :class:`ConfigError` names the URL and what is wrong."""
+        allowed = "zk://host:port[,host:port...]/root, e.g. zk://127.0.0.1:2181/kinesis-spout"
+        if not url.startswith("zk://"):
+            raise ConfigError("checkpoint_store", url, allowed)
+        rest = url[len("zk://") :]
+        hosts, sep, path = rest.partition("/")
+        if "@" in hosts:
+            raise ConfigError(
+                "checkpoint_store", _mask_userinfo(url), "no credentials in the URL; use zk_auth"
+            )
+        if not hosts or not all(_HOST_PORT.match(h) for h in hosts.split(",")):
+            raise ConfigError("checkpoint_store", url, f"host:port pairs: {allowed}")
+        for h in hosts.split(","):
+            port = int(h.rsplit(":", 1)[1])
+            if not 0 < port < 65536:
+                raise ConfigError("checkpoint_store", url, f"a port between 1 and 65535 in {h!r}")
+        parts = [p for p in path.split("/") if p]
+        if not sep or not parts:
+            raise ConfigError("checkpoint_store", url, f"a root path: {allowed}")
+        if any(p in (".", "..") or p.startswith("@") for p in parts):
+            raise ConfigError(
+                "checkpoint_store", url, "a root path without '.', '..' or '@' segments"
+            )
+        return cls(hosts, "/" + "/".join(parts))
+
+    def __str__(self) -> str:
+        return f"zk://{self.hosts}{self.root}"
+
+
+def _mask_userinfo(url: str) -> str:
+    head, _, tail = url.partition("@")
+    return "zk://***@" + tail if head.startswith("zk://") else "***"
+
+
+@dataclass(frozen=True, slots=True)
+class ZkPaths:
+    """Where each node of one job lives (see the module docstring)."""
+
+    root: str
+    job: str
+
+    @property
+    def job_path(self) -> str:
+        return f"{self.root}/{self.job}"
+
+    def stream(self, stream: str) -> str:
+        return f"{self.root}/{self.job}/{stream}"
+
+    def checkpoint(self, stream: str, shard: str) -> str:
+        return f"{self.stream(stream)}/{shard}"
+
+    def leases(self, stream: str) -> str:
+        return f"{self.stream(stream)}/@leases"
+
+    def lease(self, stream: str, shard: str) -> str:
+        """The persistent epoch node: its version counts acquisitions."""
+        return f"{self.leases(stream)}/{shard}"
+
+    def lease_holder(self, stream: str, shard: str) -> str:
+        """The ephemeral node whose existence is the lease."""
+        return f"{self.lease(stream, shard)}/holder"
+
+    def workers(self, stream: str) -> str:
+        return f"{self.stream(stream)}/@workers"
+
+    def worker(self, stream: str, worker_id: str) -> str:
+        return f"{self.workers(stream)}/{worker_id}"
+
+
+def _forget(secrets: tuple[str, ...]) -> None:
+    for secret in secrets:
+        _secret_filter.discard(secret)
+
+
+def _check_component(field: str, value: str) -> None:
+    if not value or "/" in value or value.startswith("@") or value in (".", ".."):
+        raise ConfigError(field, value, "a non-empty name without '/' not starting with '@'")
+
+
+class _SecretFilter(logging.Filter):
+    """Masks the registered secrets in every record of the logger it is attached to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._secrets: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, secret: str) -> None:
+        with self._lock:
+            self._secrets[secret] = self._secrets.get(secret, 0) + 1
+
+    def discard(self, secret: str) -> None:
+        with self._lock:
+            n = self._secrets.get(secret, 0) - 1
+            if n > 0:
+                self._secrets[secret] = n
+            else:
+                self._secrets.pop(secret, None)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with self._lock:
+            secrets = [s for s in self._secrets if s]
+        if not secrets:
+            return True
+        msg = record.getMessage()
+        masked = msg
+        for secret in secrets:
+            masked = masked.replace(secret, "***")
+        if masked != msg:
+            record.msg, record.args = masked, ()
+        return True
+
+
+_secret_filter = _SecretFilter()
+kazoo_log.addFilter(_secret_filter)
+
+
+# --- the store ----------------------------------------------------------------------
+
+
+class ZooKeeperCheckpointStore:
+    """Checkpoints of one job in ZooKeeper; see the module docstring.
+
+    Build it with :meth:`from_url` (it then owns and closes its kazoo client)
+    or pass a started ``KazooClient``. ``acl``: the ACL of every node created
+    from ``/<root>/<job>`` down (``None`` = ZooKeeper's open ACL); the nodes of
+    the root path itself are created open so several jobs can share it.
+    """
+
+    def __init__(
+        self,
+        client: KazooClient,
+        root: str,
+        job_name: str,
+        *,
+        owner: str = "",
+        acl: list[ACL] | None = None,
+        op_timeout: float = 10.0,
+        own_client: bool = False,
+        now: Callable[[], datetime] = _now,
+        description: str = "",
+    ) -> None:
+        _check_component("job_name", job_name)
+        self.job_name = job_name
+        self.owner = owner
+        self.paths = ZkPaths(root.rstrip("/"), job_name)
+        self.op_timeout = op_timeout
+        self._client = client
+        self._acl = acl
+        self._own_client = own_client
+        self._now = now
+        self._description = description or f"root={root}"
+        self._closed = False
+        self._state: str = KazooState.CONNECTED if client.connected else KazooState.SUSPENDED
+        self._lock = threading.Lock()
+        self._created: set[str] = set()
+        self._fenced_streams: set[str] = set()
+        self._secrets: tuple[str, ...] = ()
+        self._epochs: dict[tuple[str, str], int] = {}
+        client.add_listener(self._on_state)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        job_name: str,
+        *,
+        owner: str = "",
+        auth: str | None = None,
+        session_timeout: float = 10.0,
+        connect_timeout: float = 15.0,
+    ) -> ZooKeeperCheckpointStore:
+        """Connect to the ensemble of ``url`` and return a store owning the client.
+
+        ``auth`` (``user:password``) is sent as digest credentials and every node
+        created gets a digest ACL for that user only. The password never reaches
+        a log line: kazoo's own logger masks it.
+        """
+        parsed = ZkUrl.parse(url)
+        acl = None
+        auth_data = None
+        secrets: tuple[str, ...] = ()
+        if auth is not None:
+            user, sep, password = auth.partition(":")
+            if not sep or not user or not password:
+                raise ConfigError("zk_auth", "***", "user:password")
+            acl = [make_digest_acl(user, password, all=True)]
+            auth_data = [("digest", auth)]
+            secrets = (auth, password)
+            for secret in secrets:
+                _secret_filter.add(secret)
+        client = KazooClient(
+            hosts=parsed.hosts,
+            timeout=session_timeout,
+            auth_data=auth_data,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0),
+            logger=kazoo_log,
+        )
+        log.info(
+            "connecting to ZooKeeper %s for job %r%s",
+            parsed,
+            job_name,
+            " with digest ACLs" if auth else "",
+        )
+        try:
+            client.start(timeout=connect_timeout)
+        except KazooTimeoutError:
+            _forget(secrets)
+            raise CheckpointStoreUnavailableError(
+                f"ZooKeeper {parsed} not reachable within {connect_timeout:.0f}s"
+            ) from None
+        except KazooException as exc:
+            client.close()
+            _forget(secrets)
+            raise CheckpointError(
+                f"cannot connect to ZooKeeper {parsed}: {type(exc).__name__}"
+            ) from None
+        store = cls(
+            client,
+            parsed.root,
+            job_name,
+            owner=owner,
+            acl=acl,
+            op_timeout=min(max(session_timeout, 1.0), 10.0),
+            own_client=True,
+            description=str(parsed),
+        )
+        store._secrets = secrets
+        return store
+
+    def __repr__(self) -> str:
+        return f"ZooKeeperCheckpointStore({self._description}, job={self.job_name!r})"
+
+    # -- connection ------------------------------------------------------------------
+    @property
+    def client(self) -> KazooClient:
+        """The kazoo client (shared with the shard coordinator)."""
+        return self._client
+
+    @property
+    def acl(self) -> list[ACL] | None:
+        """The ACL given to the nodes this store (and its coordinator) creates."""
+        return self._acl
+
+    @property
+    def connected(self) -> bool:
+        """True while kazoo reports CONNECTED (leases and writes can be trusted)."""
+        return self._state == KazooState.CONNECTED and not self._closed
+
+    @property
+    def session_id(self) -> int | None:
+        """The current ZooKeeper session id, or None when not connected."""
+        cid = self._client.client_id
+        return int(cid[0]) if cid else None
+
+    def _on_state(self, state: str) -> None:
+        # Runs on kazoo's thread: only record the state, never block.
+        self._state = state
+        if state != KazooState.CONNECTED:
+            log.warning("ZooKeeper connection %s (%s)", state, self._description)
+        else:
+            log.info("ZooKeeper connection CONNECTED (%s)", self._description)
+
+    def _check_usable(self, what: str) -> None:
+        if self._closed:
+            raise CheckpointError(f"{self!r} is closed ({what})")
+        if self._state != KazooState.CONNECTED:
+            raise CheckpointStoreUnavailableError(
+                f"ZooKeeper is {self._state} ({self._description}): {what} not attempted"
+            )
+
+    def wait(self, async_result: Any, what: str, expect: tuple[type[Exception], ...] = ()) -> Any:
+        """Wait for a kazoo async result, at most ``op_timeout``; translate errors.
+
+        Errors in ``expect`` (e.g. ``NoNodeError``) are raised as they are, for
+        the caller to interpret. Connection problems become
+        :class:`CheckpointStoreUnavailableError` (retriable); anything else from
+        kazoo a non-retriable :class:`CheckpointError`.
+        """
+        try:
+            return async_result.get(timeout=self.op_timeout)
+        except expect:
+            raise
+        except _RETRIABLE as exc:
+            raise CheckpointStoreUnavailableError(
+                f"ZooKeeper {self._description}: {what} failed: {type(exc).__name__}"
+            ) from None
+        except ConnectionClosedError:
+            raise CheckpointError(f"{self!r} is closed ({what})") from None
+        except (NoAuthError, AuthFailedError) as exc:
+            raise CheckpointError(
+                f"ZooKeeper refused {what}: {type(exc).__name__} (check zk_auth and the node ACLs)"
+            ) from None
+        except KazooException as exc:
+            raise CheckpointError(
+                f"ZooKeeper {self._description}: {what} failed: {exc!r}"
+            ) from None
+
+    def ensure_path(self, path: str) -> None:
+        """Create ``path`` and its parents if missing (cached per store).
+
+        Nodes above ``/<root>/<job>`` get the open ACL, the rest the store's ACL.
+        """
+        if path in self._created:
+            return
+        job_path = self.paths.job_path
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            p = "/" + "/".join(parts[:i])
+            if p in self._created:
+                continue
+            acl = self._acl if len(p) >= len(job_path) else None
+            with contextlib.suppress(NodeExistsError):
+                self.wait(
+                    self._client.create_async(p, b"", acl=acl), f"create {p}", (NodeExistsError,)
+                )
+            self._created.add(p)
+
+    # -- the protocol ------------------------------------------------------------------
+    def load(self, stream_name: str) -> dict[str, Checkpoint]:
+        """Every checkpoint of ``stream_name``; a foreign or corrupt node raises
+        :class:`~kinesis_spout.errors.CorruptCheckpointError` naming its path."""
+        _check_component("stream_name", stream_name)
+        self._check_usable(f"load {stream_name}")
+        base = self.paths.stream(stream_name)
+        try:
+            children = self.wait(
+                self._client.get_children_async(base), f"list {base}", (NoNodeError,)
+            )
+        except NoNodeError:
+            return {}
+        shards = sorted(c for c in children if not c.startswith("@"))
+        pending = [(s, self._client.get_async(f"{base}/{s}")) for s in shards]
+        out: dict[str, Checkpoint] = {}
+        for shard, res in pending:
+            path = f"{base}/{shard}"
+            try:
+                data, _stat = self.wait(res, f"read {path}", (NoNodeError,))
+            except NoNodeError:
+                continue
+            out[shard] = self._decode(data, path, stream_name, shard)
+        return out
+
+    def save(self, checkpoint: Checkpoint) -> Checkpoint:
+        """Compare-and-set ``checkpoint`` (fenced by the lease when required)."""
+        _check_component("stream_name", checkpoint.stream_name)
+        _check_component("shard_id", checkpoint.shard_id)
+        cp = replace(checkpoint, job_name=self.job_name, owner=checkpoint.owner or self.owner)
+        return self._cas(cp.stream_name, cp.shard_id, lambda stored: cp)
+
+    def mark_ended(self, stream_name: str, shard_id: str, owner: str) -> Checkpoint:
+        """Set ``shard_end`` keeping the stored position (CAS, fenced like ``save``)."""
+        _check_component("stream_name", stream_name)
+        _check_component("shard_id", shard_id)
+
+        def ended(stored: Checkpoint | None) -> Checkpoint:
+            return Checkpoint(
+                stream_name,
+                shard_id,
+                stored.sequence_number if stored else None,
+                stored.sub_sequence_number if stored else 0,
+                shard_end=True,
+                job_name=self.job_name,
+                owner=owner or self.owner,
+            )
+
+        return self._cas(stream_name, shard_id, ended)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._client.remove_listener(self._on_state)
+        if self._own_client:
+            try:
+                self._client.stop()
+            finally:
+                self._client.close()
+                _forget(self._secrets)
+        log.info("closed %r", self)
+
+    # -- fencing (used by kinesis_spout.coordination) ---------------------------------
+    def require_leases(self, stream_name: str, required: bool = True) -> None:
+        """From now on, writes for ``stream_name`` need a lease epoch (see :meth:`set_lease`)."""
+        with self._lock:
+            if required:
+                self._fenced_streams.add(stream_name)
+            else:
+                self._fenced_streams.discard(stream_name)
+
+    def set_lease(self, stream_name: str, shard_id: str, epoch: int | None) -> None:
+        """Record (or with ``None`` forget) the epoch version of this worker's lease."""
+        with self._lock:
+            if epoch is None:
+                self._epochs.pop((stream_name, shard_id), None)
+            else:
+                self._epochs[(stream_name, shard_id)] = epoch
+
+    def lease_epoch(self, stream_name: str, shard_id: str) -> int | None:
+        with self._lock:
+            return self._epochs.get((stream_name, shard_id))
+
+    # -- internals ---------------------------------------------------------------------
+    def _decode(self, data: bytes, path: str, stream: str, shard: str) -> Checkpoint:
+        return decode_checkpoint(data, where=path, stream=stream, shard=shard, job=self.job_name)
+
+    def _read(self, stream: str, shard: str) -> tuple[Checkpoint | None, int | None]:
+        path = self.paths.checkpoint(stream, shard)
+        try:
+            data, stat = self.wait(self._client.get_async(path), f"read {path}", (NoNodeError,))
+        except NoNodeError:
+            return None, None
+        return self._decode(data, path, stream, shard), int(stat.version)
+
+    def _fence(self, stream: str, shard: str) -> int | None:
+        with self._lock:
+            if stream not in self._fenced_streams:
+                return None
+            epoch = self._epochs.get((stream, shard))
+        if epoch is None:
+            raise StaleCheckpointError(
+                f"worker {self.owner!r} holds no lease on {stream}/{shard}: "
+                "checkpoint write refused"
+            )
+        return epoch
+
+    def _cas(
+        self, stream: str, shard: str, build: Callable[[Checkpoint | None], Checkpoint]
+    ) -> Checkpoint:
+        what = f"checkpoint {stream}/{shard}"
+        self._check_usable(what)
+        path = self.paths.checkpoint(stream, shard)
+        self.ensure_path(self.paths.stream(stream))
+        for _ in range(_CAS_ATTEMPTS):
+            epoch = self._fence(stream, shard)
+            stored, version = self._read(stream, shard)
+            new = replace(build(stored), updated_at=self._now())
+            if not check_forward(stored, new):
+                assert stored is not None
+                return stored
+            self._check_usable(what)
+            tx = self._client.transaction()
+            if epoch is not None:
+                tx.check(self.paths.lease(stream, shard), epoch)
+            if version is None:
+                tx.create(path, encode_checkpoint(new), acl=self._acl)
+            else:
+                tx.set_data(path, encode_checkpoint(new), version)
+            results = self.wait(tx.commit_async(), f"write {path}")
+            errors = [r for r in results if isinstance(r, Exception)]
+            if not errors:
+                log.debug(
+                    "checkpoint %s -> %s:%s%s",
+                    path,
+                    new.sequence_number,
+                    new.sub_sequence_number,
+                    " (shard end)" if new.shard_end else "",
+                )
+                return new
+            first = results[0]
+            if epoch is not None and isinstance(first, BadVersionError | NoNodeError):
+                raise StaleCheckpointError(
+                    f"lease on {stream}/{shard} was taken over (epoch {epoch} is stale): "
+                    f"checkpoint write of worker {new.owner!r} refused"
+                )
+            if not any(isinstance(e, BadVersionError | NodeExistsError) for e in errors):
+                err = errors[0]
+                if isinstance(err, NoAuthError):
+                    raise CheckpointError(f"ZooKeeper refused writing {path}: NoAuthError")
+                raise CheckpointError(f"writing {path} failed: {err!r}")
+            log.debug("checkpoint %s changed concurrently; re-reading", path)
+        raise CheckpointStoreUnavailableError(
+            f"{what}: {_CAS_ATTEMPTS} compare-and-set attempts lost to concurrent writers"
+        )

@@ -1,0 +1,421 @@
+"""Drive one spout from ZooKeeper shard leases: several workers, one stream.
+
+Each worker registers an ephemeral member node, computes the assignment of
+the stream's live shards over the live workers (:func:`assign_shards`), takes
+the leases of its shards and gives up the others. The spout is told through
+``set_owned_shards``, ``deactivate`` and ``activate`` only; it never sees
+ZooKeeper.
+
+Threading: kazoo calls its listeners and watches on its own thread. Those
+callbacks only put an event on a thread-safe queue; everything else (ZooKeeper
+reads and writes, every call into the spout) happens in :meth:`poll`, which
+the worker loop calls between batches on the thread that owns the spout.
+
+Safety rules:
+
+* **flush before release**: a shard being given up stops emitting, its
+  in-flight records get ``drain_timeout`` to be acked, the spout drops it
+  (which writes its final checkpoint, fenced by the lease), and only then is
+  the lease node deleted;
+* **SUSPENDED** (connection lost, session maybe alive): the spout stops
+  emitting at once; acks are still taken, checkpoint writes fail as
+  retriable until the connection is back. Resumed only if the same session
+  comes back and the lease nodes are still ours;
+* **LOST** (session expired): every lease is gone. When a new session is up,
+  the spout's pending acks are flushed (accepted only where no other worker
+  took the shard over meanwhile: the epoch fence), every shard is dropped,
+  and the worker rejoins and re-acquires what is assigned to it. It emits
+  nothing in between.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from kazoo.client import KazooState
+
+from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
+from kinesis_spout.coordination.assignment import assign_shards
+from kinesis_spout.coordination.leases import Lease, LeaseState, ZooKeeperLeases
+from kinesis_spout.errors import (
+    CheckpointStoreUnavailableError,
+    KinesisSpoutError,
+)
+from kinesis_spout.metrics import MetricsCollector, NoopMetrics
+
+log = logging.getLogger(__name__)
+
+
+class SpoutControl(Protocol):
+    """What the coordinator needs from a spout (``KinesisSpout`` has it)."""
+
+    def set_owned_shards(self, shard_ids: Iterable[str] | None) -> None: ...
+
+    def activate(self) -> None: ...
+
+    def deactivate(self) -> None: ...
+
+    def checkpoint(self, force: bool = False) -> Any: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+
+ShardLister = Callable[[], Iterable[str]]
+"""Returns the stream's shard ids (e.g. ``ListShards``); may raise KinesisSpoutError."""
+
+
+class ShardCoordinator:
+    """Shard ownership of one worker on one stream; see the module docstring.
+
+    ``list_shards`` is called at start and every ``shard_refresh_interval``
+    seconds. Shards whose checkpoint says ``shard_end`` are not assigned.
+    ``retry_interval``: how often a lease held by another worker is tried
+    again (a deletion watch usually wakes us sooner).
+    """
+
+    def __init__(
+        self,
+        store: ZooKeeperCheckpointStore,
+        stream_name: str,
+        spout: SpoutControl,
+        *,
+        worker_id: str,
+        list_shards: ShardLister,
+        clock: Callable[[], float] = time.monotonic,
+        shard_refresh_interval: float = 30.0,
+        retry_interval: float = 1.0,
+        drain_timeout: float = 10.0,
+        metrics: MetricsCollector | None = None,
+    ) -> None:
+        self.store = store
+        self.stream_name = stream_name
+        self.worker_id = worker_id
+        self.spout = spout
+        self.leases = ZooKeeperLeases(store, stream_name, worker_id)
+        self._list_shards = list_shards
+        self._clock = clock
+        self._refresh_interval = shard_refresh_interval
+        self._retry_interval = retry_interval
+        self._drain_timeout = drain_timeout
+        self._metrics: MetricsCollector = metrics or NoopMetrics()
+
+        self._events: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+        self._states: dict[str, LeaseState] = {}
+        self._held: dict[str, Lease] = {}
+        self._to_release: dict[str, Lease] = {}
+        self._spout_shards: frozenset[str] | None = None
+        self._spout_active: bool | None = None
+        self._shards: list[str] | None = None
+        self._session: int | None = None
+        self._registered = False
+        self._dirty = True
+        self._verify = False
+        self._lost = False
+        self._next_check = 0.0
+        self._next_refresh = 0.0
+        self._next_register = 0.0
+        self._drain_deadline: float | None = None
+        self._started = False
+        self._shutting_down = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Fence the store's writes on leases, give the spout no shard, listen.
+
+        Call before the spout emits anything (before or right after ``open``).
+        """
+        if self._started:
+            return
+        self._started = True
+        self.store.require_leases(self.stream_name)
+        self._session = self.store.session_id
+        self.store.client.add_listener(self._on_state)
+        self._sync_spout()
+        self._set_active(False)
+        log.info("coordinator of worker %s on %s started", self.worker_id, self.stream_name)
+
+    def begin_shutdown(self) -> None:
+        """Give every shard up (drain, flush, release) and leave; keep polling
+        until :attr:`done`."""
+        if not self._shutting_down:
+            log.info("worker %s leaving %s", self.worker_id, self.stream_name)
+        self._shutting_down = True
+        self._dirty = True
+
+    @property
+    def done(self) -> bool:
+        """After :meth:`begin_shutdown`: nothing held, member node gone."""
+        return (
+            self._shutting_down
+            and not self._states
+            and not self._to_release
+            and not self._registered
+        )
+
+    def close(self) -> None:
+        """Stop listening (the store and the spout are the caller's to close)."""
+        self.store.client.remove_listener(self._on_state)
+
+    # -- kazoo's thread: enqueue only ------------------------------------------------
+    def _on_state(self, state: str) -> None:
+        self._events.put(("state", state))
+
+    def _on_watch(self, event: Any) -> None:
+        self._events.put(("watch", str(getattr(event, "path", ""))))
+
+    # -- the worker's thread --------------------------------------------------------
+    def poll(self) -> None:
+        """Handle connection events and rebalance if needed. Cheap when idle
+        (no ZooKeeper call); call it from the loop that drives the spout."""
+        if not self._started:
+            self.start()
+        self._drain_events()
+        now = self._clock()
+        if self.store.connected:
+            try:
+                self._step(now)
+            except CheckpointStoreUnavailableError as exc:
+                log.warning("coordination paused: %s", exc)
+                self._dirty = True
+        self._set_active(self._should_emit())
+
+    def poll_delay(self) -> float:
+        """Seconds until :meth:`poll` has timed work to do (0 = now)."""
+        if not self._events.empty():
+            return 0.0
+        if not self.store.connected:
+            return min(0.1, self._retry_interval)
+        if self._dirty:
+            return 0.0
+        now = self._clock()
+        due = self._next_check
+        if self._drain_deadline is not None:
+            due = min(due, now + 0.05)
+        return max(0.0, min(due - now, self._retry_interval))
+
+    def lease_states(self) -> dict[str, LeaseState]:
+        """Each shard this worker is acquiring, holds or is releasing."""
+        return dict(self._states)
+
+    @property
+    def owned_shards(self) -> frozenset[str]:
+        """Shards whose lease is HELD (the spout reads them)."""
+        return frozenset(s for s, st in self._states.items() if st is LeaseState.HELD)
+
+    @property
+    def emitting(self) -> bool:
+        """Whether the spout was last told to emit."""
+        return bool(self._spout_active)
+
+    # -- internals ----------------------------------------------------------------------
+    def _drain_events(self) -> None:
+        while True:
+            try:
+                kind, value = self._events.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "watch":
+                self._dirty = True
+            elif value == KazooState.SUSPENDED:
+                for shard, st in self._states.items():
+                    if st in (LeaseState.HELD, LeaseState.RELEASING):
+                        self._states[shard] = LeaseState.SUSPENDED
+            elif value == KazooState.LOST:
+                self._lose_leases()
+            elif value == KazooState.CONNECTED:
+                if self.store.session_id != self._session:
+                    self._lose_leases()
+                self._verify = True
+                self._dirty = True
+
+    def _lose_leases(self) -> None:
+        if not self._lost:
+            log.warning(
+                "worker %s: ZooKeeper session lost; its %d lease(s) are gone",
+                self.worker_id,
+                len(self._held),
+            )
+        self._lost = True
+        self._registered = False
+        for shard in self._states:
+            self._states[shard] = LeaseState.SUSPENDED
+
+    def _should_emit(self) -> bool:
+        return (
+            self.store.connected
+            and not self._lost
+            and not self._shutting_down
+            and all(st in (LeaseState.HELD, LeaseState.ACQUIRING) for st in self._states.values())
+        )
+
+    def _set_active(self, active: bool) -> None:
+        if active == self._spout_active:
+            return
+        self._spout_active = active
+        if active:
+            self.spout.activate()
+        else:
+            self.spout.deactivate()
+        log.info("worker %s %s emitting", self.worker_id, "resumes" if active else "stops")
+
+    def _sync_spout(self) -> None:
+        owned = frozenset(s for s, st in self._states.items() if st is not LeaseState.ACQUIRING)
+        if owned == self._spout_shards:
+            return
+        self._spout_shards = owned
+        try:
+            self.spout.set_owned_shards(sorted(owned))
+        except KinesisSpoutError as exc:
+            if not exc.retriable:
+                raise  # e.g. a corrupt checkpoint: a clear error, not a silent restart
+            log.warning("spout could not take its new shard set yet: %s", exc)
+            self._spout_shards = None  # try again on the next poll
+
+    def _step(self, now: float) -> None:
+        if self._lost:
+            self._recover_from_loss()
+        if self._verify:
+            self._verify_suspended()
+        for shard, lease in list(self._to_release.items()):
+            self.leases.release(lease)
+            del self._to_release[shard]
+        if not self._registered and not self._shutting_down and now >= self._next_register:
+            self._registered = self.leases.register()
+            if not self._registered:
+                log.info("worker id %s still registered by an old session; waiting", self.worker_id)
+                self._next_register = now + self._retry_interval
+        if self._dirty or now >= self._next_check:
+            self._rebalance(now)
+        self._progress_release(now)
+        self._sync_spout()
+        if self._shutting_down and self._registered and not self._states and not self._to_release:
+            self.leases.unregister()
+            self._registered = False
+
+    def _recover_from_loss(self) -> None:
+        """New session after LOST: flush what we can, drop every shard, start over."""
+        try:
+            self.spout.checkpoint(force=True)
+        except KinesisSpoutError as exc:
+            log.info("flush after session loss partly refused: %s", exc)
+        lost = sorted(self._states)
+        self._states.clear()
+        self._sync_spout()
+        for shard in lost:
+            self.leases.forget(shard)
+        self._metrics.increment("leases_lost", len(self._held))
+        self._held.clear()
+        self._to_release.clear()
+        self._session = self.store.session_id
+        self._lost = False
+        self._verify = False
+        self._dirty = True
+        log.info("worker %s dropped %d shard(s) after session loss", self.worker_id, len(lost))
+
+    def _verify_suspended(self) -> None:
+        """Same session back: keep the leases whose holder node is still ours."""
+        gone = []
+        for shard, st in list(self._states.items()):
+            if st is not LeaseState.SUSPENDED:
+                continue
+            lease = self._held.get(shard)
+            if lease is not None and self.leases.still_held(lease):
+                self._states[shard] = LeaseState.HELD
+            else:
+                gone.append(shard)
+        if gone:
+            log.warning("worker %s: leases of %s gone while disconnected", self.worker_id, gone)
+            for shard in gone:
+                del self._states[shard]
+            self._sync_spout()
+            for shard in gone:
+                self._held.pop(shard, None)
+                self.leases.forget(shard)
+        self._verify = False
+
+    def _rebalance(self, now: float) -> None:
+        self._dirty = False
+        self._next_check = now + self._refresh_interval
+        workers = self.leases.workers(watch=self._on_watch)
+        if self._shards is None or now >= self._next_refresh:
+            try:
+                self._shards = sorted(set(self._list_shards()))
+                self._next_refresh = now + self._refresh_interval
+            except KinesisSpoutError as exc:
+                log.warning("cannot list shards of %s: %s", self.stream_name, exc)
+                self._next_check = now + self._retry_interval
+                if self._shards is None:
+                    return
+        ended = {s for s, cp in self.store.load(self.stream_name).items() if cp.shard_end}
+        live = [s for s in self._shards if s not in ended]
+        mine: set[str] = set()
+        if self._registered and not self._shutting_down:
+            mine = set(assign_shards(live, workers).get(self.worker_id, ()))
+        log.debug(
+            "rebalance %s: workers=%s live shards=%d mine=%s",
+            self.stream_name,
+            workers,
+            len(live),
+            sorted(mine),
+        )
+        self._metrics.increment("rebalances")
+
+        for shard, st in list(self._states.items()):
+            if shard in mine:
+                if st is LeaseState.RELEASING:
+                    self._states[shard] = LeaseState.HELD  # assigned back before it left
+            elif st is LeaseState.ACQUIRING:
+                del self._states[shard]
+            elif st is LeaseState.HELD:
+                self._states[shard] = LeaseState.RELEASING
+                log.info("worker %s gives up %s/%s", self.worker_id, self.stream_name, shard)
+
+        for shard in sorted(mine):
+            if self._states.get(shard, LeaseState.ACQUIRING) is not LeaseState.ACQUIRING:
+                continue
+            lease = self.leases.acquire(shard, watch=self._on_watch)
+            if lease is None:
+                self._states[shard] = LeaseState.ACQUIRING
+            else:
+                self._held[shard] = lease
+                self._states[shard] = LeaseState.HELD
+                self._metrics.increment("leases_acquired")
+        if any(st is LeaseState.ACQUIRING for st in self._states.values()):
+            self._next_check = min(self._next_check, now + self._retry_interval)
+        self._sync_spout()
+
+    def _progress_release(self, now: float) -> None:
+        releasing = [s for s, st in self._states.items() if st is LeaseState.RELEASING]
+        if not releasing:
+            self._drain_deadline = None
+            return
+        if self._drain_deadline is None:
+            self._drain_deadline = now + self._drain_timeout
+            self._set_active(False)
+        in_flight = self.spout.in_flight
+        if in_flight > 0 and now < self._drain_deadline:
+            return
+        if in_flight > 0:
+            log.warning(
+                "worker %s releases %s with %d record(s) still in flight (drain timeout); "
+                "they will be replayed by the next owner",
+                self.worker_id,
+                releasing,
+                in_flight,
+            )
+        for shard in releasing:
+            del self._states[shard]
+        self._sync_spout()  # the spout writes their final checkpoints, then drops them
+        for shard in releasing:
+            lease = self._held.pop(shard)
+            self._to_release[shard] = lease
+        for shard, lease in list(self._to_release.items()):
+            self.leases.release(lease)
+            del self._to_release[shard]
+            self._metrics.increment("leases_released")
+        self._drain_deadline = None

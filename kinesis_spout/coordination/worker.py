@@ -1,0 +1,217 @@
+"""A worker process for multi-worker runs: one spout, ZooKeeper-coordinated.
+
+Run as many as you like on one stream, on one or several machines::
+
+    python -m kinesis_spout.coordination.worker --config job.toml \\
+        --checkpoint-store zk://127.0.0.1:2181/kinesis-spout --worker-id w1 \\
+        --output ./processed
+
+Each worker joins the stream's worker group in ZooKeeper, takes the shards
+assigned to it, and runs a trivial processing function: it appends one line
+per record to ``<output>/<worker_id>.records``::
+
+    <shard_id> <sequence_number> <sub_sequence_number> <payload id>
+
+(the payload id is the record data up to the first ``|``, as written by
+:func:`kinesis_spout.testing.streams.make_payloads`), flushes the file, then
+acks the batch. So a record is "processed" once its line is in the file, and
+a line without an ack (a crash in between) is exactly an in-flight duplicate.
+
+SIGTERM or SIGINT: the worker gives its shards up cleanly (drain, final
+checkpoint, lease deleted) and exits 0. ``kill -9`` is what the takeover test
+uses: its leases vanish when its ZooKeeper session expires.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
+from kinesis_spout.config import SpoutConfig, add_config_arguments, config_from_args
+from kinesis_spout.coordination.coordinator import ShardCoordinator
+from kinesis_spout.errors import ConfigError, KinesisSpoutError
+from kinesis_spout.kinesis.api import KinesisApi
+from kinesis_spout.kinesis.client import make_client
+from kinesis_spout.records import Record
+from kinesis_spout.spout import KinesisSpout
+
+log = logging.getLogger(__name__)
+
+#: Longest sleep of the loop when nothing is ready (keeps SIGTERM handling prompt).
+_MAX_IDLE_SLEEP = 0.2
+
+
+def record_line(record: Record) -> str:
+    """The line written for one processed record."""
+    payload_id = record.data.split(b"|", 1)[0].decode("utf-8", "replace")
+    return f"{record.shard_id} {record.sequence_number} {record.sub_sequence_number} {payload_id}\n"
+
+
+def process(records: Sequence[Record], out: TextIO, delay_per_record: float) -> None:
+    """The trivial processing function: log each record, flush, simulate work."""
+    out.write("".join(record_line(r) for r in records))
+    out.flush()
+    if delay_per_record > 0:
+        time.sleep(delay_per_record * len(records))
+
+
+def run_worker(
+    config: SpoutConfig,
+    output_dir: Path,
+    *,
+    stop: threading.Event,
+    process_delay: float = 0.0,
+    drain_timeout: float = 10.0,
+) -> int:
+    """Run until ``stop`` is set, then leave the group cleanly. Returns an exit code."""
+    if not config.checkpoint_store.startswith("zk://"):
+        raise ConfigError(
+            "checkpoint_store",
+            config.checkpoint_store,
+            "a zk:// URL: several workers coordinate through ZooKeeper",
+        )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    store = ZooKeeperCheckpointStore.from_url(
+        config.checkpoint_store,
+        config.job_name,
+        owner=config.worker_id,
+        auth=config.zk_auth,
+        session_timeout=config.zk_session_timeout,
+    )
+    client = make_client(config.endpoint_url, config.region)
+    api = KinesisApi(client, config.stream_name)
+    spout = KinesisSpout(config, store=store, client=client)
+    coordinator = ShardCoordinator(
+        store,
+        config.stream_name,
+        spout,
+        worker_id=config.worker_id,
+        list_shards=lambda: [s.shard_id for s in api.list_shards()],
+        shard_refresh_interval=config.shard_refresh_interval,
+        drain_timeout=drain_timeout,
+    )
+    out_path = output_dir / f"{config.worker_id}.records"
+    log.info(
+        "worker %s starting on %s: %s", config.worker_id, config.stream_name, config.redacted()
+    )
+    try:
+        spout.open()
+        coordinator.start()
+        with out_path.open("a", encoding="utf-8") as out:
+            _loop(
+                spout,
+                coordinator,
+                out,
+                stop,
+                process_delay,
+                config.batch_size,
+                shutdown_timeout=drain_timeout + config.zk_session_timeout,
+            )
+    finally:
+        coordinator.close()
+        try:
+            spout.close()
+        finally:
+            store.close()
+    log.info("worker %s stopped: %s", config.worker_id, spout.stats())
+    return 0
+
+
+def _loop(
+    spout: KinesisSpout,
+    coordinator: ShardCoordinator,
+    out: TextIO,
+    stop: threading.Event,
+    process_delay: float,
+    batch_size: int,
+    shutdown_timeout: float,
+) -> None:
+    leave_by: float | None = None
+    while True:
+        if stop.is_set() and leave_by is None:
+            coordinator.begin_shutdown()
+            leave_by = time.monotonic() + shutdown_timeout
+        coordinator.poll()
+        if coordinator.done:
+            return
+        if leave_by is not None and time.monotonic() > leave_by:
+            # ZooKeeper unreachable: closing the session removes the leases anyway.
+            log.warning("could not leave the worker group cleanly in %.0fs", shutdown_timeout)
+            return
+        try:
+            batch = spout.next_batch(batch_size)
+        except KinesisSpoutError as exc:
+            if not exc.retriable:
+                raise
+            log.warning("reading paused: %s", exc)
+            batch = []
+        if batch:
+            process(batch, out, process_delay)
+            spout.ack_many(batch)
+            continue
+        delay = min(spout.poll_delay(), coordinator.poll_delay(), _MAX_IDLE_SLEEP)
+        stop.wait(max(delay, 0.001))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kinesis_spout.coordination.worker",
+        description="One ZooKeeper-coordinated worker: reads its share of the stream's "
+        "shards and logs each record to <output>/<worker_id>.records.",
+    )
+    parser.add_argument("--output", required=True, type=Path, help="directory for .records files")
+    parser.add_argument(
+        "--process-delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="simulated processing time per record (default 0)",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long in-flight records of a shard being given up may take (default 10)",
+    )
+    parser.add_argument("--log-level", default="INFO")
+    add_config_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: leaving the worker group", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        config = config_from_args(args)
+        return run_worker(
+            config,
+            args.output,
+            stop=stop,
+            process_delay=args.process_delay,
+            drain_timeout=args.drain_timeout,
+        )
+    except KinesisSpoutError as exc:
+        log.error("%s", exc)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""``kinesis-spout demo``: the word-count job on a local Kinesis emulator.
+
+Each run: starts moto's Kinesis server (pip-installed, no Node needed),
+creates the demo stream, puts the sample sentences, runs the word-count job
+with ``spark-submit`` on ``local[2]`` (file checkpoints, JSON-lines dead
+letters), prints the word counts and where everything is, and stops the
+emulator. Everything it keeps is under ``--output`` (``./demo-output``).
+
+**Resuming.** moto keeps streams in memory only, so every run starts a fresh
+emulator. The demo makes it *reproducible*: run ``k`` puts the same records
+in the same order as runs ``1..k-1`` did (moto numbers records 1, 2, 3, ...
+per shard, and a partition key always maps to the same shard), so they get
+the same shard ids and sequence numbers as before, and then one new chunk of
+sentences. The job finds its checkpoints from the earlier runs and resumes
+after them: it reads only the new chunk. The demo checks it: the counts
+summed over all runs must equal the counts of every good sentence put so
+far (a sentence processed twice or lost would show), and every poison
+record must be in the dead-letter files exactly once. ``--fresh`` starts over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kinesis_spout.errors import KinesisSpoutError
+
+STREAM = "wordcount-demo"
+JOB = "wordcount-demo"
+PROCESS = "kinesis_spout.examples.wordcount:job"
+STATE_FILE = "demo-state.json"
+
+
+class DemoError(KinesisSpoutError):
+    """The demo's output directory does not match what this run would do."""
+
+
+def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--output", default="./demo-output", metavar="DIR", help="where results are kept"
+    )
+    parser.add_argument(
+        "--sentences", type=int, default=200, help="new sentences per run (default 200)"
+    )
+    parser.add_argument("--shards", type=int, default=2, help="shards of the demo stream")
+    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument("--fresh", action="store_true", help="delete DIR first: start over")
+
+
+def say(text: str) -> None:
+    print(f"== {text}", flush=True)
+
+
+def _load_state(out: Path, sentences: int, shards: int) -> dict[str, Any]:
+    path = out / STATE_FILE
+    if not path.exists():
+        if (out / "checkpoints").exists() or (out / "wordcounts").exists():
+            raise DemoError(f"{out} has results but no {STATE_FILE}: use --fresh to start over")
+        return {"runs": 0, "sentences": sentences, "shards": shards}
+    state: dict[str, Any] = json.loads(path.read_text())
+    if (state["sentences"], state["shards"]) != (sentences, shards):
+        raise DemoError(
+            f"{out} was made with --sentences {state['sentences']} --shards {state['shards']}; "
+            "use the same values to resume, or --fresh to start over"
+        )
+    if state["runs"] and not (out / "checkpoints").exists():
+        raise DemoError(f"{out}/checkpoints is gone: use --fresh to start over")
+    return state
+
+
+def _print_checkpoints(store_url: str, title: str) -> dict[str, str | None]:
+    from kinesis_spout.checkpoint import open_store
+
+    store = open_store(store_url, JOB)
+    try:
+        cps = store.load(STREAM)
+    finally:
+        store.close()
+    if not cps:
+        say(f"{title}: none (the job starts at TRIM_HORIZON)")
+        return {}
+    say(f"{title}:")
+    for shard, cp in sorted(cps.items()):
+        print(f"     {shard}  done up to sequence number {cp.sequence_number}", flush=True)
+    return {s: cp.sequence_number for s, cp in cps.items()}
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the demo once; 0 if the results check out."""
+    from kinesis_spout.cli import build_parser
+    from kinesis_spout.deadletter import read_dead_letters
+    from kinesis_spout.examples.wordcount import (
+        CONFIG_FILE,
+        OUTPUT_ENV,
+        expected_counts,
+        is_poison,
+        read_counts,
+        sample_records,
+    )
+    from kinesis_spout.testing.servers import MotoServer
+    from kinesis_spout.testing.streams import create_stream, emulator_client, put_records
+
+    if args.sentences < 1 or args.shards < 1:
+        raise DemoError("--sentences and --shards must be at least 1")
+    out = Path(args.output).resolve()
+    if args.fresh and out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    state = _load_state(out, args.sentences, args.shards)
+    run = state["runs"] + 1
+    store_url = f"file://{out / 'checkpoints'}"
+    dead_dir = out / "dead-letter"
+    counts_dir = out / "wordcounts"
+    say(f"kinesis-spout demo, run {run}: Storm's word count on Kinesis with Spark ({out})")
+
+    chunks = [sample_records(c, args.sentences) for c in range(run)]
+    everything = [item for chunk in chunks for item in chunk]
+    new_poison = sum(is_poison(d) for _, d in chunks[-1])
+    with MotoServer() as moto:
+        say(f"started the Kinesis emulator (moto server) at {moto.endpoint_url}")
+        client = emulator_client(moto.endpoint_url)
+        create_stream(client, STREAM, args.shards)
+        put_records(client, STREAM, everything)
+        earlier = len(everything) - len(chunks[-1])
+        say(
+            f"stream {STREAM!r} ({args.shards} shards): put {len(everything)} records = "
+            f"{earlier} from earlier runs (same sequence numbers) + {len(chunks[-1])} new, "
+            f"{new_poison} of them poison"
+        )
+        _print_checkpoints(store_url, "checkpoints before this run")
+        argv = [
+            "run",
+            "--config",
+            str(CONFIG_FILE),
+            "--process",
+            PROCESS,
+            "--master",
+            args.master,
+            "--spark-conf",
+            "spark.ui.enabled=false",
+            "--spark-conf",
+            "spark.log.level=ERROR",
+            "--endpoint-url",
+            moto.endpoint_url,
+            "--stream-name",
+            STREAM,
+            "--job-name",
+            JOB,
+            "--checkpoint-store",
+            store_url,
+            "--dead-letter",
+            str(dead_dir),
+        ]
+        say("running the job: kinesis-spout " + " ".join(argv))
+        os.environ[OUTPUT_ENV] = str(counts_dir)
+        job_args = build_parser().parse_args(argv)
+        code = int(job_args.handler(job_args))
+    say("stopped the emulator")
+    if code != 0:
+        say(f"the job exited with {code}")
+        return code
+    state["runs"] = run
+    (out / STATE_FILE).write_text(json.dumps(state))
+    return _report(
+        out,
+        store_url,
+        read_counts(counts_dir),
+        expected_counts(everything),
+        read_dead_letters(dead_dir),
+        sum(is_poison(d) for _, d in everything),
+    )
+
+
+def _report(
+    out: Path,
+    store_url: str,
+    counts: Counter[str],
+    expected: Counter[str],
+    dead: list[dict[str, Any]],
+    poison: int,
+) -> int:
+    say("word counts (all runs):")
+    for word, n in counts.most_common(12):
+        print(f"     {word:<10} {n}", flush=True)
+    total, want = sum(counts.values()), sum(expected.values())
+    counts_ok = counts == expected
+    say(
+        f"{total} words counted, {want} expected from the good sentences put so far: "
+        + ("every sentence counted exactly once" if counts_ok else "MISMATCH")
+    )
+    ids = Counter(str(d["message_id"]) for d in dead)
+    dead_ok = len(ids) == poison and all(n == 1 for n in ids.values())
+    say(
+        f"dead letters: {len(dead)}, for the {poison} poison records put so far"
+        + (", each dead-lettered once" if dead_ok else ": MISMATCH")
+        + f", in {out / 'dead-letter'}"
+    )
+    for d in dead[-3:]:
+        print(f"     {d['message_id']}  after {d['attempts']} attempts: {d['error']}", flush=True)
+    _print_checkpoints(store_url, f"checkpoints now ({store_url})")
+    say(f"word count files: {out / 'wordcounts'}")
+    say("run the demo again to resume from the checkpoints with new sentences; --fresh starts over")
+    if not (counts_ok and dead_ok):
+        print("demo check failed: see the MISMATCH above", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,329 @@
+"""Reading one shard: :class:`KinesisShardGetter` and :class:`BufferedShardGetter`.
+
+A getter never sleeps. ``poll(now)`` makes at most one GetRecords call (plus a
+GetShardIterator when it needs a new iterator) and returns a
+:class:`ShardBatch`: the records, whether the shard has ended, and
+``next_poll_at``, the clock time before which polling again does nothing.
+Callers sleep on that themselves (``KinesisSpout.poll_delay``).
+
+Positions and duplicates
+    The getter remembers ``after``, the key of the last record it returned
+    (at start: the checkpoint). Every answer is cut to keys ``> after``, so a
+    re-read (a re-opened iterator, a resumed checkpoint) never duplicates.
+
+Opening an iterator
+    * after a record this getter returned: ``AFTER_SEQUENCE_NUMBER`` of it (a
+      GetRecords answer always ends on a whole Kinesis record, never inside a
+      KPL aggregate);
+    * from a checkpoint ``(seq, sub)``: ``AFTER_SEQUENCE_NUMBER seq`` when
+      ``sub == 0`` (a whole record: the spout never saves ``(seq, 0)`` for the
+      first user record of a multi-record aggregate), else
+      ``AT_SEQUENCE_NUMBER seq``, dropping sub-records ``<= sub`` (a resume in
+      the middle of an aggregate);
+    * otherwise the initial position (TRIM_HORIZON, LATEST, AT_TIMESTAMP). If
+      a LATEST iterator expires before any record was read, it re-opens
+      ``AT_TIMESTAMP`` of the moment the first one was opened (by the server's
+      ``Date`` header, else the local clock; minus one second), so nothing
+      written in between is skipped.
+
+Errors
+    * ``ExpiredIteratorException``: the iterator is re-opened (next poll, after
+      the rate-limit interval) from the position above;
+    * throttling (ProvisionedThroughputExceeded, LimitExceeded), 5xx and
+      dropped or refused connections: the same iterator is retried after a
+      jittered exponential backoff, so nothing is dropped or read twice (an
+      iterator is an immutable position);
+    * anything else (unknown stream, rejected credentials, an invalid
+      sequence number) is raised: it needs a human.
+
+A missing ``NextShardIterator`` means the shard is closed: the records of that
+last answer are returned with ``ended=True`` and the getter stays ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from kinesis_spout.config import InitialPosition
+from kinesis_spout.errors import (
+    CredentialsError,
+    EndpointUnreachableError,
+    ExpiredIteratorError,
+    KinesisError,
+    StreamNotFoundError,
+    ThrottledError,
+    TransientKinesisError,
+)
+from kinesis_spout.kinesis.api import GetRecordsResult, KinesisApi
+from kinesis_spout.records import Record, ShardInfo
+from tracker import Backoff, SequenceKey
+
+log = logging.getLogger(__name__)
+
+NEVER = math.inf
+#: How far before the first LATEST iterator a re-open after its expiry starts.
+LATEST_MARGIN = timedelta(seconds=1)
+_RETRIABLE = (ThrottledError, TransientKinesisError, EndpointUnreachableError)
+_NO_CHILDREN: tuple[ShardInfo, ...] = ()
+
+
+class InvalidPositionError(KinesisError):
+    """Kinesis refused to open a shard at a stored position (never skipped silently)."""
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardBatch:
+    """What one :meth:`KinesisShardGetter.poll` produced."""
+
+    records: list[Record]
+    """New records, in shard order (keys strictly increasing, all ``> after``)."""
+    next_poll_at: float
+    """Clock time before which another poll does nothing (``inf`` once ended)."""
+    ended: bool = False
+    """The shard is closed and ``records`` are its last ones."""
+    called: bool = False
+    """A GetRecords answer was received in this poll."""
+    millis_behind_latest: int | None = None
+    """MillisBehindLatest of that answer."""
+    child_shards: tuple[ShardInfo, ...] = _NO_CHILDREN
+    """ChildShards of that answer (at the end of a closed shard)."""
+    error: KinesisError | None = None
+    """A retriable error this poll backed off from (for logs and metrics)."""
+    aggregates: tuple[int, ...] = ()
+    """Sequence numbers in ``records`` that are KPL aggregates of several user records."""
+
+
+class KinesisShardGetter:
+    """GetShardIterator + GetRecords for one shard; never blocks, never duplicates.
+
+    ``start`` is the shard's checkpoint (resume after it), or None to start
+    at ``position``. ``backoff`` spaces retries after throttling and 5xx
+    answers (attempt 1, 2, ... since the last success); pass a
+    ``JitteredBackoff`` with a seeded RNG for reproducible tests.
+    """
+
+    def __init__(
+        self,
+        api: KinesisApi,
+        shard_id: str,
+        *,
+        backoff: Backoff,
+        start: SequenceKey | None = None,
+        position: InitialPosition = InitialPosition.TRIM_HORIZON,
+        timestamp: datetime | None = None,
+        limit: int = 10_000,
+        max_calls_per_second: float = 5.0,
+        empty_shard_backoff: float = 1.0,
+        wall_clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        if position is InitialPosition.AT_TIMESTAMP and timestamp is None and start is None:
+            raise ValueError("position AT_TIMESTAMP needs a timestamp")
+        self.api = api
+        self.shard_id = shard_id
+        self.limit = limit
+        self.min_interval = 1.0 / max_calls_per_second
+        self.empty_shard_backoff = empty_shard_backoff
+        self._backoff = backoff
+        self._position = position
+        self._timestamp = timestamp
+        self._wall_clock = wall_clock
+        self._after: SequenceKey | None = start
+        self._after_whole = start is not None and start.sub_sequence == 0
+        self._iterator: str | None = None
+        self._next_poll_at = -NEVER
+        self._failures = 0
+        self._ended = False
+        self.caught_up = False
+        """The last answer had no records and was not behind: the shard's tip is reached."""
+        self.millis_behind_latest: int | None = None
+        self.calls = 0
+        self.errors = 0
+        self.expired_iterators = 0
+
+    # --- read-only state ---------------------------------------------------
+    @property
+    def after(self) -> SequenceKey | None:
+        """Key of the last record returned (or the start checkpoint)."""
+        return self._after
+
+    @property
+    def ended(self) -> bool:
+        """The shard is closed and every record in it was returned."""
+        return self._ended
+
+    @property
+    def next_poll_at(self) -> float:
+        return NEVER if self._ended else self._next_poll_at
+
+    def due(self, now: float) -> bool:
+        return not self._ended and now >= self._next_poll_at
+
+    # --- polling ------------------------------------------------------------
+    def poll(self, now: float) -> ShardBatch:
+        """At most one GetRecords call; records after ``after``; never sleeps."""
+        if self._ended:
+            return ShardBatch([], NEVER, ended=True)
+        if now < self._next_poll_at:
+            return ShardBatch([], self._next_poll_at)
+        self._next_poll_at = now + self.min_interval
+        try:
+            if self._iterator is None:
+                self._iterator = self._open_iterator()
+            self.calls += 1
+            result = self.api.get_records(self.shard_id, self._iterator, self.limit)
+        except ExpiredIteratorError as exc:
+            self.expired_iterators += 1
+            self._iterator = None
+            log.info("%s: iterator expired, re-opening after %s", self.shard_id, self._after)
+            return ShardBatch([], self._next_poll_at, error=exc)
+        except _RETRIABLE as exc:
+            self._failures += 1
+            self.errors += 1
+            wait = max(self.min_interval, self._backoff.delay(self._failures))
+            self._next_poll_at = now + wait
+            log.debug("%s: %s; backing off %.3fs", self.shard_id, exc, wait)
+            return ShardBatch([], self._next_poll_at, error=exc)
+        self._failures = 0
+        return self._accept(result, now)
+
+    def _accept(self, result: GetRecordsResult, now: float) -> ShardBatch:
+        records = result.records
+        after = self._after
+        if records and after is not None and records[0].key <= after:
+            records = [r for r in records if r.key > after]
+        aggregates: tuple[int, ...] = ()
+        if records:
+            last = records[-1].key
+            self._after = last
+            self._after_whole = True
+            if len(result.records) > result.raw_count:
+                aggregates = tuple(r.key.sequence for r in records if r.key.sub_sequence == 1)
+        self._iterator = result.next_iterator
+        behind = result.millis_behind_latest
+        self.millis_behind_latest = behind
+        self.caught_up = result.raw_count == 0 and not behind
+        if result.next_iterator is None:
+            self._ended = True
+            log.info("%s: end of closed shard reached", self.shard_id)
+            return ShardBatch(
+                records,
+                NEVER,
+                ended=True,
+                called=True,
+                millis_behind_latest=behind,
+                child_shards=result.child_shards,
+                aggregates=aggregates,
+            )
+        if result.raw_count == 0 and not behind:
+            self._next_poll_at = max(self._next_poll_at, now + self.empty_shard_backoff)
+        return ShardBatch(
+            records,
+            self._next_poll_at,
+            called=True,
+            millis_behind_latest=behind,
+            child_shards=result.child_shards,
+            aggregates=aggregates,
+        )
+
+    def _open_iterator(self) -> str:
+        after = self._after
+        if after is not None:
+            seq = str(after.sequence)
+            try:
+                if self._after_whole:
+                    return self.api.shard_iterator(self.shard_id, after_sequence=seq)
+                return self.api.shard_iterator(self.shard_id, at_sequence=seq)
+            except KinesisError as exc:
+                # Real Kinesis says InvalidArgumentException; kinesis-mock says
+                # ResourceNotFoundException "Unable to find record with provided SequenceNumber".
+                if exc.retriable or isinstance(exc, CredentialsError):
+                    raise
+                if isinstance(exc, StreamNotFoundError) and "sequence" not in str(exc).lower():
+                    raise
+                raise InvalidPositionError(
+                    f"shard {self.shard_id}: Kinesis rejected the position after sequence "
+                    f"{after} (a checkpoint from an older stream of the same name?): {exc}"
+                ) from exc
+        position, timestamp = self._position, self._timestamp
+        if position is InitialPosition.LATEST:
+            # Remember when, by the server's clock if it says (its Date header has whole
+            # seconds, hence the margin): a re-open after an expiry must not skip what
+            # came since. At worst it re-reads a second or two from before the start.
+            local = self._wall_clock()
+            iterator = self.api.shard_iterator(self.shard_id, position=position)
+            opened = (self.api.server_time or local) - LATEST_MARGIN
+            self._position, self._timestamp = InitialPosition.AT_TIMESTAMP, opened
+            return iterator
+        return self.api.shard_iterator(self.shard_id, position=position, timestamp=timestamp)
+
+
+class BufferedShardGetter:
+    """A :class:`KinesisShardGetter` that keeps one GetRecords batch.
+
+    ``take(n, now)`` hands out up to ``n`` buffered records and fetches a new
+    batch only when the buffer is empty and the getter is due, so a caller
+    that takes little (a shard near its in-flight bound) never fetches ahead.
+    ``on_batch`` sees every polled :class:`ShardBatch` (lineage, lag, errors).
+    """
+
+    __slots__ = ("getter", "on_batch", "_buf", "_pos")
+
+    def __init__(
+        self,
+        getter: KinesisShardGetter,
+        on_batch: Callable[[ShardBatch], None] | None = None,
+    ) -> None:
+        self.getter = getter
+        self.on_batch = on_batch
+        self._buf: list[Record] = []
+        self._pos = 0
+
+    @property
+    def shard_id(self) -> str:
+        return self.getter.shard_id
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf) - self._pos
+
+    @property
+    def ended(self) -> bool:
+        """Closed shard, and every record in it was taken."""
+        return self.getter.ended and self._pos >= len(self._buf)
+
+    def ready_at(self) -> float:
+        """Clock time at which ``take`` may return something (``-inf``: now)."""
+        if self._pos < len(self._buf):
+            return -NEVER
+        return self.getter.next_poll_at
+
+    def take(self, n: int, now: float) -> list[Record]:
+        """Up to ``n`` records, in shard order; ``[]`` if none is ready."""
+        buf = self._buf
+        pos = self._pos
+        if pos >= len(buf):
+            if n <= 0 or not self.getter.due(now):
+                return []
+            batch = self.getter.poll(now)
+            if self.on_batch is not None:
+                self.on_batch(batch)
+            buf = self._buf = batch.records
+            pos = self._pos = 0
+            if not buf:
+                return []
+        end = pos + n
+        out = buf if pos == 0 and end >= len(buf) else buf[pos:end]
+        if end >= len(buf):
+            self._buf = []
+            self._pos = 0
+        else:
+            self._pos = end
+        return out

@@ -1,0 +1,125 @@
+"""Several Storm tasks of one spout component on one stream: ZooKeeper shard leases.
+
+When Storm runs the component with parallelism N > 1, each task is a separate
+child process. They must not all read every shard: :class:`CoordinatedSpout`
+wraps a :class:`~kinesis_spout.spout.KinesisSpout` with a
+:class:`~kinesis_spout.coordination.coordinator.ShardCoordinator`, so each
+task reads only the shards whose leases it holds (the checkpoint store must be
+``zk://``; each task's ``worker_id`` is unique by default: host and pid).
+
+Storm's ``deactivate`` stops emitting on top of what the coordinator decides.
+At the end (end of input, SIGTERM) no ack can arrive any more, so there is
+nothing to drain: the spout writes its checkpoints (still fenced by the
+leases), then the ZooKeeper session is closed, which deletes this task's
+ephemeral lease nodes, and the other tasks take the shards over.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.errors import ConfigError
+from kinesis_spout.records import Record
+
+log = logging.getLogger(__name__)
+
+
+def storm_parallelism(context: Mapping[str, Any]) -> int:
+    """How many tasks run this component (from the handshake's topology context)."""
+    mapping = context.get("task->component")
+    component = context.get("componentid")
+    if not isinstance(mapping, Mapping) or not isinstance(component, str):
+        return 1
+    return max(1, sum(1 for c in mapping.values() if c == component))
+
+
+def require_shared_store(config: SpoutConfig, parallelism: int, component: str | None) -> None:
+    """:class:`ConfigError` unless ``parallelism`` tasks can share the stream."""
+    if parallelism > 1 and not config.checkpoint_store.startswith("zk://"):
+        raise ConfigError(
+            "checkpoint_store",
+            config.checkpoint_store,
+            f"a zk:// URL: Storm runs component {component!r} as {parallelism} tasks, which "
+            "share the stream's shards through ZooKeeper leases",
+        )
+
+
+class CoordinatedSpout:
+    """A spout that reads only the shards this task holds leases for."""
+
+    def __init__(self, config: SpoutConfig, *, drain_timeout: float = 10.0) -> None:
+        from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
+        from kinesis_spout.coordination.coordinator import ShardCoordinator
+        from kinesis_spout.kinesis.api import KinesisApi
+        from kinesis_spout.kinesis.client import make_client
+        from kinesis_spout.spout import KinesisSpout
+
+        require_shared_store(config, 2, None)
+        self.config = config
+        self.store = ZooKeeperCheckpointStore.from_url(
+            config.checkpoint_store,
+            config.job_name,
+            owner=config.worker_id,
+            auth=config.zk_auth,
+            session_timeout=config.zk_session_timeout,
+        )
+        client = make_client(config.endpoint_url, config.region)
+        api = KinesisApi(client, config.stream_name)
+        self.spout = KinesisSpout(config, store=self.store, client=client)
+        self.coordinator = ShardCoordinator(
+            self.store,
+            config.stream_name,
+            self.spout,
+            worker_id=config.worker_id,
+            list_shards=lambda: [s.shard_id for s in api.list_shards()],
+            shard_refresh_interval=config.shard_refresh_interval,
+            drain_timeout=drain_timeout,
+        )
+        self._storm_active = True
+        self._closed = False
+
+    def open(self) -> None:
+        self.spout.open()
+        self.coordinator.start()
+
+    def next_batch(self, max_records: int) -> list[Record]:
+        self.coordinator.poll()
+        if not self._storm_active:
+            return []
+        return self.spout.next_batch(max_records)
+
+    def poll_delay(self) -> float:
+        return min(self.spout.poll_delay(), self.coordinator.poll_delay())
+
+    def ack(self, message_id: str) -> None:
+        self.spout.ack(message_id)
+
+    def fail(self, message_id: str, error: str | None = None) -> None:
+        self.spout.fail(message_id, error)
+
+    def checkpoint(self, force: bool = False) -> None:
+        self.coordinator.poll()
+        self.spout.checkpoint(force)
+
+    def activate(self) -> None:
+        self._storm_active = True
+
+    def deactivate(self) -> None:
+        self._storm_active = False
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.spout.close()
+        finally:
+            self.coordinator.close()
+            self.store.close()
+        log.info("left the worker group of %s", self.config.stream_name)
+
+    def owned_shards(self) -> frozenset[str]:
+        return self.coordinator.owned_shards

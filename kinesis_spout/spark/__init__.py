@@ -1,0 +1,78 @@
+"""The PySpark job: spout micro-batches processed on Spark executors.
+
+Needs the ``spark`` extra (``pip install 'kinesis-spout[spark]'``). The
+pieces, each in its own module:
+
+* :mod:`~kinesis_spout.spark.arrow`: records to an Arrow table, statuses back;
+* :mod:`~kinesis_spout.spark.processing`: the user's processing styles
+  (:func:`per_record`, :func:`dataframe_transform`, :func:`fan_out`);
+* :mod:`~kinesis_spout.spark.fanout`: Storm's XOR acker over derived records;
+* :mod:`~kinesis_spout.spark.runner`: one micro-batch on Spark;
+* :mod:`~kinesis_spout.spark.driver`: the loop (:class:`SparkDriver`, :func:`run_job`);
+* :mod:`~kinesis_spout.spark.sinks`: ``none``, ``console``, ``parquet://DIR``;
+* :mod:`~kinesis_spout.spark.job`: the ``spark-submit`` entry point;
+* :mod:`~kinesis_spout.spark.submit`: ``kinesis-spout run``.
+
+Importing this package loads nothing heavy (the CLI imports
+:mod:`~kinesis_spout.spark.submit` without pyarrow installed); the names
+below are loaded on first use. See ``docs/spark-job.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kinesis_spout.spark.driver import SparkDriver, build_driver, run_job
+    from kinesis_spout.spark.processing import (
+        FanOutProcessor,
+        InputRecord,
+        Processor,
+        RecordProcessor,
+        TransformProcessor,
+        dataframe_transform,
+        fan_out,
+        load_processor,
+        per_record,
+        processor_factory,
+    )
+
+_EXPORTS = {
+    "SparkDriver": "driver",
+    "build_driver": "driver",
+    "run_job": "driver",
+    "FanOutProcessor": "processing",
+    "InputRecord": "processing",
+    "Processor": "processing",
+    "RecordProcessor": "processing",
+    "TransformProcessor": "processing",
+    "dataframe_transform": "processing",
+    "fan_out": "processing",
+    "load_processor": "processing",
+    "per_record": "processing",
+    "processor_factory": "processing",
+}
+
+__all__ = [
+    "FanOutProcessor",
+    "InputRecord",
+    "Processor",
+    "RecordProcessor",
+    "SparkDriver",
+    "TransformProcessor",
+    "build_driver",
+    "dataframe_transform",
+    "fan_out",
+    "load_processor",
+    "per_record",
+    "processor_factory",
+    "run_job",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -1,0 +1,680 @@
+"""The driver loop: spout batch -> Spark -> statuses -> ack/fail -> checkpoint.
+
+One iteration (a *micro-batch*):
+
+1. **Fill**: take records from the spout (retries first, then round-robin
+   over shards: the spout's order) until ``batch_size`` records or
+   ``batch_max_wait`` seconds. The spout never blocks; when it has nothing
+   ready the loop waits ``spout.poll_delay()`` (the only sleep, injectable).
+2. **Process**: the records become an Arrow table, the :class:`BatchRunner`
+   runs the user's processing on Spark and brings back one status per record.
+3. **Apply**: ok records are written to the row sink (if any), then acked;
+   failed ones are failed with their error (the spout retries them, or
+   dead-letters them after ``retry_limit`` retries). In fan-out mode the
+   statuses go through the XOR acker first (:mod:`kinesis_spout.spark.fanout`).
+4. **Checkpoint**: ``spout.checkpoint()``, which writes only when
+   ``checkpoint_interval`` has passed. One progress line is printed.
+
+Batch-level failures (a Spark job that fails, an exception escaping a
+transform or a sink): the batch is split in halves and each half run again,
+recursively, so one poison record that crashes a worker is isolated and
+failed alone (retried, then dead-lettered) instead of stalling its shard.
+A record failing alone counts as poison only if another part of the batch
+ran (or, for at most :data:`LONE_FAILURES` records, if the previous batch
+ran). When nothing runs, or the split budget (about ``4 log2(n)`` splits) is
+used up, the error is systematic (a bug, a dead cluster): the job stops with
+:class:`BatchFailedError`, having acked only what ran and failed nothing
+else, rather than dead-letter a whole stream. :class:`ProcessingContractError`
+(a transform that drops ``_row``...) stops at once.
+
+Shutdown (``request_stop``, e.g. from SIGTERM/SIGINT): the current batch is
+finished and applied, then a forced checkpoint and ``spout.close()``. Any
+exception also ends with that final checkpoint, which covers only records
+that are done: nothing unfinished is ever checkpointed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.errors import KinesisSpoutError
+from kinesis_spout.records import Record
+from kinesis_spout.spark.arrow import Statuses, format_error, records_to_arrow
+from kinesis_spout.spark.fanout import FanOutLedger, TreeResults
+from kinesis_spout.spark.runner import BatchOutcome, BatchRunner, ProcessingContractError
+from kinesis_spout.spark.sinks import NullSink, RowSink
+
+log = logging.getLogger(__name__)
+
+MIN_WAIT = 0.005
+"""Shortest wait when the spout has nothing ready (guards against a 0 delay)."""
+MAX_WAIT = 0.5
+"""Longest single wait, so that a stop request is seen quickly."""
+LONE_FAILURES = 2
+"""Records failing alone in a batch where nothing else ran that are still
+treated as poison (when the batch before ran fine)."""
+
+POISON_MEMORY = 10_000
+"""Message ids remembered as having failed alone (their retries are poison too)."""
+
+
+@dataclass(slots=True)
+class _Isolation:
+    """Book-keeping of one batch's splitting after batch-level failures."""
+
+    splits_left: int
+    splits: int = 0
+    succeeded: bool = False
+    exhausted: bool = False
+    alone: dict[int, str] = field(default_factory=dict)
+    last_error: str = ""
+
+
+@dataclass(slots=True)
+class _Batch:
+    """A micro-batch from fill to apply."""
+
+    batch_id: int
+    records: list[Record]
+    roots: list[int] | None
+    started: float
+    """When its fill started."""
+    iso: _Isolation
+    done: list[BatchOutcome] = field(default_factory=list)
+    """Outcomes of the (sub-)batches that ran, in row order."""
+    compute_seconds: float = 0.0
+
+
+class BatchFailedError(KinesisSpoutError):
+    """A micro-batch kept failing as a whole, even split into small parts."""
+
+    retriable = True
+
+
+class SpoutLike(Protocol):
+    """The part of :class:`kinesis_spout.spout.KinesisSpout` the driver uses."""
+
+    def open(self) -> None: ...
+    def activate(self) -> None: ...
+    def deactivate(self) -> None: ...
+    def next_batch(self, max_records: int) -> list[Record]: ...
+    def poll_delay(self) -> float: ...
+    def ack_many(self, ids: Iterable[Any]) -> Any: ...
+    def fail_many(self, items: Iterable[tuple[Any, str | None]]) -> Any: ...
+    def checkpoint(self, force: bool = False) -> Any: ...
+    def close(self) -> None: ...
+    def stats(self) -> Any: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def is_idle(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReport:
+    """One micro-batch, as printed on its progress line."""
+
+    batch_id: int
+    records: int
+    ok: int
+    """Records acked by this batch (fan-out: trees completed)."""
+    failed: int
+    """Records failed by this batch (they are retried or dead-lettered)."""
+    retried: int
+    """Records in this batch that were retries (attempt > 1)."""
+    dead_lettered: int
+    """Records dead-lettered while this batch was applied."""
+    in_flight: int
+    pending_trees: int
+    millis_behind_latest: int | None
+    """The largest MillisBehindLatest over the shards (None: not known yet)."""
+    checkpoint_age: float | None
+    seconds: float
+    """Wall time of the iteration: filling plus processing."""
+    process_seconds: float = 0.0
+    """Of which: Arrow conversion, Spark, sink writes, acks and fails."""
+    splits: int = 0
+    """Times the batch was split after a batch-level failure."""
+
+    @property
+    def records_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        behind = "?" if self.millis_behind_latest is None else f"{self.millis_behind_latest}"
+        age = "never" if self.checkpoint_age is None else f"{self.checkpoint_age:.1f}s"
+        trees = f" trees pending {self.pending_trees} |" if self.pending_trees else ""
+        split = f" (split {self.splits}x)" if self.splits else ""
+        return (
+            f"batch {self.batch_id}: {self.records} records{split} | ok {self.ok} | "
+            f"failed {self.failed} | retried {self.retried} | "
+            f"dead-lettered {self.dead_lettered} | in flight {self.in_flight} |{trees} "
+            f"behind {behind} ms | checkpoint age {age} | "
+            f"{self.records_per_second:,.0f} records/s"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """What a whole run did."""
+
+    batches: int
+    records: int
+    ok: int
+    failed: int
+    retried: int
+    dead_lettered: int
+    seconds: float
+    stopped_because: str
+
+    def line(self) -> str:
+        rate = self.records / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"stopped ({self.stopped_because}) after {self.batches} batches: "
+            f"{self.records} records | ok {self.ok} | failed {self.failed} | "
+            f"retried {self.retried} | dead-lettered {self.dead_lettered} | "
+            f"{self.seconds:.1f}s | {rate:,.0f} records/s"
+        )
+
+
+def print_progress(report: BatchReport) -> None:
+    """The default progress callback: one line on stdout per micro-batch."""
+    print(report.line(), file=sys.stdout, flush=True)
+
+
+def _stat(stats: Any, name: str) -> Any:
+    return getattr(stats, name, None)
+
+
+def _max_behind(stats: Any) -> int | None:
+    behind = _stat(stats, "millis_behind_latest")
+    if isinstance(behind, Mapping):
+        values = [v for v in behind.values() if v is not None]
+        return int(max(values)) if values else None
+    return int(behind) if isinstance(behind, int | float) else None
+
+
+class SparkDriver:
+    """Runs micro-batches until stopped, ``max_batches`` or ``stop_when_idle``.
+
+    ``clock`` and ``sleep`` are injectable for tests; ``progress`` gets one
+    :class:`BatchReport` per non-empty batch (default: print its line).
+    ``pipeline`` (default on) overlaps the Spark work of one batch with
+    filling the next; at most two batches are in flight.
+    """
+
+    def __init__(
+        self,
+        config: SpoutConfig,
+        runner: BatchRunner,
+        spout: SpoutLike,
+        *,
+        row_sink: RowSink | None = None,
+        n_sinks: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        progress: Callable[[BatchReport], None] | None = print_progress,
+        rng: random.Random | None = None,
+        pipeline: bool = True,
+    ) -> None:
+        self.config = config
+        self.pipeline = pipeline
+        self.runner = runner
+        self.spout = spout
+        self.row_sink: RowSink = row_sink or NullSink()
+        self.clock = clock
+        self.sleep = sleep
+        self.progress = progress
+        self.ledger: FanOutLedger | None = (
+            FanOutLedger(n_sinks, config.message_timeout_or_none, rng)
+            if runner.needs_roots
+            else None
+        )
+        self._stop_reason: str | None = None
+        self._batch_id = 0
+        self._idle_since: float | None = None
+        self._last_completion: float | None = None
+        self._healthy = False
+        self._poison: dict[str, None] = {}
+        self._totals = {"records": 0, "ok": 0, "failed": 0, "retried": 0, "dead_lettered": 0}
+        self.last_report: BatchReport | None = None
+
+    # --- control -------------------------------------------------------------------
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Finish the current batch, then stop (safe to call from a signal handler)."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_reason is not None
+
+    def run(self) -> JobSummary:
+        """Open the spout, loop, and always end with a forced checkpoint and close.
+
+        With ``pipeline`` the Spark work of batch ``k`` runs in a worker
+        thread while this thread fills batch ``k + 1`` from the spout (the
+        spout is only ever used from this thread). Acks, fails, checkpoints
+        and progress happen here, in batch order.
+        """
+        started = self.clock()
+        self.spout.open()
+        pool = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="kinesis-spout-batch")
+            if self.pipeline
+            else None
+        )
+        failure: BaseException | None = None
+        try:
+            self.spout.activate()
+            ready: _Batch | None = None
+            while True:
+                if ready is None and not self.stopping:
+                    ready = self._take()
+                if ready is None:
+                    self._tick(None, had_records=False)
+                    if self.stopping:
+                        break
+                    continue
+                future = pool.submit(self._compute, ready) if pool is not None else None
+                if future is None:
+                    self._compute(ready)
+                following = None
+                if pool is not None and not self.stopping and not self._at_batch_limit():
+                    following = self._take(future)
+                if future is not None:
+                    future.result()
+                report = self._complete(ready)
+                ready = following
+                self._tick(report, had_records=True)
+                if self.stopping and ready is None:
+                    break
+        except BaseException as exc:
+            failure = exc
+            self.request_stop(f"error: {format_error(exc)}")
+            raise
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+            self._shutdown(failure)
+        return self.summary(self.clock() - started)
+
+    def summary(self, seconds: float) -> JobSummary:
+        t = self._totals
+        return JobSummary(
+            self._batch_id,
+            t["records"],
+            t["ok"],
+            t["failed"],
+            t["retried"],
+            t["dead_lettered"],
+            seconds,
+            self._stop_reason or "running",
+        )
+
+    def _shutdown(self, failure: BaseException | None) -> None:
+        try:
+            self.spout.deactivate()
+            self.spout.checkpoint(force=True)
+        except Exception:
+            if failure is None:
+                raise
+            log.exception("final checkpoint failed while stopping after an error")
+        finally:
+            try:
+                self.spout.close()
+            finally:
+                self.row_sink.close()
+        log.info("driver stopped: %s", self._stop_reason)
+
+    # --- one iteration -----------------------------------------------------------------
+
+    def run_once(self) -> BatchReport | None:
+        """One micro-batch without the pipeline (fill, process, apply,
+        checkpoint); None if nothing came. The spout must be open."""
+        batch = self._take()
+        report = None
+        if batch is not None:
+            self._compute(batch)
+            report = self._complete(batch)
+        self._tick(report, had_records=batch is not None)
+        return report
+
+    def _tick(self, report: BatchReport | None, had_records: bool) -> None:
+        """After each iteration: time out trees, checkpoint per interval, limits, progress."""
+        self._expire_trees()
+        self.spout.checkpoint()
+        self._check_limits(had_records)
+        if report is not None:
+            self.last_report = report
+            if self.progress is not None:
+                self.progress(report)
+
+    def _at_batch_limit(self) -> bool:
+        return bool(self.config.max_batches) and self._batch_id >= self.config.max_batches
+
+    def _take(self, busy: Future[None] | None = None) -> _Batch | None:
+        """Fill a batch from the spout (this thread only); None if nothing came."""
+        started = self.clock()
+        records = self._fill(started, busy)
+        if not records:
+            return None
+        batch_id = self._batch_id
+        self._batch_id += 1
+        n = len(records)
+        roots = self.ledger.new_roots(n) if self.ledger is not None else None
+        return _Batch(
+            batch_id,
+            records,
+            roots,
+            started,
+            _Isolation(splits_left=4 * math.ceil(math.log2(max(n, 2))) + 4),
+        )
+
+    def _fill(self, started: float, busy: Future[None] | None = None) -> list[Record]:
+        """Up to ``batch_size`` records within ``batch_max_wait``.
+
+        ``busy`` is the previous batch's Spark work (pipeline): while it runs
+        the wait is on it, and once it is done an empty fill gives up at once
+        so that its acks are not held back.
+        """
+        cfg = self.config
+        deadline = started + cfg.batch_max_wait
+        records: list[Record] = []
+        while not self.stopping:
+            got = self.spout.next_batch(cfg.batch_size - len(records))
+            records.extend(got)
+            if len(records) >= cfg.batch_size:
+                break
+            now = self.clock()
+            if now >= deadline:
+                break
+            if got:
+                continue
+            if not records and ((busy is not None and busy.done()) or self._idle_stop_due(now)):
+                break
+            wait = min(max(self.spout.poll_delay(), MIN_WAIT), MAX_WAIT, deadline - now)
+            if busy is not None and not records and not busy.done():
+                futures_wait([busy], timeout=wait)
+            else:
+                self.sleep(wait)
+        return records
+
+    def _compute(self, batch: _Batch) -> None:
+        """The Spark part of a batch (any thread): outcomes are only collected."""
+        t0 = self.clock()
+        table = records_to_arrow(batch.records, batch.roots)
+        self._execute(batch, table, 0, len(batch.records))
+        batch.compute_seconds = self.clock() - t0
+
+    def _complete(self, batch: _Batch) -> BatchReport:
+        """Apply a computed batch (this thread): acks, fails, lone failures."""
+        t0 = self.clock()
+        records, owners, roots = batch.records, batch.records, batch.roots
+        stats_before = self.spout.stats()
+        results = [self._apply(outcome, owners, roots) for outcome in batch.done]
+        results += self._settle(batch.batch_id, batch.iso, owners, roots)
+        ok = sum(len(r.acked) for r in results)
+        failed = sum(len(r.failed) for r in results)
+        stats = self.spout.stats()
+        dead = (_stat(stats, "dead_lettered") or 0) - (_stat(stats_before, "dead_lettered") or 0)
+        retried = sum(1 for r in records if r.attempt > 1)
+        t = self._totals
+        t["records"] += len(records)
+        t["ok"] += ok
+        t["failed"] += failed
+        t["retried"] += retried
+        t["dead_lettered"] += dead
+        age = _stat(stats, "checkpoint_age")
+        now = self.clock()
+        since = max(batch.started, self._last_completion or batch.started)
+        self._last_completion = now
+        return BatchReport(
+            batch_id=batch.batch_id,
+            records=len(records),
+            ok=ok,
+            failed=failed,
+            retried=retried,
+            dead_lettered=dead,
+            in_flight=int(_stat(stats, "in_flight") or self.spout.in_flight),
+            pending_trees=self.ledger.pending if self.ledger is not None else 0,
+            millis_behind_latest=_max_behind(stats),
+            checkpoint_age=float(age) if age is not None else None,
+            seconds=max(now - since, 1e-9),
+            process_seconds=batch.compute_seconds + (now - t0),
+            splits=batch.iso.splits,
+        )
+
+    def _execute(self, batch: _Batch, table: pa.Table, start: int, stop: int) -> None:
+        """Run rows ``start..stop-1``; on a batch-level failure split in two.
+
+        Successful outcomes go to ``batch.done``; records that fail alone to
+        ``batch.iso.alone``: :meth:`_settle` decides later whether they are
+        poison (failed) or the failure is systematic (the job stops).
+        """
+        iso = batch.iso
+        try:
+            outcome = self.runner.run(batch.batch_id, table, start, stop)
+            if outcome.processed is not None and outcome.processed.num_rows:
+                self.row_sink.write(batch.batch_id, outcome.processed)
+        except ProcessingContractError:
+            raise
+        except Exception as exc:
+            error = format_error(exc)
+            iso.last_error = error
+            if self.stopping:
+                # Shutting down (Spark may be going away with us): leave these
+                # records in flight; they are not checkpointed and come back
+                # after a restart, without costing a retry.
+                log.warning(
+                    "abandoning rows %d..%d of micro-batch %d while stopping: %s",
+                    start,
+                    stop - 1,
+                    batch.batch_id,
+                    error,
+                )
+                return
+            if stop - start == 1:
+                iso.alone[start] = error
+                return
+            if iso.splits_left <= 0:
+                iso.exhausted = True
+                return
+            iso.splits_left -= 1
+            iso.splits += 1
+            mid = (start + stop) // 2
+            log.warning(
+                "micro-batch %d rows %d..%d failed (%s): splitting in two",
+                batch.batch_id,
+                start,
+                stop - 1,
+                error,
+            )
+            self._execute(batch, table, start, mid)
+            self._execute(batch, table, mid, stop)
+            return
+        iso.succeeded = True
+        batch.done.append(outcome)
+
+    def _settle(
+        self,
+        batch_id: int,
+        iso: _Isolation,
+        owners: Sequence[Record],
+        roots: Sequence[int] | None,
+    ) -> list[TreeResults]:
+        """Fail the records that failed alone if they look like poison; else stop.
+
+        They are poison when another part of the batch ran, when all of them
+        failed alone before (a retry of a known poison record), or when there
+        are at most :data:`LONE_FAILURES` of them and the previous batch ran
+        (Spark and the code worked a moment ago). Otherwise nothing has worked:
+        the error is systematic and the job stops with nothing failed.
+        """
+        ids = [owners[row].message_id for row in iso.alone]
+        known = bool(ids) and all(mid in self._poison for mid in ids)
+        healthy_before = self._healthy
+        if iso.succeeded:
+            self._healthy = True
+        elif not known:
+            self._healthy = False
+        if iso.exhausted or (iso.alone and not iso.succeeded):
+            lone_ok = not iso.exhausted and (
+                known or (healthy_before and len(iso.alone) <= LONE_FAILURES)
+            )
+            if not (iso.succeeded or lone_ok):
+                raise BatchFailedError(
+                    f"micro-batch {batch_id} failed as a whole even when split {iso.splits} "
+                    f"times ({len(iso.alone)} records failing alone"
+                    f"{', split budget used up' if iso.exhausted else ''}); the unfinished "
+                    f"records stay unacknowledged for a restart; last error: {iso.last_error}"
+                )
+        for mid in ids:
+            self._poison[mid] = None
+        while len(self._poison) > POISON_MEMORY:
+            del self._poison[next(iter(self._poison))]
+        out: list[TreeResults] = []
+        for row, error in sorted(iso.alone.items()):
+            log.warning(
+                "record %s fails its micro-batch on its own: %s", owners[row].message_id, error
+            )
+            single = Statuses(row, row + 1, np.zeros(1, dtype=bool), {row: error})
+            out.append(self._apply(BatchOutcome(single), owners, roots))
+        if iso.exhausted:
+            raise BatchFailedError(
+                f"micro-batch {batch_id}: more records fail it as a whole than {iso.splits} "
+                f"splits can isolate; last error: {iso.last_error}"
+            )
+        return out
+
+    def _apply(
+        self, outcome: BatchOutcome, owners: Sequence[Record], roots: Sequence[int] | None
+    ) -> TreeResults:
+        st = outcome.statuses
+        if self.ledger is not None and roots is not None and outcome.ack_vals is not None:
+            res = self.ledger.apply(
+                owners, roots, st, outcome.ack_vals, outcome.sinks, self.clock()
+            )
+        elif self.ledger is not None and roots is not None:
+            # A record that failed alone: no tree was started for it.
+            res = TreeResults(
+                failed=[(owners[r], st.errors.get(r, "failed")) for r in st.failed_rows.tolist()]
+            )
+        else:
+            res = TreeResults(
+                acked=[owners[r] for r in st.ok_rows.tolist()],
+                failed=[(owners[r], st.errors.get(r, "failed")) for r in st.failed_rows.tolist()],
+            )
+        self._deliver(res)
+        return res
+
+    def _deliver(self, res: TreeResults) -> None:
+        if res.acked:
+            self.spout.ack_many(res.acked)
+        if res.failed:
+            self.spout.fail_many(res.failed)
+
+    def _expire_trees(self) -> None:
+        if self.ledger is not None and self.ledger.pending:
+            res = self.ledger.expire(self.clock())
+            if res.failed:
+                log.warning("%d fan-out trees timed out", len(res.failed))
+                self._totals["failed"] += len(res.failed)
+                self._deliver(res)
+
+    # --- stopping ------------------------------------------------------------------
+
+    def _is_idle(self) -> bool:
+        pending = self.ledger.pending if self.ledger is not None else 0
+        return bool(self.spout.is_idle) and pending == 0
+
+    def _idle_stop_due(self, now: float) -> bool:
+        limit = self.config.stop_when_idle
+        if not limit or not self._is_idle():
+            self._idle_since = None
+            return False
+        if self._idle_since is None:
+            self._idle_since = now
+        return now - self._idle_since >= limit
+
+    def _check_limits(self, had_records: bool) -> None:
+        cfg = self.config
+        if cfg.max_batches and self._batch_id >= cfg.max_batches:
+            self.request_stop(f"max_batches={cfg.max_batches} reached")
+        elif not had_records and self._idle_stop_due(self.clock()):
+            self.request_stop(f"idle for {cfg.stop_when_idle:g}s")
+        elif had_records:
+            self._idle_since = None
+
+
+def build_driver(
+    config: SpoutConfig,
+    process: Any,
+    *,
+    spark: Any = None,
+    spout: SpoutLike | None = None,
+    row_sink: RowSink | None = None,
+    progress: Callable[[BatchReport], None] | None = print_progress,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+) -> SparkDriver:
+    """A ready :class:`SparkDriver` (not started).
+
+    ``process``: a processor, a plain per-record function, or a
+    ``"module:attr"`` spec (see :mod:`kinesis_spout.spark.processing`).
+    ``spark`` None: the active session, or a new one (``getOrCreate``).
+    ``spout`` None: a :class:`~kinesis_spout.spout.KinesisSpout` of ``config``
+    (its checkpoint store and dead-letter sink come from the config).
+    ``row_sink`` None: the one named by ``config.sink``.
+    """
+    from kinesis_spout.spark.processing import as_processor, load_processor
+    from kinesis_spout.spark.runner import SparkRunner
+    from kinesis_spout.spark.sinks import open_sink
+
+    processor = (
+        load_processor(process, config)
+        if isinstance(process, str)
+        else as_processor(process, config)
+    )
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
+    sink = row_sink if row_sink is not None else open_sink(config.sink)
+    runner = SparkRunner(spark, processor, sink)
+    if spout is None:
+        from kinesis_spout.spout import KinesisSpout
+
+        spout = KinesisSpout(config, clock=clock, rng=rng)
+    return SparkDriver(
+        config,
+        runner,
+        spout,
+        row_sink=sink,
+        n_sinks=runner.n_sinks,
+        clock=clock,
+        sleep=sleep,
+        progress=progress,
+        rng=rng,
+    )
+
+
+def run_job(config: SpoutConfig, process: Any, **kwargs: Any) -> JobSummary:
+    """Build the driver (see :func:`build_driver` for the arguments) and run it
+    until ``max_batches``, ``stop_when_idle`` or an error."""
+    return build_driver(config, process, **kwargs).run()

@@ -1,0 +1,202 @@
+"""The ``spark-submit`` entry point of the kinesis-spout job.
+
+::
+
+    spark-submit --master local[2] kinesis_spout/spark/job.py \\
+        --config job.toml [--<field> VALUE ...] [--process module:function]
+
+(``kinesis-spout run`` finds this file and calls ``spark-submit`` for you.)
+
+Configuration: every :class:`~kinesis_spout.config.SpoutConfig` field, from
+the TOML file, then ``KINESIS_SPOUT_<FIELD>`` variables, then ``--<field>``
+flags (the flags win). The file may also name the processing with a
+top-level ``process = "module:function"`` key (``--process`` wins).
+
+Signals: the first SIGTERM or SIGINT finishes the current micro-batch, acks
+and fails what came back, writes a forced checkpoint and exits 0; a second
+one interrupts at once (still with a final checkpoint of what is done).
+Exit codes: 0 done, 1 the job failed, 2 bad configuration, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __name__ == "__main__" and sys.path and Path(sys.path[0]).resolve() == Path(__file__).parent:
+    # Run as a script: this folder must not shadow top-level modules.
+    sys.path.pop(0)
+
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import tomllib  # noqa: E402
+from collections.abc import Mapping, Sequence  # noqa: E402
+from types import FrameType  # noqa: E402
+from typing import Any  # noqa: E402
+
+from kinesis_spout.config import (  # noqa: E402
+    ENV_PREFIX,
+    SpoutConfig,
+    add_config_arguments,
+    env_values,
+    load_config,
+)
+from kinesis_spout.errors import ConfigError, KinesisSpoutError  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+PROCESS_KEY = "process"
+PIDFILE_ENV = "KSPOUT_JOB_PIDFILE"
+"""Set by ``kinesis-spout run``: where the job writes its pid (to forward signals)."""
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="job.py",
+        description="kinesis-spout PySpark job: read Kinesis, process micro-batches on Spark.",
+    )
+    parser.add_argument(
+        "--process",
+        metavar="MODULE:FUNCTION",
+        help="the processing: a per-record function, a processor or a processor factory "
+        "(module:attr or path/file.py:attr); default: 'process' in the config file",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="DEBUG logging")
+    add_config_arguments(parser)
+    return parser
+
+
+def _flatten(doc: Mapping[str, Any], out: dict[str, Any]) -> None:
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            _flatten(v, out)
+        elif k in out:
+            raise ConfigError(k, v, f"given twice in the file (also as {out[k]!r})")
+        else:
+            out[k] = v
+
+
+def read_job_file(path: str | Path) -> tuple[dict[str, Any], str | None]:
+    """The config keys of a job file (tables flattened) and its ``process``, if any."""
+    p = Path(path)
+    try:
+        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError("config", str(p), f"a readable TOML file ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("config", str(p), f"valid TOML ({exc})") from None
+    values: dict[str, Any] = {}
+    _flatten(doc, values)
+    process = values.pop(PROCESS_KEY, None)
+    if process is not None and not isinstance(process, str):
+        raise ConfigError(PROCESS_KEY, process, "a string module:function")
+    return values, process
+
+
+def job_config(
+    args: argparse.Namespace, env: Mapping[str, str] | None = None
+) -> tuple[SpoutConfig, str | None]:
+    """The config (file < environment < flags) and the process spec."""
+    env = os.environ if env is None else env
+    path = getattr(args, "config", None) or env.get(ENV_PREFIX + "CONFIG")
+    values: dict[str, Any] = {}
+    process: str | None = None
+    if path:
+        values, process = read_job_file(path)
+    values.update(env_values(env))
+    values.update(
+        {
+            k[len("cfg_") :]: v
+            for k, v in vars(args).items()
+            if k.startswith("cfg_") and v is not None
+        }
+    )
+    config = load_config(None, env={}, overrides=values)
+    return config, getattr(args, "process", None) or process
+
+
+def describe(config: SpoutConfig, process: str) -> str:
+    """The job's one-line banner."""
+    return (
+        f"kinesis-spout job {config.job_name!r}: stream {config.stream_name!r} at "
+        f"{config.endpoint_url or 'AWS'} ({config.region}), process {process}, "
+        f"batch {config.batch_size}/{config.batch_max_wait:g}s, retry_limit {config.retry_limit}, "
+        f"max_in_flight {config.max_in_flight}, checkpoints {config.checkpoint_store} "
+        f"every {config.checkpoint_interval:g}s, dead letters {config.dead_letter}, "
+        f"sink {config.sink}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_arg_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        config, process = job_config(args)
+        if not process:
+            raise ConfigError(
+                PROCESS_KEY, None, "--process module:function, or process = ... in the config file"
+            )
+    except KinesisSpoutError as exc:
+        print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
+        return 2
+    pidfile = os.environ.get(PIDFILE_ENV)
+    if pidfile:
+        Path(pidfile).write_text(str(os.getpid()))
+
+    from pyspark.sql import SparkSession
+
+    from kinesis_spout.spark.driver import build_driver
+
+    spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
+    spec_file = process.rpartition(":")[0]
+    if spec_file.endswith(".py"):
+        spark.sparkContext.addPyFile(str(Path(spec_file).resolve()))
+    print(describe(config, process), flush=True)
+    try:
+        driver = build_driver(config, process, spark=spark)
+    except KinesisSpoutError as exc:
+        print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
+        spark.stop()
+        return 2
+
+    signals_seen: list[str] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        signals_seen.append(name)
+        if len(signals_seen) == 1:
+            print(f"{name}: finishing the current batch, then stopping", flush=True)
+            driver.request_stop(name)
+        else:
+            raise KeyboardInterrupt(name)
+
+    # After the SparkContext exists: PySpark installs its own SIGINT handler.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    code = 0
+    try:
+        summary = driver.run()
+        print(summary.line(), flush=True)
+    except KeyboardInterrupt:
+        print("interrupted; checkpointed what was done", file=sys.stderr, flush=True)
+        code = 130
+    except ConfigError as exc:
+        print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
+        code = 2
+    except KinesisSpoutError as exc:
+        print(f"kinesis-spout job: failed: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        spark.stop()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""The user's processing: three styles, and the code that runs them on executors.
+
+* **Per-record function** (:func:`per_record`, or any plain callable)::
+
+      def process(record: InputRecord) -> None: ...
+
+  Runs on the executors, once per record. Returning means ok; raising any
+  ``Exception`` fails the record with ``"<Type>: <message>"`` as the error,
+  and the spout retries it or, after ``retry_limit`` retries, dead-letters it.
+  The function writes wherever it likes (at-least-once: it may see a record
+  again after a failure or a crash).
+
+* **DataFrame transform** (:func:`dataframe_transform`)::
+
+      def transform(df: DataFrame) -> DataFrame: ...
+
+  Gets the micro-batch (the columns of :data:`~kinesis_spout.spark.arrow.DATA_COLUMNS`
+  plus ``_row``) and returns a DataFrame that keeps ``_row`` and adds a
+  ``status`` column (boolean, or the string ``"ok"`` for success) and optionally
+  an ``error`` column (string). A record with no status row, a null status or
+  any non-ok row fails. Errors must be turned into statuses: an exception that
+  escapes the transform (or a failed Spark job) is a batch-level failure, see
+  :mod:`kinesis_spout.spark.driver`.
+
+* **Fan-out** (:func:`fan_out`): ``emit(record)`` returns derived records
+  (tuples, dicts or single values matching ``schema``); each derived record
+  is anchored to its source with Storm's XOR acker and handed to every sink
+  (``sink(derived_df) -> statuses | None``); the source record is acked only
+  when every derived record is acked by every sink. See
+  :mod:`kinesis_spout.spark.fanout`.
+
+``--process module:attr`` names one of these: a processor object, a plain
+function (a per-record function), or a factory marked with
+:func:`processor_factory` that takes the :class:`SpoutConfig` and returns a
+processor.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+
+import pyarrow as pa
+
+from kinesis_spout.errors import ConfigError
+from kinesis_spout.spark.arrow import DATA_COLUMNS, ROW, STATUS_SCHEMA, format_error
+
+if TYPE_CHECKING:
+    from kinesis_spout.config import SpoutConfig
+
+log = logging.getLogger(__name__)
+
+DataFrame: TypeAlias = Any
+"""A ``pyspark.sql.DataFrame`` (pyspark's typing is loose; kept as Any)."""
+
+
+class InputRecord(NamedTuple):
+    """One record as the per-record function sees it on an executor.
+
+    Field names match :class:`kinesis_spout.records.Record`, so a function
+    can be unit-tested by passing a ``Record``.
+    """
+
+    stream_name: str
+    shard_id: str
+    sequence_number: str
+    sub_sequence_number: int
+    partition_key: str
+    data: bytes
+    approximate_arrival: datetime | None
+    attempt: int
+    """1 for the first delivery, 2 for the first retry, ..."""
+
+    @property
+    def message_id(self) -> str:
+        """``"<shardId>:<sequence>[:<sub>]"``, the id the spout acks."""
+        if self.sub_sequence_number:
+            return f"{self.shard_id}:{self.sequence_number}:{self.sub_sequence_number}"
+        return f"{self.shard_id}:{self.sequence_number}"
+
+
+RecordFunction: TypeAlias = Callable[[InputRecord], object]
+Transform: TypeAlias = Callable[[DataFrame], DataFrame]
+EmitFunction: TypeAlias = Callable[[InputRecord], "Iterable[Any] | None"]
+FanOutSink: TypeAlias = Callable[[DataFrame], "DataFrame | None"]
+
+
+@dataclass(frozen=True)
+class RecordProcessor:
+    """A per-record function run on the executors (an exception = fail)."""
+
+    fn: RecordFunction
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class TransformProcessor:
+    """A DataFrame transform returning ``_row`` + ``status`` (+ ``error``)."""
+
+    transform: Transform
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class FanOutProcessor:
+    """Records split into derived records, each anchored and acked per sink."""
+
+    emit: EmitFunction
+    schema: Any
+    """The derived records' columns: a DDL string (``"word string"``), a
+    pyspark ``StructType`` or a ``pyarrow.Schema``."""
+    sinks: tuple[FanOutSink, ...] = field(default_factory=tuple)
+    name: str = ""
+
+
+Processor: TypeAlias = RecordProcessor | TransformProcessor | FanOutProcessor
+
+
+def _name_of(obj: object) -> str:
+    return str(getattr(obj, "__qualname__", None) or type(obj).__name__)
+
+
+def per_record(fn: RecordFunction, name: str | None = None) -> RecordProcessor:
+    """The per-record style: ``fn(record)`` returns (ok) or raises (failed)."""
+    if not callable(fn):
+        raise ConfigError("process", fn, "a callable taking one record")
+    return RecordProcessor(fn, name or _name_of(fn))
+
+
+def dataframe_transform(transform: Transform, name: str | None = None) -> TransformProcessor:
+    """The DataFrame style: ``transform(df)`` returns ``_row`` + ``status`` (+ ``error``)."""
+    if not callable(transform):
+        raise ConfigError("process", transform, "a callable taking a DataFrame")
+    return TransformProcessor(transform, name or _name_of(transform))
+
+
+def fan_out(
+    emit: EmitFunction, schema: Any, sinks: Iterable[FanOutSink], name: str | None = None
+) -> FanOutProcessor:
+    """The fan-out style: ``emit(record)`` yields derived records of ``schema``;
+    every sink gets them all (plus ``_root``/``_id``) and returns their statuses."""
+    sink_tuple = tuple(sinks)
+    if not callable(emit):
+        raise ConfigError("process", emit, "an emit function taking one record")
+    if not sink_tuple:
+        raise ConfigError("sinks", sink_tuple, "at least one sink for the derived records")
+    for s in sink_tuple:
+        if not callable(s):
+            raise ConfigError("sinks", s, "callables taking the derived DataFrame")
+    return FanOutProcessor(emit, schema, sink_tuple, name or _name_of(emit))
+
+
+_FACTORY_MARK = "__kinesis_spout_processor_factory__"
+
+
+def processor_factory(fn: Callable[[SpoutConfig], Processor]) -> Callable[[SpoutConfig], Processor]:
+    """Mark ``fn(config) -> Processor`` so that ``--process`` calls it with the config."""
+    setattr(fn, _FACTORY_MARK, True)
+    return fn
+
+
+def as_processor(obj: object, config: SpoutConfig | None = None) -> Processor:
+    """A processor from what ``--process`` named (see the module doc)."""
+    if isinstance(obj, RecordProcessor | TransformProcessor | FanOutProcessor):
+        return obj
+    if callable(obj) and getattr(obj, _FACTORY_MARK, False):
+        if config is None:
+            raise ConfigError("process", obj, "a processor (a factory needs the config)")
+        made = obj(config)
+        if not isinstance(made, RecordProcessor | TransformProcessor | FanOutProcessor):
+            raise ConfigError(
+                "process", obj, f"a factory returning a processor, it returned {made!r}"
+            )
+        return made
+    if callable(obj):
+        return per_record(obj)
+    raise ConfigError(
+        "process", obj, "a function, a processor (per_record/dataframe_transform/fan_out)"
+    )
+
+
+def load_processor(spec: str, config: SpoutConfig | None = None) -> Processor:
+    """Resolve ``module:attr`` or ``path/to/file.py:attr`` into a processor.
+
+    A file path is imported under its stem (the job also ships it to the
+    executors with ``addPyFile`` so that pickled references resolve there).
+    """
+    mod_name, sep, attr = spec.rpartition(":")
+    if not sep or not mod_name or not attr:
+        raise ConfigError("process", spec, "module:function or path/to/file.py:function")
+    try:
+        if mod_name.endswith(".py"):
+            path = Path(mod_name)
+            if not path.is_file():
+                raise ConfigError("process", spec, f"an existing Python file ({path} not found)")
+            module_spec = importlib.util.spec_from_file_location(path.stem, path)
+            if module_spec is None or module_spec.loader is None:
+                raise ConfigError("process", spec, "an importable Python file")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[path.stem] = module
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise ConfigError("process", spec, f"an importable module ({exc})") from None
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise ConfigError("process", spec, f"a name defined in {mod_name}") from None
+    return as_processor(obj, config)
+
+
+# --- executor side -------------------------------------------------------------
+
+
+def iter_records(batch: pa.RecordBatch) -> Iterator[tuple[int, InputRecord]]:
+    """``(_row, record)`` for each row of an input batch (columns by name)."""
+    cols = [batch.column(name).to_pylist() for name in DATA_COLUMNS]
+    rows = batch.column(ROW).to_pylist()
+    for i, values in enumerate(zip(*cols, strict=True)):
+        yield rows[i], InputRecord._make(values)
+
+
+def run_record_function(
+    fn: RecordFunction, batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body of the per-record style: one status row per record.
+
+    ``Exception`` becomes a failed status; ``BaseException`` (SystemExit,
+    KeyboardInterrupt) is left to fail the task.
+    """
+    for batch in batches:
+        rows: list[int] = []
+        oks: list[bool] = []
+        errors: list[str | None] = []
+        for row, record in iter_records(batch):
+            rows.append(row)
+            try:
+                fn(record)
+            except Exception as exc:  # any user error fails the record
+                oks.append(False)
+                errors.append(format_error(exc))
+            else:
+                oks.append(True)
+                errors.append(None)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(rows, pa.int64()), pa.array(oks, pa.bool_()), pa.array(errors, pa.string())],
+            schema=STATUS_SCHEMA,
+        )
+
+
+def record_function_mapper(
+    fn: RecordFunction,
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A picklable ``mapInArrow`` function for ``fn``."""
+    return partial(run_record_function, fn)

@@ -1,0 +1,272 @@
+"""Running one micro-batch on Spark: Arrow table in, one status per record out.
+
+This is the Spark boundary (pyspark's types are loose, hence ``Any``). Each
+style is one ``createDataFrame`` of the Arrow table, the user's processing,
+and ``toArrow()`` of a small status table (``collect()`` is about 2x slower):
+
+* per-record: ``mapInArrow`` of the function, statuses straight back;
+* transform: the user's DataFrame, reduced to ``_row``, ``ok``, ``error``;
+* fan-out: ``mapInArrow`` of ``emit`` (persisted, so each sink reads it
+  without re-running ``emit``), the emit statuses back, then each sink
+  on the derived rows and its per-derived-record statuses back.
+
+Nothing here acks or fails: the driver applies the :class:`BatchOutcome`
+only if the whole (sub-)batch ran, so a Spark failure leaves no half state.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from kinesis_spout.errors import KinesisSpoutError
+from kinesis_spout.spark.arrow import (
+    ROOT,
+    ROW,
+    STATUS_DDL,
+    Statuses,
+    statuses_from_arrow,
+)
+from kinesis_spout.spark.fanout import ID, IntArray, SinkStatuses, emit_mapper, stage_schema
+from kinesis_spout.spark.processing import (
+    FanOutProcessor,
+    FanOutSink,
+    Processor,
+    RecordProcessor,
+    TransformProcessor,
+    record_function_mapper,
+)
+from kinesis_spout.spark.sinks import NullSink, RowSink
+
+log = logging.getLogger(__name__)
+
+INTERNAL_COLUMNS = (ROW, ROOT, "status", "error")
+
+
+class ProcessingContractError(KinesisSpoutError):
+    """The processing's output breaks its contract (a missing ``_row`` or
+    ``status`` column, a status of the wrong type): a bug to fix, so the job
+    stops instead of failing records."""
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    """What rows ``statuses.start..stop-1`` of a micro-batch came back with."""
+
+    statuses: Statuses
+    """Per-record result (fan-out: of the emit stage)."""
+    processed: pa.Table | None = None
+    """Rows for the row sink (per-record and transform styles), ok rows only."""
+    ack_vals: IntArray | None = None
+    """Fan-out: the executor's ack-val per row (index = row - start)."""
+    sinks: list[SinkStatuses] = field(default_factory=list)
+    """Fan-out: each sink's statuses of the derived records."""
+
+
+class BatchRunner(Protocol):
+    """Runs the processing of a range of rows of a micro-batch's Arrow table."""
+
+    @property
+    def needs_roots(self) -> bool:
+        """True for fan-out: the table must carry ``_root`` ids."""
+        ...
+
+    def run(self, batch_id: int, table: pa.Table, start: int, stop: int) -> BatchOutcome: ...
+
+
+def _ok_and_error(df: Any, what: str, key: str) -> tuple[Any, Any]:
+    """Spark columns ``ok`` (boolean, never null) and ``error`` from ``status``/``error``."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    cols = set(df.columns)
+    for need in (key, "status"):
+        if need not in cols:
+            raise ProcessingContractError(
+                f"{what} returned columns {sorted(cols)}: it must keep {key!r} and add 'status' "
+                "(boolean, or 'ok' for success) and optionally 'error'"
+            )
+    dtype = df.schema["status"].dataType
+    if isinstance(dtype, T.BooleanType):
+        ok = F.coalesce(F.col("status"), F.lit(False))
+        fallback = F.lit(None).cast("string")
+    elif isinstance(dtype, T.StringType):
+        ok = F.coalesce(F.lower(F.trim(F.col("status"))) == F.lit("ok"), F.lit(False))
+        fallback = F.col("status")
+    else:
+        raise ProcessingContractError(
+            f"{what}: column 'status' has type {dtype.simpleString()}: expected boolean or string"
+        )
+    error = F.col("error").cast("string") if "error" in cols else F.lit(None).cast("string")
+    error = F.when(~ok, F.coalesce(error, fallback, F.lit(f"{what} reported a failure")))
+    return ok.alias("ok"), error.alias("error")
+
+
+class SparkRunner:
+    """Runs a :data:`Processor` on a SparkSession."""
+
+    def __init__(self, spark: Any, processor: Processor, row_sink: RowSink | None = None) -> None:
+        self.spark = spark
+        self.processor = processor
+        self.row_sink: RowSink = row_sink or NullSink()
+        self._derived_arrow: pa.Schema | None = None
+        self._stage_struct: Any = None
+
+    @property
+    def needs_roots(self) -> bool:
+        return isinstance(self.processor, FanOutProcessor)
+
+    @property
+    def n_sinks(self) -> int:
+        """Anchored sinks of a fan-out tree (the row sink counts as one)."""
+        if not isinstance(self.processor, FanOutProcessor):
+            return 0
+        return len(self.processor.sinks) + (0 if isinstance(self.row_sink, NullSink) else 1)
+
+    def run(self, batch_id: int, table: pa.Table, start: int, stop: int) -> BatchOutcome:
+        part = table.slice(start, stop - start)
+        p = self.processor
+        if isinstance(p, RecordProcessor):
+            return self._run_records(batch_id, p, part, start, stop)
+        if isinstance(p, TransformProcessor):
+            return self._run_transform(batch_id, p, part, start, stop)
+        return self._run_fan_out(batch_id, p, part, start, stop)
+
+    # --- styles ------------------------------------------------------------------
+
+    def _run_records(
+        self, batch_id: int, p: RecordProcessor, part: pa.Table, start: int, stop: int
+    ) -> BatchOutcome:
+        df = self.spark.createDataFrame(part)
+        back = df.mapInArrow(record_function_mapper(p.fn), STATUS_DDL).toArrow()
+        statuses = statuses_from_arrow(back, start, stop)
+        processed = None
+        if not isinstance(self.row_sink, NullSink):
+            processed = part.filter(pa.array(statuses.ok)).drop_columns([ROW])
+        return BatchOutcome(statuses, processed)
+
+    def _run_transform(
+        self, batch_id: int, p: TransformProcessor, part: pa.Table, start: int, stop: int
+    ) -> BatchOutcome:
+        df = self.spark.createDataFrame(part)
+        out = p.transform(df)
+        if out is None or not hasattr(out, "columns"):
+            raise ProcessingContractError(
+                f"transform {p.name} returned {type(out).__name__}, not a DataFrame"
+            )
+        ok, error = _ok_and_error(out, f"transform {p.name}", ROW)
+        want_rows = not isinstance(self.row_sink, NullSink)
+        extra = [c for c in out.columns if c not in INTERNAL_COLUMNS] if want_rows else []
+        back = out.select(ROW, ok, error, *extra).toArrow()
+        statuses = statuses_from_arrow(back, start, stop)
+        processed = None
+        if want_rows:
+            processed = back.filter(back.column("ok")).select(extra)
+        return BatchOutcome(statuses, processed)
+
+    def _run_fan_out(
+        self, batch_id: int, p: FanOutProcessor, part: pa.Table, start: int, stop: int
+    ) -> BatchOutcome:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        derived_schema, stage_struct = self._fan_out_schemas(p)
+        sinks: list[tuple[str, FanOutSink]] = [(_sink_name(s), s) for s in p.sinks]
+        if not isinstance(self.row_sink, NullSink):
+            sinks.append(
+                (f"row sink {self.row_sink.name}", _RowSinkBranch(self.row_sink, batch_id))
+            )
+        df = self.spark.createDataFrame(part)
+        stage = df.mapInArrow(emit_mapper(p.emit, derived_schema, len(sinks)), stage_struct)
+        stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            back = (
+                stage.where(F.col(ID).isNull())
+                .select(ROW, F.col("_ok").alias("ok"), F.col("_error").alias("error"), "_ack_val")
+                .toArrow()
+            )
+            statuses = statuses_from_arrow(back, start, stop, missing_error="emit lost the record")
+            ack_vals = np.zeros(stop - start, dtype=np.int64)
+            rows = back.column(ROW).to_numpy(zero_copy_only=False)
+            ack_vals[rows - start] = (
+                back.column("_ack_val").fill_null(0).to_numpy(zero_copy_only=False)
+            )
+            derived = stage.where(F.col(ID).isNotNull()).select(
+                ROOT, ID, *[f.name for f in derived_schema]
+            )
+            results: list[SinkStatuses] = []
+            ids_table: pa.Table | None = None
+            for i, (name, sink) in enumerate(sinks):
+                res = sink(derived)
+                if res is None:
+                    if ids_table is None:
+                        ids_table = derived.select(ROOT, ID).toArrow()
+                    results.append(
+                        SinkStatuses.all_ok(
+                            i,
+                            name,
+                            ids_table.column(ROOT).to_numpy(zero_copy_only=False),
+                            ids_table.column(ID).to_numpy(zero_copy_only=False),
+                        )
+                    )
+                    continue
+                if not hasattr(res, "columns"):
+                    raise ProcessingContractError(
+                        f"sink {name} returned {type(res).__name__}: expected a DataFrame "
+                        "of statuses or None"
+                    )
+                for key in (ROOT, ID):
+                    if key not in res.columns:
+                        raise ProcessingContractError(
+                            f"sink {name} returned columns {res.columns}: it must keep {key!r}"
+                        )
+                ok, error = _ok_and_error(res, f"sink {name}", ID)
+                results.append(
+                    SinkStatuses.from_arrow(i, name, res.select(ROOT, ID, ok, error).toArrow())
+                )
+            return BatchOutcome(statuses, None, ack_vals, results)
+        finally:
+            stage.unpersist()
+
+    def _fan_out_schemas(self, p: FanOutProcessor) -> tuple[pa.Schema, Any]:
+        if self._derived_arrow is None:
+            from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+            from pyspark.sql.types import StructType
+
+            schema = p.schema
+            if isinstance(schema, str):
+                schema = StructType.fromDDL(schema)
+            if isinstance(schema, StructType):
+                schema = to_arrow_schema(schema, timezone="UTC")
+            if not isinstance(schema, pa.Schema):
+                raise ProcessingContractError(
+                    f"fan-out schema {p.schema!r}: expected a DDL string, StructType or "
+                    "pyarrow.Schema"
+                )
+            clash = {ROW, ROOT, ID, "_ok", "_error", "_ack_val"} & set(schema.names)
+            if clash:
+                raise ProcessingContractError(f"fan-out schema uses reserved names {sorted(clash)}")
+            self._derived_arrow = schema
+            self._stage_struct = from_arrow_schema(stage_schema(schema))
+        return self._derived_arrow, self._stage_struct
+
+
+def _sink_name(sink: object) -> str:
+    return str(
+        getattr(sink, "name", None) or getattr(sink, "__qualname__", None) or type(sink).__name__
+    )
+
+
+class _RowSinkBranch:
+    """The configured row sink as one more anchored sink of a fan-out tree."""
+
+    def __init__(self, sink: RowSink, batch_id: int) -> None:
+        self.sink = sink
+        self.batch_id = batch_id
+
+    def __call__(self, derived: Any) -> None:
+        self.sink.write(self.batch_id, derived.drop(ROOT, ID).toArrow())

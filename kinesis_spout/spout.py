@@ -1,0 +1,877 @@
+"""The Kinesis spout: Storm's spout contract over every shard of one stream.
+
+``open`` / ``next_tuple`` / ``next_batch`` / ``ack`` / ``fail`` /
+``activate`` / ``deactivate`` / ``close``, single-threaded, never blocking:
+``next_batch`` returns ``[]`` when nothing is ready and ``poll_delay`` says
+how long the caller may sleep.
+
+Per shard it owns the spout keeps a :class:`~tracker.InflightRecordTracker`
+and a :class:`~kinesis_spout.kinesis.getter.BufferedShardGetter`:
+
+* due retries are handed out before new records; new records come
+  round-robin from the shards; a shard at ``max_in_flight`` is not fetched;
+* a record that fails ``retry_limit + 1`` times is written (fsynced) to the
+  dead-letter sink, exactly once, and only then counts as done;
+* the tracker's checkpoint ("everything up to here is done") is saved per
+  ``checkpoint_interval``, when a shard is released and on ``close``, never
+  per record. A store that refuses a save as stale means another owner is
+  ahead: the shard stops emitting (the lease layer sorts it out);
+* a closed shard is drained, every record done, then marked ended in the
+  store; only then do its children start (:mod:`kinesis_spout.kinesis.shards`).
+
+Message ids are ``"<shardId>:<sequence>[:<sub>]"``.
+
+KPL aggregates and checkpoints: a checkpoint ``(seq, 0)`` always means "the
+whole Kinesis record ``seq`` is done", so a resume uses
+``AFTER_SEQUENCE_NUMBER seq``. When the tracker's checkpoint is the first user
+record of a multi-record aggregate the spout keeps the previous checkpoint
+for that round instead; a checkpoint ``(seq, sub > 0)`` resumes
+``AT_SEQUENCE_NUMBER seq`` and skips sub-records ``<= sub``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from kinesis_spout.checkpoint.base import CheckpointStore, open_store
+from kinesis_spout.config import InitialPosition, SpoutConfig
+from kinesis_spout.deadletter import DeadLetterSink, open_dead_letter_sink
+from kinesis_spout.errors import (
+    CheckpointError,
+    CheckpointStoreUnavailableError,
+    EndpointUnreachableError,
+    ExpiredIteratorError,
+    KinesisError,
+    KinesisSpoutError,
+    StaleCheckpointError,
+    ThrottledError,
+)
+from kinesis_spout.kinesis.api import KinesisApi
+from kinesis_spout.kinesis.client import make_client
+from kinesis_spout.kinesis.getter import BufferedShardGetter, KinesisShardGetter, ShardBatch
+from kinesis_spout.kinesis.shards import ShardMap, check_transition
+from kinesis_spout.metrics import MetricsCollector, NoopMetrics
+from kinesis_spout.records import Checkpoint, Record, ShardInfo, ShardState, parse_message_id
+from tracker import (
+    Backoff,
+    ExponentialBackoff,
+    FailAction,
+    FailOutcome,
+    InflightRecordTracker,
+    JitteredBackoff,
+    NoBackoff,
+    SequenceKey,
+)
+
+log = logging.getLogger(__name__)
+
+MessageRef = str | Record
+
+_INF = math.inf
+#: Longest poll_delay while records are in flight with a message timeout (expiry checks).
+_EXPIRY_CHECK = 1.0
+#: Retry a failed ListShards this soon rather than after the full refresh interval.
+_REFRESH_RETRY = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class SpoutStats:
+    """A snapshot of the spout's counters."""
+
+    read: int
+    """Records handed out for the first time."""
+    acked: int
+    """Acks that took effect."""
+    failed: int
+    """Fails (and message timeouts) that took effect."""
+    retried: int
+    """Retry deliveries handed out."""
+    dead_lettered: int
+    """Records written to the dead-letter sink."""
+    in_flight: int
+    """Records handed out and not done, over all shards (awaiting retries included)."""
+    millis_behind_latest: Mapping[str, int | None] = field(default_factory=dict)
+    """MillisBehindLatest of each owned shard's last GetRecords answer."""
+    checkpoint_age: float | None = None
+    """Seconds since the last successful checkpoint write (None: none yet)."""
+    ignored: int = 0
+    """Acks and fails of unknown, released or already-done records (harmless)."""
+    checkpoint_writes: int = 0
+    """Checkpoint saves that took effect."""
+
+
+class _Shard:
+    """Per-shard state of the spout (internal)."""
+
+    __slots__ = (
+        "shard_id",
+        "state",
+        "tracker",
+        "reader",
+        "saved",
+        "fenced",
+        "dead_pending",
+        "aggregates",
+        "stored",
+    )
+
+    def __init__(self, shard_id: str, stored: Checkpoint | None) -> None:
+        self.shard_id = shard_id
+        self.state = ShardState.WAITING
+        self.tracker: InflightRecordTracker[Record] | None = None
+        self.reader: BufferedShardGetter | None = None
+        self.saved: SequenceKey | None = None
+        self.fenced = False
+        self.dead_pending: list[tuple[Record, str | None, int]] = []
+        self.aggregates: dict[int, None] = {}
+        self.stored = stored
+
+    @property
+    def emitting(self) -> bool:
+        return not self.fenced and not self.dead_pending
+
+
+class KinesisSpout:
+    """Reads every shard of ``config.stream_name`` with Storm-grade reliability.
+
+    Not thread-safe: call every method from one thread. ``store``,
+    ``dead_letters`` and ``client`` given by the caller stay the caller's
+    (``close`` does not close them).
+    """
+
+    def __init__(
+        self,
+        config: SpoutConfig,
+        *,
+        store: CheckpointStore | None = None,
+        dead_letters: DeadLetterSink | None = None,
+        metrics: MetricsCollector | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        client: Any | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self._own_store = store is None
+        self._store: CheckpointStore | None = store
+        self._own_dead = dead_letters is None
+        self._dead: DeadLetterSink | None = dead_letters
+        self._metrics: MetricsCollector = metrics if metrics is not None else NoopMetrics()
+        self._clock = clock
+        self._client = client
+        self._rng = rng if rng is not None else random.Random()
+        self._api: KinesisApi | None = None
+        self._throttle_backoff: Backoff = JitteredBackoff(
+            ExponentialBackoff(config.throttle_backoff, cap=config.throttle_backoff_max),
+            self._rng,
+        )
+        self._retry_backoff: Backoff = (
+            ExponentialBackoff(config.retry_backoff, cap=config.retry_backoff_max)
+            if config.retry_backoff > 0
+            else NoBackoff()
+        )
+        self._map = ShardMap()
+        self._owned: frozenset[str] | None = None
+        self._shards: dict[str, _Shard] = {}
+        self._rotation: list[_Shard] = []
+        self._cursor = 0
+        self._draining: list[_Shard] = []
+        self._opened = False
+        self._closed = False
+        self._active = True
+        self._checkpoint_at = _INF
+        self._refresh_at = _INF
+        self._lineage_at = _INF
+        self._last_save: float | None = None
+        self._read = 0
+        self._acked = 0
+        self._failed = 0
+        self._retried = 0
+        self._dead_lettered = 0
+        self._ignored = 0
+        self._checkpoint_writes = 0
+        self._pending_error: Exception | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def open(self) -> None:
+        """Check the stream, list its shards, load checkpoints and start reading.
+
+        Raises :class:`~kinesis_spout.errors.StreamNotFoundError`,
+        :class:`~kinesis_spout.errors.EndpointUnreachableError` or
+        :class:`~kinesis_spout.errors.CredentialsError` with the stream, the
+        endpoint and the region in the message.
+        """
+        if self._opened:
+            return
+        cfg = self.config
+        if self._client is None:
+            self._client = make_client(cfg.endpoint_url, cfg.region)
+        self._api = KinesisApi(self._client, cfg.stream_name)
+        endpoint = getattr(getattr(self._client, "meta", None), "endpoint_url", cfg.endpoint_url)
+        try:
+            status = self._api.check_stream()
+            shards = self._api.list_shards()
+        except EndpointUnreachableError as exc:
+            raise EndpointUnreachableError(
+                f"cannot reach Kinesis at {endpoint} (stream {cfg.stream_name!r}, region "
+                f"{cfg.region}); check endpoint_url / AWS_ENDPOINT_URL_KINESIS: {exc}"
+            ) from exc
+        if self._store is None:
+            self._store = open_store(
+                cfg.checkpoint_store,
+                cfg.job_name,
+                owner=cfg.worker_id,
+                zk_auth=cfg.zk_auth,
+                zk_session_timeout=cfg.zk_session_timeout,
+            )
+        if self._dead is None:
+            self._dead = open_dead_letter_sink(cfg.dead_letter, cfg.job_name)
+        checkpoints = self._store.load(cfg.stream_name)
+        self._map.update(shards)
+        for cp in checkpoints.values():
+            if cp.shard_end:
+                self._map.mark_ended(cp.shard_id)
+        for shard_id in self._map.ids():
+            if self._owns(shard_id):
+                self._adopt(shard_id, checkpoints.get(shard_id))
+        self._start_ready()
+        now = self._clock()
+        self._checkpoint_at = now + cfg.checkpoint_interval
+        self._refresh_at = now + cfg.shard_refresh_interval
+        self._lineage_at = now + cfg.checkpoint_interval
+        self._opened = True
+        log.info(
+            "opened stream %s (%s) at %s: %d shards, %d owned, %d with checkpoints",
+            cfg.stream_name,
+            status,
+            endpoint,
+            len(self._map),
+            len(self._shards),
+            len(checkpoints),
+        )
+
+    def activate(self) -> None:
+        """Resume emitting after :meth:`deactivate`."""
+        self._active = True
+
+    def deactivate(self) -> None:
+        """Stop emitting (acks and fails are still taken; checkpoints continue)."""
+        self._active = False
+
+    def close(self) -> None:
+        """End drained shards, write every checkpoint, close what the spout opened."""
+        if self._closed:
+            return
+        try:
+            if self._opened:
+                now = self._clock()
+                self._end_drained(now)
+                self._write_checkpoints(now)
+        finally:
+            self._closed = True
+            if self._own_store and self._store is not None:
+                self._store.close()
+            if self._own_dead and self._dead is not None:
+                self._dead.close()
+            log.info("closed stream %s: %s", self.config.stream_name, self.stats())
+
+    # ------------------------------------------------------------------ emitting
+    def next_tuple(self) -> Record | None:
+        """One record (a due retry first, else the next shard round-robin), or None."""
+        batch = self.next_batch(1)
+        return batch[0] if batch else None
+
+    def next_batch(self, max_records: int) -> list[Record]:
+        """Up to ``max_records`` records: due retries first, then new records
+        round-robin over the shards. Never blocks; ``[]`` if nothing is ready.
+
+        Makes at most one GetRecords call per shard whose buffer is empty.
+        """
+        self._check_open()
+        if self._pending_error is not None:
+            exc, self._pending_error = self._pending_error, None
+            raise exc
+        now = self._clock()
+        self._tick(now)
+        if not self._active or max_records <= 0:
+            return []
+        out: list[Record] = []
+        rotation = self._rotation
+        for sh in rotation:
+            tracker = sh.tracker
+            if tracker is None or not sh.emitting:
+                continue
+            due = tracker.next_retry_at()
+            if due is None or due > now:
+                continue
+            while len(out) < max_records:
+                item = tracker.next_retry(now)
+                if item is None:
+                    break
+                rec = item.record
+                assert rec is not None
+                rec = dataclasses.replace(rec, attempt=item.attempt)
+                tracker.emitted(item.key, rec, now)
+                out.append(rec)
+                self._retried += 1
+                self._metrics.increment("retries", shard=sh.shard_id)
+        if len(out) < max_records and rotation:
+            self._fill(out, max_records - len(out), now)
+        return out
+
+    def _fill(self, out: list[Record], remaining: int, now: float) -> None:
+        """Round-robin: each pass offers every shard an equal share of what is left."""
+        rotation = self._rotation
+        n = len(rotation)
+        start = self._cursor % n
+        limit = self.config.max_in_flight
+        metrics = self._metrics
+        polled: set[str] = set()
+        last = -1
+        hungry = n
+        while remaining > 0:
+            share = -(-remaining // hungry)
+            hungry = 0
+            for j in range(n):
+                idx = (start + j) % n
+                sh = rotation[idx]
+                tracker = sh.tracker
+                reader = sh.reader
+                if tracker is None or reader is None or not sh.emitting:
+                    continue
+                room = limit - tracker.in_flight
+                if room <= 0:
+                    continue
+                if reader.buffered == 0:
+                    if sh.shard_id in polled:
+                        continue
+                    polled.add(sh.shard_id)
+                try:
+                    recs = reader.take(min(share, room, remaining), now)
+                except Exception as exc:
+                    # Hand out what was taken (already tracked); raise on the next call.
+                    self._pending_error = exc
+                    remaining = 0
+                    break
+                if not recs:
+                    continue
+                emitted = tracker.emitted
+                for r in recs:
+                    emitted(r.key, r, now)
+                out.extend(recs)
+                k = len(recs)
+                remaining -= k
+                self._read += k
+                metrics.increment("records_read", k, shard=sh.shard_id)
+                last = idx
+                if k == share:
+                    hungry += 1
+                if remaining <= 0:
+                    break
+            if hungry == 0:
+                break
+        if last >= 0:
+            self._cursor = last + 1
+
+    def poll_delay(self) -> float:
+        """Seconds until something may be ready (0: call ``next_batch`` now)."""
+        self._check_open()
+        now = self._clock()
+        t = min(self._checkpoint_at, self._refresh_at)
+        if self._pending_error is not None or any(self._drained(sh) for sh in self._draining):
+            return 0.0
+        if self._active:
+            for sh in self._rotation:
+                tracker, reader = sh.tracker, sh.reader
+                if tracker is None or reader is None or not sh.emitting:
+                    continue
+                due = tracker.next_retry_at()
+                if due is not None and due < t:
+                    t = due
+                if tracker.in_flight < self.config.max_in_flight:
+                    ready = reader.ready_at()
+                    if ready < t:
+                        t = ready
+                if tracker.in_flight and self.config.message_timeout:
+                    t = min(t, now + _EXPIRY_CHECK)
+        return max(0.0, t - now)
+
+    # ------------------------------------------------------------------ acks and fails
+    def _resolve(self, ref: MessageRef) -> tuple[_Shard | None, SequenceKey | None]:
+        if isinstance(ref, Record):
+            return self._shards.get(ref.shard_id), ref.key
+        try:
+            shard_id, key = parse_message_id(ref)
+        except (ValueError, AttributeError, TypeError):
+            log.warning("ignoring malformed message id %r", ref)
+            return None, None
+        return self._shards.get(shard_id), key
+
+    def ack(self, message_id: MessageRef) -> None:
+        """The record is fully processed. Unknown or repeated acks are ignored (counted)."""
+        sh, key = self._resolve(message_id)
+        if sh is None or key is None or sh.tracker is None or not sh.tracker.ack(key):
+            self._ignored += 1
+            return
+        self._acked += 1
+
+    def ack_many(self, ids: Iterable[MessageRef]) -> None:
+        """``ack`` for each id (one tracker call per shard)."""
+        by_shard: dict[str, list[SequenceKey]] = {}
+        get = by_shard.get
+        for ref in ids:
+            if isinstance(ref, Record):
+                shard_id, key = ref.shard_id, ref.key
+            else:
+                try:
+                    shard_id, key = parse_message_id(ref)
+                except (ValueError, AttributeError, TypeError):
+                    log.warning("ignoring malformed message id %r", ref)
+                    self._ignored += 1
+                    continue
+            keys = get(shard_id)
+            if keys is None:
+                keys = by_shard[shard_id] = []
+            keys.append(key)
+        acked = 0
+        total = 0
+        for shard_id, keys in by_shard.items():
+            total += len(keys)
+            sh = self._shards.get(shard_id)
+            if sh is not None and sh.tracker is not None:
+                acked += sh.tracker.ack_many(keys)
+        self._acked += acked
+        self._ignored += total - acked
+
+    def fail(self, message_id: MessageRef, error: str | None = None) -> None:
+        """The record failed: retried later, or dead-lettered once out of retries."""
+        sh, key = self._resolve(message_id)
+        if sh is None or key is None or sh.tracker is None:
+            self._ignored += 1
+            return
+        self._after_fail(sh, sh.tracker.fail(key, self._clock(), error))
+
+    def fail_many(self, items: Iterable[tuple[MessageRef, str | None]]) -> None:
+        """``fail`` for each ``(id, error)``."""
+        now = self._clock()
+        for ref, error in items:
+            sh, key = self._resolve(ref)
+            if sh is None or key is None or sh.tracker is None:
+                self._ignored += 1
+                continue
+            self._after_fail(sh, sh.tracker.fail(key, now, error))
+
+    def _after_fail(self, sh: _Shard, outcome: FailOutcome[Record]) -> None:
+        action = outcome.action
+        if action is FailAction.IGNORED:
+            self._ignored += 1
+            return
+        self._failed += 1
+        self._metrics.increment("records_failed", shard=sh.shard_id)
+        if action is FailAction.GIVEN_UP:
+            assert outcome.record is not None
+            self._dead_letter(sh, outcome.record, outcome.error, outcome.attempts)
+
+    def _dead_letter(self, sh: _Shard, record: Record, error: str | None, attempts: int) -> None:
+        """Write a given-up record (fsynced) before any checkpoint can pass it."""
+        if sh.dead_pending:
+            sh.dead_pending.append((record, error, attempts))
+            return
+        assert self._dead is not None
+        try:
+            self._dead.write(record, error, attempts)
+        except Exception:
+            log.exception(
+                "dead-letter write of %s failed; shard %s stops emitting and its checkpoint "
+                "is held until the write succeeds",
+                record.message_id,
+                sh.shard_id,
+            )
+            sh.dead_pending.append((record, error, attempts))
+            return
+        self._dead_lettered += 1
+        self._metrics.increment("dead_lettered", shard=sh.shard_id)
+
+    def _flush_dead(self, sh: _Shard) -> bool:
+        assert self._dead is not None
+        while sh.dead_pending:
+            record, error, attempts = sh.dead_pending[0]
+            try:
+                self._dead.write(record, error, attempts)
+            except Exception as exc:
+                log.warning("dead-letter write of %s still failing: %s", record.message_id, exc)
+                return False
+            sh.dead_pending.pop(0)
+            self._dead_lettered += 1
+            self._metrics.increment("dead_lettered", shard=sh.shard_id)
+        return True
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint(self, force: bool = False) -> None:
+        """Save the checkpoints that moved, if the interval passed (or ``force``)."""
+        self._check_open()
+        now = self._clock()
+        if force or now >= self._checkpoint_at:
+            self._write_checkpoints(now)
+
+    def _write_checkpoints(self, now: float) -> None:
+        for sh in list(self._shards.values()):
+            if sh.tracker is not None:
+                self._save(sh, now)
+                self._metrics.gauge("in_flight", sh.tracker.in_flight, shard=sh.shard_id)
+        self._checkpoint_at = now + self.config.checkpoint_interval
+        if self._last_save is not None:
+            self._metrics.gauge("checkpoint_age_seconds", now - self._last_save)
+
+    def _save(self, sh: _Shard, now: float) -> bool:
+        """Save ``sh``'s checkpoint if it moved; False if it could not be (yet)."""
+        if sh.fenced or sh.tracker is None:
+            return False
+        if sh.dead_pending and not self._flush_dead(sh):
+            return False
+        key = sh.tracker.checkpoint
+        if key is None or (sh.saved is not None and key <= sh.saved):
+            return True
+        aggregates = sh.aggregates
+        if aggregates:
+            for seq in list(aggregates):
+                if seq >= key.sequence:
+                    break
+                del aggregates[seq]
+            if key.sub_sequence == 0 and key.sequence in aggregates:
+                # (seq, 0) would read as "the whole record is done" on resume: keep the old one.
+                return True
+        assert self._store is not None
+        cfg = self.config
+        cp = Checkpoint(
+            cfg.stream_name,
+            sh.shard_id,
+            str(key.sequence),
+            key.sub_sequence,
+            shard_end=False,
+            job_name=cfg.job_name,
+            owner=cfg.worker_id,
+        )
+        try:
+            self._store.save(cp)
+        except StaleCheckpointError as exc:
+            self._fence(sh, exc)
+            return False
+        except CheckpointStoreUnavailableError as exc:
+            log.warning("checkpoint of %s not saved, will retry: %s", sh.shard_id, exc)
+            return False
+        sh.saved = key
+        self._last_save = now
+        self._checkpoint_writes += 1
+        self._metrics.increment("checkpoint_writes", shard=sh.shard_id)
+        log.debug("checkpoint %s at %s", sh.shard_id, key)
+        return True
+
+    def _fence(self, sh: _Shard, exc: CheckpointError) -> None:
+        if not sh.fenced:
+            log.warning(
+                "shard %s: another owner is ahead (%s); this worker stops emitting it",
+                sh.shard_id,
+                exc,
+            )
+        sh.fenced = True
+
+    # ------------------------------------------------------------------ shard lifecycle
+    def _owns(self, shard_id: str) -> bool:
+        return self._owned is None or shard_id in self._owned
+
+    def _adopt(self, shard_id: str, stored: Checkpoint | None) -> None:
+        """Take ``shard_id`` on: ENDED if its checkpoint says so, else WAITING."""
+        sh = _Shard(shard_id, stored)
+        self._shards[shard_id] = sh
+        if (stored is not None and stored.shard_end) or self._map.is_ended(shard_id):
+            sh.state = ShardState.ENDED
+            self._map.mark_ended(shard_id)
+
+    def _start_ready(self) -> None:
+        """Start every WAITING owned shard whose parents all ended (cascading)."""
+        for sh in list(self._shards.values()):
+            if sh.state is ShardState.WAITING and self._map.parents_ended(sh.shard_id):
+                self._start(sh)
+
+    def _start(self, sh: _Shard) -> None:
+        cfg = self.config
+        assert self._api is not None
+        stored = sh.stored
+        start = stored.key if stored is not None else None
+        position, timestamp = cfg.initial_position, cfg.initial_timestamp
+        if position is InitialPosition.LATEST and self._map.has_known_parent(sh.shard_id):
+            # Its parents were read to their end: the child continues them from its start.
+            position = InitialPosition.TRIM_HORIZON
+        getter = KinesisShardGetter(
+            self._api,
+            sh.shard_id,
+            backoff=self._throttle_backoff,
+            start=start,
+            position=position,
+            timestamp=timestamp,
+            limit=cfg.records_per_call,
+            max_calls_per_second=cfg.max_calls_per_second,
+            empty_shard_backoff=cfg.empty_shard_backoff,
+        )
+        sh.reader = BufferedShardGetter(getter, lambda batch: self._on_batch(sh, batch))
+        sh.tracker = InflightRecordTracker(
+            cfg.retry_limit,
+            max_in_flight=cfg.max_in_flight,
+            message_timeout=cfg.message_timeout_or_none,
+            backoff=self._retry_backoff,
+        )
+        sh.saved = start
+        sh.state = check_transition(sh.shard_id, sh.state, ShardState.OPEN)
+        self._rotation.append(sh)
+        log.info(
+            "shard %s: reading %s",
+            sh.shard_id,
+            f"after checkpoint {start}" if start is not None else f"from {position.value}",
+        )
+
+    def _on_batch(self, sh: _Shard, batch: ShardBatch) -> None:
+        err = batch.error
+        if err is not None:
+            if isinstance(err, ThrottledError):
+                self._metrics.increment("kinesis_throttled", shard=sh.shard_id)
+            elif isinstance(err, ExpiredIteratorError):
+                self._metrics.increment("iterators_expired", shard=sh.shard_id)
+            else:
+                self._metrics.increment("kinesis_errors", shard=sh.shard_id)
+            return
+        if batch.called:
+            behind = batch.millis_behind_latest
+            if behind is not None:
+                self._metrics.gauge("millis_behind_latest", behind, shard=sh.shard_id)
+        if batch.aggregates:
+            for seq in batch.aggregates:
+                sh.aggregates[seq] = None
+        if batch.child_shards:
+            self._map.add_children(batch.child_shards)
+            self._adopt_new(c.shard_id for c in batch.child_shards)
+        if batch.ended and sh.state is ShardState.OPEN:
+            sh.state = check_transition(sh.shard_id, sh.state, ShardState.DRAINING)
+            self._draining.append(sh)
+            log.info("shard %s is closed; draining it before its children", sh.shard_id)
+
+    @staticmethod
+    def _drained(sh: _Shard) -> bool:
+        """A DRAINING shard whose records are all handed out and done."""
+        tracker, reader = sh.tracker, sh.reader
+        if tracker is None or reader is None or sh.fenced or sh.dead_pending:
+            return False
+        return not reader.buffered and not tracker.in_flight
+
+    def _end_drained(self, now: float) -> None:
+        for sh in list(self._draining):
+            if not self._drained(sh) or not self._save(sh, now):
+                continue
+            assert self._store is not None
+            try:
+                self._store.mark_ended(self.config.stream_name, sh.shard_id, self.config.worker_id)
+            except StaleCheckpointError as exc:
+                self._fence(sh, exc)
+                continue
+            except CheckpointStoreUnavailableError as exc:
+                log.warning("shard end of %s not saved, will retry: %s", sh.shard_id, exc)
+                continue
+            sh.state = check_transition(sh.shard_id, sh.state, ShardState.ENDED)
+            self._draining.remove(sh)
+            self._drop_from_rotation(sh)
+            sh.reader = None
+            self._map.mark_ended(sh.shard_id)
+            log.info("shard %s ended; children: %s", sh.shard_id, self._map.children(sh.shard_id))
+            self._adopt_new(self._map.children(sh.shard_id))
+        self._start_ready()
+
+    def _drop_from_rotation(self, sh: _Shard) -> None:
+        try:
+            idx = self._rotation.index(sh)
+        except ValueError:
+            return
+        del self._rotation[idx]
+        if idx < self._cursor:
+            self._cursor -= 1
+
+    def _adopt_new(self, shard_ids: Iterable[str]) -> None:
+        """Adopt owned shards not seen before, with their stored checkpoints."""
+        fresh = [s for s in shard_ids if self._owns(s) and s not in self._shards]
+        if not fresh:
+            return
+        assert self._store is not None
+        stored = self._store.load(self.config.stream_name)
+        for shard_id in fresh:
+            cp = stored.get(shard_id)
+            if cp is not None and cp.shard_end:
+                self._map.mark_ended(shard_id)
+            self._adopt(shard_id, cp)
+
+    def _tick(self, now: float) -> None:
+        """Housekeeping on every call: expiries, drained shards, checkpoints, refresh."""
+        if self.config.message_timeout:
+            for sh in self._rotation:
+                tracker = sh.tracker
+                if tracker is not None and tracker.in_flight:
+                    for outcome in tracker.expire(now):
+                        self._after_fail(sh, outcome)
+        if self._draining:
+            self._end_drained(now)
+        if now >= self._checkpoint_at:
+            self._write_checkpoints(now)
+        if now >= self._refresh_at:
+            self._refresh_shards(now)
+        elif now >= self._lineage_at:
+            self._check_lineage(now)
+
+    def _refresh_shards(self, now: float) -> None:
+        assert self._api is not None
+        try:
+            shards = self._api.list_shards()
+        except KinesisError as exc:
+            if not exc.retriable:
+                raise
+            log.warning("ListShards failed, retrying in %.0fs: %s", _REFRESH_RETRY, exc)
+            self._refresh_at = now + _REFRESH_RETRY
+            return
+        self._refresh_at = now + self.config.shard_refresh_interval
+        new = self._map.update(shards)
+        if new:
+            log.info("new shards: %s", [s.shard_id for s in new])
+        self._adopt_new(self._map.ids())
+        self._check_lineage(now)
+
+    def _check_lineage(self, now: float) -> None:
+        """Start WAITING shards whose parents ended, here or (per the store) elsewhere."""
+        self._lineage_at = now + self.config.checkpoint_interval
+        waiting = [sh for sh in self._shards.values() if sh.state is ShardState.WAITING]
+        if not waiting:
+            return
+        foreign = {
+            p
+            for sh in waiting
+            for p in self._map.pending_parents(sh.shard_id)
+            if p not in self._shards
+        }
+        if foreign:
+            assert self._store is not None
+            try:
+                stored = self._store.load(self.config.stream_name)
+            except CheckpointStoreUnavailableError as exc:
+                log.warning("cannot check parent shards in the store: %s", exc)
+                stored = {}
+            for p in foreign:
+                cp = stored.get(p)
+                if cp is not None and cp.shard_end:
+                    self._map.mark_ended(p)
+        self._start_ready()
+
+    # ------------------------------------------------------------------ ownership
+    def set_owned_shards(self, shard_ids: Iterable[str] | None) -> None:
+        """Read only these shards (None: all). A released shard's checkpoint is
+        flushed first and its in-flight records are left to the next owner; an
+        added shard's checkpoint is loaded now, and it starts once its parents ended."""
+        self._check_open()
+        owned = None if shard_ids is None else frozenset(shard_ids)
+        self._owned = owned
+        now = self._clock()
+        for shard_id in list(self._shards):
+            if not self._owns(shard_id):
+                self._release(self._shards[shard_id], now)
+        if owned is not None and any(s not in self._map for s in owned):
+            self._refresh_shards(now)
+        assert self._store is not None
+        missing = [s for s in self._map.ids() if self._owns(s) and s not in self._shards]
+        if missing:
+            stored = self._store.load(self.config.stream_name)
+            for cp in stored.values():
+                if cp.shard_end:
+                    self._map.mark_ended(cp.shard_id)
+            for shard_id in missing:
+                self._adopt(shard_id, stored.get(shard_id))
+            self._check_lineage(now)
+        if owned is not None:
+            unknown = sorted(s for s in owned if s not in self._map)
+            if unknown:
+                log.warning("owned shards not in stream %s: %s", self.config.stream_name, unknown)
+
+    def _release(self, sh: _Shard, now: float) -> None:
+        if sh.tracker is not None and not sh.fenced:
+            self._save(sh, now)
+        self._shards.pop(sh.shard_id, None)
+        self._drop_from_rotation(sh)
+        if sh in self._draining:
+            self._draining.remove(sh)
+        log.info(
+            "released shard %s (%d in flight left to the next owner)",
+            sh.shard_id,
+            sh.tracker.in_flight if sh.tracker is not None else 0,
+        )
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def in_flight(self) -> int:
+        return sum(sh.tracker.in_flight for sh in self._shards.values() if sh.tracker is not None)
+
+    def shard_states(self) -> dict[str, ShardState]:
+        """The lifecycle state of every owned shard."""
+        return {s: sh.state for s, sh in sorted(self._shards.items())}
+
+    @property
+    def shards(self) -> Mapping[str, ShardInfo]:
+        """Every shard of the stream known to this spout (owned or not)."""
+        return MappingProxyType({s: info for s in self._map.ids() if (info := self._map.get(s))})
+
+    def stats(self) -> SpoutStats:
+        behind = {
+            s: sh.reader.getter.millis_behind_latest
+            for s, sh in sorted(self._shards.items())
+            if sh.reader is not None
+        }
+        age = None if self._last_save is None else self._clock() - self._last_save
+        return SpoutStats(
+            read=self._read,
+            acked=self._acked,
+            failed=self._failed,
+            retried=self._retried,
+            dead_lettered=self._dead_lettered,
+            in_flight=self.in_flight,
+            millis_behind_latest=MappingProxyType(behind),
+            checkpoint_age=age,
+            ignored=self._ignored,
+            checkpoint_writes=self._checkpoint_writes,
+        )
+
+    @property
+    def is_idle(self) -> bool:
+        """Nothing in flight or buffered, and every owned shard caught up or ended."""
+        if not self._opened:
+            return False
+        for sh in self._shards.values():
+            if sh.state in (ShardState.ENDED, ShardState.WAITING) or sh.fenced:
+                continue
+            tracker, reader = sh.tracker, sh.reader
+            if tracker is None or reader is None:
+                continue
+            if sh.state is ShardState.DRAINING or tracker.in_flight or sh.dead_pending:
+                return False
+            if reader.buffered or not reader.getter.caught_up:
+                return False
+        return True
+
+    @property
+    def is_active(self) -> bool:
+        return self._active
+
+    def _check_open(self) -> None:
+        if not self._opened:
+            raise KinesisSpoutError("KinesisSpout: call open() first")
+        if self._closed:
+            raise KinesisSpoutError("KinesisSpout: closed")

@@ -1,0 +1,223 @@
+"""Options of ``spark.readStream.format("kinesis")``, parsed and validated: pure.
+
+Names follow the existing Spark Kinesis connectors where one exists
+(``streamName``, ``region``, ``endpointUrl``, ``initialPosition`` as in the
+Databricks and Qubole connectors). Spark lower-cases option keys, so they
+are matched case-insensitively. An unknown option is an error, not ignored:
+a typo in ``maxRecordsPerShard`` must not silently read unbounded batches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kinesis_spout.config import MAX_RECORDS_PER_CALL, InitialPosition
+from kinesis_spout.errors import ConfigError
+
+DEFAULT_MAX_RECORDS_PER_SHARD = 10_000
+
+#: Canonical option names and what each means (shown in errors and docs).
+OPTIONS: dict[str, str] = {
+    "streamName": "the Kinesis stream to read (required)",
+    "region": "AWS region (default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1)",
+    "endpointUrl": "Kinesis endpoint, e.g. an emulator (default: AWS_ENDPOINT_URL[_KINESIS])",
+    "initialPosition": "trim_horizon (default), earliest, latest, at_timestamp, "
+    'or {"at_timestamp": "<ISO 8601>"}',
+    "initialTimestamp": "ISO 8601 start time for initialPosition=at_timestamp",
+    "maxRecordsPerShard": f"most records one batch reads per shard "
+    f"(default {DEFAULT_MAX_RECORDS_PER_SHARD})",
+    "maxRecordsPerTrigger": "most records one batch reads over all shards (default: no limit)",
+    "maxRecordsPerFetch": f"GetRecords Limit, 1..{MAX_RECORDS_PER_CALL} "
+    f"(default {MAX_RECORDS_PER_CALL})",
+    "checkpointStore": "file://DIR or zk://host:port[,host:port]/root: commit() writes "
+    "per-shard checkpoints there (default: none)",
+    "jobName": "job name of those checkpoints (default: spark-<streamName>)",
+    "zkAuth": "user:password for ZooKeeper digest ACLs",
+    "failOnDataLoss": "true (default): fail when planned records are gone; false: log and go on",
+}
+_BY_LOWER = {k.lower(): k for k in OPTIONS}
+
+_POSITIONS = {
+    "trim_horizon": InitialPosition.TRIM_HORIZON,
+    "earliest": InitialPosition.TRIM_HORIZON,
+    "latest": InitialPosition.LATEST,
+    "at_timestamp": InitialPosition.AT_TIMESTAMP,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """The validated options; picklable (it travels to the executors)."""
+
+    stream_name: str
+    region: str = "us-east-1"
+    endpoint_url: str | None = None
+    initial_position: InitialPosition = InitialPosition.TRIM_HORIZON
+    initial_timestamp: datetime | None = None
+    max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD
+    max_records_per_trigger: int | None = None
+    max_records_per_fetch: int = MAX_RECORDS_PER_CALL
+    checkpoint_store: str | None = None
+    job_name: str = ""
+    zk_auth: str | None = None
+    fail_on_data_loss: bool = True
+    # Not options: pacing of the offset process (Kinesis allows 5 GetRecords/s per shard).
+    idle_poll_interval: float = 0.25
+    """Seconds before a shard found idle is polled again by ``latestOffset``."""
+    shard_list_interval: float = 1.0
+    """Seconds a ListShards answer is reused (ListShards allows 100 calls/s per stream)."""
+    read_ahead_threads: int = 8
+    """Threads of the offset process reading shards ahead in parallel."""
+
+    @property
+    def owner(self) -> str:
+        """The owner name written into checkpoints."""
+        return f"spark-source:{self.job_name}"
+
+
+def _int(name: str, value: str, low: int, high: int | None = None) -> int:
+    try:
+        n = int(value.strip())
+    except ValueError:
+        n = low - 1
+    if n < low or (high is not None and n > high):
+        allowed = f"an integer between {low} and {high}" if high else f"an integer >= {low}"
+        raise ConfigError(name, value, allowed)
+    return n
+
+
+def _bool(name: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise ConfigError(name, value, "true or false")
+
+
+def _timestamp(name: str, value: str) -> datetime:
+    try:
+        ts = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ConfigError(
+            name, value, "an ISO 8601 timestamp such as 2026-01-31T12:00:00Z"
+        ) from None
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+def _position(value: str) -> tuple[InitialPosition, datetime | None]:
+    text = value.strip()
+    if text.startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or set(doc) != {"at_timestamp"}:
+            raise ConfigError(
+                "initialPosition", value, 'JSON of the form {"at_timestamp": "<ISO 8601>"}'
+            )
+        return InitialPosition.AT_TIMESTAMP, _timestamp("initialPosition", str(doc["at_timestamp"]))
+    try:
+        return _POSITIONS[text.lower()], None
+    except KeyError:
+        raise ConfigError("initialPosition", value, OPTIONS["initialPosition"]) from None
+
+
+def parse_options(
+    options: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> SourceOptions:
+    """Validate Spark's option map; :class:`ConfigError` names the bad option.
+
+    Defaults that come from the environment (region, endpoint) are resolved
+    here, in the driver, so every executor uses the same values.
+    """
+    env = os.environ if env is None else env
+    given: dict[str, str] = {}
+    for key, value in options.items():
+        name = _BY_LOWER.get(str(key).lower())
+        if name is None:
+            secret = any(w in str(key).lower() for w in ("auth", "secret", "password", "key"))
+            raise ConfigError(
+                str(key),
+                "***" if secret else value,
+                f"unknown option of the kinesis source; known: {', '.join(OPTIONS)}",
+            )
+        given[name] = "" if value is None else str(value)
+
+    stream = given.get("streamName", "").strip()
+    if not stream:
+        raise ConfigError("streamName", given.get("streamName"), OPTIONS["streamName"])
+    if len(stream) > 128 or not all(c.isalnum() or c in "_.-" for c in stream):
+        raise ConfigError("streamName", stream, "1..128 characters of a-z, A-Z, 0-9, _ . -")
+
+    region = given.get("region") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    region = (region or "us-east-1").strip()
+    endpoint = (
+        given.get("endpointUrl")
+        or env.get("AWS_ENDPOINT_URL_KINESIS")
+        or env.get("AWS_ENDPOINT_URL")
+        or None
+    )
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise ConfigError("endpointUrl", endpoint, "an http:// or https:// URL")
+
+    position, timestamp = _position(given.get("initialPosition", "trim_horizon"))
+    if "initialTimestamp" in given:
+        if position is not InitialPosition.AT_TIMESTAMP or timestamp is not None:
+            raise ConfigError(
+                "initialTimestamp",
+                given["initialTimestamp"],
+                "only with initialPosition=at_timestamp",
+            )
+        timestamp = _timestamp("initialTimestamp", given["initialTimestamp"])
+    if position is InitialPosition.AT_TIMESTAMP and timestamp is None:
+        raise ConfigError(
+            "initialTimestamp", None, "required with initialPosition=at_timestamp (ISO 8601)"
+        )
+
+    store = given.get("checkpointStore") or None
+    if store is not None and not store.startswith(("file://", "zk://")):
+        raise ConfigError(
+            "checkpointStore",
+            store,
+            "file://DIR or zk://host:port[,host:port]/root (memory:// cannot work: "
+            "commit() runs in a separate Python process)",
+        )
+    job = given.get("jobName") or f"spark-{stream}"
+    if "/" in job or job in (".", ".."):
+        raise ConfigError("jobName", job, "a non-empty name without '/'")
+    zk_auth = given.get("zkAuth") or None
+    if zk_auth is not None and ":" not in zk_auth:
+        raise ConfigError("zkAuth", "***", "user:password")
+
+    per_trigger = given.get("maxRecordsPerTrigger")
+    return SourceOptions(
+        stream_name=stream,
+        region=region,
+        endpoint_url=endpoint,
+        initial_position=position,
+        initial_timestamp=timestamp,
+        max_records_per_shard=_int(
+            "maxRecordsPerShard",
+            given.get("maxRecordsPerShard", str(DEFAULT_MAX_RECORDS_PER_SHARD)),
+            1,
+        ),
+        max_records_per_trigger=_int("maxRecordsPerTrigger", per_trigger, 1)
+        if per_trigger
+        else None,
+        max_records_per_fetch=_int(
+            "maxRecordsPerFetch",
+            given.get("maxRecordsPerFetch", str(MAX_RECORDS_PER_CALL)),
+            1,
+            MAX_RECORDS_PER_CALL,
+        ),
+        checkpoint_store=store,
+        job_name=job,
+        zk_auth=zk_auth,
+        fail_on_data_loss=_bool("failOnDataLoss", given.get("failOnDataLoss", "true")),
+    )

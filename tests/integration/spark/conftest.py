@@ -1,0 +1,51 @@
+"""Fixtures of the Spark-job tests: a job config on the moto server per test.
+
+Spark runs in-process through the shared ``spark`` fixture (local[2]); only
+the SIGKILL test and the demo test start ``spark-submit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import spark_job_helpers
+
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.testing.servers import MotoServer
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ship_helpers_by_value() -> None:
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(spark_job_helpers)
+
+
+JobConfig = Callable[..., SpoutConfig]
+
+
+@pytest.fixture
+def job_config(moto_server: MotoServer, unique_name: str, tmp_path: Path) -> JobConfig:
+    """A fast-polling job config for stream ``unique_name`` (overridable)."""
+
+    def make(**overrides: Any) -> SpoutConfig:
+        values: dict[str, Any] = {
+            "stream_name": unique_name,
+            "job_name": unique_name,
+            "endpoint_url": moto_server.endpoint_url,
+            "checkpoint_store": f"file://{tmp_path / 'checkpoints'}",
+            "dead_letter": str(tmp_path / "dead-letter"),
+            "empty_shard_backoff": 0.1,
+            "batch_max_wait": 0.3,
+            "checkpoint_interval": 0.5,
+            "stop_when_idle": 1.5,
+            "retry_backoff": 0.05,
+            "retry_backoff_max": 0.2,
+        }
+        values.update(overrides)
+        return SpoutConfig(**values)
+
+    return make

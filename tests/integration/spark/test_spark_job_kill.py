@@ -1,0 +1,122 @@
+"""SIGKILL mid-stream with spark-submit, then a restart: nothing lost, replays bounded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import spark_job_helpers
+
+from kinesis_spout.checkpoint import open_store
+from kinesis_spout.config import load_config
+from kinesis_spout.spark.driver import run_job
+from kinesis_spout.spark.sinks import read_parquet_dir
+from kinesis_spout.spark.submit import DEFAULT_CONF, find_spark_submit, job_environment, job_file
+from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer
+from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(400)]
+
+SHARDS = 4
+RECORDS = 2400
+MAX_IN_FLIGHT = 50
+
+
+def sink_rows(directory: Path) -> int:
+    try:
+        table = read_parquet_dir(directory)
+    except OSError:  # a file renamed into place while listing
+        return 0
+    return 0 if table is None else table.num_rows
+
+
+def test_a_job_killed_with_sigkill_resumes_without_loss_and_replays_at_most_max_in_flight(
+    spark: Any,
+    moto_server: MotoServer,
+    moto_client: Any,
+    zookeeper: ZooKeeperServer,
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    create_stream(moto_client, unique_name, SHARDS)
+    put = put_records(moto_client, unique_name, make_payloads(RECORDS, 200))
+    rows_dir = tmp_path / "rows"
+    flags = {
+        "stream-name": unique_name,
+        "job-name": unique_name,
+        "endpoint-url": moto_server.endpoint_url,
+        "checkpoint-store": zookeeper.url(f"/{unique_name}"),
+        "dead-letter": str(tmp_path / "dead-letter"),
+        "sink": f"parquet://{rows_dir}",
+        "batch-size": "200",
+        "max-in-flight": str(MAX_IN_FLIGHT),
+        "checkpoint-interval": "0.5",
+        "empty-shard-backoff": "0.1",
+        "batch-max-wait": "0.3",
+    }
+    conf = [a for k, v in DEFAULT_CONF.items() for a in ("--conf", f"{k}={v}")]
+    cmd = [
+        find_spark_submit(),
+        "--master",
+        "local[2]",
+        *conf,
+        "--conf",
+        "spark.ui.enabled=false",
+        str(job_file()),
+        "--process",
+        f"{spark_job_helpers.__file__}:kill_test_job",
+        *[a for k, v in flags.items() for a in (f"--{k}", v)],
+    ]
+    log_path = tmp_path / "job.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            env=job_environment(master="local[2]"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 180
+            while sink_rows(rows_dir) < RECORDS // 5:
+                assert proc.poll() is None, f"job exited early:\n{log_path.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"no progress:\n{log_path.read_text()[-3000:]}"
+                time.sleep(0.2)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    before = sink_rows(rows_dir)
+    assert before < RECORDS, "the kill came too late to be mid-stream"
+
+    overrides = {k.replace("-", "_"): v for k, v in flags.items()}
+    cfg = load_config(None, env={}, overrides={**overrides, "stop_when_idle": 1.5})
+    summary = run_job(cfg, lambda record: None, spark=spark, progress=None)
+    assert summary.records > 0
+
+    table = read_parquet_dir(rows_dir)
+    assert table is not None
+    seen = Counter(
+        zip(
+            table.column("shardId").to_pylist(),
+            table.column("sequenceNumber").to_pylist(),
+            strict=True,
+        )
+    )
+    assert set(seen) == set(put), "records lost"
+    dupes = Counter(shard for (shard, _), n in seen.items() for _ in range(n - 1))
+    assert all(n <= MAX_IN_FLIGHT for n in dupes.values()), dupes
+    last: dict[str, int] = {}
+    for shard, seq in put:
+        last[shard] = max(last.get(shard, 0), int(seq))
+    store = open_store(cfg.checkpoint_store, unique_name)
+    try:
+        stored = {s: cp.sequence_number for s, cp in store.load(unique_name).items()}
+    finally:
+        store.close()
+    assert stored == {s: str(v) for s, v in last.items()}

@@ -1,0 +1,92 @@
+"""The pure shard assignment function."""
+
+from __future__ import annotations
+
+import doctest
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kinesis_spout.coordination import assignment
+from kinesis_spout.coordination.assignment import affinity, assign_shards, moved_shards
+
+shard_ids = st.lists(
+    st.integers(0, 10_000).map(lambda i: f"shardId-{i:012d}"), max_size=60, unique=True
+)
+worker_ids = st.lists(
+    st.text("abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12),
+    min_size=1,
+    max_size=9,
+    unique=True,
+)
+
+
+def test_worked_example_in_the_docstring_holds() -> None:
+    result = doctest.testmod(assignment)
+    assert result.attempted >= 3 and result.failed == 0
+
+
+def test_six_shards_three_workers() -> None:
+    shards = [f"shardId-{i:012d}" for i in range(6)]
+    got = assign_shards(shards, ["a", "b", "c"])
+    assert sorted(s for ss in got.values() for s in ss) == shards
+    assert [len(v) for v in got.values()] == [2, 2, 2]
+
+
+def test_no_workers_no_assignment_and_no_shards_empty_tuples() -> None:
+    assert assign_shards(["s1"], []) == {}
+    assert assign_shards([], ["b", "a"]) == {"a": (), "b": ()}
+
+
+def test_affinity_is_stable_across_processes() -> None:
+    # A fixed value: a salted hash() would differ between interpreter runs, and
+    # workers on different machines must agree.
+    assert affinity("w1", "shard-0") == 0x7296CB4A92CD8DC6
+    assert affinity("w1", "shard-0") != affinity("w2", "shard-0")
+
+
+@settings(max_examples=100, deadline=None)
+@given(shard_ids, worker_ids)
+def test_every_shard_owned_exactly_once_and_balanced(shards: list[str], workers: list[str]) -> None:
+    got = assign_shards(shards, workers)
+    assert set(got) == set(workers)
+    owned = [s for ss in got.values() for s in ss]
+    assert sorted(owned) == sorted(shards)  # each exactly once
+    counts = [len(v) for v in got.values()]
+    assert max(counts) - min(counts) <= 1
+    for ss in got.values():
+        assert list(ss) == sorted(ss)
+
+
+@settings(max_examples=100, deadline=None)
+@given(shard_ids, worker_ids, st.randoms(use_true_random=False))
+def test_same_answer_in_any_order(
+    shards: list[str], workers: list[str], rnd: random.Random
+) -> None:
+    a = assign_shards(shards, workers)
+    s2, w2 = list(shards), list(workers)
+    rnd.shuffle(s2)
+    rnd.shuffle(w2)
+    assert assign_shards(s2 + s2[:3], w2 + w2[:1]) == a  # order and duplicates ignored
+
+
+def test_membership_changes_move_few_other_shards() -> None:
+    """Sticky: a join or a leave moves, besides the shards taken or given up,
+    about one other shard on average (round-robin would move most of them)."""
+    rnd = random.Random(7)
+    extra_moves = []
+    for _ in range(300):
+        shards = [f"shardId-{i:012d}" for i in range(rnd.randint(4, 40))]
+        workers = [f"host-{rnd.randint(0, 10**6)}" for _ in range(rnd.randint(2, 8))]
+        before = assign_shards(shards, workers)
+        gone = rnd.choice(workers)
+        after = assign_shards(shards, [w for w in workers if w != gone])
+        extra_moves.append(len(moved_shards(before, after) - set(before[gone])))
+        joined = assign_shards(shards, [*workers, "newcomer"])
+        extra_moves.append(len(moved_shards(before, joined) - set(joined["newcomer"])))
+    assert sum(extra_moves) / len(extra_moves) < 2.0
+
+
+def test_moved_shards() -> None:
+    assert moved_shards({"a": ["s1", "s2"]}, {"a": ["s1"], "b": ["s2", "s3"]}) == {"s2"}

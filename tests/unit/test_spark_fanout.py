@@ -1,0 +1,296 @@
+"""Fan-out anchoring with the XOR acker: executor ids and the driver's ledger (no Spark)."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kinesis_spout.spark.arrow import ROOT, ROW, Statuses, records_to_arrow, statuses_from_arrow
+from kinesis_spout.spark.fanout import (
+    ID,
+    FanOutLedger,
+    SinkStatuses,
+    ack_vals,
+    derived_ids,
+    edge_ids,
+    run_emit,
+    signed64,
+    to_signed,
+    to_unsigned,
+    xor_by_group,
+    xor_by_key,
+)
+from kinesis_spout.spark.processing import InputRecord
+
+U = np.uint64
+
+
+def u64(values: list[int]) -> np.ndarray[Any, np.dtype[np.uint64]]:
+    return np.array(values, dtype=np.uint64)
+
+
+def i64(values: list[int]) -> np.ndarray[Any, np.dtype[np.int64]]:
+    return np.array(values, dtype=np.int64)
+
+
+# --- id arithmetic ---------------------------------------------------------------
+
+
+def test_derived_ids_are_distinct_non_zero_and_the_same_when_recomputed() -> None:
+    roots = u64([1, 2**63 + 7, 12345])
+    counts = i64([3, 0, 1000])
+    ids = derived_ids(roots, counts)
+    assert len(ids) == 1003
+    assert len(set(ids.tolist())) == 1003
+    assert (ids != 0).all()
+    assert (derived_ids(roots, counts) == ids).all()
+    # a record's ids depend only on its own root and position
+    assert (derived_ids(roots[2:], counts[2:]) == ids[3:]).all()
+
+
+def test_each_sink_gets_its_own_edge_ids() -> None:
+    ids = derived_ids(u64([42]), i64([5]))
+    e0, e1 = edge_ids(ids, 0), edge_ids(ids, 1)
+    assert not set(e0.tolist()) & set(e1.tolist())
+    assert (edge_ids(ids, 0) == e0).all()
+
+
+def test_xor_by_group_handles_empty_groups() -> None:
+    vals = u64([1, 2, 4, 8])
+    assert xor_by_group(vals, i64([0, 2, 0, 2])).tolist() == [0, 3, 0, 12]
+    assert xor_by_group(u64([]), i64([0, 0])).tolist() == [0, 0]
+
+
+def test_xor_by_key_groups_unsorted_keys() -> None:
+    keys, xors = xor_by_key(i64([5, -3, 5, 5]), u64([1, 2, 4, 8]))
+    assert keys.tolist() == [-3, 5] and xors.tolist() == [2, 13]
+
+
+def test_ack_val_is_zero_exactly_when_every_edge_is_xored_back() -> None:
+    roots, counts = u64([99]), i64([4])
+    val = int(ack_vals(roots, counts, 2)[0])
+    ids = derived_ids(roots, counts)
+    acc = 0
+    for s in range(2):
+        for e in edge_ids(ids, s).tolist():
+            acc ^= e
+    assert val == acc != 0
+    assert ack_vals(roots, i64([0]), 2).tolist() == [0]
+
+
+def test_signed_and_unsigned_views_round_trip() -> None:
+    vals = u64([0, 1, 2**63, 2**64 - 1])
+    assert to_unsigned(to_signed(vals)).tolist() == vals.tolist()
+    assert signed64(2**64 - 1) == -1 and signed64(5) == 5
+
+
+# --- the executor side ------------------------------------------------------------
+
+
+def make_input(sentences: list[bytes], roots: list[int]) -> pa.Table:
+    from kinesis_spout.records import Record
+    from tracker import SequenceKey
+
+    records = [
+        Record("s", "shardId-0", str(i + 1), 0, "pk", d, datetime.now(UTC), SequenceKey(i + 1))
+        for i, d in enumerate(sentences)
+    ]
+    return records_to_arrow(records, roots)
+
+
+def split(record: InputRecord) -> list[str]:
+    text = record.data.decode()
+    if text.startswith("BAD"):
+        raise ValueError(f"cannot split {text!r}")
+    return text.split()
+
+
+WORD = pa.schema([pa.field("word", pa.string())])
+
+
+def run_stage(
+    table: pa.Table, emit: Any = split, schema: pa.Schema = WORD, sinks: int = 1
+) -> pa.Table:
+    batches = list(run_emit(emit, schema, sinks, table.to_batches()))
+    return pa.Table.from_batches(batches)
+
+
+def test_emit_stage_returns_a_status_per_record_and_the_derived_rows() -> None:
+    table = make_input([b"a b c", b"BAD one", b""], [11, 22, 33])
+    out = run_stage(table)
+    status = out.filter(pa.compute.is_null(out.column(ID)))
+    derived = out.filter(pa.compute.is_valid(out.column(ID)))
+    assert status.column(ROW).to_pylist() == [0, 1, 2]
+    assert status.column("_ok").to_pylist() == [True, False, True]
+    assert status.column("_error").to_pylist()[1] == "ValueError: cannot split 'BAD one'"
+    assert derived.column("word").to_pylist() == ["a", "b", "c"]
+    assert derived.column(ROOT).to_pylist() == [11, 11, 11]
+    # the status's ack-val is the XOR of the edges of the derived rows it announced
+    ids = to_unsigned(derived.column(ID).to_numpy())
+    expected = 0
+    for e in edge_ids(ids, 0).tolist():
+        expected ^= e
+    vals = status.column("_ack_val").to_pylist()
+    assert (vals[0] & (2**64 - 1)) == expected
+    assert vals[1] == 0 and vals[2] == 0  # failed, and nothing derived
+
+
+def test_derived_records_may_be_tuples_dicts_or_single_values() -> None:
+    schema = pa.schema([pa.field("w", pa.string()), pa.field("n", pa.int64())])
+
+    def emit(record: InputRecord) -> list[Any]:
+        return [("x", 1), {"w": "y", "n": 2}, {"w": "z"}]
+
+    out = run_stage(make_input([b"."], [1]), emit, schema)
+    derived = out.filter(pa.compute.is_valid(out.column(ID)))
+    assert derived.column("w").to_pylist() == ["x", "y", "z"]
+    assert derived.column("n").to_pylist() == [1, 2, None]
+
+
+def test_a_record_whose_derived_values_do_not_fit_fails_alone() -> None:
+    schema = pa.schema([pa.field("n", pa.int64())])
+
+    def emit(record: InputRecord) -> list[Any]:
+        return ["not a number"] if record.data == b"bad" else [1, 2]
+
+    out = run_stage(make_input([b"ok", b"bad", b"ok"], [1, 2, 3]), emit, schema)
+    status = out.filter(pa.compute.is_null(out.column(ID)))
+    assert status.column("_ok").to_pylist() == [True, False, True]
+    assert "does not fit the schema" in status.column("_error").to_pylist()[1]
+    derived = out.filter(pa.compute.is_valid(out.column(ID)))
+    assert derived.column(ROOT).to_pylist() == [1, 1, 3, 3]
+
+
+def test_a_tuple_of_the_wrong_width_fails_its_record_with_the_field_names() -> None:
+    out = run_stage(make_input([b"x"], [1]), lambda r: [("a", "b")])
+    status = out.filter(pa.compute.is_null(out.column(ID)))
+    assert status.column("_ok").to_pylist() == [False]
+    assert "2 values for 1 fields ['word']" in status.column("_error").to_pylist()[0]
+
+
+# --- the driver's ledger ----------------------------------------------------------
+
+
+class Tree:
+    """One micro-batch through the emit stage, ready for the ledger."""
+
+    def __init__(self, sentences: list[bytes], n_sinks: int = 1, timeout: float | None = 30.0):
+        self.ledger = FanOutLedger(n_sinks, timeout, random.Random(7))
+        self.roots = self.ledger.new_roots(len(sentences))
+        self.owners = [f"shardId-0:{i + 1}" for i in range(len(sentences))]
+        out = run_stage(make_input(sentences, self.roots), sinks=n_sinks)
+        status = out.filter(pa.compute.is_null(out.column(ID)))
+        self.derived = out.filter(pa.compute.is_valid(out.column(ID)))
+        self.emitted = statuses_from_arrow(
+            status.select([ROW, "_ok", "_error"]).rename_columns([ROW, "ok", "error"]),
+            0,
+            len(sentences),
+        )
+        self.ack_vals = status.column("_ack_val").to_numpy()
+
+    def sink(
+        self, s: int, fail_words: frozenset[str] = frozenset(), drop: frozenset[str] = frozenset()
+    ) -> SinkStatuses:
+        words = self.derived.column("word").to_pylist()
+        keep = [i for i, w in enumerate(words) if w not in drop]
+        roots = self.derived.column(ROOT).to_numpy()[keep]
+        ids = self.derived.column(ID).to_numpy()[keep]
+        ok = np.array([words[i] not in fail_words for i in keep], dtype=bool)
+        errors = {j: f"cannot write {words[i]!r}" for j, i in enumerate(keep) if not ok[j]}
+        return SinkStatuses(s, f"sink{s}", roots, ids, ok, errors)
+
+    def apply(self, sinks: list[SinkStatuses], now: float = 0.0) -> tuple[list[Any], list[Any]]:
+        """The batch's emit statuses (the inits) and these sinks' statuses."""
+        res = self.ledger.apply(self.owners, self.roots, self.emitted, self.ack_vals, sinks, now)
+        return res.acked, res.failed
+
+    def later(self, sinks: list[SinkStatuses], now: float = 0.0) -> tuple[list[Any], list[Any]]:
+        """Sink statuses that arrive after the inits (no emit rows)."""
+        none = Statuses(0, 0, np.zeros(0, dtype=bool))
+        res = self.ledger.apply(self.owners, self.roots, none, self.ack_vals, sinks, now)
+        return res.acked, res.failed
+
+
+def test_a_source_is_acked_only_when_every_sink_wrote_every_derived_record() -> None:
+    t = Tree([b"a b", b"c"], n_sinks=2)
+    acked, failed = t.apply([t.sink(0)])
+    assert acked == [] and failed == []  # sink 1 has not written anything yet
+    assert t.ledger.pending == 2
+    acked, failed = t.later([t.sink(1)])
+    assert sorted(acked) == t.owners and failed == [] and t.ledger.pending == 0
+
+
+def test_a_failed_derived_record_fails_its_source_with_the_sink_error() -> None:
+    t = Tree([b"good words", b"has poison here"])
+    acked, failed = t.apply([t.sink(0, fail_words=frozenset({"poison"}))])
+    assert acked == ["shardId-0:1"]
+    assert failed == [("shardId-0:2", "sink sink0: cannot write 'poison'")]
+    assert t.ledger.pending == 0
+
+
+def test_a_lost_derived_record_times_the_source_out() -> None:
+    t = Tree([b"x y z", b"fine"], timeout=30.0)
+    acked, failed = t.apply([t.sink(0, drop=frozenset({"y"}))], now=100.0)
+    assert acked == ["shardId-0:2"] and failed == []
+    assert t.ledger.expire(129.0).failed == []
+    expired = t.ledger.expire(130.5).failed
+    assert [o for o, _ in expired] == ["shardId-0:1"]
+    assert "not complete within message_timeout" in expired[0][1]
+
+
+def test_records_without_derived_records_complete_and_emit_failures_fail_at_once() -> None:
+    t = Tree([b"", b"BAD input"])
+    acked, failed = t.apply([])
+    assert acked == ["shardId-0:1"]
+    assert failed == [("shardId-0:2", "ValueError: cannot split 'BAD input'")]
+    assert t.ledger.pending == 0
+
+
+def test_acks_from_a_sink_counted_twice_do_not_complete_a_tree() -> None:
+    t = Tree([b"a b"])
+    one = t.sink(0)
+    dup = SinkStatuses(
+        0,
+        "s",
+        np.concatenate([one.roots, one.roots[:1]]),
+        np.concatenate([one.ids, one.ids[:1]]),
+        np.ones(3, bool),
+    )
+    acked, failed = t.apply([dup])
+    assert acked == [] and t.ledger.pending == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    words=st.lists(st.integers(0, 6), min_size=1, max_size=8),
+    n_sinks=st.integers(1, 3),
+    seed=st.integers(0, 2**32),
+    missing=st.integers(-1, 40),
+)
+def test_a_tree_completes_iff_every_edge_is_acked_in_any_order(
+    words: list[int], n_sinks: int, seed: int, missing: int
+) -> None:
+    sentences = [" ".join(f"w{j}" for j in range(k)).encode() for k in words]
+    t = Tree(sentences, n_sinks=n_sinks)
+    per_sink = [t.sink(s) for s in range(n_sinks)]
+    # every (sink, derived row) ack as its own message, shuffled; maybe one left out
+    messages = [(s, i) for s in range(n_sinks) for i in range(len(per_sink[s].ids))]
+    random.Random(seed).shuffle(messages)
+    dropped = messages.pop(missing % len(messages)) if messages and missing >= 0 else None
+    acked, _ = t.apply([])
+    for s, i in messages:
+        one = per_sink[s]
+        part = SinkStatuses(s, "s", one.roots[i : i + 1], one.ids[i : i + 1], np.ones(1, bool))
+        acked += t.later([part])[0]
+    expected = set(t.owners)
+    if dropped is not None:
+        root = int(per_sink[dropped[0]].roots[dropped[1]])
+        expected.discard(t.owners[t.roots.index(root)])
+    assert set(acked) == expected
+    assert len(acked) == len(expected)  # never acked twice
