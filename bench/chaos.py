@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--throttle", type=float, default=defaults.throttle)
     p.add_argument("--error", type=float, default=defaults.error)
     p.add_argument("--drop", type=float, default=defaults.drop)
+    p.add_argument("--records-per-call", type=int, default=defaults.records_per_call)
     p.add_argument("--batch-size", type=int, default=defaults.batch_size)
     p.add_argument("--max-in-flight", type=int, default=defaults.max_in_flight)
     p.add_argument("--checkpoint-interval", type=float, default=defaults.checkpoint_interval)
@@ -68,6 +69,8 @@ def print_summary(result: ChaosResult) -> None:
     )
     for message in f["job_failure_messages"]:
         print(f"job {message} (restarted)")
+    if f["drain_reruns"]:
+        print(f"last run started again {f['drain_reruns']}x: it stopped while ZooKeeper was away")
     print(f"lost: {f['lost']}")
     print(
         f"duplicates: {f['duplicates']} (replay windows {f['replay_window']}, largest per shard "
@@ -114,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             throttle=args.throttle,
             error=args.error,
             drop=args.drop,
+            records_per_call=args.records_per_call,
             batch_size=args.batch_size,
             max_in_flight=args.max_in_flight,
             checkpoint_interval=args.checkpoint_interval,

@@ -123,6 +123,9 @@ class SpoutConfig:
     """Stop after this many micro-batches (0 = run until stopped)."""
     stop_when_idle: float = 0.0
     """Stop after this many seconds with nothing read and nothing in flight (0 = never)."""
+    process: str | None = None
+    """The Spark job's processing, ``module:function`` or ``path/file.py:function``
+    (the job's ``--process`` flag wins)."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -425,11 +428,17 @@ def load_config(
     return SpoutConfig(**_coerce_all(values))
 
 
+# Fields whose flag the commands define themselves (with their own help text).
+_OWN_FLAG_FIELDS = frozenset({"process"})
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--config FILE`` and one ``--<field>`` flag per config field."""
     parser.add_argument("--config", metavar="FILE", help="TOML config file")
     group = parser.add_argument_group("config (override the file and the environment)")
     for f in dataclasses.fields(SpoutConfig):
+        if f.name in _OWN_FLAG_FIELDS:
+            continue
         doc = FIELD_DOCS.get(f.name, "")
         group.add_argument(
             "--" + f.name.replace("_", "-"),

@@ -52,7 +52,8 @@ class Record:
     data: bytes
     """The payload."""
     approximate_arrival: datetime | None
-    """When Kinesis accepted the record (UTC), if reported."""
+    """When Kinesis accepted the record, if reported (an aware datetime; UTC with
+    :func:`~kinesis_spout.kinesis.client.make_client`'s client)."""
     key: SequenceKey
     """Numeric ordering key ``(sequence, sub_sequence)`` used by the tracker."""
     attempt: int = 1

@@ -10,6 +10,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-common.sh
 
-ensure_system_packages
+ensure_system_packages java
 ensure_venv demo
 exec "$VENV/bin/kinesis-spout" demo "$@"

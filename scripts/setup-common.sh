@@ -5,11 +5,18 @@ KINESIS_LOCAL_VERSION="0.6.2"
 
 log() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
 
-ensure_system_packages() {
-  local missing=()
-  command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
-  command -v node >/dev/null 2>&1 || missing+=(nodejs)
-  command -v npm >/dev/null 2>&1 || missing+=(npm)
+ensure_system_packages() {  # $@: what is needed: java, node (default: both)
+  local missing=() want=("$@")
+  ((${#want[@]})) || want=(java node)
+  for tool in "${want[@]}"; do
+    case "$tool" in
+      java) command -v java >/dev/null 2>&1 || missing+=(default-jre-headless) ;;
+      node)
+        command -v node >/dev/null 2>&1 || missing+=(nodejs)
+        command -v npm >/dev/null 2>&1 || missing+=(npm)
+        ;;
+    esac
+  done
   "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
   if ((${#missing[@]})); then
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-common.sh
 
-ensure_system_packages
+ensure_system_packages java node
 ensure_venv test
 ensure_kinesis_mock
 ensure_localstack

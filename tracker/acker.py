@@ -18,9 +18,12 @@ completes (or fails) the root.  Roots must be fresh for every delivery (use
 Finished roots are remembered in a bounded FIFO so that late updates from a
 failed or timed-out tree are counted as unknown instead of starting a new entry.
 
-Memory per open root: one dict entry, one ``_Root`` (3 slots: ack-val, owner,
-deadline; 56 bytes) and the root id itself; with a timeout also a float and two
-deque slots.  ``bench/tracker_bench.py`` prints the measured figure.
+Memory per open root, whatever the size of its tree: one dict entry, one
+``_Root`` (3 slots: ack-val, owner, deadline; 56 bytes) and the current ack-val
+(a 64-bit int, 36 bytes); with a timeout also a float and two deque slots.
+Measured with tracemalloc (``bench/tracker_bench.py``: 100,000 roots, no
+timeout, root ids and initial ack-vals created before measuring): about 108
+bytes per open root.
 """
 
 from __future__ import annotations
@@ -281,7 +284,9 @@ class Acker:
 
         A root inited at ``t`` times out once ``now > t + timeout``.  Entries
         still waiting for their init are dropped (counted as orphans): nobody
-        is there to tell.
+        is there to tell.  Roots are checked in the order they were armed, so
+        the ``now`` passed to ``init``/``update`` should not go backwards (if it
+        does, a root may time out late, never early).
         """
         if self._timeout is None:
             return []

@@ -399,56 +399,58 @@ class InflightRecordTracker(Generic[R]):
         head = self._head
         checkpoint = self._checkpoint
         done = 0
-        for key in keys:
-            i = slot_pop(key, None)
-            if i is None:
-                self._bad_ack(key)
-                continue
-            done += 1
-            if att[i] < 0:
-                self._cancel_retry(key)
-            p = prev[i]
-            n = nxt[i]
-            if p < 0:
-                rec[i] = None
-                push(i)
-                checkpoint = key
-                if n >= 0 and att[n] == 0:
-                    checkpoint = cast(SequenceKey, rec[n])
-                    rec[n] = None
-                    push(n)
-                    n = nxt[n]
-                head = n
-                if n >= 0:
-                    prev[n] = -1
-            elif att[p] == 0:
-                pp = prev[p]
-                rec[p] = None
-                push(p)
-                if n >= 0 and att[n] == 0:
+        try:
+            for key in keys:
+                i = slot_pop(key, None)
+                if i is None:
+                    self._bad_ack(key)
+                    continue
+                done += 1
+                if att[i] < 0:
+                    self._cancel_retry(key)
+                p = prev[i]
+                n = nxt[i]
+                if p < 0:
                     rec[i] = None
                     push(i)
-                    nxt[pp] = n
-                    prev[n] = pp
+                    checkpoint = key
+                    if n >= 0 and att[n] == 0:
+                        checkpoint = cast(SequenceKey, rec[n])
+                        rec[n] = None
+                        push(n)
+                        n = nxt[n]
+                    head = n
+                    if n >= 0:
+                        prev[n] = -1
+                elif att[p] == 0:
+                    pp = prev[p]
+                    rec[p] = None
+                    push(p)
+                    if n >= 0 and att[n] == 0:
+                        rec[i] = None
+                        push(i)
+                        nxt[pp] = n
+                        prev[n] = pp
+                    else:
+                        nxt[pp] = i
+                        prev[i] = pp
+                        att[i] = 0
+                        rec[i] = key
+                elif n >= 0 and att[n] == 0:
+                    nxt[p] = n
+                    prev[n] = p
+                    rec[i] = None
+                    push(i)
                 else:
-                    nxt[pp] = i
-                    prev[i] = pp
                     att[i] = 0
                     rec[i] = key
-            elif n >= 0 and att[n] == 0:
-                nxt[p] = n
-                prev[n] = p
-                rec[i] = None
-                push(i)
-            else:
-                att[i] = 0
-                rec[i] = key
-        self._head = head
-        self._checkpoint = checkpoint
-        if head < 0:
-            self._tail = -1
-            if len(att) > _RELEASE_AT:
-                self._release()
+        finally:  # keep the list consistent even if a key blows up (e.g. unhashable)
+            self._head = head
+            self._checkpoint = checkpoint
+            if head < 0:
+                self._tail = -1
+        if head < 0 and len(att) > _RELEASE_AT:
+            self._release()
         return done
 
     def _bad_ack(self, key: SequenceKey) -> None:

@@ -2,15 +2,24 @@
 
 Against an emulator (an explicit endpoint URL) with no credentials set,
 dummy credentials are used, since emulators accept any.
+
+Timestamps are parsed into UTC datetimes by :func:`utc_timestamp` instead of
+botocore's default, which converts every ``ApproximateArrivalTimestamp`` to
+the local zone through dateutil's ``tzlocal``: about 10 of the ~18 µs of
+client CPU per record of a GetRecords answer on this project's machines.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
+import botocore.session
 from botocore.config import Config as BotoConfig
+from botocore.utils import parse_timestamp
 
 DUMMY_CREDENTIALS = {"aws_access_key_id": "test", "aws_secret_access_key": "test"}
 
@@ -18,6 +27,15 @@ DUMMY_CREDENTIALS = {"aws_access_key_id": "test", "aws_secret_access_key": "test
 def _has_credentials() -> bool:
     session = boto3.session.Session()
     return session.get_credentials() is not None
+
+
+def utc_timestamp(value: Any) -> datetime:
+    """botocore timestamp parser: epoch seconds (the JSON protocol) or a
+    string, as an aware UTC datetime."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, UTC)
+    parsed: datetime = parse_timestamp(value)
+    return parsed.astimezone(UTC)
 
 
 def make_client(
@@ -33,9 +51,10 @@ def make_client(
     botocore's own retries are turned off (``total_max_attempts=1``; note that
     botocore's ``max_attempts=1`` would still allow one retry, with a blocking
     sleep): the getter does its own backoff so that it stays non-blocking and
-    sees every fault.
-    ``endpoint_url=None`` keeps boto3's resolution, which honours
-    ``AWS_ENDPOINT_URL_KINESIS`` / ``AWS_ENDPOINT_URL``.
+    sees every fault. ``endpoint_url=None`` keeps boto3's resolution, which
+    honours ``AWS_ENDPOINT_URL_KINESIS`` / ``AWS_ENDPOINT_URL``. The clients
+    share a botocore session of their own, so the UTC timestamp parser changes
+    nothing for other boto3 clients in the process.
     """
     cfg = BotoConfig(
         region_name=region,
@@ -54,4 +73,22 @@ def make_client(
         kwargs["endpoint_url"] = endpoint_url
     if effective_endpoint and not _has_credentials():
         kwargs.update(DUMMY_CREDENTIALS)
-    return boto3.client("kinesis", **kwargs)
+    with _SESSION_LOCK:  # sessions are not thread-safe; the clients they make are
+        return _session().client("kinesis", **kwargs)
+
+
+_SESSION_LOCK = threading.Lock()
+_SESSION: boto3.session.Session | None = None
+
+
+def _session() -> boto3.session.Session:
+    """One boto3 session for this module's clients (loading the service model
+    costs ~0.1 s per session), with the UTC timestamp parser."""
+    global _SESSION
+    if _SESSION is None:
+        core = botocore.session.Session()
+        core.get_component("response_parser_factory").set_parser_defaults(
+            timestamp_parser=utc_timestamp
+        )
+        _SESSION = boto3.session.Session(botocore_session=core)
+    return _SESSION

@@ -249,7 +249,9 @@ class SparkDriver:
         self._last_completion: float | None = None
         self._healthy = False
         self._poison: dict[str, None] = {}
-        self._totals = {"records": 0, "ok": 0, "failed": 0, "retried": 0, "dead_lettered": 0}
+        self._totals = dict.fromkeys(
+            ("batches", "records", "ok", "failed", "retried", "dead_lettered"), 0
+        )
         self.last_report: BatchReport | None = None
 
     # --- control -------------------------------------------------------------------
@@ -316,7 +318,7 @@ class SparkDriver:
     def summary(self, seconds: float) -> JobSummary:
         t = self._totals
         return JobSummary(
-            self._batch_id,
+            t["batches"],
             t["records"],
             t["ok"],
             t["failed"],
@@ -434,6 +436,7 @@ class SparkDriver:
         dead = (_stat(stats, "dead_lettered") or 0) - (_stat(stats_before, "dead_lettered") or 0)
         retried = sum(1 for r in records if r.attempt > 1)
         t = self._totals
+        t["batches"] += 1
         t["records"] += len(records)
         t["ok"] += ok
         t["failed"] += failed

@@ -171,7 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = signal.Signals(signum).name
         signals_seen.append(name)
         if len(signals_seen) == 1:
-            print(f"{name}: finishing the current batch, then stopping", flush=True)
+            # os.write, not print: the main thread may be inside a print.
+            os.write(2, f"{name}: finishing the current batch, then stopping\n".encode())
             driver.request_stop(name)
         else:
             raise KeyboardInterrupt(name)

@@ -143,7 +143,8 @@ def job_environment(
 
 def supervise(cmd: Sequence[str], env: Mapping[str, str], poll: float = 0.2) -> int:
     """Run ``cmd`` in its own session, forwarding the first SIGINT/SIGTERM to
-    the job's Python driver; return its exit code."""
+    the job's Python driver; return its exit code (``128 + n`` if signal ``n``
+    killed it, as shells do)."""
     fd, pidfile = tempfile.mkstemp(prefix="kinesis-spout-job-", suffix=".pid")
     os.close(fd)
     os.unlink(pidfile)
@@ -168,7 +169,8 @@ def supervise(cmd: Sequence[str], env: Mapping[str, str], poll: float = 0.2) -> 
     try:
         while True:
             try:
-                return proc.wait(timeout=poll)
+                code = proc.wait(timeout=poll)
+                return 128 - code if code < 0 else code
             except subprocess.TimeoutExpired:
                 pass
             if len(received) > forwarded:

@@ -16,18 +16,21 @@ change). The pieces, each usable alone:
 * :func:`tally` and :func:`replay_windows`: the auditor's arithmetic;
 * :func:`run_chaos`: all of it against real local servers.
 
-What the auditor checks (:attr:`ChaosResult.problems` lists what failed):
+What the auditor checks (:attr:`ChaosResult.problems` lists the guarantees that
+did not hold, :attr:`ChaosResult.missed` the issue's stricter criteria that were
+not met):
 
 * **lost** = ids put - ids in the sink - ids dead-lettered: must be 0;
 * **duplicates** = sink rows - distinct ids in the sink. Each kill replays, per
   shard, the records after the checkpoint stored at that moment; the rows of
   those records already in the sink form the kill's *replay window*. Every
-  duplicate must lie in a replay window (``unexplained_duplicates`` = 0), and
-  the total is compared with the issue's bound ``kills x max_in_flight x shards``;
+  duplicate must lie in a replay window (``unexplained_duplicates`` = 0); the
+  total is compared with the issue's bound ``kills x max_in_flight x shards``
+  (a *missed* criterion, see ``docs/guarantees.md`` for the bound the design keeps);
 * **poison**: every poison id dead-lettered, with its error and
   ``retry_limit + 1`` attempts, and never in the sink; dead-letter entries
-  repeated by a replay are counted (``dead_letter_duplicates``) and must lie in
-  a replay window too;
+  repeated by a replay are counted (``dead_letter_duplicates``, a *missed*
+  criterion when not 0) and must lie in a replay window too;
 * **checkpoints_monotonic**: ordered by the ZooKeeper transaction id of each
   write, no shard's checkpoint ever went backwards; at the end every shard's
   checkpoint is its last sequence number.
@@ -69,6 +72,7 @@ JOB_KEYS = (
     "checkpoint_store",
     "dead_letter",
     "sink",
+    "records_per_call",
     "batch_size",
     "batch_max_wait",
     "max_in_flight",
@@ -121,6 +125,8 @@ class ChaosPlan:
     """Proxy: share whose connection is cut (before or after forwarding)."""
     expire: float = 0.0
     """Proxy: share of GetRecords answered ExpiredIteratorException."""
+    records_per_call: int = 1_000
+    """GetRecords ``Limit``: smaller means more Kinesis calls for the proxy to disturb."""
     batch_size: int = 2_000
     batch_max_wait: float = 0.5
     max_in_flight: int = 500
@@ -229,6 +235,7 @@ def job_config(plan: ChaosPlan, *, stream: str, endpoint: str, zk_url: str, work
         checkpoint_store=zk_url,
         dead_letter=str(workdir / "dead-letter"),
         sink=f"parquet://{workdir / 'sink'}",
+        records_per_call=plan.records_per_call,
         batch_size=plan.batch_size,
         batch_max_wait=plan.batch_max_wait,
         max_in_flight=plan.max_in_flight,
@@ -841,16 +848,176 @@ class ChaosResult:
         return not self.problems and not self.missed
 
 
-@dataclass(slots=True)
-class _RunState:
-    """Book-keeping of the job runs while the chaos goes on."""
+class _ZooKeeperRestart:
+    """Stops ZooKeeper, waits, starts it again on the same port and data, in a thread
+    (the job keeps running and kills keep coming meanwhile)."""
 
-    runs: int = 0
-    kills: list[KillSnapshot] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    """Runs that exited with code 1 on their own (restarted, like a supervisor would)."""
-    zk_restarts: list[tuple[float, float]] = field(default_factory=list)
-    """(seconds since start when stopped, seconds it was unreachable)."""
+    def __init__(self, zk: Any, down_seconds: float, origin: float) -> None:
+        self.zk = zk
+        self.down_seconds = down_seconds
+        self.origin = origin
+        self.stopped_at = 0.0
+        self.unreachable = 0.0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="chaos-zk-restart", daemon=True)
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float = 120.0) -> None:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise ChaosError(f"ZooKeeper did not come back within {timeout:.0f}s")
+        if self.error is not None:
+            raise ChaosError(f"ZooKeeper did not restart: {self.error}") from self.error
+
+    def _run(self) -> None:
+        t = time.monotonic()
+        self.stopped_at = round(t - self.origin, 1)
+        try:
+            self.zk.stop()
+            time.sleep(self.down_seconds)
+            self.zk.start()
+        except BaseException as exc:  # reported by join()
+            self.error = exc
+        self.unreachable = round(time.monotonic() - t, 1)
+
+
+class _ChaosLoop:
+    """Runs the job, restarts it after each kill or failure, until a run drains.
+
+    Each poll (every :data:`POLL_SECONDS`) looks at the sink and the job: a
+    kill is due once the sink has reached its row count and the current run
+    has written something; so is a ZooKeeper restart. After a kill the
+    snapshot of what is durable (sink files, dead-letter lines, stored
+    checkpoints) is taken before the next run starts.
+    """
+
+    def __init__(
+        self,
+        plan: ChaosPlan,
+        schedule: Schedule,
+        *,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        work: Path,
+        zk: Any,
+        watcher: CheckpointWatcher,
+        last_seq: Mapping[str, int],
+        stack: contextlib.ExitStack,
+        origin: float,
+        say: Callable[[str], None],
+    ) -> None:
+        self.plan = plan
+        self.command = list(command)
+        self.env = dict(env)
+        self.work = work
+        self.zk = zk
+        self.watcher = watcher
+        self.last_seq = dict(last_seq)
+        self.stack = stack
+        self.origin = origin
+        self.say = say
+        self.progress = SinkProgress(work / "sink")
+        self.kills_due = list(zip(schedule.kill_rows, schedule.kill_delays, strict=True))
+        self.zk_due = list(schedule.zk_rows)
+        self.runs = 0
+        self.kills: list[KillSnapshot] = []
+        self.failures: list[str] = []
+        """Runs that exited with code 1 on their own (restarted, like a supervisor would)."""
+        self.zk_restarts: list[_ZooKeeperRestart] = []
+        self.drain_reruns = 0
+        """Runs started after a clean exit that left a checkpoint behind (ZooKeeper was down)."""
+        self.last_start = origin
+        self.job = self._launch()
+        self._files_at_start = self.progress.files
+
+    def run(self, deadline: float) -> None:
+        while True:
+            if time.monotonic() > deadline:
+                raise ChaosError(
+                    f"chaos run did not finish within {self.plan.timeout:.0f}s "
+                    f"(run {self.runs}, {self.progress.rows} sink rows); job log "
+                    f"{self.job.log_path}:\n{self.job.tail()}"
+                )
+            time.sleep(POLL_SECONDS)
+            rows = self.progress.refresh()
+            code = self.job.poll()
+            if code is not None:
+                if self._exited(code):
+                    break
+                continue
+            wrote = bool(self.progress.files - self._files_at_start)
+            if self.kills_due and rows >= self.kills_due[0][0] and wrote:
+                self._kill(self.kills_due.pop(0)[1])
+            elif self.zk_due and rows >= self.zk_due[0] and wrote and not self._zk_down:
+                self.zk_due.pop(0)
+                restart = _ZooKeeperRestart(self.zk, self.plan.zk_down_seconds, self.origin)
+                self.zk_restarts.append(restart.start())
+                self.say(f"ZooKeeper stopped at {rows} sink rows")
+        for restart in self.zk_restarts:
+            restart.join()
+
+    @property
+    def _zk_down(self) -> bool:
+        return any(r.running for r in self.zk_restarts)
+
+    def _launch(self) -> JobProcess:
+        self.runs += 1
+        job = JobProcess(self.command, self.env, self.work / f"job-{self.runs}.log").start()
+        self.stack.callback(_kill_quietly, job)
+        self.last_start = time.monotonic()
+        self._files_at_start = self.progress.files
+        return job
+
+    def _exited(self, code: int) -> bool:
+        """The run ended on its own: True when the chaos run is over."""
+        if code == 0:
+            for restart in self.zk_restarts:
+                restart.join()
+            stored = {s: v.sequence for s, v in self.watcher.read_now().items()}
+            if stored == self.last_seq or self.drain_reruns >= 2:
+                return True
+            # It stopped idle while ZooKeeper was away: its last checkpoint was not written.
+            self.drain_reruns += 1
+            self.say(f"run {self.runs} stopped with checkpoints behind; starting it again")
+            self.job = self._launch()
+            return False
+        note = f"run {self.runs} exited with {code}: {_last_error(self.job)}"
+        self.failures.append(note)
+        self.say(f"job {note}; restarting")
+        if code == 2 or len(self.failures) > self.plan.max_job_failures:
+            raise ChaosError(f"the job keeps failing; log {self.job.log_path}:\n{self.job.tail()}")
+        self.job = self._launch()
+        return False
+
+    def _kill(self, delay: float) -> None:
+        time.sleep(delay)
+        self.job.kill()
+        time.sleep(0.2)  # let ZooKeeper apply a write that was on the wire
+        snap = KillSnapshot(
+            index=len(self.kills) + 1,
+            at=round(time.monotonic() - self.origin, 1),
+            rows=self.progress.refresh(),
+            sink_files=self.progress.files,
+            dead_letter_lines=dead_letter_lines(self.work / "dead-letter"),
+            checkpoints={
+                s: v.sequence
+                for s, v in self.watcher.read_now().items()  # waits while ZooKeeper is down
+                if v.sequence is not None
+            },
+        )
+        self.kills.append(snap)
+        self.say(
+            f"kill {snap.index}: SIGKILL to run {self.runs} at {snap.at:.1f}s, "
+            f"{snap.rows} sink rows; restarting"
+        )
+        self.job = self._launch()
 
 
 def _say(text: str) -> None:
@@ -880,7 +1047,6 @@ def run_chaos(
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    deadline = started + plan.timeout
     phases: dict[str, float] = {}
     stream = f"chaos-{plan.seed}"
 
@@ -909,96 +1075,38 @@ def run_chaos(
             f"shards of {stream} in {phases['produce']:.1f}s"
         )
 
-        zk_url = zk.url(ZK_ROOT)
         config_path = work / "chaos-job.toml"
         config_path.write_text(
             job_config(
-                plan, stream=stream, endpoint=proxy.endpoint_url, zk_url=zk_url, workdir=work
+                plan,
+                stream=stream,
+                endpoint=proxy.endpoint_url,
+                zk_url=zk.url(ZK_ROOT),
+                workdir=work,
             )
         )
         proxy.set_rates(
             throttle=plan.throttle, error=plan.error, drop=plan.drop, expire=plan.expire
         )
         watcher = stack.enter_context(CheckpointWatcher(zk.hosts, f"{ZK_ROOT}/{JOB_NAME}/{stream}"))
-        schedule = make_schedule(plan, plan.records - len(records.poison))
-        state = _RunState()
-        command = job_command(config_path, plan.master)
-        env = job_environment(master=plan.master)
-        progress = SinkProgress(work / "sink")
-
-        def launch() -> JobProcess:
-            state.runs += 1
-            job = JobProcess(command, env, work / f"job-{state.runs}.log").start()
-            stack.callback(_kill_quietly, job)
-            return job
-
-        job = launch()
-        run_t0 = t
-        files_at_start = progress.files
-        kills_due = list(zip(schedule.kill_rows, schedule.kill_delays, strict=True))
-        zk_due = list(schedule.zk_rows)
-        last_restart = t
-        while True:
-            if time.monotonic() > deadline:
-                raise ChaosError(
-                    f"chaos run did not finish within {plan.timeout:.0f}s "
-                    f"(run {state.runs}, {progress.rows} sink rows); job log "
-                    f"{job.log_path}:\n{job.tail()}"
-                )
-            time.sleep(POLL_SECONDS)
-            rows = progress.refresh()
-            code = job.poll()
-            if code is not None:
-                if code == 0:
-                    break
-                note = f"run {state.runs} exited with {code}: {_last_error(job)}"
-                state.failures.append(note)
-                say(f"job {note}; restarting")
-                if code == 2 or len(state.failures) > plan.max_job_failures:
-                    raise ChaosError(f"the job keeps failing; log {job.log_path}:\n{job.tail()}")
-                job = launch()
-                files_at_start = progress.files
-                continue
-            moved = progress.files - files_at_start
-            if kills_due and rows >= kills_due[0][0] and moved:
-                _, delay = kills_due.pop(0)
-                time.sleep(delay)
-                job.kill()
-                rows = progress.refresh()
-                snap = KillSnapshot(
-                    index=len(state.kills) + 1,
-                    at=round(time.monotonic() - started, 1),
-                    rows=rows,
-                    sink_files=progress.files,
-                    dead_letter_lines=dead_letter_lines(work / "dead-letter"),
-                    checkpoints={
-                        s: v.sequence
-                        for s, v in watcher.read_now().items()
-                        if v.sequence is not None
-                    },
-                )
-                state.kills.append(snap)
-                say(
-                    f"kill {snap.index}: SIGKILL to run {state.runs} at {snap.at:.1f}s, "
-                    f"{rows} sink rows; restarting"
-                )
-                job = launch()
-                files_at_start = progress.files
-                last_restart = time.monotonic()
-                continue
-            if zk_due and rows >= zk_due[0] and moved:
-                zk_due.pop(0)
-                t_stop = time.monotonic()
-                zk.stop()
-                time.sleep(plan.zk_down_seconds)
-                zk.start()
-                down = time.monotonic() - t_stop
-                state.zk_restarts.append((round(t_stop - started, 1), round(down, 1)))
-                say(f"ZooKeeper stopped at {rows} sink rows, back after {down:.1f}s")
-        t = time.monotonic()
-        phases["run"] = round(last_restart - run_t0, 1)
-        phases["drain"] = round(t - last_restart, 1)
-        say(f"run {state.runs} drained and stopped; auditing")
+        loop = _ChaosLoop(
+            plan,
+            make_schedule(plan, plan.records - len(records.poison)),
+            command=job_command(config_path, plan.master),
+            env=job_environment(master=plan.master),
+            work=work,
+            zk=zk,
+            watcher=watcher,
+            last_seq=last_seq,
+            stack=stack,
+            origin=started,
+            say=say,
+        )
+        loop.run(started + plan.timeout)
+        t_end = time.monotonic()
+        phases["run"] = round(loop.last_start - t, 1)
+        phases["drain"] = round(t_end - loop.last_start, 1)
+        say(f"run {loop.runs} drained and stopped; auditing")
 
         final = watcher.read_now()
         watcher.stop()
@@ -1014,9 +1122,9 @@ def run_chaos(
             ((d.rid, d.error, d.attempts) for d in dead),
             plan.retry_limit,
         )
-        replay = replay_windows(state.kills, rows_all, dead)
+        replay = replay_windows(loop.kills, rows_all, dead)
         final_ok = {s: v.sequence for s, v in final.items()} == last_seq
-        lap("audit", t)
+        lap("audit", t_end)
     phases["total"] = round(time.monotonic() - started, 1)
 
     figures: dict[str, Any] = {
@@ -1025,9 +1133,9 @@ def run_chaos(
         "seed": plan.seed,
         "lost": counts.lost,
         "duplicates": counts.duplicates,
-        "kills": len(state.kills),
+        "kills": len(loop.kills),
         "max_in_flight": plan.max_in_flight,
-        "duplicate_bound": len(state.kills) * plan.max_in_flight * plan.shards,
+        "duplicate_bound": len(loop.kills) * plan.max_in_flight * plan.shards,
         "replay_window": replay.total,
         "replay_window_max_per_shard": replay.max_per_shard,
         "unexplained_duplicates": replay.unexplained_duplicates,
@@ -1043,8 +1151,8 @@ def run_chaos(
         "checkpoints_monotonic": monotonic.monotonic,
         "checkpoint_values_seen": monotonic.values_seen,
         "final_checkpoints_at_end": final_ok,
-        "zk_restarts": len(state.zk_restarts),
-        "zk_unreachable_seconds": [d for _, d in state.zk_restarts],
+        "zk_restarts": len(loop.zk_restarts),
+        "zk_unreachable_seconds": [r.unreachable for r in loop.zk_restarts],
         "kinesis_calls": requests,
         "faults": {
             "throttle": faults.throttle,
@@ -1053,22 +1161,24 @@ def run_chaos(
             "expire": faults.expire,
             "rate": round(faults.total / requests, 3) if requests else 0.0,
         },
-        "job_runs": state.runs,
-        "job_failures": len(state.failures),
-        "job_failure_messages": state.failures,
+        "job_runs": loop.runs,
+        "job_failures": len(loop.failures),
+        "job_failure_messages": loop.failures,
+        "drain_reruns": loop.drain_reruns,
         "retry_limit": plan.retry_limit,
         "batch_size": plan.batch_size,
+        "records_per_call": plan.records_per_call,
         "checkpoint_interval": plan.checkpoint_interval,
         "kill_log": [
             {"at": s.at, "rows": s.rows, "window": w, "largest_shard_window": m}
-            for s, w, m in zip(state.kills, replay.windows, replay.shard_max, strict=True)
+            for s, w, m in zip(loop.kills, replay.windows, replay.shard_max, strict=True)
         ],
         "seconds": phases["total"],
         "phases": phases,
     }
     result = ChaosResult(
         figures,
-        _problems(plan, figures, counts, monotonic, state, bad_lines, last_seq, final),
+        _problems(plan, figures, counts, monotonic, bad_lines, last_seq, final),
         _missed(figures),
     )
     figures["guarantees_held"] = result.guarantees_held
@@ -1098,7 +1208,6 @@ def _problems(
     f: Mapping[str, Any],
     counts: Tally,
     monotonic: MonotonicReport,
-    state: _RunState,
     bad_lines: Sequence[str],
     last_seq: Mapping[str, int],
     final: Mapping[str, CheckpointSeen],
@@ -1132,10 +1241,10 @@ def _problems(
     if not f["final_checkpoints_at_end"]:
         got = {s: v.sequence for s, v in final.items()}
         out.append(f"final checkpoints {got} != last sequence numbers {dict(last_seq)}")
-    if len(state.kills) != plan.kills:
-        out.append(f"{len(state.kills)} kills done, {plan.kills} planned")
-    if len(state.zk_restarts) != plan.zk_restarts:
-        out.append(f"{len(state.zk_restarts)} ZooKeeper restarts done, {plan.zk_restarts} planned")
+    if f["kills"] != plan.kills:
+        out.append(f"{f['kills']} kills done, {plan.kills} planned")
+    if f["zk_restarts"] != plan.zk_restarts:
+        out.append(f"{f['zk_restarts']} ZooKeeper restarts done, {plan.zk_restarts} planned")
     return out
 
 

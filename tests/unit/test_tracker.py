@@ -457,3 +457,14 @@ def test_resume_after_a_restored_checkpoint() -> None:
 def test_resume_after_must_be_a_valid_key(bad: object) -> None:
     with pytest.raises(ValueError, match="resume_after"):
         InflightRecordTracker(retry_limit=1, resume_after=bad)  # type: ignore[arg-type]
+
+
+def test_ack_many_leaves_the_list_consistent_if_a_key_is_unusable() -> None:
+    tracker: InflightRecordTracker[str] = InflightRecordTracker(retry_limit=1)
+    emit_all(tracker, 1, 2, 3)
+    with pytest.raises(TypeError):
+        tracker.ack_many([k(1), [2]])  # type: ignore[list-item]
+    assert tracker.checkpoint == k(1)
+    assert tracker._nodes() == [(k(2), False), (k(3), False)]
+    assert tracker.ack_many([k(3), k(2)]) == 2
+    assert tracker.checkpoint == k(3) and tracker._nodes() == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import random
 from collections import Counter, defaultdict
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -220,13 +221,18 @@ def test_shard_states_and_stats_after_a_full_read(
     fill(emulator_kinesis, unique_name, 200, shards=2)
     metrics = InMemoryMetrics()
     sp = spout(emulator.endpoint_url, unique_name, tmp_path, metrics=metrics)
-    read_all(sp)
+    got = read_all(sp)
+    now = datetime.now(UTC)
+    for r in got:  # arrival times parsed as UTC (make_client's parser), and plausible
+        assert r.approximate_arrival is not None and r.approximate_arrival.tzinfo is UTC
+        assert abs(now - r.approximate_arrival) < timedelta(minutes=10)
     assert sp.shard_states() == {
         "shardId-000000000000": ShardState.OPEN,
         "shardId-000000000001": ShardState.OPEN,
     }
     st = sp.stats()
     assert (st.read, st.acked, st.in_flight, st.failed) == (200, 200, 0, 0)
+    assert sp.is_idle
     assert all(v == 0 for v in st.millis_behind_latest.values())
     sp.close()
     assert metrics.count("records_read") == 200

@@ -1,0 +1,100 @@
+"""``kinesis-spout run``'s signal forwarding, with stand-in processes (no Spark).
+
+The stand-in for ``spark-submit`` reports whether it inherited SIGINT/SIGTERM
+as ignored (that is what keeps the JVM alive under the Python driver) and
+starts a stand-in job that writes its pid file and exits 0 on SIGTERM, as
+the real job does after its last batch and checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+FAKE_SUBMIT = """
+import os, signal, subprocess, sys
+ignored = [signal.getsignal(s) is signal.SIG_IGN for s in (signal.SIGINT, signal.SIGTERM)]
+print("submit: ignored", ignored, flush=True)
+sys.exit(subprocess.call([sys.executable, sys.argv[1]]))
+"""
+
+FAKE_JOB = """
+import os, signal, sys, time
+from pathlib import Path
+def stop(signum, frame):
+    print("job: got", signal.Signals(signum).name, "- checkpointing and exiting", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+Path(os.environ["KSPOUT_JOB_PIDFILE"]).write_text(str(os.getpid()))
+print("job: running", flush=True)
+time.sleep(60)
+sys.exit(3)
+"""
+
+SUPERVISOR = """
+import sys
+from kinesis_spout.spark.submit import supervise, job_environment
+sys.exit(supervise([sys.executable, sys.argv[1], sys.argv[2]], job_environment()))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_the_first_signal_reaches_the_job_alone_and_it_exits_cleanly(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    submit = tmp_path / "submit.py"
+    submit.write_text(FAKE_SUBMIT)
+    job = tmp_path / "job.py"
+    job.write_text(FAKE_JOB)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISOR, str(submit), str(job)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if line.startswith("job: running"):
+            break
+    time.sleep(0.3)  # the pid file is written before "running"; let the poll loop see it
+    os.kill(proc.pid, sig)
+    out, _ = proc.communicate(timeout=30)
+    text = "".join(lines) + out
+    assert proc.returncode == 0, text
+    assert "submit: ignored [True, True]" in text
+    assert "job: got SIGTERM - checkpointing and exiting" in text
+
+
+def test_a_second_signal_kills_the_whole_group(tmp_path: Path) -> None:
+    submit = tmp_path / "submit.py"
+    submit.write_text(FAKE_SUBMIT)
+    job = tmp_path / "job.py"
+    job.write_text(FAKE_JOB.replace("sys.exit(0)", "pass  # ignores the request"))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISOR, str(submit), str(job)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    while not proc.stdout.readline().startswith("job: running"):
+        pass
+    time.sleep(0.3)
+    os.kill(proc.pid, signal.SIGTERM)
+    time.sleep(0.6)
+    assert proc.poll() is None  # the job ignored the polite request
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGKILL
