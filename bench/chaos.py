@@ -23,6 +23,7 @@ passed, 1 otherwise. The figures are in ``docs/guarantees.md``.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shutil
 import sys
@@ -73,9 +74,14 @@ def print_summary(result: ChaosResult) -> None:
         print(f"last run started again {f['drain_reruns']}x: it stopped while ZooKeeper was away")
     print(f"lost: {f['lost']}")
     print(
-        f"duplicates: {f['duplicates']} (replay windows {f['replay_window']}, largest per shard "
-        f"{f['replay_window_max_per_shard']}; unexplained {f['unexplained_duplicates']}; "
-        f"bound kills x max_in_flight x shards = {f['duplicate_bound']})"
+        f"duplicates: {f['duplicates']} (replay windows {f['replay_window']}; unexplained "
+        f"{f['unexplained_duplicates']}; the issue's bound kills x max_in_flight x shards = "
+        f"{f['kills']} x {f['max_in_flight']} x {f['shards']} = {f['duplicate_bound']})"
+    )
+    print(
+        f"largest replay of one shard at one kill: {f['replay_window_max_per_shard']} "
+        f"(design bound with a checkpoint per micro-batch: max_in_flight x "
+        f"(2 x retry_limit + 2) = {f['replay_bound_per_shard']})"
     )
     print(
         f"poison: {f['poison']}, dead-lettered {f['dead_lettered']} "
@@ -125,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     except KinesisSpoutError as exc:
         print(f"chaos: error: {exc}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"ok": False, "error": str(exc)}))
         return 2
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="kinesis-spout-chaos-"))
     try:
@@ -132,9 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     except KinesisSpoutError as exc:
         print(f"chaos: the run could not be carried out: {exc}", file=sys.stderr)
         print(f"chaos: servers' data and job logs are in {workdir}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"ok": False, "error": str(exc).splitlines()[0]}))
         return 1
     print_summary(result)
-    if args.workdir is None and result.ok:
+    if args.workdir is None and result.guarantees_held:
         shutil.rmtree(workdir, ignore_errors=True)
     else:
         print(f"servers' data, job logs and outputs: {workdir}")

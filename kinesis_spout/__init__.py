@@ -7,16 +7,31 @@ below which everything is done is checkpointed per shard.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from kinesis_spout.config import InitialPosition, SpoutConfig, load_config
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.records import Checkpoint, Record, ShardInfo
 
+if TYPE_CHECKING:
+    from kinesis_spout.spout import KinesisSpout
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # The spout pulls in boto3; load it on first use only.
+    if name == "KinesisSpout":
+        from kinesis_spout.spout import KinesisSpout
+
+        return KinesisSpout
+    raise AttributeError(f"module 'kinesis_spout' has no attribute {name!r}")
 
 __all__ = [
     "Checkpoint",
     "ConfigError",
     "InitialPosition",
+    "KinesisSpout",
     "KinesisSpoutError",
     "Record",
     "ShardInfo",

@@ -68,6 +68,10 @@ class ExpiredIteratorError(KinesisError):
     retriable = True
 
 
+class InvalidPositionError(KinesisError):
+    """Kinesis refused to open a shard at a stored position (never skipped silently)."""
+
+
 class CredentialsError(KinesisError):
     """The credentials were rejected or are missing."""
 

@@ -16,6 +16,10 @@ checkpoint_age_seconds    gauge  seconds since the last successful checkpoint wr
 checkpoint_writes         count  checkpoint writes that took effect
 kinesis_throttled         count  throttling answers from Kinesis
 kinesis_errors            count  5xx answers and dropped connections
+rebalances                count  shard assignments recomputed (workers joined or left)
+leases_acquired           count  shard leases taken by this worker
+leases_released           count  shard leases given up after a flush
+leases_lost               count  shard leases lost with an expired ZooKeeper session
 iterators_expired         count  ExpiredIteratorException answers (the iterator is re-opened)
 ========================  =====  ==============================================
 """

@@ -9,7 +9,11 @@ Per shard it owns the spout keeps a :class:`~tracker.InflightRecordTracker`
 and a :class:`~kinesis_spout.kinesis.getter.BufferedShardGetter`:
 
 * due retries are handed out before new records; new records come
-  round-robin from the shards; a shard at ``max_in_flight`` is not fetched;
+  round-robin from the shards; a shard that has handed out ``max_in_flight``
+  records since its last *saved* checkpoint is not fetched (acked but unsaved
+  records count too: that is what bounds the replay after a crash to
+  ``max_in_flight`` per shard; a full window saves early when that frees half
+  of it);
 * a record that fails ``retry_limit + 1`` times is written (fsynced) to the
   dead-letter sink, exactly once, and only then counts as done;
 * the tracker's checkpoint ("everything up to here is done") is saved per
@@ -31,6 +35,7 @@ for that round instead; a checkpoint ``(seq, sub > 0)`` resumes
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import math
@@ -121,6 +126,8 @@ class _Shard:
         "dead_pending",
         "aggregates",
         "stored",
+        "unsaved",
+        "unsaved_head",
     )
 
     def __init__(self, shard_id: str, stored: Checkpoint | None) -> None:
@@ -133,6 +140,32 @@ class _Shard:
         self.dead_pending: list[tuple[Record, str | None, int]] = []
         self.aggregates: dict[int, None] = {}
         self.stored = stored
+        # Keys handed out for the first time after the saved checkpoint, in emit (= key)
+        # order, from index ``unsaved_head`` on: what a crash now would replay.
+        self.unsaved: list[SequenceKey] = []
+        self.unsaved_head = 0
+
+    @property
+    def window(self) -> int:
+        """Records handed out after the saved checkpoint (done or not)."""
+        return len(self.unsaved) - self.unsaved_head
+
+    def trim_window(self, saved: SequenceKey) -> None:
+        """Forget the keys covered by the newly saved checkpoint ``saved``."""
+        unsaved = self.unsaved
+        head = bisect.bisect_right(unsaved, saved, self.unsaved_head)
+        if head > 4096 and head * 2 > len(unsaved):
+            del unsaved[:head]
+            head = 0
+        self.unsaved_head = head
+
+    def savable(self) -> int:
+        """Records of the window that the tracker's checkpoint already covers."""
+        tracker = self.tracker
+        cp = tracker.checkpoint if tracker is not None else None
+        if cp is None or (self.saved is not None and cp <= self.saved):
+            return 0
+        return bisect.bisect_right(self.unsaved, cp, self.unsaved_head) - self.unsaved_head
 
     @property
     def emitting(self) -> bool:
@@ -198,6 +231,7 @@ class KinesisSpout:
         self._ignored = 0
         self._checkpoint_writes = 0
         self._pending_error: Exception | None = None
+        self._early_save_at = max(1, config.max_in_flight // 2)
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> None:
@@ -346,9 +380,11 @@ class KinesisSpout:
                 reader = sh.reader
                 if tracker is None or reader is None or not sh.emitting:
                     continue
-                room = limit - tracker.in_flight
+                room = limit - sh.window
                 if room <= 0:
-                    continue
+                    room = self._make_room(sh, now)
+                    if room <= 0:
+                        continue
                 if reader.buffered == 0:
                     if sh.shard_id in polled:
                         continue
@@ -363,8 +399,10 @@ class KinesisSpout:
                 if not recs:
                     continue
                 emitted = tracker.emitted
+                window = sh.unsaved
                 for r in recs:
-                    emitted(r.key, r, now)
+                    if emitted(r.key, r, now):
+                        window.append(r.key)
                 out.extend(recs)
                 k = len(recs)
                 remaining -= k
@@ -395,7 +433,7 @@ class KinesisSpout:
                 due = tracker.next_retry_at()
                 if due is not None and due < t:
                     t = due
-                if tracker.in_flight < self.config.max_in_flight:
+                if sh.window < self.config.max_in_flight or sh.savable() >= self._early_save_at:
                     ready = reader.ready_at()
                     if ready < t:
                         t = ready
@@ -568,11 +606,21 @@ class KinesisSpout:
             log.warning("checkpoint of %s not saved, will retry: %s", sh.shard_id, exc)
             return False
         sh.saved = key
+        sh.trim_window(key)
         self._last_save = now
         self._checkpoint_writes += 1
         self._metrics.increment("checkpoint_writes", shard=sh.shard_id)
         log.debug("checkpoint %s at %s", sh.shard_id, key)
         return True
+
+    def _make_room(self, sh: _Shard, now: float) -> int:
+        """``sh`` handed out ``max_in_flight`` records since its saved checkpoint:
+        save early if that frees at least half the window (so a crash never
+        replays more than ``max_in_flight`` records of a shard, and an early
+        save costs one write per half window, never one per record)."""
+        if sh.savable() >= self._early_save_at:
+            self._save(sh, now)
+        return self.config.max_in_flight - sh.window
 
     def _fence(self, sh: _Shard, exc: CheckpointError) -> None:
         if not sh.fenced:

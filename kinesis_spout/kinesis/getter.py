@@ -53,6 +53,7 @@ from kinesis_spout.errors import (
     CredentialsError,
     EndpointUnreachableError,
     ExpiredIteratorError,
+    InvalidPositionError,
     KinesisError,
     StreamNotFoundError,
     ThrottledError,
@@ -64,15 +65,13 @@ from tracker import Backoff, SequenceKey
 
 log = logging.getLogger(__name__)
 
+__all__ = ["BufferedShardGetter", "InvalidPositionError", "KinesisShardGetter", "ShardBatch"]
+
 NEVER = math.inf
 #: How far before the first LATEST iterator a re-open after its expiry starts.
 LATEST_MARGIN = timedelta(seconds=1)
 _RETRIABLE = (ThrottledError, TransientKinesisError, EndpointUnreachableError)
 _NO_CHILDREN: tuple[ShardInfo, ...] = ()
-
-
-class InvalidPositionError(KinesisError):
-    """Kinesis refused to open a shard at a stored position (never skipped silently)."""
 
 
 def _utcnow() -> datetime:

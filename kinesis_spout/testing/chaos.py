@@ -173,6 +173,13 @@ class ChaosPlan:
         return self.throttle + self.error + self.drop + self.expire
 
     @property
+    def replay_bound_per_shard(self) -> int:
+        """The design's bound on one shard's replay after one crash when the
+        checkpoint is written after every micro-batch (``docs/guarantees.md``):
+        ``max_in_flight x (2 x retry_limit + 2)``."""
+        return self.max_in_flight * (2 * self.retry_limit + 2)
+
+    @property
     def duplicate_bound(self) -> int:
         """The issue's bound on duplicates: ``kills x max_in_flight x shards``."""
         return self.kills * self.max_in_flight * self.shards
@@ -1138,6 +1145,7 @@ def run_chaos(
         "duplicate_bound": len(loop.kills) * plan.max_in_flight * plan.shards,
         "replay_window": replay.total,
         "replay_window_max_per_shard": replay.max_per_shard,
+        "replay_bound_per_shard": plan.replay_bound_per_shard,
         "unexplained_duplicates": replay.unexplained_duplicates,
         "poison": counts.poison,
         "dead_lettered": counts.dead_lettered,

@@ -223,6 +223,10 @@ class KinesisMock(KinesisEmulator):
         self.extra_env = extra_env or {}
         self.main_js = find_kinesis_mock()
 
+    def stop(self, kill: bool = True) -> None:
+        """kinesis-mock ignores SIGTERM (and keeps nothing on disk): kill it."""
+        super().stop(kill=kill)
+
     def command(self) -> Sequence[str]:
         node = shutil.which("node")
         if node is None:

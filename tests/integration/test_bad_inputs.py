@@ -1,4 +1,5 @@
-"""Bad input: every case of the README's table gets a clear error and writes no checkpoint.
+"""Bad input: every case of the bad-input table (docs/guarantees.md) gets a clear error
+and writes no checkpoint.
 
 Config mistakes go through the real command (``kinesis-spout run``), which
 refuses them before Spark starts (exit code 2). The others run the job's
@@ -155,6 +156,7 @@ def filled_stream(moto_client: Any, unique_name: str) -> list[tuple[str, str]]:
     )
 
 
+@pytest.mark.spark
 def test_unknown_stream(
     ws: Workspace, spark: Any, moto_server: MotoServer, unique_name: str
 ) -> None:
@@ -182,6 +184,7 @@ def test_unknown_stream_through_spark_submit(
     assert ws.written() == []
 
 
+@pytest.mark.spark
 def test_unreachable_endpoint(ws: Workspace, spark: Any, unique_name: str) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(EndpointUnreachableError) as info:
@@ -206,6 +209,7 @@ def auth_moto() -> Iterator[AuthMoto]:
         yield server
 
 
+@pytest.mark.spark
 def test_bad_credentials_are_refused_naming_the_reason(
     ws: Workspace, spark: Any, auth_moto: AuthMoto, unique_name: str
 ) -> None:
@@ -218,6 +222,7 @@ def test_bad_credentials_are_refused_naming_the_reason(
     assert ws.written() == []
 
 
+@pytest.mark.spark
 @pytest.mark.xfail(
     strict=True,
     reason="moto refuses credentials with a 403 XML body; kinesis/api.translate maps only "
@@ -233,6 +238,7 @@ def test_bad_credentials_are_a_credentials_error(
 # --- ZooKeeper: unreachable, a corrupt node, a node of another stream -------------------------
 
 
+@pytest.mark.spark
 def test_unreachable_zookeeper(
     ws: Workspace,
     spark: Any,
@@ -290,6 +296,7 @@ def checkpoint_json(stream: str, shard: str, job: str, sequence: str) -> bytes:
     ).encode()
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize(
     ("case", "stored", "message"),
     [
@@ -330,6 +337,7 @@ def test_corrupt_checkpoint_node(
     assert ws.written() == []
 
 
+@pytest.mark.spark
 @pytest.mark.parametrize("foreign", ["stream", "job"])
 def test_checkpoint_of_another_stream_or_job(
     ws: Workspace,

@@ -279,6 +279,74 @@ def test_a_shard_at_its_in_flight_bound_is_not_fetched() -> None:
     assert len(r.drain()) == 7
 
 
+def test_acked_but_unsaved_records_count_against_the_bound() -> None:
+    # The bound is on what a crash would replay: records handed out after the
+    # saved checkpoint, done or not. The head record still pending holds it.
+    r = Rig(shards=1, max_in_flight=4, records_per_call=10, checkpoint_interval=1000.0)
+    r.kinesis.put_many(S[0], 20)
+    r.open()
+    first = r.spout.next_batch(10)
+    assert len(first) == 4
+    r.spout.ack_many(first[1:])  # the first one is still pending
+    assert r.spout.next_batch(10) == []
+    assert r.store.writes == 0
+    r.spout.ack(first[0])
+    # Half the window or more is now covered: saved early (not at the interval).
+    nxt = r.spout.next_batch(10)
+    assert len(nxt) == 4
+    assert r.store.writes == 1
+    assert r.cp(S[0]) is not None and r.cp(S[0]).sequence_number == first[-1].sequence_number
+
+
+def test_early_saves_are_per_half_window_never_per_record() -> None:
+    r = Rig(shards=1, max_in_flight=10, records_per_call=10, checkpoint_interval=1000.0)
+    r.kinesis.put_many(S[0], 200)
+    r.open()
+    got = 0
+    for _ in range(400):
+        batch = r.spout.next_batch(1)  # one record at a time, acked at once
+        r.spout.ack_many(batch)
+        got += len(batch)
+        if not batch:
+            r.clock.advance(0.25)
+        if got == 200:
+            break
+    assert got == 200
+    # A write per 5 records at most (half of max_in_flight), never one per record.
+    assert 0 < r.store.writes <= 200 // 5
+
+
+def test_crash_replays_at_most_max_in_flight_per_shard() -> None:
+    r = Rig(shards=2, max_in_flight=7, records_per_call=10, checkpoint_interval=1000.0)
+    for s in S[:2]:
+        r.kinesis.put_many(s, 100)
+    r.open()
+    processed: list[Record] = []
+    for _ in range(23):  # process a while, acking everything, then "crash" (no close)
+        batch = r.spout.next_batch(3)
+        processed.extend(batch)
+        r.spout.ack_many(batch)
+    again = KinesisSpout(
+        r.config, store=r.store, dead_letters=r.sink, clock=r.clock, client=r.kinesis
+    )
+    again.open()
+    replayed: list[Record] = []
+    for _ in range(200):
+        batch = again.next_batch(50)
+        again.ack_many(batch)
+        replayed.extend(batch)
+        if not batch:
+            if again.is_idle:
+                break
+            r.clock.advance(max(0.25, again.poll_delay()))
+    seen = {(x.shard_id, x.sequence_number) for x in processed}
+    for s in S[:2]:
+        dups = [x for x in replayed if x.shard_id == s and (s, x.sequence_number) in seen]
+        assert len(dups) <= 7
+    everything = seen | {(x.shard_id, x.sequence_number) for x in replayed}
+    assert len(everything) == 200
+
+
 def test_message_timeout_fails_and_redelivers() -> None:
     r = Rig(message_timeout=10.0, retry_limit=1)
     r.kinesis.put(S[0], b"x")
