@@ -4,7 +4,8 @@ A record is given up only after ``retry_limit`` retries; it is written here
 exactly once, and only then counts as done for the checkpoint. The default
 sink appends JSON lines to ``<dir>/<job>/<stream>/<shard>.jsonl`` and fsyncs
 before returning, so a checkpoint written afterwards can never skip a record
-that is not on disk.
+that is not on disk. A record already in the file (replayed after a crash) is
+not written again: each record is dead-lettered once.
 """
 
 from __future__ import annotations
@@ -57,22 +58,52 @@ class JsonlDeadLetterSink:
         self.directory = Path(directory)
         self.job_name = job_name
         self._files: dict[tuple[str, str], IO[str]] = {}
+        self._seen: dict[tuple[str, str], set[str]] = {}
         self.written = 0
 
     def path_for(self, stream_name: str, shard_id: str) -> Path:
         return self.directory / self.job_name / stream_name / f"{shard_id}.jsonl"
 
+    def _open(self, k: tuple[str, str]) -> IO[str]:
+        """Open a shard's file for appending, remembering the ids already in it
+        (a crash after a dead letter but before the next checkpoint replays the
+        record: it must not be dead-lettered twice)."""
+        p = self.path_for(*k)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        seen: set[str] = set()
+        torn = False
+        if p.exists():
+            with p.open("rb") as raw:
+                for line in raw:
+                    if not line.endswith(b"\n"):
+                        torn = True  # a write cut short by a crash: not an entry
+                        continue
+                    try:
+                        seen.add(str(json.loads(line)["message_id"]))
+                    except (ValueError, KeyError, TypeError):
+                        log.warning("ignoring a malformed line in %s", p)
+        self._seen[k] = seen
+        fh = p.open("a", encoding="utf-8")
+        if torn:
+            fh.write("\n")
+        self._files[k] = fh
+        return fh
+
     def write(self, record: Record, error: str | None, attempts: int) -> None:
         k = (record.stream_name, record.shard_id)
         fh = self._files.get(k)
         if fh is None:
-            p = self.path_for(*k)
-            p.parent.mkdir(parents=True, exist_ok=True)
-            fh = self._files[k] = p.open("a", encoding="utf-8")
+            fh = self._open(k)
+        seen = self._seen[k]
+        mid = record.message_id
+        if mid in seen:
+            log.info("%s is already in the dead-letter file (replayed after a restart)", mid)
+            return
         entry = dead_letter_entry(record, error, attempts, self.job_name)
         fh.write(json.dumps(entry, separators=(",", ":")) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
+        seen.add(mid)
         self.written += 1
         log.warning("dead-lettered %s after %d attempts: %s", record.message_id, attempts, error)
 
@@ -80,6 +111,7 @@ class JsonlDeadLetterSink:
         for fh in self._files.values():
             fh.close()
         self._files.clear()
+        self._seen.clear()
 
 
 class LoggingDeadLetterSink:
@@ -101,7 +133,13 @@ def read_dead_letters(directory: str | Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for p in sorted(Path(directory).rglob("*.jsonl")):
         with p.open(encoding="utf-8") as fh:
-            out.extend(json.loads(line) for line in fh if line.strip())
+            for line in fh:
+                if not line.strip():
+                    continue
+                try:
+                    out.append(json.loads(line))
+                except ValueError:  # a write cut short by a crash
+                    log.warning("skipping a torn line in %s", p)
     return out
 
 

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from kinesis_spout.checkpoint.base import CheckpointStore, open_store
 from kinesis_spout.config import InitialPosition, SpoutConfig
@@ -58,6 +58,7 @@ from kinesis_spout.errors import (
     KinesisSpoutError,
     StaleCheckpointError,
     ThrottledError,
+    TransientKinesisError,
 )
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
@@ -77,6 +78,10 @@ from tracker import (
 )
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+#: Tries of each Kinesis call in ``open`` when throttled or dropped.
+_STARTUP_ATTEMPTS = 6
 
 MessageRef = str | Record
 
@@ -190,8 +195,10 @@ class KinesisSpout:
         clock: Callable[[], float] = time.monotonic,
         client: Any | None = None,
         rng: random.Random | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.config = config
+        self._sleep = sleep
         self._own_store = store is None
         self._store: CheckpointStore | None = store
         self._own_dead = dead_letters is None
@@ -250,8 +257,8 @@ class KinesisSpout:
         self._api = KinesisApi(self._client, cfg.stream_name)
         endpoint = getattr(getattr(self._client, "meta", None), "endpoint_url", cfg.endpoint_url)
         try:
-            status = self._api.check_stream()
-            shards = self._api.list_shards()
+            status = self._startup_call(self._api.check_stream)
+            shards = self._startup_call(self._api.list_shards)
         except EndpointUnreachableError as exc:
             raise EndpointUnreachableError(
                 f"cannot reach Kinesis at {endpoint} (stream {cfg.stream_name!r}, region "
@@ -290,6 +297,24 @@ class KinesisSpout:
             len(self._shards),
             len(checkpoints),
         )
+
+    def _startup_call(self, fn: Callable[[], _T]) -> _T:
+        """``fn()``, tried again after a backoff when Kinesis throttles or drops
+        the call (a busy stream must not stop a job at start). Only ``open``
+        waits like this; an unreachable endpoint or an unknown stream fails at
+        once."""
+        for attempt in range(1, _STARTUP_ATTEMPTS + 1):
+            try:
+                return fn()
+            except (ThrottledError, TransientKinesisError) as exc:
+                if attempt == _STARTUP_ATTEMPTS:
+                    raise
+                delay = self._throttle_backoff.delay(attempt)
+                log.warning(
+                    "opening %s: %s; trying again in %.2fs", self.config.stream_name, exc, delay
+                )
+                self._sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def activate(self) -> None:
         """Resume emitting after :meth:`deactivate`."""

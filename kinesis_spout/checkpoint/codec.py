@@ -57,7 +57,9 @@ def decode_checkpoint(
     another stream, shard or job.
     """
     try:
-        obj = json.loads(data)
+        # Decode as UTF-8 first: json.loads guesses UTF-16/32 from NUL bytes and
+        # would name that codec in the error.
+        obj = json.loads(data.decode("utf-8") if isinstance(data, bytes | bytearray) else data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptCheckpointError(
             f"checkpoint at {where} is not valid JSON ({exc}): {_preview(data)}"

@@ -9,6 +9,7 @@ retries: backoff is the caller's, so callers stay non-blocking.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -75,6 +76,13 @@ class GetRecordsResult:
     """Kinesis records in the answer (before de-aggregation)."""
 
 
+def _xml_error(body: str, default_code: str) -> tuple[str, str]:
+    """``(code, message)`` of an XML ``<Error>`` body."""
+    code = re.search(r"<Code>\s*([^<]+?)\s*</Code>", body)
+    message = re.search(r"<Message>\s*([^<]*?)\s*</Message>", body)
+    return (code.group(1) if code else default_code), (message.group(1) if message else body)
+
+
 def translate(exc: Exception, what: str) -> Exception:
     """The project's exception for a botocore one (others are returned as is)."""
     if isinstance(exc, ClientError):
@@ -82,13 +90,16 @@ def translate(exc: Exception, what: str) -> Exception:
         code = str(err.get("Code", ""))
         msg = str(err.get("Message", "")) or str(exc)
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if code.isdigit() and "<Code>" in msg:
+            # An XML error body (some emulators and gateways): botocore leaves the code unparsed.
+            code, msg = _xml_error(msg, code)
         if code == "ResourceNotFoundException":
             return StreamNotFoundError(f"{what}: {msg}")
         if code in _THROTTLE_CODES:
             return ThrottledError(f"{what}: {code}: {msg}")
         if code == "ExpiredIteratorException":
             return ExpiredIteratorError(f"{what}: {msg}")
-        if code in _CREDENTIAL_CODES:
+        if code in _CREDENTIAL_CODES or status in (401, 403):
             return CredentialsError(f"{what}: credentials rejected ({code}): {msg}")
         if code in _TRANSIENT_CODES or status >= 500:
             return TransientKinesisError(f"{what}: {code or status}: {msg}")

@@ -246,6 +246,9 @@ class KinesisMock(KinesisEmulator):
                 "MERGE_SHARDS_DURATION": "200ms",
                 "UPDATE_SHARD_COUNT_DURATION": "200ms",
                 "LOG_LEVEL": "WARN",
+                # One server serves a whole test session: its default 50 shards would run out.
+                "SHARD_LIMIT": "100000",
+                "ON_DEMAND_STREAM_COUNT_LIMIT": "1000",
                 "SHOULD_PERSIST_DATA": "false",
             }
         )

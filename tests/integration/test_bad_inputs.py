@@ -223,11 +223,6 @@ def test_bad_credentials_are_refused_naming_the_reason(
 
 
 @pytest.mark.spark
-@pytest.mark.xfail(
-    strict=True,
-    reason="moto refuses credentials with a 403 XML body; kinesis/api.translate maps only "
-    "JSON error codes to CredentialsError, so this one stays a plain KinesisError quoting XML",
-)
 def test_bad_credentials_are_a_credentials_error(
     ws: Workspace, spark: Any, auth_moto: AuthMoto, unique_name: str
 ) -> None:

@@ -134,6 +134,50 @@ def test_rejected_credentials_are_a_clear_error(rig: Rig) -> None:
         rig.open()
 
 
+def test_open_rides_out_throttling_and_dropped_calls() -> None:
+    r = Rig()
+    slept: list[float] = []
+    r.spout = KinesisSpout(
+        r.config,
+        store=r.store,
+        dead_letters=r.sink,
+        clock=r.clock,
+        client=r.kinesis,
+        rng=random.Random(1),
+        sleep=slept.append,
+    )
+    r.kinesis.fault(
+        "DescribeStreamSummary",
+        client_error("LimitExceededException", op="DescribeStreamSummary"),
+        client_error("InternalFailure", status=500, op="DescribeStreamSummary"),
+    )
+    r.kinesis.fault("ListShards", client_error("LimitExceededException", op="ListShards"))
+    r.kinesis.put_many(S[0], 3)
+    r.open()
+    assert len(slept) == 3 and all(d >= 0 for d in slept)
+    assert len(r.drain()) == 3
+
+
+def test_open_gives_up_on_endless_throttling_with_the_error() -> None:
+    r = Rig()
+    r.spout = KinesisSpout(
+        r.config,
+        store=r.store,
+        dead_letters=r.sink,
+        clock=r.clock,
+        client=r.kinesis,
+        sleep=lambda _: None,
+    )
+    r.kinesis.fault(
+        "DescribeStreamSummary",
+        *[client_error("LimitExceededException", op="DescribeStreamSummary")] * 10,
+    )
+    with pytest.raises(KinesisSpoutError, match="LimitExceededException"):
+        r.open()
+    assert r.kinesis.calls["DescribeStreamSummary"] == 6
+    assert r.store.writes == 0
+
+
 def test_list_shards_follows_pagination(rig: Rig) -> None:
     r = Rig(shards=5)
     r.kinesis.page_size = 2
