@@ -14,40 +14,40 @@ Contract in a few lines (details in ``docs/tracker.md``):
   it are done.  It never decreases.
 * Late, duplicate and unknown acks/fails/emits are counted, never raised.
 
-Layout.  Nodes live in parallel lists indexed by a slot number (``_prev``,
-``_next``, ``_att``, ``_rec``) with a free list, so a node costs no Python
-object of its own and nothing here feeds the cyclic garbage collector.  The
-nodes form a doubly linked list in emit order.  ``_slot`` maps the key of every
-record not yet done (in flight or awaiting a retry) to its slot, so
-``len(_slot)`` is the in-flight count and its insertion order is emit order.
+Layout.  An ordered hash map in emit order, kept lazily.  ``_slot`` maps the
+key of every record not yet done (in flight or awaiting a retry) to its
+record, so ``len(_slot)`` is the in-flight count and its insertion order is
+emit order.  ``_keys`` is the emit-order array of emitted keys (done or not)
+from ``_head`` (the earliest pointer: no entry before it is pending) on;
+``_latest`` is the greatest key ever emitted.  An entry is done when its key is
+no longer in ``_slot``.  Deliveries are 1 unless the key is in ``_att`` (keys
+failed at least once); a key awaits a retry when it is in ``_retry``.  No
+per-record Python object is created and nothing here feeds the cyclic
+garbage collector.
 
-``_att[i]`` is the node's state: ``> 0`` in flight (the number of deliveries so
-far), ``< 0`` awaiting a retry (minus the deliveries so far), ``0`` done.  A
-done node stays only as the *representative* of a run of done keys: it is the
-last key of the run and ``_rec[i]`` holds that key.  The ack table below
-keeps that invariant, so no two done nodes are adjacent and the head is never
-a done node: the node count is at most ``2 * in_flight``.
-
-Ack table for the node X that becomes done (P/N: previous/next node)::
-
-                     N done             N pending         N absent
-    P done           drop X, drop P     keep X, drop P    keep X, drop P
-    P pending        drop X             keep X            keep X
-    P absent (head)  drop X, drop N,    drop X,           drop X,
-                     checkpoint = N     checkpoint = X    checkpoint = X
-
-Dropping X when N is done lets N (the later key) represent the merged run;
-dropping P when P is done lets X represent it.  Only the head's removal moves
-the checkpoint, and a removed tail only ever happens when the list empties.
+Ack: pop the key from ``_slot`` (and from ``_att``/``_retry`` if it was ever
+failed), nothing else.  Reading ``checkpoint`` advances the head over the done
+entries (amortised O(1) each, at C speed); the checkpoint is the key of the
+last done entry it passed.  Done runs collapse lazily: when ``_keys`` holds
+more than ``3 * in_flight + 64`` entries, a compaction keeps only the pending
+keys, the last key of each done run between them (its representative: the
+checkpoint once the head reaches the next pending key) and the latest key, so
+at most ``2 * in_flight + 1`` entries remain and memory stays proportional to
+the records in flight (the array is dropped when the tracker has drained).
+The dict never holds positions, so a compaction never touches it.  The
+logical list (every pending key, plus the last key of each done run between
+them) is what ``_nodes()`` derives for the tests.
 """
 
 from __future__ import annotations
 
 import enum
 import heapq
+import itertools
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import compress, count, islice
 from typing import Generic, TypeVar, cast
 
 from tracker.backoff import Backoff, NoBackoff
@@ -65,8 +65,8 @@ R = TypeVar("R")
 
 # Below every valid key (sequence and sub-sequence are >= 0): the "latest emitted" at start.
 _LOW = SequenceKey(-1, -1)
-# Release the slot lists when the tracker drains empty and they hold more than this.
-_RELEASE_AT = 4096
+# A missing record (records may be None).
+_GONE: object = object()
 
 
 class FailAction(enum.Enum):
@@ -135,7 +135,7 @@ class TrackerStats:
     late_acks: int = 0
     """Acks of a record awaiting its retry: done, the retry is cancelled (part of ``acked``)."""
     nodes: int = 0
-    """Internal list nodes (at most twice ``in_flight``)."""
+    """Entries held in the emit-order key array (at most ``3 * in_flight + 64``)."""
 
 
 class InflightRecordTracker(Generic[R]):
@@ -156,30 +156,26 @@ class InflightRecordTracker(Generic[R]):
         "_att",
         "_backoff",
         "_checkpoint",
-        "_dl",
         "_dup_acks",
         "_emitted",
         "_expired",
-        "_free",
         "_given_up",
         "_head",
         "_heap",
         "_ignored_emits",
         "_ignored_fails",
+        "_keys",
         "_late_acks",
         "_latest",
         "_max_in_flight",
-        "_next",
-        "_prev",
-        "_rec",
         "_retried",
         "_retry",
         "_retry_limit",
         "_slot",
-        "_tail",
         "_timeout",
         "_tq_at",
         "_tq_key",
+        "_tq_n",
         "_unknown_acks",
     )
 
@@ -223,16 +219,11 @@ class InflightRecordTracker(Generic[R]):
         self._timeout: float | None = None if message_timeout is None else float(message_timeout)
         self._backoff: Backoff = NoBackoff() if backoff is None else backoff
 
-        # Linked list of nodes in emit order, stored as parallel lists (see module doc).
-        self._slot: dict[SequenceKey, int] = {}
-        self._prev: list[int] = []
-        self._next: list[int] = []
-        self._att: list[int] = []
-        self._rec: list[object] = []  # the record (not done) or the node's key (done)
-        self._dl: list[float] = []  # deadline of the latest delivery (with a timeout)
-        self._free: list[int] = []
-        self._head = -1
-        self._tail = -1
+        # Ordered hash map in emit order (see the module doc).
+        self._slot: dict[SequenceKey, object] = {}  # pending key -> record, in emit order
+        self._keys: list[SequenceKey] = []  # emitted keys in emit order, from _head on
+        self._head = 0  # the earliest entry that may be pending
+        self._att: dict[SequenceKey, int] = {}  # deliveries, for keys failed at least once
         # A restored checkpoint: keys up to it are done (re-reads of them are ignored).
         self._latest = _LOW if resume_after is None else resume_after
         self._checkpoint: SequenceKey | None = resume_after
@@ -242,9 +233,11 @@ class InflightRecordTracker(Generic[R]):
         self._heap: list[tuple[float, SequenceKey]] = []
         self._retry: dict[SequenceKey, tuple[float, SequenceKey]] = {}
 
-        # Message timeout: deliveries in time order, (deadline, key) in two parallel deques.
+        # Message timeout: deliveries in time order, (deadline, key, delivery number)
+        # in three parallel deques.
         self._tq_at: deque[float] = deque()
         self._tq_key: deque[SequenceKey] = deque()
+        self._tq_n: deque[int] = deque()
 
         self._emitted = 0
         self._retried = 0
@@ -268,52 +261,32 @@ class InflightRecordTracker(Generic[R]):
         """
         if key > self._latest:
             self._latest = key
-            tail = self._tail
-            free = self._free
-            if free:
-                i = free.pop()
-                self._prev[i] = tail
-                self._next[i] = -1
-                self._att[i] = 1
-                self._rec[i] = record
-            else:
-                att = self._att
-                i = len(att)
-                att.append(1)
-                self._prev.append(tail)
-                self._next.append(-1)
-                self._rec.append(record)
-            if tail < 0:
-                self._head = i
-            else:
-                self._next[tail] = i
-            self._tail = i
-            self._slot[key] = i
+            self._slot[key] = record
+            self._keys.append(key)
             self._emitted += 1
             if self._timeout is not None:
-                self._arm(i, key, now)
+                self._arm(key, 1, now)
             return True
         return self._emit_known(key, record, now)
 
     def _emit_known(self, key: SequenceKey, record: R | None, now: float) -> bool:
-        i = self._slot.get(key)
-        if i is None or self._att[i] > 0:
+        entry = self._retry.pop(key, None)
+        if entry is None:  # unknown, in flight or done
             self._ignored_emits += 1
             return False
         # Awaiting a retry: this is the retry.
-        att = self._att
-        att[i] = 1 - att[i]
-        entry = self._retry.pop(key)
         heap = self._heap
         if heap[0] is entry:
             heapq.heappop(heap)
         else:
             self._maybe_compact_heap()
+        deliveries = self._att[key] + 1
+        self._att[key] = deliveries
         if record is not None:
-            self._rec[i] = record
+            self._slot[key] = record
         self._retried += 1
         if self._timeout is not None:
-            self._arm(i, key, now)
+            self._arm(key, deliveries, now)
         return True
 
     # ------------------------------------------------------------------- ack
@@ -325,62 +298,14 @@ class InflightRecordTracker(Generic[R]):
         and the retry cancelled.  Unknown and duplicate acks (including acks of
         a record already given up) return False and are counted.
         """
-        i = self._slot.pop(key, None)
-        if i is None:
+        slot = self._slot
+        if slot.pop(key, _GONE) is _GONE:
             self._bad_ack(key)
             return False
-        att = self._att
-        if att[i] < 0:
-            self._cancel_retry(key)
-        prev = self._prev
-        nxt = self._next
-        rec = self._rec
-        p = prev[i]
-        n = nxt[i]
-        if p < 0:
-            # X is the head: drop it (and a done run after it); the checkpoint advances.
-            rec[i] = None
-            free = self._free
-            free.append(i)
-            if n >= 0 and att[n] == 0:
-                key = cast(SequenceKey, rec[n])
-                rec[n] = None
-                free.append(n)
-                n = nxt[n]
-            self._checkpoint = key
-            self._head = n
-            if n >= 0:
-                prev[n] = -1
-            else:
-                self._tail = -1
-                if len(att) > _RELEASE_AT:
-                    self._release()
-        elif att[p] == 0:
-            # P is done (so not the head): drop P; X or a done N represents the run.
-            pp = prev[p]
-            rec[p] = None
-            free = self._free
-            free.append(p)
-            if n >= 0 and att[n] == 0:
-                rec[i] = None
-                free.append(i)
-                nxt[pp] = n
-                prev[n] = pp
-            else:
-                nxt[pp] = i
-                prev[i] = pp
-                att[i] = 0
-                rec[i] = key
-        elif n >= 0 and att[n] == 0:
-            # P pending, N done: drop X, N represents the run.
-            nxt[p] = n
-            prev[n] = p
-            rec[i] = None
-            self._free.append(i)
-        else:
-            # P pending, N pending or absent: X stays as a one-key run.
-            att[i] = 0
-            rec[i] = key
+        if self._att:
+            self._forget(key)
+        if len(self._keys) > 3 * len(slot) + 64:
+            self._compact()
         return True
 
     def ack_many(self, keys: Iterable[SequenceKey]) -> int:
@@ -389,69 +314,30 @@ class InflightRecordTracker(Generic[R]):
         Same semantics as calling ``ack`` on each key in turn, written as one
         tight loop.
         """
-        slot_pop = self._slot.pop
+        slot = self._slot
+        slot_pop = slot.pop
         att = self._att
-        prev = self._prev
-        nxt = self._next
-        rec = self._rec
-        free = self._free
-        push = free.append
-        head = self._head
-        checkpoint = self._checkpoint
+        gone = _GONE
         done = 0
         try:
             for key in keys:
-                i = slot_pop(key, None)
-                if i is None:
+                if slot_pop(key, gone) is gone:
                     self._bad_ack(key)
                     continue
                 done += 1
-                if att[i] < 0:
-                    self._cancel_retry(key)
-                p = prev[i]
-                n = nxt[i]
-                if p < 0:
-                    rec[i] = None
-                    push(i)
-                    checkpoint = key
-                    if n >= 0 and att[n] == 0:
-                        checkpoint = cast(SequenceKey, rec[n])
-                        rec[n] = None
-                        push(n)
-                        n = nxt[n]
-                    head = n
-                    if n >= 0:
-                        prev[n] = -1
-                elif att[p] == 0:
-                    pp = prev[p]
-                    rec[p] = None
-                    push(p)
-                    if n >= 0 and att[n] == 0:
-                        rec[i] = None
-                        push(i)
-                        nxt[pp] = n
-                        prev[n] = pp
-                    else:
-                        nxt[pp] = i
-                        prev[i] = pp
-                        att[i] = 0
-                        rec[i] = key
-                elif n >= 0 and att[n] == 0:
-                    nxt[p] = n
-                    prev[n] = p
-                    rec[i] = None
-                    push(i)
-                else:
-                    att[i] = 0
-                    rec[i] = key
-        finally:  # keep the list consistent even if a key blows up (e.g. unhashable)
-            self._head = head
-            self._checkpoint = checkpoint
-            if head < 0:
-                self._tail = -1
-        if head < 0 and len(att) > _RELEASE_AT:
-            self._release()
+                if att:
+                    self._forget(key)
+        finally:  # keep the map bounded even if a key blows up (e.g. unhashable)
+            if len(self._keys) > 3 * len(slot) + 64:
+                self._compact()
         return done
+
+    def _forget(self, key: SequenceKey) -> None:
+        """Drop the retry state of a key that just became done (it was failed before)."""
+        if self._att.pop(key, None) is not None and key in self._retry:
+            del self._retry[key]
+            self._late_acks += 1
+            self._maybe_compact_heap()
 
     def _bad_ack(self, key: SequenceKey) -> None:
         try:
@@ -463,11 +349,6 @@ class InflightRecordTracker(Generic[R]):
         else:
             self._unknown_acks += 1
 
-    def _cancel_retry(self, key: SequenceKey) -> None:
-        del self._retry[key]
-        self._late_acks += 1
-        self._maybe_compact_heap()
-
     # ------------------------------------------------------------------ fail
 
     def fail(self, key: SequenceKey, now: float = 0.0, error: str | None = None) -> FailOutcome[R]:
@@ -477,21 +358,20 @@ class InflightRecordTracker(Generic[R]):
         be dead-lettered; handed back exactly once), or IGNORED (counted) for an
         unknown or done key or a record already awaiting its retry.
         """
-        i = self._slot.get(key)
-        if i is None:
+        record = cast("R | None", self._slot.get(key, _GONE))
+        if record is _GONE:
             self._ignored_fails += 1
             return FailOutcome(FailAction.IGNORED, key, None, 0, None, error)
-        deliveries = self._att[i]
-        if deliveries < 0:
+        deliveries = self._att.get(key, 1)
+        if key in self._retry:
             self._ignored_fails += 1
-            return FailOutcome(FailAction.IGNORED, key, None, -deliveries, None, error)
-        record = cast("R | None", self._rec[i])
+            return FailOutcome(FailAction.IGNORED, key, None, deliveries, None, error)
         if deliveries > self._retry_limit:
             self._given_up += 1
             self.ack(key)  # done for the checkpoint; the caller dead-letters the record
             return FailOutcome(FailAction.GIVEN_UP, key, record, deliveries, None, error)
         retry_at = now + self._backoff.delay(deliveries)
-        self._att[i] = -deliveries
+        self._att[key] = deliveries
         entry = (retry_at, key)
         heapq.heappush(self._heap, entry)
         self._retry[key] = entry
@@ -526,8 +406,7 @@ class InflightRecordTracker(Generic[R]):
         if entry is None or entry[0] > now:
             return None
         key = entry[1]
-        i = self._slot[key]
-        return RetryItem(key, cast("R | None", self._rec[i]), 1 - self._att[i])
+        return RetryItem(key, cast("R | None", self._slot[key]), self._att[key] + 1)
 
     def next_retry_at(self) -> float | None:
         """When the earliest pending retry becomes due, or None if none is pending."""
@@ -542,31 +421,27 @@ class InflightRecordTracker(Generic[R]):
 
     # ---------------------------------------------------------------- timeout
 
-    def _arm(self, i: int, key: SequenceKey, now: float) -> None:
+    def _arm(self, key: SequenceKey, delivery: int, now: float) -> None:
         assert self._timeout is not None
-        deadline = now + self._timeout
-        dl = self._dl
-        if i == len(dl):
-            dl.append(deadline)
-        else:
-            dl[i] = deadline
-        self._tq_at.append(deadline)
+        self._tq_at.append(now + self._timeout)
         self._tq_key.append(key)
+        self._tq_n.append(delivery)
         if len(self._tq_at) > 2 * len(self._slot) + 64:
             self._compact_timeouts()
 
-    def _live_delivery(self, deadline: float, key: SequenceKey) -> bool:
-        i = self._slot.get(key)
-        return i is not None and self._att[i] > 0 and self._dl[i] == deadline
+    def _live_delivery(self, key: SequenceKey, delivery: int) -> bool:
+        """True if delivery number ``delivery`` of ``key`` is its latest and still in flight."""
+        return key in self._slot and key not in self._retry and self._att.get(key, 1) == delivery
 
     def _compact_timeouts(self) -> None:
         live = [
-            (deadline, key)
-            for deadline, key in zip(self._tq_at, self._tq_key, strict=True)
-            if self._live_delivery(deadline, key)
+            item
+            for item in zip(self._tq_at, self._tq_key, self._tq_n, strict=True)
+            if self._live_delivery(item[1], item[2])
         ]
-        self._tq_at = deque(deadline for deadline, _ in live)
-        self._tq_key = deque(key for _, key in live)
+        self._tq_at = deque(item[0] for item in live)
+        self._tq_key = deque(item[1] for item in live)
+        self._tq_n = deque(item[2] for item in live)
 
     def expire(self, now: float) -> list[FailOutcome[R]]:
         """Fail every record whose latest delivery is older than ``message_timeout``.
@@ -582,31 +457,60 @@ class InflightRecordTracker(Generic[R]):
             return []
         tq_at = self._tq_at
         tq_key = self._tq_key
+        tq_n = self._tq_n
         error = f"message timeout: not acked within {timeout:g} s"
         out: list[FailOutcome[R]] = []
         while tq_at and tq_at[0] < now:
-            deadline = tq_at.popleft()
+            tq_at.popleft()
             key = tq_key.popleft()
-            if self._live_delivery(deadline, key):
+            if self._live_delivery(key, tq_n.popleft()):
                 self._expired += 1
                 out.append(self.fail(key, now, error))
         return out
 
-    # ------------------------------------------------------------- releasing
+    # ------------------------------------------------------------ compaction
 
-    def _release(self) -> None:
-        """Drop every slot once the list is empty (after a burst), so memory follows in-flight.
+    def _advance(self) -> None:
+        """Move the head over the done entries; the checkpoint is the last one passed."""
+        keys = self._keys
+        head = self._head
+        if head < len(keys) and keys[head] not in self._slot:
+            # The first pending entry at or after head (at C speed), or the end.
+            pending = compress(count(head), map(self._slot.__contains__, islice(keys, head, None)))
+            head = next(pending, len(keys))
+            self._checkpoint = keys[head - 1]
+            if head == len(keys):  # drained: drop the array, so memory follows in-flight
+                self._keys = []
+                head = 0
+            self._head = head
 
-        Until the tracker drains, freed slots are reused for new records, so the
-        slot lists stay at the peak node count since the last drain (at most
-        twice the peak in-flight count, so bounded by ``2 * max_in_flight``).
+    def _compact(self) -> None:
+        """Collapse the done runs of ``_keys`` (O(entries), amortised O(1) per emit).
+
+        Keeps the pending keys, the last key of each done run between them (the
+        checkpoint once the head reaches the next pending key) and the latest
+        key; drops the rest, and everything before the head.  That leaves at
+        most ``2 * in_flight + 1`` entries.  Called when ``_keys`` holds more
+        than ``3 * in_flight + 64``, so more than a third of it goes: the cost
+        is paid for by the emits of the entries dropped, and memory stays
+        proportional to in-flight.  The dict holds no positions: untouched.
         """
-        self._prev.clear()
-        self._next.clear()
-        self._att.clear()
-        self._rec.clear()
-        self._dl.clear()
-        self._free.clear()
+        slot = self._slot
+        if not slot:  # drained: every key up to the latest is done
+            if self._keys:
+                self._checkpoint = self._latest
+            self._keys = []
+            self._head = 0
+            return
+        self._advance()
+        rest = self._keys[self._head :]
+        n = len(rest)
+        # keep[j] = pending[j] or pending[j + 1] (bytewise, at C speed), and the last one.
+        bits = int.from_bytes(bytes(map(slot.__contains__, rest)), "little")
+        keep = bytearray((bits | (bits >> 8)).to_bytes(n, "little"))
+        keep[n - 1] = 1
+        self._keys = list(compress(rest, keep))
+        self._head = 0
 
     # ------------------------------------------------------------- read side
 
@@ -617,6 +521,7 @@ class InflightRecordTracker(Generic[R]):
         None until the first one is.  Never decreases.  Resume a shard with
         ``AFTER_SEQUENCE_NUMBER`` of it (and skip sub-sequences up to its own).
         """
+        self._advance()
         return self._checkpoint
 
     @property
@@ -664,26 +569,39 @@ class InflightRecordTracker(Generic[R]):
         return key in self._slot
 
     def __len__(self) -> int:
-        """The number of internal list nodes (pending records plus done-run representatives)."""
-        return len(self._att) - len(self._free)
+        """Entries held in the emit-order key array (at most ``3 * in_flight + 64``)."""
+        return len(self._keys)
 
     def _nodes(self) -> list[tuple[SequenceKey, bool]]:
-        """The list head to tail as (key, done), after checking its links; for tests."""
-        key_of = {i: key for key, i in self._slot.items()}
+        """The logical list, head to tail, as (key, done), after checking the layout; for tests.
+
+        Every pending key, plus the last key of each run of done keys after the
+        first pending one (the run's representative), derived from the arrays.
+        """
+        self._advance()
+        keys = self._keys
+        slot = self._slot
+        n = len(keys)
+        if n > 3 * len(slot) + 64:
+            raise AssertionError(f"{n} entries for {len(slot)} in flight")
+        if any(a >= b for a, b in itertools.pairwise(keys)):
+            raise AssertionError("keys not in emit order")
+        if keys and keys[-1] != self._latest:
+            raise AssertionError(f"last entry {keys[-1]} is not the latest {self._latest}")
+        if self._head and self._checkpoint != keys[self._head - 1]:
+            raise AssertionError(f"checkpoint {self._checkpoint} != {keys[self._head - 1]}")
+        if not set(self._att) <= slot.keys() or not set(self._retry) <= self._att.keys():
+            raise AssertionError("retry state for keys not pending")
         out: list[tuple[SequenceKey, bool]] = []
-        prev = -1
-        i = self._head
-        while i >= 0:
-            if self._prev[i] != prev:
-                raise AssertionError(f"slot {i}: prev is {self._prev[i]}, expected {prev}")
-            done = self._att[i] == 0
-            out.append((cast(SequenceKey, self._rec[i]) if done else key_of[i], done))
-            prev = i
-            i = self._next[i]
-        if self._tail != prev:
-            raise AssertionError(f"tail is {self._tail}, expected {prev}")
-        if len(out) != len(self):
-            raise AssertionError(f"{len(out)} nodes linked, {len(self)} slots in use")
+        for key in keys[self._head :]:
+            if key in slot:
+                out.append((key, False))
+            elif out[-1][1]:
+                out[-1] = (key, True)
+            else:
+                out.append((key, True))
+        if [key for key, done in out if not done] != list(slot):
+            raise AssertionError("the dict does not hold exactly the pending entries, in order")
         return out
 
     def __repr__(self) -> str:

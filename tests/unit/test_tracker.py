@@ -403,11 +403,61 @@ def test_checkpoint_never_decreases_and_nodes_collapse(seed: int) -> None:
         if last is not None:
             assert checkpoint is not None and checkpoint >= last
         last = checkpoint
-        assert len(tracker) <= 2 * tracker.in_flight + 1
+        assert len(tracker) <= 3 * tracker.in_flight + 64
+        tracker._nodes()  # checks the layout
         prefix = 0
         while prefix in done:
             prefix += 1
         assert checkpoint == (k(prefix - 1) if prefix else None)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_compaction_keeps_the_collapsed_list_and_stays_bounded(seed: int) -> None:
+    """Thousands in flight, random acks, fails and retries: compactions happen often."""
+    rng = random.Random(seed)
+    tracker: InflightRecordTracker[int] = InflightRecordTracker(retry_limit=2)
+    order: list[int] = []
+    done: set[int] = set()
+    nxt = 0
+    for step in range(6000):
+        if nxt < 3000 and rng.random() < 0.55:
+            assert tracker.emitted(k(nxt), nxt)
+            order.append(nxt)
+            nxt += 1
+        else:
+            pending = [n for n in order if n not in done]
+            if not pending:
+                continue
+            n = rng.choice(pending[:50] if rng.random() < 0.2 else pending)
+            if rng.random() < 0.15:
+                if tracker.fail(k(n)).action is FailAction.GIVEN_UP:
+                    done.add(n)
+            elif rng.random() < 0.5:
+                assert tracker.ack(k(n))
+                done.add(n)
+            else:
+                batch = rng.sample(pending, min(len(pending), rng.randrange(1, 20)))
+                assert tracker.ack_many([k(m) for m in batch]) == len(batch)
+                done.update(batch)
+            item = tracker.next_retry()
+            if item is not None:
+                assert tracker.emitted(item.key, item.record)
+        assert len(tracker) <= 3 * tracker.in_flight + 64
+        if step % 7 == 0:
+            expected: list[tuple[SequenceKey, bool]] = []
+            for n in order:
+                if n not in done:
+                    expected.append((k(n), False))
+                elif expected and expected[-1][1]:
+                    expected[-1] = (k(n), True)
+                elif expected:
+                    expected.append((k(n), True))
+            assert tracker._nodes() == expected
+            prefix = 0
+            while prefix < len(order) and order[prefix] in done:
+                prefix += 1
+            assert tracker.checkpoint == (k(order[prefix - 1]) if prefix else None)
+            assert list(tracker.pending()) == [k(n) for n in order if n not in done]
 
 
 def test_slot_lists_are_released_when_the_tracker_drains() -> None:
@@ -418,10 +468,10 @@ def test_slot_lists_are_released_when_the_tracker_drains() -> None:
     shuffled = keys[:]
     random.Random(1).shuffle(shuffled)
     assert tracker.ack_many(shuffled[:-1]) == len(keys) - 1
-    assert len(tracker) <= 2
+    assert len(tracker) <= 3 * 1 + 64  # compacted: bounded by in-flight
     assert tracker.ack(shuffled[-1])
-    assert len(tracker) == 0 and len(tracker._att) == 0
     assert tracker.checkpoint == keys[-1]
+    assert len(tracker) == 0 and len(tracker._keys) == 0  # released once drained
     tracker.emitted(k(20_000))
     assert tracker._nodes() == [(k(20_000), False)]
 
