@@ -31,16 +31,12 @@ import argparse  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
-import tomllib  # noqa: E402
 from collections.abc import Mapping, Sequence  # noqa: E402
 from types import FrameType  # noqa: E402
-from typing import Any  # noqa: E402
 
 from kinesis_spout.config import (  # noqa: E402
-    ENV_PREFIX,
     SpoutConfig,
     add_config_arguments,
-    env_values,
     load_config,
 )
 from kinesis_spout.errors import ConfigError, KinesisSpoutError  # noqa: E402
@@ -68,53 +64,16 @@ def build_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _flatten(doc: Mapping[str, Any], out: dict[str, Any]) -> None:
-    for k, v in doc.items():
-        if isinstance(v, dict):
-            _flatten(v, out)
-        elif k in out:
-            raise ConfigError(k, v, f"given twice in the file (also as {out[k]!r})")
-        else:
-            out[k] = v
-
-
-def read_job_file(path: str | Path) -> tuple[dict[str, Any], str | None]:
-    """The config keys of a job file (tables flattened) and its ``process``, if any."""
-    p = Path(path)
-    try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError("config", str(p), f"a readable TOML file ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("config", str(p), f"valid TOML ({exc})") from None
-    values: dict[str, Any] = {}
-    _flatten(doc, values)
-    process = values.pop(PROCESS_KEY, None)
-    if process is not None and not isinstance(process, str):
-        raise ConfigError(PROCESS_KEY, process, "a string module:function")
-    return values, process
-
-
 def job_config(
     args: argparse.Namespace, env: Mapping[str, str] | None = None
 ) -> tuple[SpoutConfig, str | None]:
-    """The config (file < environment < flags) and the process spec."""
-    env = os.environ if env is None else env
-    path = getattr(args, "config", None) or env.get(ENV_PREFIX + "CONFIG")
-    values: dict[str, Any] = {}
-    process: str | None = None
-    if path:
-        values, process = read_job_file(path)
-    values.update(env_values(env))
-    values.update(
-        {
-            k[len("cfg_") :]: v
-            for k, v in vars(args).items()
-            if k.startswith("cfg_") and v is not None
-        }
-    )
-    config = load_config(None, env={}, overrides=values)
-    return config, getattr(args, "process", None) or process
+    """The config (file < environment < flags) and the process spec (``--process``
+    wins over the file's ``process`` key)."""
+    overrides = {
+        k[len("cfg_") :]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None
+    }
+    config = load_config(getattr(args, "config", None), env=env, overrides=overrides)
+    return config, getattr(args, "process", None) or config.process
 
 
 def describe(config: SpoutConfig, process: str) -> str:

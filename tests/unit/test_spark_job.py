@@ -10,7 +10,7 @@ import pytest
 from kinesis_spout.cli import build_parser
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.spark import job as job_module
-from kinesis_spout.spark.job import build_arg_parser, describe, job_config, read_job_file
+from kinesis_spout.spark.job import build_arg_parser, describe, job_config
 from kinesis_spout.spark.submit import (
     DEFAULT_MASTER,
     SparkSubmitNotFoundError,
@@ -83,9 +83,10 @@ def test_bad_files_and_values_name_the_culprit(tmp_path: Path) -> None:
         job_config(build_arg_parser().parse_args(["--config", str(bad)]), env={})
     bad.write_text("process = 3\n")
     with pytest.raises(ConfigError, match="process"):
-        read_job_file(bad)
+        job_config(build_arg_parser().parse_args(["--config", str(bad)]), env={})
+    missing = tmp_path / "missing.toml"
     with pytest.raises(ConfigError, match="readable TOML"):
-        read_job_file(tmp_path / "missing.toml")
+        job_config(build_arg_parser().parse_args(["--config", str(missing)]), env={})
     with pytest.raises(ConfigError, match="batch_size"):
         job_config(build_arg_parser().parse_args(["--batch-size", "0"]), env={})
 
