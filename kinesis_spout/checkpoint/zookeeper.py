@@ -527,6 +527,16 @@ class ZooKeeperCheckpointStore:
             )
         return epoch
 
+    def _check_epoch(self, stream: str, shard: str, epoch: int, owner: str) -> None:
+        """:class:`StaleCheckpointError` unless the lease node still has version ``epoch``."""
+        path = self.paths.lease(stream, shard)
+        try:
+            _, stat = self.wait(self._client.get_async(path), f"read {path}", (NoNodeError,))
+        except NoNodeError:
+            raise _taken_over(stream, shard, epoch, owner) from None
+        if int(stat.version) != epoch:
+            raise _taken_over(stream, shard, epoch, owner)
+
     def _cas(
         self, stream: str, shard: str, build: Callable[[Checkpoint | None], Checkpoint]
     ) -> Checkpoint:
@@ -540,6 +550,9 @@ class ZooKeeperCheckpointStore:
             new = replace(build(stored), updated_at=self._now())
             if not check_forward(stored, new):
                 assert stored is not None
+                if epoch is not None:
+                    # Nothing to write, but a stale owner must still hear it is stale.
+                    self._check_epoch(stream, shard, epoch, new.owner)
                 return stored
             self._check_usable(what)
             tx = self._client.transaction()
@@ -562,10 +575,7 @@ class ZooKeeperCheckpointStore:
                 return new
             first = results[0]
             if epoch is not None and isinstance(first, BadVersionError | NoNodeError):
-                raise StaleCheckpointError(
-                    f"lease on {stream}/{shard} was taken over (epoch {epoch} is stale): "
-                    f"checkpoint write of worker {new.owner!r} refused"
-                )
+                raise _taken_over(stream, shard, epoch, new.owner)
             if not any(isinstance(e, BadVersionError | NodeExistsError) for e in errors):
                 err = errors[0]
                 if isinstance(err, NoAuthError):
@@ -575,3 +585,10 @@ class ZooKeeperCheckpointStore:
         raise CheckpointStoreUnavailableError(
             f"{what}: {_CAS_ATTEMPTS} compare-and-set attempts lost to concurrent writers"
         )
+
+
+def _taken_over(stream: str, shard: str, epoch: int, owner: str) -> StaleCheckpointError:
+    return StaleCheckpointError(
+        f"lease on {stream}/{shard} was taken over (epoch {epoch} is stale): "
+        f"checkpoint write of worker {owner!r} refused"
+    )

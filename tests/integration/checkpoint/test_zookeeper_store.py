@@ -92,6 +92,9 @@ def test_fenced_writes_need_the_current_lease_epoch(zk_url: str) -> None:
             store.save(Checkpoint("orders", SHARD, "13"))
         with pytest.raises(StaleCheckpointError, match="taken over"):
             store.mark_ended("orders", SHARD, "w1")
+        # Even a write that would change nothing: the stale owner must hear it.
+        with pytest.raises(StaleCheckpointError, match="taken over"):
+            store.save(Checkpoint("orders", SHARD, "12"))
         assert store.load("orders")[SHARD].sequence_number == "12"
         assert not store.load("orders")[SHARD].shard_end
     finally:
