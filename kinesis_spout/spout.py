@@ -15,7 +15,9 @@ and a :class:`~kinesis_spout.kinesis.getter.BufferedShardGetter`:
   ``max_in_flight`` per shard; a full window saves early when that frees half
   of it);
 * a record that fails ``retry_limit + 1`` times is written (fsynced) to the
-  dead-letter sink, exactly once, and only then counts as done;
+  dead-letter sink, exactly once, and only then counts as done (the tracker
+  keeps it pending until the write returned; an interrupted write stays
+  pending and holds the checkpoint below the record);
 * the tracker's checkpoint ("everything up to here is done") is saved per
   ``checkpoint_interval``, when a shard is released and on ``close``, never
   per record. A store that refuses a save as stale means another owner is
@@ -543,35 +545,37 @@ class KinesisSpout:
             self._dead_letter(sh, outcome.record, outcome.error, outcome.attempts)
 
     def _dead_letter(self, sh: _Shard, record: Record, error: str | None, attempts: int) -> None:
-        """Write a given-up record (fsynced) before any checkpoint can pass it."""
-        if sh.dead_pending:
-            sh.dead_pending.append((record, error, attempts))
-            return
-        assert self._dead is not None
-        try:
-            self._dead.write(record, error, attempts)
-        except Exception:
-            log.exception(
+        """Dead-letter a given-up record, write-ahead.
+
+        The record joins the shard's pending dead letters *before* the write, and
+        the tracker (which keeps a given-up record pending) is told only after the
+        write returned (fsynced).  A write that raises, even a KeyboardInterrupt,
+        leaves the entry pending: the checkpoint stays below the record, and the
+        write is retried before every save of the shard.
+        """
+        sh.dead_pending.append((record, error, attempts))
+        if len(sh.dead_pending) == 1 and not self._flush_dead(sh):
+            log.error(
                 "dead-letter write of %s failed; shard %s stops emitting and its checkpoint "
                 "is held until the write succeeds",
                 record.message_id,
                 sh.shard_id,
             )
-            sh.dead_pending.append((record, error, attempts))
-            return
-        self._dead_lettered += 1
-        self._metrics.increment("dead_lettered", shard=sh.shard_id)
 
     def _flush_dead(self, sh: _Shard) -> bool:
+        """Write the shard's pending dead letters in order; False if one still fails."""
         assert self._dead is not None
         while sh.dead_pending:
             record, error, attempts = sh.dead_pending[0]
             try:
                 self._dead.write(record, error, attempts)
             except Exception as exc:
-                log.warning("dead-letter write of %s still failing: %s", record.message_id, exc)
+                log.warning("dead-letter write of %s failing: %s", record.message_id, exc)
+                self._metrics.increment("dead_letter_errors", shard=sh.shard_id)
                 return False
             sh.dead_pending.pop(0)
+            if sh.tracker is not None:
+                sh.tracker.dead_lettered(record.key)
             self._dead_lettered += 1
             self._metrics.increment("dead_lettered", shard=sh.shard_id)
         return True
@@ -597,8 +601,10 @@ class KinesisSpout:
         """Save ``sh``'s checkpoint if it moved; False if it could not be (yet)."""
         if sh.fenced or sh.tracker is None:
             return False
-        if sh.dead_pending and not self._flush_dead(sh):
-            return False
+        if sh.dead_pending:
+            # The tracker keeps records with a pending dead letter below its checkpoint,
+            # so what is below them may be saved even while a write still fails.
+            self._flush_dead(sh)
         key = sh.tracker.checkpoint
         if key is None or (sh.saved is not None and key <= sh.saved):
             return True

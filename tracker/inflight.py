@@ -8,8 +8,10 @@ Contract in a few lines (details in ``docs/tracker.md``):
   that retry.
 * ``ack`` marks a record done.  ``fail`` schedules a retry (``retry_at = now +
   backoff.delay(deliveries)``) or, after ``retry_limit`` retries, gives the
-  record up: it then counts as done and is handed back once, in the outcome, so
-  the caller can dead-letter it.
+  record up: it is handed back once, in the outcome, so the caller can
+  dead-letter it, and it stays pending (it blocks the checkpoint, is neither
+  retried nor expired again) until the caller confirms the durable
+  dead-letter write with ``dead_lettered``; only then is it done.
 * ``checkpoint`` is the highest key such that it and every key emitted before
   it are done.  It never decreases.
 * Late, duplicate and unknown acks/fails/emits are counted, never raised.
@@ -75,7 +77,8 @@ class FailAction(enum.Enum):
     RETRY = "retry"
     """A retry is scheduled at ``retry_at``; ``next_retry`` will hand it out."""
     GIVEN_UP = "given_up"
-    """The retry limit is spent: the record is done and handed back to be dead-lettered."""
+    """The retry limit is spent: the record is handed back to be dead-lettered, and is
+    done once ``dead_lettered`` confirms the write."""
     IGNORED = "ignored"
     """Unknown key, already done, or already awaiting its retry: nothing changed."""
 
@@ -136,6 +139,8 @@ class TrackerStats:
     """Acks of a record awaiting its retry: done, the retry is cancelled (part of ``acked``)."""
     nodes: int = 0
     """Entries held in the emit-order key array (at most ``3 * in_flight + 64``)."""
+    given_up_pending: int = 0
+    """Records given up whose dead-letter write is not confirmed yet (part of ``in_flight``)."""
 
 
 class InflightRecordTracker(Generic[R]):
@@ -159,6 +164,7 @@ class InflightRecordTracker(Generic[R]):
         "_dup_acks",
         "_emitted",
         "_expired",
+        "_given",
         "_given_up",
         "_head",
         "_heap",
@@ -224,6 +230,8 @@ class InflightRecordTracker(Generic[R]):
         self._keys: list[SequenceKey] = []  # emitted keys in emit order, from _head on
         self._head = 0  # the earliest entry that may be pending
         self._att: dict[SequenceKey, int] = {}  # deliveries, for keys failed at least once
+        # Given up, dead letter not confirmed yet: pending in _slot, no retry, no timeout.
+        self._given: set[SequenceKey] = set()
         # A restored checkpoint: keys up to it are done (re-reads of them are ignored).
         self._latest = _LOW if resume_after is None else resume_after
         self._checkpoint: SequenceKey | None = resume_after
@@ -296,9 +304,13 @@ class InflightRecordTracker(Generic[R]):
 
         An ack of a record awaiting its retry is a late ack: the record is done
         and the retry cancelled.  Unknown and duplicate acks (including acks of
-        a record already given up) return False and are counted.
+        a record already given up, whose dead letter alone makes it done)
+        return False and are counted.
         """
         slot = self._slot
+        if self._given and key in self._given:  # its dead letter decides, not an ack
+            self._dup_acks += 1
+            return False
         if slot.pop(key, _GONE) is _GONE:
             self._bad_ack(key)
             return False
@@ -317,10 +329,14 @@ class InflightRecordTracker(Generic[R]):
         slot = self._slot
         slot_pop = slot.pop
         att = self._att
+        given = self._given
         gone = _GONE
         done = 0
         try:
             for key in keys:
+                if given and key in given:
+                    self._dup_acks += 1
+                    continue
                 if slot_pop(key, gone) is gone:
                     self._bad_ack(key)
                     continue
@@ -354,21 +370,22 @@ class InflightRecordTracker(Generic[R]):
     def fail(self, key: SequenceKey, now: float = 0.0, error: str | None = None) -> FailOutcome[R]:
         """Fail the latest delivery of ``key``: schedule its retry or give it up.
 
-        Returns RETRY with ``retry_at``, GIVEN_UP with the record (now done, to
-        be dead-lettered; handed back exactly once), or IGNORED (counted) for an
-        unknown or done key or a record already awaiting its retry.
+        Returns RETRY with ``retry_at``, GIVEN_UP with the record (handed back
+        exactly once, to be dead-lettered; it stays pending until
+        ``dead_lettered``), or IGNORED (counted) for an unknown or done key, a
+        record already awaiting its retry, or one already given up.
         """
         record = cast("R | None", self._slot.get(key, _GONE))
         if record is _GONE:
             self._ignored_fails += 1
             return FailOutcome(FailAction.IGNORED, key, None, 0, None, error)
         deliveries = self._att.get(key, 1)
-        if key in self._retry:
+        if key in self._retry or key in self._given:
             self._ignored_fails += 1
             return FailOutcome(FailAction.IGNORED, key, None, deliveries, None, error)
         if deliveries > self._retry_limit:
             self._given_up += 1
-            self.ack(key)  # done for the checkpoint; the caller dead-letters the record
+            self._given.add(key)  # pending until the caller confirms its dead letter
             return FailOutcome(FailAction.GIVEN_UP, key, record, deliveries, None, error)
         retry_at = now + self._backoff.delay(deliveries)
         self._att[key] = deliveries
@@ -383,6 +400,28 @@ class InflightRecordTracker(Generic[R]):
         """``fail(key, now, error)`` for each ``(key, error)``; the outcomes in order."""
         fail = self.fail
         return [fail(key, now, error) for key, error in items]
+
+    def dead_lettered(self, key: SequenceKey) -> bool:
+        """Confirm that given-up ``key``'s dead letter is durably written: it is now done.
+
+        False (counted as an ignored fail) for a key that is not given up and
+        pending: unknown, in flight, done, or confirmed before.
+        """
+        given = self._given
+        if key not in given:
+            self._ignored_fails += 1
+            return False
+        given.remove(key)
+        del self._slot[key]
+        self._att.pop(key, None)
+        if len(self._keys) > 3 * len(self._slot) + 64:
+            self._compact()
+        return True
+
+    def dead_lettered_many(self, keys: Iterable[SequenceKey]) -> int:
+        """``dead_lettered`` for each key; returns how many took effect."""
+        confirm = self.dead_lettered
+        return sum(1 for key in keys if confirm(key))
 
     # ---------------------------------------------------------------- retries
 
@@ -431,7 +470,12 @@ class InflightRecordTracker(Generic[R]):
 
     def _live_delivery(self, key: SequenceKey, delivery: int) -> bool:
         """True if delivery number ``delivery`` of ``key`` is its latest and still in flight."""
-        return key in self._slot and key not in self._retry and self._att.get(key, 1) == delivery
+        return (
+            key in self._slot
+            and key not in self._retry
+            and key not in self._given
+            and self._att.get(key, 1) == delivery
+        )
 
     def _compact_timeouts(self) -> None:
         live = [
@@ -546,7 +590,7 @@ class InflightRecordTracker(Generic[R]):
         in_flight = len(self._slot)
         return TrackerStats(
             emitted=self._emitted,
-            acked=self._emitted - in_flight - self._given_up,
+            acked=self._emitted - in_flight - (self._given_up - len(self._given)),
             retried=self._retried,
             given_up=self._given_up,
             duplicate_acks=self._dup_acks,
@@ -558,6 +602,7 @@ class InflightRecordTracker(Generic[R]):
             pending_retries=len(self._retry),
             late_acks=self._late_acks,
             nodes=len(self),
+            given_up_pending=len(self._given),
         )
 
     def pending(self) -> Iterator[SequenceKey]:
@@ -591,6 +636,8 @@ class InflightRecordTracker(Generic[R]):
         if self._head and self._checkpoint != keys[self._head - 1]:
             raise AssertionError(f"checkpoint {self._checkpoint} != {keys[self._head - 1]}")
         if not set(self._att) <= slot.keys() or not set(self._retry) <= self._att.keys():
+            raise AssertionError("retry state for keys not pending")
+        if not self._given <= slot.keys() or self._given & self._retry.keys():
             raise AssertionError("retry state for keys not pending")
         out: list[tuple[SequenceKey, bool]] = []
         for key in keys[self._head :]:

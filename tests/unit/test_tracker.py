@@ -128,7 +128,9 @@ def test_retry_limit_zero_gives_up_on_first_fail_and_still_checkpoints() -> None
         None,
         "boom",
     )
-    assert tracker.checkpoint == k(1)  # a given-up record is done
+    assert tracker.checkpoint is None  # given up: done once its dead letter is written
+    assert tracker.dead_lettered(k(1))
+    assert tracker.checkpoint == k(1)
     assert tracker.ack(k(2))
     assert tracker.checkpoint == k(2)
     assert tracker.in_flight == 1
@@ -151,6 +153,7 @@ def test_retry_limit_three_means_four_deliveries() -> None:
     assert out.action is FailAction.GIVEN_UP
     assert out.attempts == 4
     assert out.record == "r1"
+    assert tracker.dead_lettered(k(1))
     assert tracker.checkpoint == k(1)
     stats = tracker.stats
     assert (stats.retried, stats.given_up, stats.acked, stats.in_flight) == (3, 1, 0, 0)
@@ -161,6 +164,7 @@ def test_given_up_record_is_handed_back_exactly_once() -> None:
     emit_all(tracker, 1, 2)
     first = tracker.fail(k(1))
     assert first.action is FailAction.GIVEN_UP and first.record == "r1"
+    assert tracker.dead_lettered(k(1))
     again = tracker.fail(k(1))
     assert again.action is FailAction.IGNORED and again.record is None
     assert not tracker.ack(k(1))  # a late ack after the dead letter: counted, harmless
@@ -260,6 +264,7 @@ def test_fail_many_and_ack_many_report_per_key() -> None:
         FailAction.IGNORED,
     ]
     assert [o.error for o in outs] == ["e2", "e9", "again"]
+    assert tracker.dead_lettered(k(2))
     assert tracker.ack_many([k(1), k(1), k(3), k(7), k(2)]) == 2
     stats = tracker.stats
     assert (stats.duplicate_acks, stats.unknown_acks, stats.ignored_fails) == (2, 1, 2)
@@ -319,6 +324,8 @@ def test_expire_fails_deliveries_older_than_the_timeout() -> None:
     outs = tracker.expire(62.0)
     assert [(o.key, o.action, o.record) for o in outs] == [(k(1), FailAction.GIVEN_UP, "r1")]
     assert tracker.stats.expired == 3
+    assert tracker.checkpoint is None  # 1 waits for its dead letter
+    assert tracker.dead_lettered(k(1))
     assert tracker.checkpoint == k(2)  # 3 still awaits its retry
 
 
@@ -393,6 +400,7 @@ def test_checkpoint_never_decreases_and_nodes_collapse(seed: int) -> None:
             if rng.random() < 0.1:
                 out = tracker.fail(key)
                 if out.action is FailAction.GIVEN_UP:
+                    assert tracker.dead_lettered(key)
                     done.add(key.sequence)
             elif tracker.ack(key):
                 done.add(key.sequence)
@@ -431,6 +439,7 @@ def test_compaction_keeps_the_collapsed_list_and_stays_bounded(seed: int) -> Non
             n = rng.choice(pending[:50] if rng.random() < 0.2 else pending)
             if rng.random() < 0.15:
                 if tracker.fail(k(n)).action is FailAction.GIVEN_UP:
+                    assert tracker.dead_lettered(k(n))
                     done.add(n)
             elif rng.random() < 0.5:
                 assert tracker.ack(k(n))

@@ -33,7 +33,9 @@ from tracker import (
 )
 
 IN_FLIGHT, AWAITING, ACKED, GIVEN_UP = "in_flight", "awaiting", "acked", "given_up"
-NOT_DONE = (IN_FLIGHT, AWAITING)
+# Given up, its dead letter not confirmed yet: still pending (blocks the checkpoint).
+GIVING_UP = "giving_up"
+NOT_DONE = (IN_FLIGHT, AWAITING, GIVING_UP)
 
 
 @dataclass
@@ -113,6 +115,9 @@ class Model:
 
     def ack(self, key: SequenceKey) -> bool:
         state = self.state.get(key)
+        if state == GIVING_UP:  # only its dead letter makes it done
+            self.count("duplicate_acks")
+            return False
         if state in NOT_DONE:
             if state == AWAITING:
                 del self.due[key]
@@ -130,17 +135,24 @@ class Model:
         state = self.state.get(key)
         if state != IN_FLIGHT:
             self.count("ignored_fails")
-            attempts = self.deliveries[key] if state == AWAITING else 0
+            attempts = self.deliveries[key] if state in (AWAITING, GIVING_UP) else 0
             return FailOutcome(FailAction.IGNORED, key, None, attempts, None, error)
         attempts = self.deliveries[key]
         if attempts > self.retry_limit:
-            self.state[key] = GIVEN_UP
+            self.state[key] = GIVING_UP
             self.dead_letters.append(key)
             self.count("given_up")
             return FailOutcome(FailAction.GIVEN_UP, key, self.record[key], attempts, None, error)
         self.state[key] = AWAITING
         self.due[key] = now + self.backoff.delay(attempts)
         return FailOutcome(FailAction.RETRY, key, self.record[key], attempts, self.due[key], error)
+
+    def dead_lettered(self, key: SequenceKey) -> bool:
+        if self.state.get(key) != GIVING_UP:
+            self.count("ignored_fails")
+            return False
+        self.state[key] = GIVEN_UP
+        return True
 
     def next_retry(self, now: float) -> RetryItem[str] | None:
         queue = self.retry_queue()
@@ -257,6 +269,18 @@ class TrackerMachine(RuleBasedStateMachine):
         expected = [self.model.fail(key, self.now, error) for key, error in items]
         assert self.tracker.fail_many(items, self.now) == expected
 
+    @rule(choice=key_choice)
+    def dead_letter_written(self, choice: int) -> None:
+        key = self.pick(choice)
+        assert self.tracker.dead_lettered(key) == self.model.dead_lettered(key)
+
+    @precondition(lambda self: self.model.order)
+    @rule()
+    def every_dead_letter_written(self) -> None:
+        keys = [key for key in self.model.order if self.model.state[key] == GIVING_UP]
+        expected = sum(self.model.dead_lettered(key) for key in keys)
+        assert self.tracker.dead_lettered_many(keys) == expected
+
     @rule(hand_out=st.booleans())
     def retry(self, hand_out: bool) -> None:
         item = self.tracker.next_retry(self.now)
@@ -307,9 +331,12 @@ class TrackerMachine(RuleBasedStateMachine):
 
     @invariant()
     def dead_letters_match(self) -> None:
-        given_up = {key for key in self.model.order if self.model.state[key] == GIVEN_UP}
+        states = self.model.state
+        given_up = {key for key in self.model.order if states[key] in (GIVEN_UP, GIVING_UP)}
         assert given_up == set(self.model.dead_letters)
         assert self.tracker.stats.given_up == len(given_up)
+        waiting = sum(1 for key in self.model.order if states[key] == GIVING_UP)
+        assert self.tracker.stats.given_up_pending == waiting
 
     @invariant()
     def nodes_collapse(self) -> None:
