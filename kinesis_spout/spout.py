@@ -135,6 +135,7 @@ class _Shard:
         "stored",
         "unsaved",
         "unsaved_head",
+        "skip_tail",
     )
 
     def __init__(self, shard_id: str, stored: Checkpoint | None) -> None:
@@ -145,6 +146,8 @@ class _Shard:
         self.saved: SequenceKey | None = None
         self.fenced = False
         self.dead_pending: list[tuple[Record, str | None, int]] = []
+        # A skipped empty KPL aggregate after every record read: done once those are out.
+        self.skip_tail: SequenceKey | None = None
         self.aggregates: dict[int, None] = {}
         self.stored = stored
         # Keys handed out for the first time after the saved checkpoint, in emit (= key)
@@ -423,13 +426,15 @@ class KinesisSpout:
                     self._pending_error = exc
                     remaining = 0
                     break
-                if not recs:
-                    continue
                 emitted = tracker.emitted
                 window = sh.unsaved
                 for r in recs:
                     if emitted(r.key, r, now):
                         window.append(r.key)
+                if sh.skip_tail is not None and not reader.buffered:
+                    self._pass_skipped(sh, now)
+                if not recs:
+                    continue
                 out.extend(recs)
                 k = len(recs)
                 remaining -= k
@@ -444,6 +449,16 @@ class KinesisSpout:
                 break
         if last >= 0:
             self._cursor = last + 1
+
+    @staticmethod
+    def _pass_skipped(sh: _Shard, now: float) -> None:
+        """Count a trailing skipped empty aggregate done (every record before it is out)."""
+        key = sh.skip_tail
+        sh.skip_tail = None
+        tracker = sh.tracker
+        if key is not None and tracker is not None and tracker.emitted(key, None, now):
+            tracker.ack(key)
+            sh.unsaved.append(key)
 
     def poll_delay(self) -> float:
         """Seconds until something may be ready (0: call ``next_batch`` now)."""
@@ -733,6 +748,8 @@ class KinesisSpout:
         if batch.aggregates:
             for seq in batch.aggregates:
                 sh.aggregates[seq] = None
+        if batch.skipped or batch.corrupt_aggregates:
+            self._count_odd_aggregates(sh, batch)
         if batch.child_shards:
             self._map.add_children(batch.child_shards)
             self._adopt_new(c.shard_id for c in batch.child_shards)
@@ -740,6 +757,17 @@ class KinesisSpout:
             sh.state = check_transition(sh.shard_id, sh.state, ShardState.DRAINING)
             self._draining.append(sh)
             log.info("shard %s is closed; draining it before its children", sh.shard_id)
+
+    def _count_odd_aggregates(self, sh: _Shard, batch: ShardBatch) -> None:
+        if batch.skipped:
+            self._metrics.increment("empty_aggregates_skipped", batch.skipped, shard=sh.shard_id)
+            log.info("shard %s: skipped %d empty KPL aggregate(s)", sh.shard_id, batch.skipped)
+        if batch.corrupt_aggregates:
+            self._metrics.increment(
+                "corrupt_aggregates", batch.corrupt_aggregates, shard=sh.shard_id
+            )
+        if batch.skipped_tail is not None:
+            sh.skip_tail = batch.skipped_tail
 
     @staticmethod
     def _drained(sh: _Shard) -> bool:

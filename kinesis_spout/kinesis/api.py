@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -74,6 +74,20 @@ class GetRecordsResult:
     child_shards: tuple[ShardInfo, ...]
     raw_count: int
     """Kinesis records in the answer (before de-aggregation)."""
+    skipped: tuple[SequenceKey, ...] = ()
+    """Keys of KPL aggregates that held no user record (skipped, nothing to hand out)."""
+    corrupt_aggregates: int = 0
+    """Records with the KPL magic but a bad checksum or body, handed on whole."""
+
+
+@dataclass(slots=True)
+class AggregateCounts:
+    """What :func:`to_records` skipped or passed through while de-aggregating."""
+
+    skipped: list[SequenceKey] = field(default_factory=list)
+    """Keys of aggregates with zero user records, in shard order."""
+    corrupt: int = 0
+    """Aggregates with a bad checksum or body, handed on as one plain record."""
 
 
 def _xml_error(body: str, default_code: str) -> tuple[str, str]:
@@ -223,21 +237,40 @@ class KinesisApi:
         )
         behind = resp.get("MillisBehindLatest")
         raw = resp.get("Records", [])
-        records = to_records(self.stream_name, shard_id, raw, behind)
+        counts = AggregateCounts()
+        records = to_records(self.stream_name, shard_id, raw, behind, counts=counts)
         children = tuple(_child_info(c, shard_id) for c in resp.get("ChildShards", []) or [])
+        if counts.corrupt:
+            log.warning(
+                "%s: %d record(s) with the KPL magic but a bad checksum or body, handed on whole",
+                shard_id,
+                counts.corrupt,
+            )
         return GetRecordsResult(
             records=records,
             next_iterator=resp.get("NextShardIterator"),
             millis_behind_latest=behind,
             child_shards=children,
             raw_count=len(raw),
+            skipped=tuple(counts.skipped),
+            corrupt_aggregates=counts.corrupt,
         )
 
 
 def to_records(
-    stream: str, shard_id: str, raw: list[dict[str, Any]], behind: int | None = None
+    stream: str,
+    shard_id: str,
+    raw: list[dict[str, Any]],
+    behind: int | None = None,
+    *,
+    counts: AggregateCounts | None = None,
 ) -> list[Record]:
-    """Value objects for the ``Records`` of a GetRecords answer."""
+    """Value objects for the ``Records`` of a GetRecords answer.
+
+    A KPL aggregate with no user record yields nothing (its key goes to
+    ``counts.skipped``); one with the magic but a bad checksum or body is one
+    plain record (counted in ``counts.corrupt``).
+    """
     out: list[Record] = []
     append = out.append
     for r in raw:
@@ -248,7 +281,14 @@ def to_records(
         seq_int = int(seq)
         if data[:4] == MAGIC:
             parts = deaggregate(data, pk)
-            if len(parts) > 1 or parts[0][1] is not data:
+            if not parts:
+                if counts is not None:
+                    counts.skipped.append(SequenceKey(seq_int, 0))
+                continue
+            if len(parts) == 1 and parts[0][1] is data:
+                if counts is not None:
+                    counts.corrupt += 1
+            else:
                 for i, (upk, udata) in enumerate(parts):
                     append(
                         Record(

@@ -47,6 +47,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.errors import (
@@ -98,6 +99,13 @@ class ShardBatch:
     """A retriable error this poll backed off from (for logs and metrics)."""
     aggregates: tuple[int, ...] = ()
     """Sequence numbers in ``records`` that are KPL aggregates of several user records."""
+    skipped: int = 0
+    """KPL aggregates in this answer that held no user record (skipped)."""
+    skipped_tail: SequenceKey | None = None
+    """The last skipped aggregate's key when it comes after every record of ``records``:
+    nothing handed out covers it, so the owner counts it done itself."""
+    corrupt_aggregates: int = 0
+    """Records with the KPL magic but a bad checksum or body, handed on whole."""
 
 
 class KinesisShardGetter:
@@ -205,6 +213,14 @@ class KinesisShardGetter:
             self._after_whole = True
             if len(result.records) > result.raw_count:
                 aggregates = tuple(r.key.sequence for r in records if r.key.sub_sequence == 1)
+        tail = self._skipped_tail(result)
+        extra: dict[str, Any] = {}
+        if result.skipped or result.corrupt_aggregates:
+            extra = {
+                "skipped": len(result.skipped),
+                "skipped_tail": tail,
+                "corrupt_aggregates": result.corrupt_aggregates,
+            }
         self._iterator = result.next_iterator
         behind = result.millis_behind_latest
         self.millis_behind_latest = behind
@@ -220,6 +236,7 @@ class KinesisShardGetter:
                 millis_behind_latest=behind,
                 child_shards=result.child_shards,
                 aggregates=aggregates,
+                **extra,
             )
         if result.raw_count == 0 and not behind:
             self._next_poll_at = max(self._next_poll_at, now + self.empty_shard_backoff)
@@ -230,7 +247,24 @@ class KinesisShardGetter:
             millis_behind_latest=behind,
             child_shards=result.child_shards,
             aggregates=aggregates,
+            **extra,
         )
+
+    def _skipped_tail(self, result: GetRecordsResult) -> SequenceKey | None:
+        """The last skipped empty aggregate after every record read so far, or None.
+
+        It becomes the position to resume after, so a re-opened iterator does not
+        read it again.
+        """
+        if not result.skipped:
+            return None
+        tail = result.skipped[-1]
+        after = self._after
+        if after is not None and tail <= after:
+            return None
+        self._after = tail
+        self._after_whole = True
+        return tail
 
     def _open_iterator(self) -> str:
         after = self._after
