@@ -11,12 +11,13 @@ not written again: each record is dead-lettered once.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 from kinesis_spout.records import Record
 
@@ -52,19 +53,28 @@ def dead_letter_entry(record: Record, error: str | None, attempts: int, job: str
 
 
 class JsonlDeadLetterSink:
-    """Appends one JSON line per record, one file per shard, fsynced."""
+    """Appends one JSON line per record, one file per shard, fsynced.
+
+    Exactly one entry per record, across retries of a failed write and across
+    restarts: the id joins the seen set only after the line is fsynced; a write
+    that fails part-way is cut back to the file's previous size, and the file is
+    scanned again before the next write (a line that did land is then found and
+    not written twice). The files live under the job's name, so a restart of the
+    same job on the same storage finds them; a ``file://`` dead-letter target must
+    therefore be on storage that outlives the driver (see docs/guarantees.md).
+    """
 
     def __init__(self, directory: str | Path, job_name: str) -> None:
         self.directory = Path(directory)
         self.job_name = job_name
-        self._files: dict[tuple[str, str], IO[str]] = {}
+        self._fds: dict[tuple[str, str], int] = {}
         self._seen: dict[tuple[str, str], set[str]] = {}
         self.written = 0
 
     def path_for(self, stream_name: str, shard_id: str) -> Path:
         return self.directory / self.job_name / stream_name / f"{shard_id}.jsonl"
 
-    def _open(self, k: tuple[str, str]) -> IO[str]:
+    def _open(self, k: tuple[str, str]) -> int:
         """Open a shard's file for appending, remembering the ids already in it
         (a crash after a dead letter but before the next checkpoint replays the
         record: it must not be dead-lettered twice)."""
@@ -82,36 +92,59 @@ class JsonlDeadLetterSink:
                         seen.add(str(json.loads(line)["message_id"]))
                     except (ValueError, KeyError, TypeError):
                         log.warning("ignoring a malformed line in %s", p)
-        self._seen[k] = seen
-        fh = p.open("a", encoding="utf-8")
+        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         if torn:
-            fh.write("\n")
-        self._files[k] = fh
-        return fh
+            _write_all(fd, b"\n")
+        os.fsync(fd)  # what was found is durable before it counts as written
+        self._seen[k] = seen
+        self._fds[k] = fd
+        return fd
+
+    def _forget(self, k: tuple[str, str]) -> None:
+        """Drop a shard's open file and seen set: the next write scans the file again."""
+        fd = self._fds.pop(k, None)
+        self._seen.pop(k, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def write(self, record: Record, error: str | None, attempts: int) -> None:
         k = (record.stream_name, record.shard_id)
-        fh = self._files.get(k)
-        if fh is None:
-            fh = self._open(k)
+        fd = self._fds.get(k)
+        if fd is None:
+            fd = self._open(k)
         seen = self._seen[k]
         mid = record.message_id
         if mid in seen:
             log.info("%s is already in the dead-letter file (replayed after a restart)", mid)
             return
         entry = dead_letter_entry(record, error, attempts, self.job_name)
-        fh.write(json.dumps(entry, separators=(",", ":")) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+        line = (json.dumps(entry, separators=(",", ":")) + "\n").encode("utf-8")
+        size = os.fstat(fd).st_size
+        try:
+            _write_all(fd, line)
+            os.fsync(fd)
+        except BaseException:
+            try:
+                os.ftruncate(fd, size)  # never leave a fragment or an unconfirmed line
+            except OSError:
+                log.warning("could not cut %s back after a failed write", self.path_for(*k))
+            self._forget(k)
+            raise
         seen.add(mid)
         self.written += 1
         log.warning("dead-lettered %s after %d attempts: %s", record.message_id, attempts, error)
 
     def close(self) -> None:
-        for fh in self._files.values():
-            fh.close()
-        self._files.clear()
-        self._seen.clear()
+        for k in list(self._fds):
+            self._forget(k)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
 
 
 class LoggingDeadLetterSink:
