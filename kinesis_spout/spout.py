@@ -753,6 +753,10 @@ class KinesisSpout:
         if batch.child_shards:
             self._map.add_children(batch.child_shards)
             self._adopt_new(c.shard_id for c in batch.child_shards)
+        if batch.ended and not batch.child_shards:
+            # No ChildShards in the last answer (some emulators, older API paths):
+            # list the shards on the next tick instead of after the refresh interval.
+            self._refresh_at = min(self._refresh_at, self._clock())
         if batch.ended and sh.state is ShardState.OPEN:
             sh.state = check_transition(sh.shard_id, sh.state, ShardState.DRAINING)
             self._draining.append(sh)

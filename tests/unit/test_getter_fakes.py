@@ -57,6 +57,7 @@ class FakeKinesis:
     def __init__(self, stream: str = "s", shards: int = 2, seq_step: int = 10) -> None:
         self.stream = stream
         self.shards: dict[str, FakeShard] = {}
+        self.child_shards_in_answers = True
         self._seq = itertools.count(seq_step, seq_step)
         self.faults: dict[str, deque[Exception | None]] = defaultdict(deque)
         self.calls: dict[str, int] = defaultdict(int)
@@ -172,6 +173,8 @@ class FakeKinesis:
             "MillisBehindLatest": 0 if nxt >= len(s.records) else 1000,
         }
         if s.closed and nxt >= len(s.records):
+            if not self.child_shards_in_answers:  # some emulators and older API paths
+                return resp
             resp["ChildShards"] = [
                 {"ShardId": c, "ParentShards": [sid], "HashKeyRange": {}} for c in s.children
             ]
