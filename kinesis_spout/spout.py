@@ -243,6 +243,11 @@ class KinesisSpout:
         self._ignored = 0
         self._checkpoint_writes = 0
         self._pending_error: Exception | None = None
+        # Shards to adopt whose stored checkpoints could not be read yet (store away).
+        self._to_adopt: set[str] = set()
+        self._adopt_at = -_INF
+        self._store_failures = 0
+        self._store_backoff: Backoff = ExponentialBackoff(0.5, cap=30.0)
         self._early_save_at = max(1, config.max_in_flight // 2)
 
     # ------------------------------------------------------------------ lifecycle
@@ -650,6 +655,7 @@ class KinesisSpout:
             return False
         except CheckpointStoreUnavailableError as exc:
             log.warning("checkpoint of %s not saved, will retry: %s", sh.shard_id, exc)
+            self._metrics.increment("checkpoint_store_errors", shard=sh.shard_id)
             return False
         sh.saved = key
         sh.trim_window(key)
@@ -751,8 +757,9 @@ class KinesisSpout:
         if batch.skipped or batch.corrupt_aggregates:
             self._count_odd_aggregates(sh, batch)
         if batch.child_shards:
+            # No store I/O here (this runs inside the fetch): the next tick adopts them.
             self._map.add_children(batch.child_shards)
-            self._adopt_new(c.shard_id for c in batch.child_shards)
+            self._to_adopt.update(c.shard_id for c in batch.child_shards)
         if batch.ended and not batch.child_shards:
             # No ChildShards in the last answer (some emulators, older API paths):
             # list the shards on the next tick instead of after the refresh interval.
@@ -793,6 +800,7 @@ class KinesisSpout:
                 continue
             except CheckpointStoreUnavailableError as exc:
                 log.warning("shard end of %s not saved, will retry: %s", sh.shard_id, exc)
+                self._metrics.increment("checkpoint_store_errors", shard=sh.shard_id)
                 continue
             sh.state = check_transition(sh.shard_id, sh.state, ShardState.ENDED)
             self._draining.remove(sh)
@@ -813,20 +821,44 @@ class KinesisSpout:
             self._cursor -= 1
 
     def _adopt_new(self, shard_ids: Iterable[str]) -> None:
-        """Adopt owned shards not seen before, with their stored checkpoints."""
-        fresh = [s for s in shard_ids if self._owns(s) and s not in self._shards]
+        """Adopt owned shards not seen before, with their stored checkpoints.
+
+        A store that cannot be read now leaves them queued: ``_tick`` tries again
+        with backoff (logged, counted in ``checkpoint_store_errors``).
+        """
+        wanted = self._to_adopt.union(shard_ids)
+        fresh = sorted(s for s in wanted if self._owns(s) and s not in self._shards)
+        self._to_adopt.clear()
         if not fresh:
             return
         assert self._store is not None
-        stored = self._store.load(self.config.stream_name)
+        try:
+            stored = self._store.load(self.config.stream_name)
+        except CheckpointStoreUnavailableError as exc:
+            self._to_adopt.update(fresh)
+            self._store_error(f"adopting shards {fresh}", exc)
+            return
+        self._store_failures = 0
         for shard_id in fresh:
             cp = stored.get(shard_id)
             if cp is not None and cp.shard_end:
                 self._map.mark_ended(shard_id)
             self._adopt(shard_id, cp)
 
+    def _store_error(self, what: str, exc: CheckpointError) -> None:
+        """Count a store error and schedule the retry of what it stopped."""
+        self._store_failures += 1
+        delay = self._store_backoff.delay(self._store_failures)
+        self._adopt_at = self._clock() + delay
+        self._metrics.increment("checkpoint_store_errors")
+        log.warning(
+            "checkpoint store unavailable while %s; retrying in %.1fs: %s", what, delay, exc
+        )
+
     def _tick(self, now: float) -> None:
         """Housekeeping on every call: expiries, drained shards, checkpoints, refresh."""
+        if self._to_adopt and now >= self._adopt_at:
+            self._adopt_new(())
         if self.config.message_timeout:
             for sh in self._rotation:
                 tracker = sh.tracker
@@ -901,7 +933,12 @@ class KinesisSpout:
         assert self._store is not None
         missing = [s for s in self._map.ids() if self._owns(s) and s not in self._shards]
         if missing:
-            stored = self._store.load(self.config.stream_name)
+            try:
+                stored = self._store.load(self.config.stream_name)
+            except CheckpointStoreUnavailableError as exc:
+                self._to_adopt.update(missing)
+                self._store_error(f"adopting shards {missing}", exc)
+                return
             for cp in stored.values():
                 if cp.shard_end:
                     self._map.mark_ended(cp.shard_id)

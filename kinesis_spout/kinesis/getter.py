@@ -346,10 +346,11 @@ class BufferedShardGetter:
             if n <= 0 or not self.getter.due(now):
                 return []
             batch = self.getter.poll(now)
-            if self.on_batch is not None:
-                self.on_batch(batch)
+            # Keep the page before the callback runs: the getter has moved past it.
             buf = self._buf = batch.records
             pos = self._pos = 0
+            if self.on_batch is not None:
+                self.on_batch(batch)
             if not buf:
                 return []
         end = pos + n
