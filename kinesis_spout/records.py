@@ -120,6 +120,16 @@ class Checkpoint:
     job_name: str = ""
     owner: str = ""
     updated_at: datetime | None = None
+    start_at: datetime | None = None
+    """A pinned start, saved at a job's first open with LATEST or AT_TIMESTAMP before
+    anything is read: nothing of the shard is done yet, and reading starts
+    AT_TIMESTAMP of this time (``sequence_number`` is None). Any real position
+    is after it."""
+
+    @property
+    def is_pin(self) -> bool:
+        """A pinned start position, not a position reached by reading."""
+        return self.sequence_number is None and not self.shard_end and self.start_at is not None
 
     @property
     def key(self) -> SequenceKey | None:

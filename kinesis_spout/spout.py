@@ -45,6 +45,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -64,7 +65,12 @@ from kinesis_spout.errors import (
 )
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
-from kinesis_spout.kinesis.getter import BufferedShardGetter, KinesisShardGetter, ShardBatch
+from kinesis_spout.kinesis.getter import (
+    LATEST_MARGIN,
+    BufferedShardGetter,
+    KinesisShardGetter,
+    ShardBatch,
+)
 from kinesis_spout.kinesis.shards import ShardMap, check_transition
 from kinesis_spout.metrics import MetricsCollector, NoopMetrics
 from kinesis_spout.records import Checkpoint, Record, ShardInfo, ShardState, parse_message_id
@@ -286,6 +292,7 @@ class KinesisSpout:
             self._dead = open_dead_letter_sink(cfg.dead_letter, cfg.job_name)
         checkpoints = self._store.load(cfg.stream_name)
         self._map.update(shards)
+        checkpoints = self._pin_start(checkpoints)
         for cp in checkpoints.values():
             if cp.shard_end:
                 self._map.mark_ended(cp.shard_id)
@@ -307,6 +314,52 @@ class KinesisSpout:
             len(self._shards),
             len(checkpoints),
         )
+
+    def _pin_start(self, checkpoints: dict[str, Checkpoint]) -> dict[str, Checkpoint]:
+        """At a job's first open with LATEST or AT_TIMESTAMP, save where it starts.
+
+        Every owned shard without a stored checkpoint gets a pin (a checkpoint
+        with ``start_at`` and no sequence) before any record is handed out, so a
+        crash before the first real checkpoint resumes from the same moment
+        instead of a later LATEST, and the open children of a recently resharded
+        stream start there too instead of at their TRIM_HORIZON. LATEST resolves
+        to the server's clock (its ``Date`` header) minus a margin. A pin saved
+        first by another worker wins (the store never moves a position back).
+        """
+        cfg = self.config
+        if cfg.initial_position is InitialPosition.TRIM_HORIZON:
+            return checkpoints
+        pins = [cp.start_at for cp in checkpoints.values() if cp.start_at is not None]
+        if checkpoints and not pins:
+            return checkpoints  # a job that started before pins, or TRIM_HORIZON before
+        if pins:  # a first open cut short: pin the rest of the original shards the same
+            start: datetime | None = min(pins)
+        elif cfg.initial_position is InitialPosition.AT_TIMESTAMP:
+            start = cfg.initial_timestamp
+        else:
+            assert self._api is not None
+            start = (self._api.server_time or datetime.now(UTC)) - LATEST_MARGIN
+        assert self._store is not None and start is not None
+        pinned = dict(checkpoints)
+        for shard_id in self._map.ids():
+            if not self._owns(shard_id) or shard_id in pinned:
+                continue
+            if checkpoints and self._map.has_known_parent(shard_id):
+                continue  # born after the first open: it continues its parents
+            pin = Checkpoint(
+                cfg.stream_name,
+                shard_id,
+                None,
+                job_name=cfg.job_name,
+                owner=cfg.worker_id,
+                start_at=start,
+            )
+            try:
+                pinned[shard_id] = self._store.save(pin)
+            except StaleCheckpointError:  # another worker got there first
+                pinned[shard_id] = self._store.load(cfg.stream_name)[shard_id]
+        log.info("pinned the start of %d shard(s) at %s", len(pinned), start.isoformat())
+        return pinned
 
     def _startup_call(self, fn: Callable[[], _T]) -> _T:
         """``fn()``, tried again after a backoff when Kinesis throttles or drops
@@ -707,7 +760,9 @@ class KinesisSpout:
         stored = sh.stored
         start = stored.key if stored is not None else None
         position, timestamp = cfg.initial_position, cfg.initial_timestamp
-        if position is InitialPosition.LATEST and self._map.has_known_parent(sh.shard_id):
+        if stored is not None and stored.is_pin:
+            position, timestamp = InitialPosition.AT_TIMESTAMP, stored.start_at
+        elif position is InitialPosition.LATEST and self._map.has_known_parent(sh.shard_id):
             # Its parents were read to their end: the child continues them from its start.
             position = InitialPosition.TRIM_HORIZON
         getter = KinesisShardGetter(

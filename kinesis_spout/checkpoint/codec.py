@@ -38,6 +38,7 @@ def checkpoint_to_json(cp: Checkpoint) -> dict[str, Any]:
         "job": cp.job_name,
         "owner": cp.owner,
         "updated_at": cp.updated_at.isoformat() if cp.updated_at else None,
+        **({"start_at": cp.start_at.isoformat()} if cp.start_at else {}),
     }
 
 
@@ -102,9 +103,11 @@ def checkpoint_from_json(obj: Any, *, where: str, stream: str, shard: str, job: 
         raise CorruptCheckpointError(
             f"checkpoint at {where} has shard_end={end!r}: expected true or false"
         )
-    if seq is None and not end:
+    start_at = _parse_time(obj.get("start_at"), where, "start_at")
+    if seq is None and not end and start_at is None:
         raise CorruptCheckpointError(
-            f"checkpoint at {where} has no sequence and is not a shard end: nothing to resume from"
+            f"checkpoint at {where} has no sequence, no start_at and is not a shard end: "
+            "nothing to resume from"
         )
     owner = obj.get("owner") or ""
     if not isinstance(owner, str):
@@ -120,17 +123,18 @@ def checkpoint_from_json(obj: Any, *, where: str, stream: str, shard: str, job: 
         job_name=job,
         owner=owner,
         updated_at=_parse_time(obj.get("updated_at"), where),
+        start_at=start_at,
     )
 
 
-def _parse_time(value: Any, where: str) -> datetime | None:
+def _parse_time(value: Any, where: str, name: str = "updated_at") -> datetime | None:
     if value is None:
         return None
     try:
         dt = datetime.fromisoformat(value)
     except (TypeError, ValueError):
         raise CorruptCheckpointError(
-            f"checkpoint at {where} has updated_at={value!r}: expected an ISO 8601 time"
+            f"checkpoint at {where} has {name}={value!r}: expected an ISO 8601 time"
         ) from None
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 

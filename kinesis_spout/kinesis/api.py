@@ -138,7 +138,8 @@ class KinesisApi:
         self.calls = 0
         self._token_needs_stream = False
         self.server_time: datetime | None = None
-        """The ``Date`` header of the last GetShardIterator answer (whole seconds), if any."""
+        """The ``Date`` header of the last GetShardIterator or DescribeStreamSummary answer
+        (whole seconds), if any."""
 
     def _call(self, what: str, fn: Callable[..., T], **kwargs: Any) -> T:
         self.calls += 1
@@ -151,7 +152,9 @@ class KinesisApi:
             raise translated from exc
 
     def check_stream(self) -> str:
-        """The stream's status; :class:`StreamNotFoundError` if it does not exist."""
+        """The stream's status; :class:`StreamNotFoundError` if it does not exist.
+
+        Also sets ``server_time`` from the answer's ``Date`` header."""
         try:
             resp = self._call(
                 f"DescribeStreamSummary {self.stream_name}",
@@ -163,6 +166,7 @@ class KinesisApi:
                 f"stream {self.stream_name!r} not found at {self.client.meta.endpoint_url} "
                 f"(region {self.client.meta.region_name})"
             ) from None
+        self.server_time = _server_date(resp)
         return str(resp["StreamDescriptionSummary"]["StreamStatus"])
 
     def list_shards(self, page_size: int | None = None) -> list[ShardInfo]:

@@ -58,6 +58,7 @@ class FakeKinesis:
         self.stream = stream
         self.shards: dict[str, FakeShard] = {}
         self.child_shards_in_answers = True
+        self.arrival = datetime(2026, 1, 1, tzinfo=UTC)  # of the records put from now on
         self._seq = itertools.count(seq_step, seq_step)
         self.faults: dict[str, deque[Exception | None]] = defaultdict(deque)
         self.calls: dict[str, int] = defaultdict(int)
@@ -82,7 +83,7 @@ class FakeKinesis:
                 "SequenceNumber": seq,
                 "Data": data,
                 "PartitionKey": pk,
-                "ApproximateArrivalTimestamp": datetime(2026, 1, 1, tzinfo=UTC),
+                "ApproximateArrivalTimestamp": self.arrival,
             }
         )
         return seq
@@ -146,7 +147,11 @@ class FakeKinesis:
         elif typ == "LATEST":
             pos = len(recs)
         elif typ == "AT_TIMESTAMP":
-            pos = 0
+            when = kw["Timestamp"]
+            pos = next(
+                (i for i, r in enumerate(recs) if r["ApproximateArrivalTimestamp"] >= when),
+                len(recs),
+            )
         else:
             seq = int(kw["StartingSequenceNumber"])
             pos = next(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -593,14 +594,34 @@ def test_ended_shards_in_the_store_are_not_read_again() -> None:
     assert data(r.drain()) == [b"new"]
 
 
-def test_latest_children_start_from_their_trim_horizon() -> None:
+def test_latest_children_of_a_resharded_stream_start_at_the_pinned_start() -> None:
+    # Hole 6: at a first open with LATEST, the open children of a closed parent start
+    # where LATEST was pinned, not at their TRIM_HORIZON (what was written before the
+    # job started is not read).
     r = Rig(shards=1, initial_position=InitialPosition.LATEST)
     r.kinesis.split(S[0], (S[1],))
-    r.kinesis.put(S[1], b"after split")
+    r.kinesis.put(S[1], b"before the job started")
     r.open()
-    assert data(r.drain()) == [b"after split"]
+    assert {s: cp.is_pin for s, cp in r.store.load("s").items()} == {S[0]: True, S[1]: True}
+    assert r.drain() == []
+    r.kinesis.arrival = datetime.now(UTC)
+    r.kinesis.put(S[1], b"after the start")
+    r.clock.advance(5)  # past the empty-shard backoff of the caught-up child
+    assert data(r.drain()) == [b"after the start"]
     types = [q["ShardIteratorType"] for q in r.kinesis.iterator_requests]
-    assert types == ["LATEST", "TRIM_HORIZON"]
+    assert set(types) == {"AT_TIMESTAMP"}
+
+
+def test_children_born_after_the_start_continue_their_parent_from_trim_horizon() -> None:
+    r = Rig(shards=1, initial_position=InitialPosition.LATEST)
+    r.open()
+    r.kinesis.arrival = datetime.now(UTC)
+    r.kinesis.put(S[0], b"parent")
+    r.kinesis.split(S[0], (S[1],))
+    r.kinesis.put(S[1], b"child")
+    assert data(r.drain()) == [b"parent", b"child"]
+    types = [q["ShardIteratorType"] for q in r.kinesis.iterator_requests]
+    assert types == ["AT_TIMESTAMP", "TRIM_HORIZON"]
 
 
 def test_refresh_adopts_new_shards() -> None:

@@ -206,3 +206,30 @@ def test_concurrent_writers_on_different_shards(store_factory: StoreFactory) -> 
     loaded = store_factory().load(STREAM)
     assert {c.sequence_number for c in loaded.values()} == {"20"}
     assert len(loaded) == 3
+
+
+def test_a_pinned_start_round_trips_and_gives_way_to_real_progress(
+    store_factory: StoreFactory,
+) -> None:
+    from datetime import UTC
+
+    store = store_factory()
+    when = datetime(2026, 11, 24, 1, 2, 3, tzinfo=UTC)
+    pin = store.save(cp(None, start_at=when))
+    assert pin.is_pin and pin.start_at == when
+    got = store_factory().load(STREAM)["shardId-000000000000"]
+    assert got.is_pin and got.start_at == when and got.key is None
+    # A second pin (another worker, a later start) changes nothing: the first wins.
+    later = datetime(2026, 11, 24, 2, 0, 0, tzinfo=UTC)
+    assert store.save(cp(None, start_at=later)).start_at == when
+    # Real progress replaces the pin; a pin never replaces real progress.
+    store.save(cp("42"))
+    with pytest.raises(StaleCheckpointError):
+        store.save(cp(None, start_at=later))
+    final = store_factory().load(STREAM)["shardId-000000000000"]
+    assert final.sequence_number == "42" and not final.is_pin
+    # A shard that ends before anything was read keeps no position.
+    other = "shardId-000000000001"
+    store.save(cp(None, shard=other, start_at=when))
+    ended = store.mark_ended(STREAM, other, "w")
+    assert ended.shard_end and ended.sequence_number is None
