@@ -142,6 +142,7 @@ class _Shard:
         "unsaved",
         "unsaved_head",
         "skip_tail",
+        "releasing",
     )
 
     def __init__(self, shard_id: str, stored: Checkpoint | None) -> None:
@@ -154,6 +155,8 @@ class _Shard:
         self.dead_pending: list[tuple[Record, str | None, int]] = []
         # A skipped empty KPL aggregate after every record read: done once those are out.
         self.skip_tail: SequenceKey | None = None
+        # Being given up (drain_shards): no new records, its retries still go out.
+        self.releasing = False
         self.aggregates: dict[int, None] = {}
         self.stored = stored
         # Keys handed out for the first time after the saved checkpoint, in emit (= key)
@@ -466,7 +469,7 @@ class KinesisSpout:
                 sh = rotation[idx]
                 tracker = sh.tracker
                 reader = sh.reader
-                if tracker is None or reader is None or not sh.emitting:
+                if tracker is None or reader is None or not sh.emitting or sh.releasing:
                     continue
                 room = limit - sh.window
                 if room <= 0:
@@ -533,6 +536,8 @@ class KinesisSpout:
                 due = tracker.next_retry_at()
                 if due is not None and due < t:
                     t = due
+                if sh.releasing:
+                    continue
                 if sh.window < self.config.max_in_flight or sh.savable() >= self._early_save_at:
                     ready = reader.ready_at()
                     if ready < t:
@@ -1004,6 +1009,28 @@ class KinesisSpout:
             unknown = sorted(s for s in owned if s not in self._map)
             if unknown:
                 log.warning("owned shards not in stream %s: %s", self.config.stream_name, unknown)
+
+    def drain_shards(self, shard_ids: Iterable[str]) -> None:
+        """Stop reading new records from these shards ahead of giving them up.
+
+        Their due retries are still handed out and their acks and fails taken,
+        so their in-flight records can finish (:meth:`in_flight_of`); every other
+        shard keeps flowing. A shard not in ``shard_ids`` reads again (a shard
+        assigned back before it left). Release them with :meth:`set_owned_shards`.
+        """
+        self._check_open()
+        draining = frozenset(shard_ids)
+        for shard_id, sh in self._shards.items():
+            sh.releasing = shard_id in draining
+
+    def in_flight_of(self, shard_ids: Iterable[str]) -> int:
+        """Records handed out and not done on these shards (awaiting retries included)."""
+        total = 0
+        for shard_id in shard_ids:
+            sh = self._shards.get(shard_id)
+            if sh is not None and sh.tracker is not None:
+                total += sh.tracker.in_flight
+        return total
 
     def _release(self, sh: _Shard, now: float) -> None:
         if sh.tracker is not None and not sh.fenced:

@@ -13,10 +13,11 @@ the worker loop calls between batches on the thread that owns the spout.
 
 Safety rules:
 
-* **flush before release**: a shard being given up stops emitting, its
-  in-flight records get ``drain_timeout`` to be acked, the spout drops it
-  (which writes its final checkpoint, fenced by the lease), and only then is
-  the lease node deleted;
+* **flush before release**: a shard being given up stops reading new records
+  (its retries still go out; every other shard keeps flowing), its in-flight
+  records get ``drain_timeout`` to be acked, the spout drops it (which writes
+  its final checkpoint, fenced by the lease), and only then is the lease node
+  deleted;
 * **SUSPENDED** (connection lost, session maybe alive): the spout stops
   emitting at once; acks are still taken, checkpoint writes fail as
   retriable until the connection is back. Resumed only if the same session
@@ -61,8 +62,9 @@ class SpoutControl(Protocol):
 
     def checkpoint(self, force: bool = False) -> Any: ...
 
-    @property
-    def in_flight(self) -> int: ...
+    def drain_shards(self, shard_ids: Iterable[str]) -> None: ...
+
+    def in_flight_of(self, shard_ids: Iterable[str]) -> int: ...
 
 
 ShardLister = Callable[[], Iterable[str]]
@@ -120,6 +122,7 @@ class ShardCoordinator:
         self._next_refresh = 0.0
         self._next_register = 0.0
         self._drain_deadline: float | None = None
+        self._draining: frozenset[str] = frozenset()
         self._started = False
         self._shutting_down = False
 
@@ -249,8 +252,7 @@ class ShardCoordinator:
         return (
             self.store.connected
             and not self._lost
-            and not self._shutting_down
-            and all(st in (LeaseState.HELD, LeaseState.ACQUIRING) for st in self._states.values())
+            and all(st is not LeaseState.SUSPENDED for st in self._states.values())
         )
 
     def _set_active(self, active: bool) -> None:
@@ -391,13 +393,15 @@ class ShardCoordinator:
 
     def _progress_release(self, now: float) -> None:
         releasing = [s for s, st in self._states.items() if st is LeaseState.RELEASING]
+        if frozenset(releasing) != self._draining:
+            self._draining = frozenset(releasing)
+            self.spout.drain_shards(releasing)  # only these stop; the others flow on
         if not releasing:
             self._drain_deadline = None
             return
         if self._drain_deadline is None:
             self._drain_deadline = now + self._drain_timeout
-            self._set_active(False)
-        in_flight = self.spout.in_flight
+        in_flight = self.spout.in_flight_of(releasing)
         if in_flight > 0 and now < self._drain_deadline:
             return
         if in_flight > 0:
