@@ -126,6 +126,9 @@ class SpoutConfig:
     process: str | None = None
     """The Spark job's processing, ``module:function`` or ``path/file.py:function``
     (the job's ``--process`` flag wins)."""
+    wait_for_lease: bool = False
+    """A second driver of the same job (same job name and checkpoint store) waits for
+    the running one to end instead of failing."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -429,7 +432,7 @@ def load_config(
 
 
 # Fields whose flag the commands define themselves (with their own help text).
-_OWN_FLAG_FIELDS = frozenset({"process"})
+_OWN_FLAG_FIELDS = frozenset({"process", "wait_for_lease"})
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -447,6 +450,15 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
             default=None,
             help=doc or None,
         )
+    group.add_argument(
+        "--wait-for-lease",
+        dest="cfg_wait_for_lease",
+        nargs="?",
+        const="true",
+        default=None,
+        metavar="BOOL",
+        help="if another driver of this job runs, wait for it to end instead of failing",
+    )
 
 
 def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> SpoutConfig:

@@ -39,6 +39,7 @@ from kinesis_spout.config import (  # noqa: E402
     add_config_arguments,
     load_config,
 )
+from kinesis_spout.coordination.joblease import JobLease, open_job_lease  # noqa: E402
 from kinesis_spout.errors import ConfigError, KinesisSpoutError  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     pidfile = os.environ.get(PIDFILE_ENV)
     if pidfile:
         Path(pidfile).write_text(str(os.getpid()))
+    try:
+        lease = take_job_lease(config)
+    except KinesisSpoutError as exc:
+        print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
+        return 3
+    try:
+        return run_with_lease(config, process, lease)
+    finally:
+        lease.release()
 
+
+def take_job_lease(config: SpoutConfig) -> JobLease:
+    """The job lease of ``config``'s job, taken before Spark starts (see joblease)."""
+    lease = open_job_lease(config.checkpoint_store, config.job_name, zk_auth=config.zk_auth)
+    try:
+        lease.acquire(wait=config.wait_for_lease)
+    except BaseException:
+        lease.release()
+        raise
+    return lease
+
+
+def run_with_lease(config: SpoutConfig, process: str, lease: JobLease) -> int:
+    """Start Spark and run the micro-batch loop; the exit code."""
     from pyspark.sql import SparkSession
 
     from kinesis_spout.spark.driver import build_driver
@@ -123,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
         spark.stop()
         return 2
+    lease.on_lost = lambda: driver.request_stop("job lease lost")
 
     signals_seen: list[str] = []
 

@@ -1,0 +1,87 @@
+"""The job lease (hole 4): one driver per job name, on real files and a real ZooKeeper."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kinesis_spout.coordination.joblease import JobLease, JobLeaseHeldError, open_job_lease
+from kinesis_spout.testing.holders import start_lease_holder
+from kinesis_spout.testing.servers import ZooKeeperServer
+
+pytestmark = pytest.mark.integration
+
+@pytest.fixture(params=["file", "zk"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> str:
+    if request.param == "file":
+        return f"file://{tmp_path / 'checkpoints'}"
+    zk: ZooKeeperServer = request.getfixturevalue("zookeeper")
+    return zk.url(f"/tests/{unique_name}")
+
+
+@pytest.fixture
+def leases(store_url: str) -> Callable[[str], JobLease]:
+    made: list[JobLease] = []
+
+    def make(job: str) -> JobLease:
+        lease = open_job_lease(store_url, job)
+        made.append(lease)
+        return lease
+
+    yield make  # type: ignore[misc]
+    for lease in made:
+        lease.release()
+
+
+def test_a_second_driver_gets_an_error_naming_the_job_and_the_holder(
+    leases: Callable[[str], JobLease],
+) -> None:
+    first = leases("billing")
+    first.acquire()
+    second = leases("billing")
+    with pytest.raises(JobLeaseHeldError) as info:
+        second.acquire()
+    message = str(info.value)
+    assert "job 'billing' is already running" in message
+    assert f":{os.getpid()} since " in message  # host:pid of the holder
+    assert "--wait-for-lease" in message
+    leases("another-job").acquire()  # other job names are independent
+
+
+def test_waiting_takes_the_lease_when_the_holder_releases(
+    leases: Callable[[str], JobLease],
+) -> None:
+    first = leases("orders")
+    first.acquire()
+    second = leases("orders")
+    with pytest.raises(JobLeaseHeldError):
+        second.acquire(wait=True, timeout=0.6)  # gives up after the timeout
+    threading.Timer(0.5, first.release).start()
+    started = time.monotonic()
+    second.acquire(wait=True, timeout=20)
+    assert time.monotonic() - started >= 0.4
+    with pytest.raises(JobLeaseHeldError):
+        leases("orders").acquire()
+
+
+def test_a_holder_killed_with_sigkill_frees_the_lease(
+    store_url: str, leases: Callable[[str], JobLease]
+) -> None:
+    holder = start_lease_holder(store_url, "clicks")
+    try:
+        with pytest.raises(JobLeaseHeldError, match=f":{holder.pid} since"):
+            leases("clicks").acquire()
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=10)
+        # A file lock goes with the process; an ephemeral node with its session
+        # (ZooKeeper expires it within the session timeout).
+        leases("clicks").acquire(wait=True, timeout=40)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
