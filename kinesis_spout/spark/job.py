@@ -28,10 +28,11 @@ if __name__ == "__main__" and sys.path and Path(sys.path[0]).resolve() == Path(_
     sys.path.pop(0)
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
-from collections.abc import Mapping, Sequence  # noqa: E402
+from collections.abc import Callable, Mapping, Sequence  # noqa: E402
 from types import FrameType  # noqa: E402
 
 from kinesis_spout.config import (  # noqa: E402
@@ -41,6 +42,7 @@ from kinesis_spout.config import (  # noqa: E402
 )
 from kinesis_spout.coordination.joblease import JobLease, open_job_lease  # noqa: E402
 from kinesis_spout.errors import ConfigError, KinesisSpoutError  # noqa: E402
+from kinesis_spout.spark.launcher import watch_launcher, watch_parent  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -109,14 +111,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     if pidfile:
         Path(pidfile).write_text(str(os.getpid()))
     try:
+        return run_tied_to_launcher(config, process)
+    finally:
+        if pidfile:  # the launcher may be gone (kill -9) and cannot remove it
+            with contextlib.suppress(OSError):
+                os.unlink(pidfile)
+
+
+def run_tied_to_launcher(config: SpoutConfig, process: str) -> int:
+    """Take the job lease and run, stopping when the launcher dies."""
+    stop: list[Callable[[str], None]] = []
+
+    def on_launcher_gone() -> None:
+        if stop:
+            stop[0]("launcher gone")
+        else:  # still starting: nothing read, nothing to checkpoint
+            os._exit(1)
+
+    watch = watch_launcher(on_launcher_gone)
+    jvm = watch_parent(on_launcher_gone)  # spark-submit's JVM: a SIGTERM ends it
+    try:
         lease = take_job_lease(config)
     except KinesisSpoutError as exc:
         print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
         return 3
     try:
-        return run_with_lease(config, process, lease)
+        return run_with_lease(config, process, lease, stop)
     finally:
         lease.release()
+        for w in (watch, jvm):
+            if w is not None:
+                w.stop()
 
 
 def take_job_lease(config: SpoutConfig) -> JobLease:
@@ -130,8 +155,11 @@ def take_job_lease(config: SpoutConfig) -> JobLease:
     return lease
 
 
-def run_with_lease(config: SpoutConfig, process: str, lease: JobLease) -> int:
-    """Start Spark and run the micro-batch loop; the exit code."""
+def run_with_lease(
+    config: SpoutConfig, process: str, lease: JobLease, stop: list[Callable[[str], None]]
+) -> int:
+    """Start Spark and run the micro-batch loop; the exit code. Once the driver
+    exists, its ``request_stop`` is put in ``stop`` (for the launcher watch)."""
     from pyspark.sql import SparkSession
 
     from kinesis_spout.spark.driver import build_driver
@@ -148,6 +176,7 @@ def run_with_lease(config: SpoutConfig, process: str, lease: JobLease) -> int:
         spark.stop()
         return 2
     lease.on_lost = lambda: driver.request_stop("job lease lost")
+    stop.append(driver.request_stop)
 
     signals_seen: list[str] = []
 
@@ -178,7 +207,10 @@ def run_with_lease(config: SpoutConfig, process: str, lease: JobLease) -> int:
         print(f"kinesis-spout job: failed: {exc}", file=sys.stderr)
         code = 1
     finally:
+        # Stopping: later signals (the JVM ends its workers with SIGTERM, and they
+        # pass it on) must not interrupt spark.stop().
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         spark.stop()
     return code
 

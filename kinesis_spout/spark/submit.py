@@ -10,7 +10,10 @@ Signals: ``spark-submit`` runs in its own session with SIGINT and SIGTERM
 ignored, so the JVM does not shut down under the Python driver; the first
 SIGINT/SIGTERM this command gets is forwarded as SIGTERM to the job's Python
 process alone (its pid comes through a pid file), which finishes its batch,
-checkpoints and exits; a second one kills the whole process group.
+checkpoints and exits; a second one kills the whole process group. If this
+command is killed outright (``kill -9``), the job notices (it watches this
+process, :mod:`kinesis_spout.spark.launcher`) and stops the same way; the JVM
+and its PySpark workers end with the job's Python process.
 
 This module imports nothing from Spark: it only builds a command line.
 """
@@ -32,6 +35,7 @@ from types import FrameType
 
 from kinesis_spout.config import FIELD_NAMES
 from kinesis_spout.errors import KinesisSpoutError
+from kinesis_spout.spark.launcher import LAUNCHER_ENV, launcher_token
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,8 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.session.timeZone": "UTC",
+    # PySpark's daemon, but a SIGTERM to it stops the job cleanly (worker_daemon.py).
+    "spark.python.daemon.module": "kinesis_spout.spark.worker_daemon",
 }
 
 
@@ -148,12 +154,18 @@ def supervise(cmd: Sequence[str], env: Mapping[str, str], poll: float = 0.2) -> 
     fd, pidfile = tempfile.mkstemp(prefix="kinesis-spout-job-", suffix=".pid")
     os.close(fd)
     os.unlink(pidfile)
-    env = {**env, PIDFILE_ENV: pidfile}
+    # The job watches this process: if it is killed outright, the job stops too.
+    env = {**env, PIDFILE_ENV: pidfile, LAUNCHER_ENV: launcher_token()}
     watched = (signal.SIGINT, signal.SIGTERM)
     previous = {s: signal.signal(s, signal.SIG_IGN) for s in watched}
+    # SIGINT stays ignored in the child (the JVM must not die of a stray Ctrl-C under the
+    # Python driver); SIGTERM keeps its default, so a SIGTERM sent to the JVM ends the
+    # JVM, and the driver, which watches its JVM, stops with a final checkpoint.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         # SIG_IGN is inherited through exec: the JVM then leaves SIGINT/SIGTERM alone.
         proc = subprocess.Popen(list(cmd), env=env, start_new_session=True)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     except BaseException:
         for s, h in previous.items():
             signal.signal(s, h)
