@@ -81,3 +81,27 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if a ZooKeeper client is still started when the tests end.
+
+    A client left open keeps reconnecting to a server the fixtures already stopped
+    and prints "Connection dropped: connection refused" after the suite (hole 9).
+    """
+    import gc
+    import sys
+
+    kazoo_client = sys.modules.get("kazoo.client")
+    if kazoo_client is None:
+        return
+    live = [
+        o
+        for o in gc.get_objects()
+        if isinstance(o, kazoo_client.KazooClient) and not o._stopped.is_set()
+    ]
+    if live:
+        print(f"\n{len(live)} ZooKeeper client(s) still started at the end of the tests:")
+        for client in live:
+            print(f"  {client.hosts} state {client.state}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -67,12 +67,36 @@ class JobLease(Protocol):
 
 def holder_info(job_name: str) -> dict[str, Any]:
     """Who holds a lease: written into the lock file or node."""
+    from kinesis_spout.spark.launcher import process_start_time
+
     return {
         "job": job_name,
         "host": socket.gethostname(),
         "pid": os.getpid(),
+        "started": process_start_time(os.getpid()),
         "since": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+
+
+def holder_is_gone(raw: bytes | str | None) -> bool:
+    """True if the holder recorded in ``raw`` ran on this host and has died.
+
+    A ZooKeeper ephemeral node outlives a ``kill -9``-ed holder until its session
+    expires (10 s or more); on the same host a dead pid (with the same start
+    time, so a reused pid does not count) settles it at once. Anything unclear
+    counts as alive.
+    """
+    from kinesis_spout.spark.launcher import process_start_time
+
+    try:
+        info = json.loads(raw or b"{}")
+        host, pid, started = info["host"], int(info["pid"]), info.get("started")
+    except (ValueError, KeyError, TypeError):
+        return False
+    if host != socket.gethostname():
+        return False
+    now = process_start_time(pid)
+    return now is None or (started not in (None, "?") and now not in ("?", started))
 
 
 def describe_holder(raw: bytes | str | None) -> str:
@@ -191,21 +215,33 @@ class ZooKeeperJobLease:
                 self.on_lost()
 
     def _try_once(self) -> str | None:
-        from kazoo.exceptions import NodeExistsError, NoNodeError
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
         client = self._store.client
         self._store.ensure_path(self._store.paths.job_path)
         data = json.dumps(holder_info(self.job_name)).encode()
-        try:
-            client.create(self.path, data, acl=self._store.acl, ephemeral=True)
-        except NodeExistsError:
+        for _ in range(2):
             try:
-                raw, _stat = client.get(self.path)
-            except NoNodeError:
-                return "a process that just left"
-            return describe_holder(raw)
-        self._held = True
-        return None
+                client.create(self.path, data, acl=self._store.acl, ephemeral=True)
+            except NodeExistsError:
+                try:
+                    raw, stat = client.get(self.path)
+                except NoNodeError:
+                    continue  # the holder just left: try again
+                if not holder_is_gone(raw):
+                    return describe_holder(raw)
+                log.warning(
+                    "job %r: the lease holder %s is dead (its session not yet expired): "
+                    "taking the lease over",
+                    self.job_name,
+                    describe_holder(raw),
+                )
+                with contextlib.suppress(NoNodeError, BadVersionError):
+                    client.delete(self.path, version=stat.version)
+                continue
+            self._held = True
+            return None
+        return "a process that just left"
 
     def acquire(self, wait: bool = False, timeout: float | None = None) -> None:
         _Waiter(self._try_once).run(self.job_name, self.path, wait, timeout)

@@ -40,6 +40,9 @@ STATE_FILE = "demo-state.json"
 class DemoError(KinesisSpoutError):
     """The demo's output directory does not match what this run would do."""
 
+#: Dead letters listed one per line in the demo's report (the rest are counted).
+_DEAD_SHOWN = 10
+
 
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -201,8 +204,11 @@ def _report(
         + (", each dead-lettered once" if dead_ok else ": MISMATCH")
         + f", in {out / 'dead-letter'}"
     )
-    for d in dead[-3:]:
+    shown = dead[:_DEAD_SHOWN]
+    for d in shown:
         print(f"     {d['message_id']}  after {d['attempts']} attempts: {d['error']}", flush=True)
+    if len(dead) > len(shown):
+        print(f"     ... and {len(dead) - len(shown)} more in {out / 'dead-letter'}", flush=True)
     _print_checkpoints(store_url, f"checkpoints now ({store_url})")
     say(f"word count files: {out / 'wordcounts'}")
     say("run the demo again to resume from the checkpoints with new sentences; --fresh starts over")

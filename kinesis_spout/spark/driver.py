@@ -151,7 +151,9 @@ class BatchReport:
 
     @property
     def records_per_second(self) -> float:
-        return self.records / self.seconds if self.seconds > 0 else 0.0
+        """Records done (acked or dead-lettered) per second of this iteration."""
+        done = self.ok + self.dead_lettered
+        return done / self.seconds if self.seconds > 0 else 0.0
 
     def line(self) -> str:
         behind = "?" if self.millis_behind_latest is None else f"{self.millis_behind_latest}"
@@ -163,7 +165,7 @@ class BatchReport:
             f"failed {self.failed} | retried {self.retried} | "
             f"dead-lettered {self.dead_lettered} | in flight {self.in_flight} |{trees} "
             f"behind {behind} ms | checkpoint age {age} | "
-            f"{self.records_per_second:,.0f} records/s"
+            f"{self.records_per_second:,.0f} done records/s"
         )
 
 
@@ -178,15 +180,28 @@ class JobSummary:
     retried: int
     dead_lettered: int
     seconds: float
+    """The whole run, idle waits included."""
     stopped_because: str
+    busy_seconds: float = 0.0
+    """Time spent in iterations that had records (filling and processing)."""
+
+    @property
+    def done(self) -> int:
+        """Records done: acked, or dead-lettered (retries are not extra records)."""
+        return self.ok + self.dead_lettered
+
+    @property
+    def done_per_second(self) -> float:
+        """Records done per second of processing time (idle waits excluded)."""
+        return self.done / self.busy_seconds if self.busy_seconds > 0 else 0.0
 
     def line(self) -> str:
-        rate = self.records / self.seconds if self.seconds > 0 else 0.0
         return (
             f"stopped ({self.stopped_because}) after {self.batches} batches: "
-            f"{self.records} records | ok {self.ok} | failed {self.failed} | "
-            f"retried {self.retried} | dead-lettered {self.dead_lettered} | "
-            f"{self.seconds:.1f}s | {rate:,.0f} records/s"
+            f"{self.done} done (ok {self.ok}, dead-lettered {self.dead_lettered}) | "
+            f"{self.records} deliveries | failed {self.failed} | retried {self.retried} | "
+            f"{self.seconds:.1f}s, of which {self.busy_seconds:.1f}s processing | "
+            f"{self.done_per_second:,.1f} records done/s of processing"
         )
 
 
@@ -253,6 +268,7 @@ class SparkDriver:
             ("batches", "records", "ok", "failed", "retried", "dead_lettered"), 0
         )
         self.last_report: BatchReport | None = None
+        self._busy_seconds = 0.0
 
     # --- control -------------------------------------------------------------------
 
@@ -326,6 +342,7 @@ class SparkDriver:
             t["dead_lettered"],
             seconds,
             self._stop_reason or "running",
+            busy_seconds=self._busy_seconds,
         )
 
     def _shutdown(self, failure: BaseException | None) -> None:
@@ -446,6 +463,7 @@ class SparkDriver:
         now = self.clock()
         since = max(batch.started, self._last_completion or batch.started)
         self._last_completion = now
+        self._busy_seconds += now - since
         return BatchReport(
             batch_id=batch.batch_id,
             records=len(records),

@@ -492,3 +492,27 @@ def test_records_given_to_the_processing_keep_their_attempt() -> None:
     make_driver(spout, LocalRunner(RecordProcessor(flaky))).run()
     assert sorted(seen) == [("a:1", 1), ("a:1", 2), ("a:2", 1), ("a:2", 2)]
     assert sorted(spout.acked) == ["a:1", "a:2"]
+
+
+def test_the_summary_rate_is_records_done_per_second_of_processing_time() -> None:
+    # Hole 9: the rate counted retries as records and divided by the whole run,
+    # idle waits included.  The clock moves 1 s per processed record and the run
+    # ends after 2 idle seconds.
+    class SlowCheck:
+        def __init__(self, clock: FakeClock) -> None:
+            self.clock = clock
+
+        def __call__(self, record: InputRecord) -> None:
+            self.clock.now += 1.0
+            check(record)
+
+    clock = FakeClock()
+    spout = FakeSpout({"a": data(6, poison=[2])}, retry_limit=1)
+    summary = make_driver(spout, LocalRunner(per_record(SlowCheck(clock))), clock=clock).run()
+    assert (summary.ok, summary.dead_lettered, summary.retried) == (5, 1, 1)
+    assert summary.records == 7  # six records, one of them delivered twice
+    assert summary.seconds > summary.busy_seconds >= 7.0  # the idle wait is not processing
+    assert summary.done_per_second == pytest.approx(6 / summary.busy_seconds)
+    line = summary.line()
+    assert "6 done (ok 5, dead-lettered 1)" in line and "retried 1" in line
+    assert f"{summary.done_per_second:,.1f} records done/s of processing" in line

@@ -98,9 +98,16 @@ class Worker:
         return batch
 
     def close(self) -> None:
-        self.coordinator.close()
-        self.spout.close()
-        self.store.close()
+        # Every step even if an earlier one raises (a worker stopped by a corrupt
+        # checkpoint): a store left open keeps a ZooKeeper client reconnecting after
+        # the suite ends ("Connection dropped: connection refused").
+        try:
+            self.coordinator.close()
+        finally:
+            try:
+                self.spout.close()
+            finally:
+                self.store.close()
 
 
 def run_until(

@@ -18,8 +18,8 @@ SENTENCES = 60
 
 
 def summary_records(stdout: str) -> int:
-    """Records the job handled, from its last line ("stopped (...) after N batches: X records")."""
-    found = re.findall(r"^stopped \(.*\) after \d+ batches: (\d+) records", stdout, re.M)
+    """Deliveries the job handled, from its last line ("stopped (...) ... | X deliveries")."""
+    found = re.findall(r"^stopped \(.*\) after \d+ batches: .* \| (\d+) deliveries", stdout, re.M)
     assert found, stdout[-3000:]
     return int(found[-1])
 
