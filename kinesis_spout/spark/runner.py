@@ -45,6 +45,10 @@ from kinesis_spout.spark.sinks import NullSink, RowSink
 log = logging.getLogger(__name__)
 
 INTERNAL_COLUMNS = (ROW, ROOT, "status", "error")
+#: Most bytes of records per Spark task when a local Arrow table becomes a DataFrame
+#: (Spark warns about tasks over 1000 KiB).
+TASK_BYTES = 512 * 1024
+_ARROW_MAX_RECORDS = 10_000  # Spark's default spark.sql.execution.arrow.maxRecordsPerBatch
 
 
 class ProcessingContractError(KinesisSpoutError):
@@ -115,6 +119,7 @@ class SparkRunner:
         self.row_sink: RowSink = row_sink or NullSink()
         self._derived_arrow: pa.Schema | None = None
         self._stage_struct: Any = None
+        self._arrow_batch = 0  # the maxRecordsPerBatch last set (0: not yet)
 
     @property
     def needs_roots(self) -> bool:
@@ -136,12 +141,37 @@ class SparkRunner:
             return self._run_transform(batch_id, p, part, start, stop)
         return self._run_fan_out(batch_id, p, part, start, stop)
 
+    def _to_dataframe(self, part: pa.Table) -> Any:
+        """``createDataFrame`` of ``part``, in partitions of about :data:`TASK_BYTES`.
+
+        PySpark ships a local Arrow table inside its tasks (at most
+        ``defaultParallelism`` of them), and Spark warns about every task over
+        1000 KiB ("a task of very large size"): a 10,000-record micro-batch of
+        200-byte records made two 1.3 MB tasks on ``local[2]``. A larger table is
+        made of slices of about ``TASK_BYTES``, one Arrow batch and one
+        partition each, put together with ``union``.
+        """
+        rows = part.num_rows
+        fit = TASK_BYTES * max(1, rows) // max(1, part.nbytes)
+        per_slice = max(1, min(_ARROW_MAX_RECORDS, fit))
+        if per_slice != self._arrow_batch:
+            self.spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(per_slice))
+            self._arrow_batch = per_slice
+        if rows <= per_slice:
+            return self.spark.createDataFrame(part)
+        slices = range(0, rows, per_slice)
+        frames = [self.spark.createDataFrame(part.slice(at, per_slice)) for at in slices]
+        df = frames[0]
+        for other in frames[1:]:
+            df = df.union(other)
+        return df
+
     # --- styles ------------------------------------------------------------------
 
     def _run_records(
         self, batch_id: int, p: RecordProcessor, part: pa.Table, start: int, stop: int
     ) -> BatchOutcome:
-        df = self.spark.createDataFrame(part)
+        df = self._to_dataframe(part)
         back = df.mapInArrow(record_function_mapper(p.fn), STATUS_DDL).toArrow()
         statuses = statuses_from_arrow(back, start, stop)
         processed = None
@@ -152,7 +182,7 @@ class SparkRunner:
     def _run_transform(
         self, batch_id: int, p: TransformProcessor, part: pa.Table, start: int, stop: int
     ) -> BatchOutcome:
-        df = self.spark.createDataFrame(part)
+        df = self._to_dataframe(part)
         out = p.transform(df)
         if out is None or not hasattr(out, "columns"):
             raise ProcessingContractError(
@@ -180,7 +210,7 @@ class SparkRunner:
             sinks.append(
                 (f"row sink {self.row_sink.name}", _RowSinkBranch(self.row_sink, batch_id))
             )
-        df = self.spark.createDataFrame(part)
+        df = self._to_dataframe(part)
         stage = df.mapInArrow(emit_mapper(p.emit, derived_schema, len(sinks)), stage_struct)
         stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
         try:

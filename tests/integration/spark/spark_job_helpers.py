@@ -67,3 +67,8 @@ def failing_word_sink(bad: str) -> Callable[[Any], Any]:
         )
 
     return sink
+
+
+def accept(record: InputRecord) -> None:
+    """Every record is fine, at once."""
+    return None
