@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from kinesis_spout.errors import (
     CheckpointStoreUnavailableError,
     ConfigError,
-    StaleCheckpointError,
     KinesisSpoutError,
+    StaleCheckpointError,
     StreamNotFoundError,
     ThrottledError,
 )
