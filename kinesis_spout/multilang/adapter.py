@@ -22,291 +22,35 @@ flight is not fatal: it is logged (a Storm ``log`` message) and ignored.
 
 from __future__ import annotations
 
-import base64
-import enum
 import logging
 import os
-import threading
 import time
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from datetime import datetime
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
+from kinesis_spout.multilang.bridge import SpoutBridge
+from kinesis_spout.multilang.logs import StormLogHandler
+from kinesis_spout.multilang.options import (
+    DATA_ENCODINGS,
+    LOG_LEVELS,
+    ExitCode,
+    MultilangOptions,
+    StormContext,
+)
 from kinesis_spout.multilang.protocol import MessageReader, MessageWriter, ProtocolError
+from kinesis_spout.multilang.tuples import (
+    OUTPUT_FIELDS,
+    SpoutLike,
+    SpoutRecord,
+    decode_data,
+    encode_tuple,
+)
 
 log = logging.getLogger(__name__)
 
-OUTPUT_FIELDS: tuple[str, ...] = (
-    "data",
-    "encoding",
-    "partition_key",
-    "shard_id",
-    "sequence_number",
-    "sub_sequence_number",
-    "attempt",
-    "approximate_arrival_ms",
-)
-"""The fields of every emitted tuple, in order (declare them in the Java ShellSpout)."""
-
-DATA_ENCODINGS = ("auto", "base64")
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-# Storm's ShellLogLevel numbers, used in the optional "level" of a log message.
-_STORM_LEVEL = {
-    logging.DEBUG: 1,
-    logging.INFO: 2,
-    logging.WARNING: 3,
-    logging.ERROR: 4,
-    logging.CRITICAL: 4,
-}
-
-
-class ExitCode(enum.IntEnum):
-    """Exit status of ``python -m kinesis_spout.multilang``."""
-
-    OK = 0
-    """End of input, or SIGTERM: the spout was checkpointed and closed."""
-    FAILED = 1
-    """The spout failed (unknown stream, unreachable endpoint, store refused...)."""
-    BAD_INPUT = 2
-    """The parent broke the protocol, or the configuration is invalid."""
-
-
-class SpoutRecord(Protocol):
-    """What the adapter reads from a record (:class:`kinesis_spout.records.Record`)."""
-
-    @property
-    def message_id(self) -> str: ...
-    @property
-    def data(self) -> bytes: ...
-    @property
-    def partition_key(self) -> str: ...
-    @property
-    def shard_id(self) -> str: ...
-    @property
-    def sequence_number(self) -> str: ...
-    @property
-    def sub_sequence_number(self) -> int: ...
-    @property
-    def attempt(self) -> int: ...
-    @property
-    def approximate_arrival(self) -> datetime | None: ...
-
-
-class SpoutLike(Protocol):
-    """The part of :class:`kinesis_spout.spout.KinesisSpout` the adapter drives."""
-
-    def open(self) -> None: ...
-    def next_batch(self, max_records: int) -> Sequence[SpoutRecord]: ...
-    def poll_delay(self) -> float: ...
-    def ack(self, message_id: str) -> object: ...
-    def fail(self, message_id: str, error: str | None = None) -> object: ...
-    def checkpoint(self, force: bool = False) -> object: ...
-    def activate(self) -> None: ...
-    def deactivate(self) -> None: ...
-    def close(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class MultilangOptions:
-    """Settings of the adapter itself (the spout's are in ``SpoutConfig``).
-
-    Set in the Storm conf as ``kinesis.spout.multilang.<name>`` or with the
-    command's flags (flags win).
-    """
-
-    output_stream: str = "default"
-    """Storm stream id of every emit."""
-    need_task_ids: bool = True
-    """Ask Storm for the task ids of each emit (Storm's default). ``False``
-    saves a round trip per record."""
-    data_encoding: str = "auto"
-    """``auto``: data as text when it is valid UTF-8, else base64 (the
-    ``encoding`` field says which); ``base64``: always base64."""
-    emits_per_next: int = 100
-    """Most records emitted in reply to one ``next`` (1..10000); capped by
-    ``topology.max.spout.pending`` when that is set."""
-    idle_sleep: float = 0.05
-    """Longest sleep before the ``sync`` of a ``next`` that found nothing
-    (0..1 s); the spout's own ``poll_delay()`` is used when shorter."""
-    log_level: str = "INFO"
-    """Lowest level of log records sent to Storm as ``log`` messages."""
-
-    def __post_init__(self) -> None:
-        def check(ok: bool, name: str, value: Any, allowed: str) -> None:
-            if not ok:
-                raise ConfigError(f"multilang.{name}", value, allowed)
-
-        check(
-            isinstance(self.output_stream, str) and bool(self.output_stream),
-            "output_stream",
-            self.output_stream,
-            "a non-empty Storm stream id",
-        )
-        check(isinstance(self.need_task_ids, bool), "need_task_ids", self.need_task_ids, "a bool")
-        check(
-            self.data_encoding in DATA_ENCODINGS,
-            "data_encoding",
-            self.data_encoding,
-            "one of " + ", ".join(DATA_ENCODINGS),
-        )
-        check(
-            isinstance(self.emits_per_next, int)
-            and not isinstance(self.emits_per_next, bool)
-            and 1 <= self.emits_per_next <= 10_000,
-            "emits_per_next",
-            self.emits_per_next,
-            "an integer between 1 and 10000",
-        )
-        check(
-            isinstance(self.idle_sleep, int | float)
-            and not isinstance(self.idle_sleep, bool)
-            and 0 <= self.idle_sleep <= 1,
-            "idle_sleep",
-            self.idle_sleep,
-            "a number of seconds between 0 and 1",
-        )
-        check(
-            self.log_level in LOG_LEVELS,
-            "log_level",
-            self.log_level,
-            "one of " + ", ".join(LOG_LEVELS),
-        )
-
-    @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> MultilangOptions:
-        """Options from loosely typed values (CLI strings, Storm conf JSON)."""
-        known = {f.name: f for f in fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for name, value in values.items():
-            if name not in known:
-                raise ConfigError(
-                    f"multilang.{name}", value, "unknown option; known: " + ", ".join(known)
-                )
-            kwargs[name] = _coerce_option(name, value, type(getattr(cls(), name)))
-        return cls(**kwargs)
-
-    def replace(self, **changes: Any) -> MultilangOptions:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values.update(changes)
-        return MultilangOptions(**values)
-
-
-def _coerce_option(name: str, value: Any, typ: type) -> Any:
-    if not isinstance(value, str):
-        if typ is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        return value  # validated by __post_init__
-    text = value.strip()
-    try:
-        if typ is bool:
-            if text.lower() in ("1", "true", "yes", "on"):
-                return True
-            if text.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
-        if typ is int:
-            return int(text)
-        if typ is float:
-            return float(text)
-    except ValueError:
-        raise ConfigError(f"multilang.{name}", value, f"expected {typ.__name__}") from None
-    return text.upper() if name == "log_level" else text
-
-
-@dataclass(frozen=True, slots=True)
-class StormContext:
-    """What Storm sent in the handshake."""
-
-    conf: dict[str, Any]
-    """The topology configuration."""
-    pid_dir: str
-    """Where the pid file was created."""
-    context: dict[str, Any] = field(default_factory=dict)
-    """The topology context (task ids, component id, streams...)."""
-
-    @property
-    def task_id(self) -> int | None:
-        tid = self.context.get("taskid")
-        return tid if isinstance(tid, int) else None
-
-    @property
-    def component_id(self) -> str | None:
-        cid = self.context.get("componentid")
-        return cid if isinstance(cid, str) else None
-
-
-def encode_tuple(record: SpoutRecord, data_encoding: str = "auto") -> list[Any]:
-    """The values of an emitted tuple, in :data:`OUTPUT_FIELDS` order."""
-    data: str
-    encoding = "base64"
-    if data_encoding == "auto":
-        try:
-            data = record.data.decode("utf-8")
-            encoding = "utf-8"
-        except UnicodeDecodeError:
-            data = base64.b64encode(record.data).decode("ascii")
-    else:
-        data = base64.b64encode(record.data).decode("ascii")
-    arrival = record.approximate_arrival
-    return [
-        data,
-        encoding,
-        record.partition_key,
-        record.shard_id,
-        record.sequence_number,
-        record.sub_sequence_number,
-        record.attempt,
-        int(arrival.timestamp() * 1000) if arrival is not None else None,
-    ]
-
-
-def decode_data(value: str, encoding: str) -> bytes:
-    """Inverse of the ``data``/``encoding`` pair of :func:`encode_tuple` (for bolts, tests)."""
-    if encoding == "utf-8":
-        return value.encode("utf-8")
-    if encoding == "base64":
-        return base64.b64decode(value, validate=True)
-    raise ValueError(f"unknown data encoding {encoding!r}: expected utf-8 or base64")
-
-
-class StormLogHandler(logging.Handler):
-    """Queues log records; the adapter sends them as Storm ``log`` messages
-    before its next ``sync`` (never in the middle of an exchange, and never
-    before the handshake reply). Holds at most ``capacity`` records; older
-    ones are dropped and counted."""
-
-    def __init__(self, level: int = logging.INFO, capacity: int = 1000) -> None:
-        super().__init__(level)
-        self._queue: deque[tuple[int, str]] = deque(maxlen=capacity)
-        self._queue_lock = threading.Lock()
-        self.dropped = 0
-        self.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = self.format(record)
-        except Exception:  # logging must never break the protocol
-            self.handleError(record)
-            return
-        with self._queue_lock:
-            if len(self._queue) == self._queue.maxlen:
-                self.dropped += 1
-            self._queue.append((_STORM_LEVEL.get(record.levelno, 2), text))
-
-    def drain(self) -> list[tuple[int, str]]:
-        """Queued ``(storm_level, text)`` pairs, oldest first; empties the queue."""
-        with self._queue_lock:
-            items = list(self._queue)
-            self._queue.clear()
-            dropped, self.dropped = self.dropped, 0
-        if dropped:
-            items.append((3, f"{__name__}: {dropped} log messages dropped (queue full)"))
-        return items
+_FAILED_IN_STORM = "failed in the Storm topology (failed by a bolt, or timed out)"
 
 
 class _Stopped(Exception):
@@ -348,6 +92,7 @@ class ShellSpoutAdapter:
         self.failed = 0
         self.unknown_ids = 0
         self.commands = 0
+        self._spout_bridge: SpoutBridge | None = None
 
     # --- entry points ---------------------------------------------------------
     def run(self) -> int:
@@ -388,12 +133,13 @@ class ShellSpoutAdapter:
         if not self._close_spout() and code == ExitCode.OK:
             code = ExitCode.FAILED
         log.info(
-            "exiting with %d: %d emitted, %d acked, %d failed, %d unknown ids",
+            "exiting with %d: %d emitted, %d acked, %d failed, %d unknown ids, %d spout errors",
             code,
             self.emitted,
             self.acked,
             self.failed,
             self.unknown_ids,
+            self.spout_errors,
         )
         return int(code)
 
@@ -481,13 +227,7 @@ class ShellSpoutAdapter:
 
     def _next(self) -> None:
         assert self.spout is not None
-        try:
-            records = self.spout.next_batch(self.options.emits_per_next)
-        except KinesisSpoutError as exc:
-            if not exc.retriable:
-                raise
-            log.warning("reading failed, will retry: %s", exc)
-            records = []
+        records = self._bridge().next_batch(self.options.emits_per_next)
         for record in records:
             self._emit(record)
         if not records:
@@ -528,8 +268,8 @@ class ShellSpoutAdapter:
             log.warning("ack of unknown message id %r ignored (not in flight in this process)", mid)
             return
         self._pending.discard(mid)
-        self.spout.ack(mid)
-        self.acked += 1
+        if self._bridge().ack(mid):
+            self.acked += 1
 
     def _fail(self, mid: str) -> None:
         assert self.spout is not None
@@ -540,17 +280,24 @@ class ShellSpoutAdapter:
             )
             return
         self._pending.discard(mid)
-        self.spout.fail(mid, "failed in the Storm topology (failed by a bolt, or timed out)")
-        self.failed += 1
+        if self._bridge().fail(
+            mid, "failed in the Storm topology (failed by a bolt, or timed out)"
+        ):
+            self.failed += 1
 
     def _checkpoint(self) -> None:
+        self._bridge().checkpoint()
+
+    def _bridge(self) -> SpoutBridge:
         assert self.spout is not None
-        try:
-            self.spout.checkpoint()
-        except KinesisSpoutError as exc:
-            if not exc.retriable:
-                raise
-            log.warning("checkpoint failed, will retry: %s", exc)
+        if self._spout_bridge is None or self._spout_bridge.spout is not self.spout:
+            self._spout_bridge = SpoutBridge(self.spout)
+        return self._spout_bridge
+
+    @property
+    def spout_errors(self) -> int:
+        """Retriable errors raised by the spout that the process survived (each logged)."""
+        return 0 if self._spout_bridge is None else self._spout_bridge.errors
 
     def _send_logs(self) -> None:
         if self.log_handler is None:
@@ -602,3 +349,20 @@ def _message_id(msg: dict[str, Any]) -> str:
 def _short(value: Any, limit: int = 120) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+__all__ = [
+    "DATA_ENCODINGS",
+    "LOG_LEVELS",
+    "OUTPUT_FIELDS",
+    "Configure",
+    "ExitCode",
+    "MultilangOptions",
+    "ShellSpoutAdapter",
+    "SpoutLike",
+    "SpoutRecord",
+    "StormContext",
+    "StormLogHandler",
+    "decode_data",
+    "encode_tuple",
+]

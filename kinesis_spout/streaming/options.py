@@ -137,64 +137,11 @@ def parse_options(
     here, in the driver, so every executor uses the same values.
     """
     env = os.environ if env is None else env
-    given: dict[str, str] = {}
-    for key, value in options.items():
-        name = _BY_LOWER.get(str(key).lower())
-        if name is None:
-            secret = any(w in str(key).lower() for w in ("auth", "secret", "password", "key"))
-            raise ConfigError(
-                str(key),
-                "***" if secret else value,
-                f"unknown option of the kinesis source; known: {', '.join(OPTIONS)}",
-            )
-        given[name] = "" if value is None else str(value)
-
-    stream = given.get("streamName", "").strip()
-    if not stream:
-        raise ConfigError("streamName", given.get("streamName"), OPTIONS["streamName"])
-    if len(stream) > 128 or not all(c.isalnum() or c in "_.-" for c in stream):
-        raise ConfigError("streamName", stream, "1..128 characters of a-z, A-Z, 0-9, _ . -")
-
-    region = given.get("region") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-    region = (region or "us-east-1").strip()
-    endpoint = (
-        given.get("endpointUrl")
-        or env.get("AWS_ENDPOINT_URL_KINESIS")
-        or env.get("AWS_ENDPOINT_URL")
-        or None
-    )
-    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
-        raise ConfigError("endpointUrl", endpoint, "an http:// or https:// URL")
-
-    position, timestamp = _position(given.get("initialPosition", "trim_horizon"))
-    if "initialTimestamp" in given:
-        if position is not InitialPosition.AT_TIMESTAMP or timestamp is not None:
-            raise ConfigError(
-                "initialTimestamp",
-                given["initialTimestamp"],
-                "only with initialPosition=at_timestamp",
-            )
-        timestamp = _timestamp("initialTimestamp", given["initialTimestamp"])
-    if position is InitialPosition.AT_TIMESTAMP and timestamp is None:
-        raise ConfigError(
-            "initialTimestamp", None, "required with initialPosition=at_timestamp (ISO 8601)"
-        )
-
-    store = given.get("checkpointStore") or None
-    if store is not None and not store.startswith(("file://", "zk://")):
-        raise ConfigError(
-            "checkpointStore",
-            store,
-            "file://DIR or zk://host:port[,host:port]/root (memory:// cannot work: "
-            "commit() runs in a separate Python process)",
-        )
-    job = given.get("jobName") or f"spark-{stream}"
-    if "/" in job or job in (".", ".."):
-        raise ConfigError("jobName", job, "a non-empty name without '/'")
-    zk_auth = given.get("zkAuth") or None
-    if zk_auth is not None and ":" not in zk_auth:
-        raise ConfigError("zkAuth", "***", "user:password")
-
+    given = _known(options)
+    stream = _stream_name(given)
+    region, endpoint = _location(given, env)
+    position, timestamp = _start(given)
+    store, job, zk_auth = _store(given, stream)
     per_trigger = given.get("maxRecordsPerTrigger")
     return SourceOptions(
         stream_name=stream,
@@ -221,3 +168,81 @@ def parse_options(
         zk_auth=zk_auth,
         fail_on_data_loss=_bool("failOnDataLoss", given.get("failOnDataLoss", "true")),
     )
+
+
+def _known(options: Mapping[str, Any]) -> dict[str, str]:
+    """The options by canonical name, as strings; an unknown one is an error (its
+    value hidden when the name looks like a secret)."""
+    given: dict[str, str] = {}
+    for key, value in options.items():
+        name = _BY_LOWER.get(str(key).lower())
+        if name is None:
+            secret = any(w in str(key).lower() for w in ("auth", "secret", "password", "key"))
+            raise ConfigError(
+                str(key),
+                "***" if secret else value,
+                f"unknown option of the kinesis source; known: {', '.join(OPTIONS)}",
+            )
+        given[name] = "" if value is None else str(value)
+    return given
+
+
+def _stream_name(given: Mapping[str, str]) -> str:
+    stream = given.get("streamName", "").strip()
+    if not stream:
+        raise ConfigError("streamName", given.get("streamName"), OPTIONS["streamName"])
+    if len(stream) > 128 or not all(c.isalnum() or c in "_.-" for c in stream):
+        raise ConfigError("streamName", stream, "1..128 characters of a-z, A-Z, 0-9, _ . -")
+    return stream
+
+
+def _location(given: Mapping[str, str], env: Mapping[str, str]) -> tuple[str, str | None]:
+    """The region and the endpoint URL (options first, then the AWS environment)."""
+    region = given.get("region") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    region = (region or "us-east-1").strip()
+    endpoint = (
+        given.get("endpointUrl")
+        or env.get("AWS_ENDPOINT_URL_KINESIS")
+        or env.get("AWS_ENDPOINT_URL")
+        or None
+    )
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise ConfigError("endpointUrl", endpoint, "an http:// or https:// URL")
+    return region, endpoint
+
+
+def _start(given: Mapping[str, str]) -> tuple[InitialPosition, datetime | None]:
+    """The initial position and its timestamp (required with, and only with, at_timestamp)."""
+    position, timestamp = _position(given.get("initialPosition", "trim_horizon"))
+    if "initialTimestamp" in given:
+        if position is not InitialPosition.AT_TIMESTAMP or timestamp is not None:
+            raise ConfigError(
+                "initialTimestamp",
+                given["initialTimestamp"],
+                "only with initialPosition=at_timestamp",
+            )
+        timestamp = _timestamp("initialTimestamp", given["initialTimestamp"])
+    if position is InitialPosition.AT_TIMESTAMP and timestamp is None:
+        raise ConfigError(
+            "initialTimestamp", None, "required with initialPosition=at_timestamp (ISO 8601)"
+        )
+    return position, timestamp
+
+
+def _store(given: Mapping[str, str], stream: str) -> tuple[str | None, str, str | None]:
+    """The checkpoint store URL, the job name and the ZooKeeper auth."""
+    store = given.get("checkpointStore") or None
+    if store is not None and not store.startswith(("file://", "zk://")):
+        raise ConfigError(
+            "checkpointStore",
+            store,
+            "file://DIR or zk://host:port[,host:port]/root (memory:// cannot work: "
+            "commit() runs in a separate Python process)",
+        )
+    job = given.get("jobName") or f"spark-{stream}"
+    if "/" in job or job in (".", ".."):
+        raise ConfigError("jobName", job, "a non-empty name without '/'")
+    zk_auth = given.get("zkAuth") or None
+    if zk_auth is not None and ":" not in zk_auth:
+        raise ConfigError("zkAuth", "***", "user:password")
+    return store, job, zk_auth

@@ -86,71 +86,99 @@ def read_ahead(
     and the read stops there (Trigger.AvailableNow). Retriable Kinesis errors
     end the read early and are returned, not raised: the caller backs off.
     """
-    after_key = after.key if after is not None else None
-    taken = 0
-    last: Record | None = None
-    partial = ended = idle = False
-    next_it: str | None = None
+    read = _AheadRead(api, shard_id, after, start, quota, fetch, cutoff, max_calls)
     error: KinesisSpoutError | None = None
-    calls = empty = 0
     try:
-        it = iterator or open_iterator(api, shard_id, after, start)
-        while True:
-            asked = max(1, min(fetch, quota - taken))
-            try:
-                res = api.get_records(shard_id, it, asked)
-            except ExpiredIteratorError:
-                if calls or iterator is None:
-                    raise
-                it = open_iterator(api, shard_id, after, start)  # a cached iterator expired
-                res = api.get_records(shard_id, it, asked)
-            calls += 1
-            recs = _after(res.records, after_key)
-            stop_at_cutoff = False
-            if cutoff is not None:
-                for i, r in enumerate(recs):
-                    if r.approximate_arrival is not None and r.approximate_arrival > cutoff:
-                        recs, stop_at_cutoff = recs[:i], True
-                        break
-            take = recs[: quota - taken]
-            if take:
-                last = take[-1]
-                taken += len(take)
-            if len(take) < len(recs):  # quota reached inside this page
-                partial = recs[len(take)].sequence_number == take[-1].sequence_number
-                break
-            if stop_at_cutoff:
-                idle = True
-                break
-            if res.next_iterator is None:
-                ended = True
-                break
-            it = res.next_iterator
-            if taken >= quota or calls >= max_calls:
-                next_it = it
-                break
-            behind = res.millis_behind_latest
-            if res.raw_count == 0:
-                if not behind:  # an empty page at the tip
-                    idle, next_it = True, it
-                    break
-                empty += 1  # Kinesis walks over gaps one empty page at a time
-                if empty >= MAX_EMPTY_BEHIND:
-                    next_it = it
-                    break
-                continue
-            empty = 0
-            if behind == 0 and res.raw_count < asked:
-                idle, next_it = True, it  # a short page with nothing behind: the tip
-                break
+        it: str | None = iterator or open_iterator(api, shard_id, after, start)
+        while it is not None:
+            it = read.step(it, cached=iterator is not None)
     except KinesisSpoutError as exc:
         if not exc.retriable:
             raise
         # Errors come between pages, and pages hold whole Kinesis records: the
         # position of ``last`` is exact and not inside an aggregate.
         log.info("read-ahead of %s/%s cut short: %s", api.stream_name, shard_id, exc)
-        error, next_it, partial = exc, None, False
-    return ReadAhead(shard_id, _position(after, last, taken, partial, ended), idle, next_it, error)
+        error, read.next_it, read.partial = exc, None, False
+    position = _position(after, read.last, read.taken, read.partial, read.ended)
+    return ReadAhead(shard_id, position, read.idle, read.next_it, error)
+
+
+class _AheadRead:
+    """The state of one :func:`read_ahead`: what was taken and how the read ended."""
+
+    def __init__(
+        self,
+        api: KinesisApi,
+        shard_id: str,
+        after: ShardPosition | None,
+        start: StartPosition,
+        quota: int,
+        fetch: int,
+        cutoff: datetime | None,
+        max_calls: int,
+    ) -> None:
+        self.api, self.shard_id, self.after, self.start = api, shard_id, after, start
+        self.quota, self.fetch, self.cutoff, self.max_calls = quota, fetch, cutoff, max_calls
+        self.after_key = after.key if after is not None else None
+        self.taken = self.calls = self.empty = 0
+        self.last: Record | None = None
+        self.partial = self.ended = self.idle = False
+        self.next_it: str | None = None
+
+    def step(self, it: str, *, cached: bool) -> str | None:
+        """Read one page at ``it``; the iterator to go on with, or ``None``: done."""
+        asked = max(1, min(self.fetch, self.quota - self.taken))
+        try:
+            res = self.api.get_records(self.shard_id, it, asked)
+        except ExpiredIteratorError:
+            if self.calls or not cached:
+                raise
+            it = open_iterator(self.api, self.shard_id, self.after, self.start)  # cache expired
+            res = self.api.get_records(self.shard_id, it, asked)
+        self.calls += 1
+        recs, stop_at_cutoff = self._before_cutoff(_after(res.records, self.after_key))
+        take = recs[: self.quota - self.taken]
+        if take:
+            self.last = take[-1]
+            self.taken += len(take)
+        if len(take) < len(recs):  # quota reached inside this page
+            self.partial = recs[len(take)].sequence_number == take[-1].sequence_number
+            return None
+        if stop_at_cutoff:
+            self.idle = True
+            return None
+        if res.next_iterator is None:
+            self.ended = True
+            return None
+        return self._next(res.next_iterator, res.raw_count, res.millis_behind_latest, asked)
+
+    def _next(self, it: str, raw_count: int, behind: int | None, asked: int) -> str | None:
+        """After a page that did not end the read: go on at ``it``, or stop there."""
+        if self.taken >= self.quota or self.calls >= self.max_calls:
+            self.next_it = it
+            return None
+        if raw_count == 0:
+            if not behind:  # an empty page at the tip
+                self.idle, self.next_it = True, it
+                return None
+            self.empty += 1  # Kinesis walks over gaps one empty page at a time
+            if self.empty >= MAX_EMPTY_BEHIND:
+                self.next_it = it
+                return None
+            return it
+        self.empty = 0
+        if behind == 0 and raw_count < asked:
+            self.idle, self.next_it = True, it  # a short page with nothing behind: the tip
+            return None
+        return it
+
+    def _before_cutoff(self, recs: list[Record]) -> tuple[list[Record], bool]:
+        """The records that arrived up to the cutoff, and whether one arrived later."""
+        if self.cutoff is not None:
+            for i, r in enumerate(recs):
+                if r.approximate_arrival is not None and r.approximate_arrival > self.cutoff:
+                    return recs[:i], True
+        return recs, False
 
 
 def _position(
@@ -213,64 +241,85 @@ def read_range(
     Raises :class:`DataLossError` (or logs, with ``fail_on_data_loss=False``)
     when the range cannot be read as planned: its records expired.
     """
-    backoff = backoff or ExponentialBackoff(0.2, cap=5.0)
-    shard = rng.shard_id
-    what = f"{api.stream_name}/{shard}"
-    last_key = rng.last_key
-    after_key = rng.after_key
-    expected = rng.last.count
-    count = 0
-    empty = 0
-    calls = 0
-    reached = beyond = False
+    retry: dict[str, Any] = {
+        "attempts": attempts,
+        "backoff": backoff or ExponentialBackoff(0.2, cap=5.0),
+        "sleep": sleep,
+    }
+    read = _RangeRead(api, rng, fetch, retry)
+    yield from read.pages()
+    read.check(fail_on_data_loss)
 
-    def reopen() -> str:
-        if after_key is not None and count:
+
+class _RangeRead:
+    """The state of one :func:`read_range`: user records returned and where it stopped."""
+
+    def __init__(self, api: KinesisApi, rng: ShardRange, fetch: int, retry: dict[str, Any]):
+        self.api, self.rng, self.fetch, self.retry = api, rng, fetch, retry
+        self.what = f"{api.stream_name}/{rng.shard_id}"
+        self.after_key = rng.after_key
+        self.count = self.empty = 0
+        self.reached = self.beyond = False
+
+    def _reopen(self) -> str:
+        shard, start = self.rng.shard_id, self.rng.start
+        if self.after_key is not None and self.count:
             # Resume at the last returned record; its earlier user records are skipped by key.
-            pos = ShardPosition(str(after_key.sequence), after_key.sub_sequence, partial=True)
-            return open_iterator(api, shard, pos, rng.start)
-        return open_iterator(api, shard, rng.after, rng.start)
+            key = self.after_key
+            pos = ShardPosition(str(key.sequence), key.sub_sequence, partial=True)
+            return open_iterator(self.api, shard, pos, start)
+        return open_iterator(self.api, shard, self.rng.after, start)
 
-    retry: dict[str, Any] = {"attempts": attempts, "backoff": backoff, "sleep": sleep}
-    it: str | None = _retrying(f"GetShardIterator {what}", reopen, **retry)
-    while it is not None:
-        current = it
-        limit = max(1, min(fetch, expected - count))
-        try:
-            res = _retrying(
-                f"GetRecords {what}",
-                functools.partial(api.get_records, shard, current, limit),
-                **retry,
-            )
-        except ExpiredIteratorError:
-            it = _retrying(f"GetShardIterator {what}", reopen, **retry)
-            continue
-        calls += 1
-        page = _after(res.records, after_key)
-        if page and page[-1].key > last_key:
-            beyond = True
-            page = [r for r in page if r.key <= last_key]
-        if page:
-            count += len(page)
-            after_key = page[-1].key
-            yield page
-        reached = after_key == last_key
-        if reached or beyond:
-            break
-        it = res.next_iterator
-        if res.raw_count == 0:
-            empty += 1
-            at_tip = not res.millis_behind_latest
-            if empty >= (MAX_EMPTY_AT_TIP if at_tip else MAX_EMPTY_BEHIND):
+    def _open(self) -> str:
+        return _retrying(f"GetShardIterator {self.what}", self._reopen, **self.retry)
+
+    def pages(self) -> Iterator[list[Record]]:
+        """The pages of the range, clipped to its planned end."""
+        last_key, expected = self.rng.last_key, self.rng.last.count
+        it: str | None = self._open()
+        while it is not None:
+            limit = max(1, min(self.fetch, expected - self.count))
+            get = functools.partial(self.api.get_records, self.rng.shard_id, it, limit)
+            try:
+                res = _retrying(f"GetRecords {self.what}", get, **self.retry)
+            except ExpiredIteratorError:
+                it = self._open()
+                continue
+            page = _after(res.records, self.after_key)
+            if page and page[-1].key > last_key:
+                self.beyond = True
+                page = [r for r in page if r.key <= last_key]
+            if page:
+                self.count += len(page)
+                self.after_key = page[-1].key
+                yield page
+            self.reached = self.after_key == last_key
+            if (
+                self.reached
+                or self.beyond
+                or self._gave_up(res.raw_count, res.millis_behind_latest)
+            ):
                 break
-        else:
-            empty = 0
-    if not reached or count != expected:
+            it = res.next_iterator
+
+    def _gave_up(self, raw_count: int, behind: int | None) -> bool:
+        """Too many empty answers in a row: the planned records are gone."""
+        if raw_count:
+            self.empty = 0
+            return False
+        self.empty += 1
+        return self.empty >= (MAX_EMPTY_AT_TIP if not behind else MAX_EMPTY_BEHIND)
+
+    def check(self, fail_on_data_loss: bool) -> None:
+        """Raise :class:`DataLossError` (or log) unless the whole range was read."""
+        rng, expected = self.rng, self.rng.last.count
+        if self.reached and self.count == expected:
+            return
         msg = (
-            f"{what}: the batch planned {expected} records after "
-            f"{rng.after_key or rng.start.kind.value} up to {last_key}, but Kinesis returned "
-            f"{count}{' and stopped before the end' if not reached else ''}: records expired "
-            "(retention) or the stream was re-created"
+            f"{self.what}: the batch planned {expected} records after "
+            f"{rng.after_key or rng.start.kind.value} up to {rng.last_key}, but Kinesis "
+            f"returned {self.count}{' and stopped before the end' if not self.reached else ''}: "
+            "records expired (retention) or the stream was re-created"
         )
         if fail_on_data_loss:
             raise DataLossError(msg + "; set failOnDataLoss=false to go on without them")

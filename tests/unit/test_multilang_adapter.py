@@ -21,8 +21,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kinesis_spout.errors import (
+    CheckpointStoreUnavailableError,
     ConfigError,
     KinesisSpoutError,
+    StaleCheckpointError,
     StreamNotFoundError,
     ThrottledError,
 )
@@ -62,6 +64,8 @@ class FakeSpout:
     records: list[FakeRecord]
     delay: float = 0.2
     next_error: KinesisSpoutError | None = None
+    ack_error: KinesisSpoutError | None = None
+    checkpoint_error: KinesisSpoutError | None = None
     calls: list[tuple[str, Any]] = field(default_factory=list)
     _retry: list[FakeRecord] = field(default_factory=list)
     _by_id: dict[str, FakeRecord] = field(default_factory=dict)
@@ -86,6 +90,9 @@ class FakeSpout:
 
     def ack(self, message_id: str) -> None:
         self.calls.append(("ack", message_id))
+        if self.ack_error is not None:
+            err, self.ack_error = self.ack_error, None
+            raise err
 
     def fail(self, message_id: str, error: str | None = None) -> None:
         self.calls.append(("fail", message_id))
@@ -94,6 +101,9 @@ class FakeSpout:
 
     def checkpoint(self, force: bool = False) -> None:
         self.calls.append(("checkpoint", force))
+        if self.checkpoint_error is not None and not force:
+            err, self.checkpoint_error = self.checkpoint_error, None
+            raise err
 
     def activate(self) -> None:
         self.calls.append(("activate", None))
@@ -396,6 +406,87 @@ def test_retriable_read_error_is_a_warning(tmp_path: Path) -> None:
     r = run([handshake(tmp_path), {"command": "next"}], tmp_path, spout=spout)
     assert r.code == ExitCode.OK
     assert commands(r.out) == ["pid", "sync"]
+
+
+class ShardStoreError(CheckpointStoreUnavailableError):
+    """A store error that names its shard (as the spout's errors may)."""
+
+    shard_id = "shardId-000000000007"
+
+
+def _error_logs(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_store_error_from_next_batch_is_an_error_log_counted_not_swallowed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Hole 2: a checkpoint store error from ``next_batch`` is logged at ERROR with the
+    shard and the error, counted, and the conversation goes on (sync, later emits)."""
+    spout = FakeSpout(list(RECS), next_error=ShardStoreError("ZooKeeper unreachable"))
+    opts = MultilangOptions(need_task_ids=False)
+    with caplog.at_level(logging.INFO):
+        r = run(
+            [handshake(tmp_path), {"command": "next"}, {"command": "next"}],
+            tmp_path,
+            spout=spout,
+            options=opts,
+        )
+    assert r.code == ExitCode.OK
+    assert commands(r.out) == ["pid", "sync", "emit", "emit", "emit", "sync"]
+    errors = _error_logs(caplog)
+    assert any("ZooKeeper unreachable" in m and "shardId-000000000007" in m for m in errors)
+    assert r.adapter.spout_errors == 1
+
+
+def test_store_error_from_ack_is_an_error_log_counted_and_the_conversation_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Hole 2: a retriable store error raised by ``ack`` is not fatal (the record stays
+    in flight in the spout and times out into a retry): ERROR log, counted, sync."""
+    spout = FakeSpout(list(RECS), ack_error=CheckpointStoreUnavailableError("store down"))
+    opts = MultilangOptions(need_task_ids=False)
+    mid = RECS[0].shard_id + ":" + RECS[0].sequence_number
+    with caplog.at_level(logging.INFO):
+        r = run(
+            [handshake(tmp_path), {"command": "next"}, {"command": "ack", "id": mid}],
+            tmp_path,
+            spout=spout,
+            options=opts,
+        )
+    assert r.code == ExitCode.OK
+    assert commands(r.out) == ["pid", "emit", "emit", "emit", "sync", "sync"]
+    assert any("store down" in m for m in _error_logs(caplog))
+    assert r.adapter.spout_errors == 1
+    assert r.adapter.acked == 0
+
+
+def test_store_error_from_checkpoint_is_an_error_log_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spout = FakeSpout(list(RECS), checkpoint_error=CheckpointStoreUnavailableError("zk gone"))
+    with caplog.at_level(logging.INFO):
+        r = run([handshake(tmp_path), {"command": "activate"}], tmp_path, spout=spout)
+    assert r.code == ExitCode.OK
+    assert commands(r.out) == ["pid", "sync"]
+    assert any("zk gone" in m for m in _error_logs(caplog))
+    assert r.adapter.spout_errors == 1
+
+
+def test_a_fenced_ack_stays_fatal(tmp_path: Path) -> None:
+    """A non-retriable store error (a zombie's write refused) still ends the process."""
+    spout = FakeSpout(list(RECS), ack_error=StaleCheckpointError("lease epoch 3 < 4"))
+    opts = MultilangOptions(need_task_ids=False)
+    mid = RECS[0].shard_id + ":" + RECS[0].sequence_number
+    r = run(
+        [handshake(tmp_path), {"command": "next"}, {"command": "ack", "id": mid}],
+        tmp_path,
+        spout=spout,
+        options=opts,
+    )
+    assert r.code == ExitCode.FAILED
+    assert commands(r.out)[-1] == "error"
+    assert "lease epoch 3 < 4" in r.out[-1]["msg"]
 
 
 def test_fatal_spout_error_exits_1_with_error(tmp_path: Path) -> None:

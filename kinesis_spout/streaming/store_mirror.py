@@ -1,0 +1,88 @@
+"""The streaming source's mirror of its committed offsets into a checkpoint store.
+
+Spark's checkpoint location is the source of truth; the store only shows
+progress (and lets ``kinesis-spout status`` and other tools read it), so a
+store error never fails the query: it is logged and the next commit retries.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from kinesis_spout.errors import CheckpointError, KinesisSpoutError, StaleCheckpointError
+from kinesis_spout.records import Checkpoint
+from kinesis_spout.streaming.offsets import SourceOffset
+from kinesis_spout.streaming.options import SourceOptions
+
+if TYPE_CHECKING:
+    from kinesis_spout.checkpoint.base import CheckpointStore
+
+log = logging.getLogger(__name__)
+
+
+class StoreMirror:
+    """Writes each shard's committed position to ``options.checkpoint_store``
+    (opened lazily, once per process), skipping positions already written."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._store: CheckpointStore | None = None
+        self._committed: dict[str, tuple[str | None, int, bool]] = {}
+
+    def commit(self, end: SourceOffset) -> None:
+        """Mirror ``end`` into the checkpoint store. Never fails the query: the
+        Spark checkpoint location is the source of truth, the store shows progress."""
+        opts = self.options
+        if opts.checkpoint_store is None:
+            return
+        try:
+            store = self._open_store()
+        except KinesisSpoutError as exc:
+            log.warning("checkpoint store %s unavailable: %s", opts.checkpoint_store, exc)
+            return
+        for shard in sorted(end.shards):
+            pos = end.shards[shard]
+            mark = (pos.sequence, pos.sub_sequence, pos.ended)
+            if self._committed.get(shard) == mark:
+                continue
+            try:
+                if pos.sequence is None:
+                    store.mark_ended(end.stream_name, shard, opts.owner)
+                else:
+                    store.save(
+                        Checkpoint(
+                            end.stream_name,
+                            shard,
+                            pos.sequence,
+                            pos.sub_sequence,
+                            shard_end=pos.ended,
+                            job_name=opts.job_name,
+                            owner=opts.owner,
+                        )
+                    )
+            except StaleCheckpointError as exc:
+                log.info("checkpoint of %s not moved: %s", shard, exc)
+            except CheckpointError as exc:
+                log.warning("checkpoint of %s not written (next commit retries): %s", shard, exc)
+                continue
+            self._committed[shard] = mark
+
+    def _open_store(self) -> CheckpointStore:
+        if self._store is None:
+            from kinesis_spout.checkpoint.base import open_store
+
+            opts = self.options
+            assert opts.checkpoint_store is not None
+            self._store = open_store(
+                opts.checkpoint_store, opts.job_name, owner=opts.owner, zk_auth=opts.zk_auth
+            )
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            try:
+                self._store.close()
+            except KinesisSpoutError as exc:
+                log.warning("closing the checkpoint store: %s", exc)
+            self._store = None

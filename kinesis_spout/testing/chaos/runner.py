@@ -1,0 +1,373 @@
+"""The chaos run: local servers, the job under SIGKILLs and a ZooKeeper restart, then the audit."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+from kinesis_spout.testing.chaos.auditor import KillSnapshot, read_dead_letter_dir, read_sink
+from kinesis_spout.testing.chaos.plan import (
+    JOB_NAME,
+    POLL_SECONDS,
+    ZK_ROOT,
+    ChaosError,
+    ChaosPlan,
+    ChaosRecords,
+    Schedule,
+    job_config,
+    make_records,
+    make_schedule,
+)
+from kinesis_spout.testing.chaos.process import JobProcess, job_command
+from kinesis_spout.testing.chaos.report import ChaosResult, RunFacts, build_result
+from kinesis_spout.testing.chaos.watch import (
+    CheckpointWatcher,
+    SinkProgress,
+    check_monotonic,
+    dead_letter_lines,
+)
+
+
+class _ZooKeeperRestart:
+    """Stops ZooKeeper, waits, starts it again on the same port and data, in a thread
+    (the job keeps running and kills keep coming meanwhile)."""
+
+    def __init__(self, zk: Any, down_seconds: float, origin: float) -> None:
+        self.zk = zk
+        self.down_seconds = down_seconds
+        self.origin = origin
+        self.stopped_at = 0.0
+        self.unreachable = 0.0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="chaos-zk-restart", daemon=True)
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float = 120.0) -> None:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise ChaosError(f"ZooKeeper did not come back within {timeout:.0f}s")
+        if self.error is not None:
+            raise ChaosError(f"ZooKeeper did not restart: {self.error}") from self.error
+
+    def _run(self) -> None:
+        t = time.monotonic()
+        self.stopped_at = round(t - self.origin, 1)
+        try:
+            self.zk.stop()
+            time.sleep(self.down_seconds)
+            self.zk.start()
+        except BaseException as exc:  # reported by join()
+            self.error = exc
+        self.unreachable = round(time.monotonic() - t, 1)
+
+
+class _ChaosLoop:
+    """Runs the job, restarts it after each kill or failure, until a run drains.
+
+    Each poll (every :data:`POLL_SECONDS`) looks at the sink and the job: a
+    kill is due once the sink has reached its row count and the current run
+    has written something; so is a ZooKeeper restart. After a kill the
+    snapshot of what is durable (sink files, dead-letter lines, stored
+    checkpoints) is taken before the next run starts.
+    """
+
+    def __init__(
+        self,
+        plan: ChaosPlan,
+        schedule: Schedule,
+        *,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        work: Path,
+        zk: Any,
+        watcher: CheckpointWatcher,
+        last_seq: Mapping[str, int],
+        stack: contextlib.ExitStack,
+        origin: float,
+        say: Callable[[str], None],
+    ) -> None:
+        self.plan = plan
+        self.command = list(command)
+        self.env = dict(env)
+        self.work = work
+        self.zk = zk
+        self.watcher = watcher
+        self.last_seq = dict(last_seq)
+        self.stack = stack
+        self.origin = origin
+        self.say = say
+        self.progress = SinkProgress(work / "sink")
+        self.kills_due = list(zip(schedule.kill_rows, schedule.kill_delays, strict=True))
+        self.zk_due = list(schedule.zk_rows)
+        self.runs = 0
+        self.kills: list[KillSnapshot] = []
+        self.failures: list[str] = []
+        """Runs that exited with code 1 on their own (restarted, like a supervisor would)."""
+        self.zk_restarts: list[_ZooKeeperRestart] = []
+        self.drain_reruns = 0
+        """Runs started after a clean exit that left a checkpoint behind (ZooKeeper was down)."""
+        self.last_start = origin
+        self.job = self._launch()
+        self._files_at_start = self.progress.files
+
+    def run(self, deadline: float) -> None:
+        while True:
+            if time.monotonic() > deadline:
+                raise ChaosError(
+                    f"chaos run did not finish within {self.plan.timeout:.0f}s "
+                    f"(run {self.runs}, {self.progress.rows} sink rows); job log "
+                    f"{self.job.log_path}:\n{self.job.tail()}"
+                )
+            time.sleep(POLL_SECONDS)
+            rows = self.progress.refresh()
+            code = self.job.poll()
+            if code is not None:
+                if self._exited(code):
+                    break
+                continue
+            wrote = bool(self.progress.files - self._files_at_start)
+            if self.kills_due and rows >= self.kills_due[0][0] and wrote:
+                self._kill(self.kills_due.pop(0)[1])
+            elif self.zk_due and rows >= self.zk_due[0] and wrote and not self._zk_down:
+                self.zk_due.pop(0)
+                restart = _ZooKeeperRestart(self.zk, self.plan.zk_down_seconds, self.origin)
+                self.zk_restarts.append(restart.start())
+                self.say(f"ZooKeeper stopped at {rows} sink rows")
+        for restart in self.zk_restarts:
+            restart.join()
+
+    @property
+    def _zk_down(self) -> bool:
+        return any(r.running for r in self.zk_restarts)
+
+    def _launch(self) -> JobProcess:
+        self.runs += 1
+        job = JobProcess(self.command, self.env, self.work / f"job-{self.runs}.log").start()
+        self.stack.callback(_kill_quietly, job)
+        self.last_start = time.monotonic()
+        self._files_at_start = self.progress.files
+        return job
+
+    def _exited(self, code: int) -> bool:
+        """The run ended on its own: True when the chaos run is over."""
+        if code == 0:
+            for restart in self.zk_restarts:
+                restart.join()
+            stored = {s: v.sequence for s, v in self.watcher.read_now().items()}
+            if stored == self.last_seq or self.drain_reruns >= 2:
+                return True
+            # It stopped idle while ZooKeeper was away: its last checkpoint was not written.
+            self.drain_reruns += 1
+            self.say(f"run {self.runs} stopped with checkpoints behind; starting it again")
+            self.job = self._launch()
+            return False
+        note = f"run {self.runs} exited with {code}: {_last_error(self.job)}"
+        self.failures.append(note)
+        self.say(f"job {note}; restarting")
+        if code == 2 or len(self.failures) > self.plan.max_job_failures:
+            raise ChaosError(f"the job keeps failing; log {self.job.log_path}:\n{self.job.tail()}")
+        self.job = self._launch()
+        return False
+
+    def _kill(self, delay: float) -> None:
+        time.sleep(delay)
+        self.job.kill()
+        time.sleep(0.2)  # let ZooKeeper apply a write that was on the wire
+        snap = KillSnapshot(
+            index=len(self.kills) + 1,
+            at=round(time.monotonic() - self.origin, 1),
+            rows=self.progress.refresh(),
+            sink_files=self.progress.files,
+            dead_letter_lines=dead_letter_lines(self.work / "dead-letter"),
+            checkpoints={
+                s: v.sequence
+                for s, v in self.watcher.read_now().items()  # waits while ZooKeeper is down
+                if v.sequence is not None
+            },
+        )
+        self.kills.append(snap)
+        self.say(
+            f"kill {snap.index}: SIGKILL to run {self.runs} at {snap.at:.1f}s, "
+            f"{snap.rows} sink rows; restarting"
+        )
+        self.job = self._launch()
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def run_chaos(
+    plan: ChaosPlan, workdir: str | Path, say: Callable[[str], None] = _say
+) -> ChaosResult:
+    """Carry out ``plan`` against local servers in ``workdir``, then audit.
+
+    Starts moto, ZooKeeper and a fault proxy in front of moto; creates the
+    stream and puts the records (straight to moto); runs the Spark job with
+    the ZooKeeper store through the proxy, SIGKILLing its process group at the
+    planned moments and restarting it, stopping ZooKeeper for a few seconds
+    once; lets the last run drain (``stop_when_idle``) and audits the sink, the
+    dead letters and the checkpoints. Raises :class:`ChaosError` when the run
+    itself cannot be carried out (the audit's findings are in the result).
+    """
+    from kinesis_spout.testing.faultproxy import FaultProxy
+    from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test")):
+        os.environ.setdefault(name, value)
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    clock = _Laps(time.monotonic())
+    with contextlib.ExitStack() as stack:
+        moto = stack.enter_context(MotoServer(workdir=work / "moto"))
+        zk = stack.enter_context(ZooKeeperServer(workdir=work / "zookeeper"))
+        proxy = stack.enter_context(FaultProxy(moto.endpoint_url, seed=plan.seed))
+        clock.lap("setup")
+        say(f"moto {moto.endpoint_url}, ZooKeeper {zk.hosts}, fault proxy {proxy.endpoint_url}")
+        stream = f"chaos-{plan.seed}"
+        records, last_seq = _produce(plan, moto.endpoint_url, stream, clock, say)
+        config_path = work / "chaos-job.toml"
+        config_path.write_text(
+            job_config(
+                plan,
+                stream=stream,
+                endpoint=proxy.endpoint_url,
+                zk_url=zk.url(ZK_ROOT),
+                workdir=work,
+            )
+        )
+        proxy.set_rates(
+            throttle=plan.throttle, error=plan.error, drop=plan.drop, expire=plan.expire
+        )
+        watcher = stack.enter_context(CheckpointWatcher(zk.hosts, f"{ZK_ROOT}/{JOB_NAME}/{stream}"))
+        loop = _run_loop(plan, records, last_seq, config_path, zk, watcher, stack, clock, say)
+        facts = _facts(plan, work, records, last_seq, loop, watcher, proxy)
+        clock.lap("audit")
+    clock.phases["total"] = round(time.monotonic() - clock.origin, 1)
+    return build_result(plan, facts, clock.phases)
+
+
+class _Laps:
+    """Seconds per phase of the run (``setup``, ``produce``, ``run``, ``drain``, ``audit``)."""
+
+    def __init__(self, origin: float) -> None:
+        self.origin = origin
+        self.last = origin
+        self.phases: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[name] = round(now - self.last, 1)
+        self.last = now
+
+
+def _produce(
+    plan: ChaosPlan, endpoint: str, stream: str, clock: _Laps, say: Callable[[str], None]
+) -> tuple[ChaosRecords, dict[str, int]]:
+    """Create the stream, put the plan's records; returns them and the last sequence per shard."""
+    from kinesis_spout.testing.streams import create_stream, emulator_client, put_records
+
+    records = make_records(plan)
+    client = emulator_client(endpoint)
+    create_stream(client, stream, plan.shards)
+    last_seq: dict[str, int] = {}
+    for shard, seq in put_records(client, stream, records.items(plan.record_bytes)):
+        last_seq[shard] = max(last_seq.get(shard, -1), int(seq))
+    clock.lap("produce")
+    say(
+        f"put {plan.records} records ({len(records.poison)} poison) into {plan.shards} "
+        f"shards of {stream} in {clock.phases['produce']:.1f}s"
+    )
+    return records, last_seq
+
+
+def _run_loop(
+    plan: ChaosPlan,
+    records: ChaosRecords,
+    last_seq: Mapping[str, int],
+    config_path: Path,
+    zk: Any,
+    watcher: CheckpointWatcher,
+    stack: contextlib.ExitStack,
+    clock: _Laps,
+    say: Callable[[str], None],
+) -> _ChaosLoop:
+    """Run the job under the planned kills until a run drains; returns the finished loop."""
+    from kinesis_spout.spark.submit import job_environment
+
+    started_run = clock.last
+    loop = _ChaosLoop(
+        plan,
+        make_schedule(plan, plan.records - len(records.poison)),
+        command=job_command(config_path, plan.master),
+        env=job_environment(master=plan.master),
+        work=config_path.parent,
+        zk=zk,
+        watcher=watcher,
+        last_seq=last_seq,
+        stack=stack,
+        origin=clock.origin,
+        say=say,
+    )
+    loop.run(clock.origin + plan.timeout)
+    clock.phases["run"] = round(loop.last_start - started_run, 1)
+    clock.phases["drain"] = round(time.monotonic() - loop.last_start, 1)
+    clock.last = time.monotonic()
+    say(f"run {loop.runs} drained and stopped; auditing")
+    return loop
+
+
+def _facts(
+    plan: ChaosPlan,
+    work: Path,
+    records: ChaosRecords,
+    last_seq: Mapping[str, int],
+    loop: _ChaosLoop,
+    watcher: CheckpointWatcher,
+    proxy: Any,
+) -> RunFacts:
+    """Gather what the run did and left behind (the watcher is stopped here)."""
+    final = watcher.read_now()
+    watcher.stop()
+    return RunFacts(
+        records=records,
+        last_seq=dict(last_seq),
+        final=final,
+        monotonic=check_monotonic(watcher.observations(), watcher.corrupt),
+        rows=read_sink(work / "sink"),
+        dead_letters=read_dead_letter_dir(work / "dead-letter"),
+        kills=tuple(loop.kills),
+        zk_unreachable=tuple(r.unreachable for r in loop.zk_restarts),
+        runs=loop.runs,
+        failures=tuple(loop.failures),
+        drain_reruns=loop.drain_reruns,
+        faults=proxy.injected,
+        requests=sum(proxy.requests.values()),
+    )
+
+
+def _last_error(job: JobProcess) -> str:
+    """The job's last error line (``kinesis-spout job: ...``), or the log's last line."""
+    tail = job.tail(200).splitlines()
+    for line in reversed(tail):
+        if "kinesis-spout job:" in line or "Error" in line:
+            return line.strip()[:300]
+    return tail[-1].strip()[:300] if tail else "(no output)"
+
+
+def _kill_quietly(job: JobProcess) -> None:
+    if job.poll() is None:
+        with contextlib.suppress(Exception):
+            job.kill(10)

@@ -1,0 +1,135 @@
+"""A local server as a managed child process (start, wait until ready, stop, log tail),
+and the port helpers the test servers share."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from kinesis_spout.errors import KinesisSpoutError
+
+LOOPBACK = "127.0.0.1"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class BackendUnavailableError(KinesisSpoutError):
+    """A local backend could not be found or did not start."""
+
+
+def free_port() -> int:
+    """A TCP port on loopback that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int, host: str = LOOPBACK) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+class ManagedProcess:
+    """A child process with a log file, a readiness check and a clean stop."""
+
+    name = "server"
+    start_timeout = 60.0
+
+    def __init__(self, workdir: str | Path | None = None) -> None:
+        self._own_dir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"ks-{self.name}-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.workdir / f"{self.name}.log"
+
+    # subclasses -------------------------------------------------------------
+    def command(self) -> Sequence[str]:
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    # lifecycle ------------------------------------------------------------
+    def start(self) -> Self:
+        if self.proc is not None and self.proc.poll() is None:
+            return self
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            list(self.command()),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.environment(),
+            cwd=self.workdir,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BackendUnavailableError(
+                    f"{self.name} exited with {self.proc.returncode} while starting; "
+                    f"log {self.log_path}:\n{self.tail_log()}"
+                )
+            if self.ready():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise BackendUnavailableError(
+            f"{self.name} did not become ready in {self.start_timeout:.0f}s; "
+            f"log {self.log_path}:\n{self.tail_log()}"
+        )
+
+    def stop(self, kill: bool = False) -> None:
+        """SIGTERM (SIGKILL with ``kill=True`` or after 10 s) and wait."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        sig = signal.SIGKILL if kill else signal.SIGTERM
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail_log(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,161 @@
+"""The HTTP side of :class:`~kinesis_spout.testing.faultproxy.FaultProxy`: the request
+handler (answers an injected fault, drops the connection, or forwards to the
+upstream) and the threaded server that can cut every open connection."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import logging
+import socket
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kinesis_spout.testing.faultproxy import FaultProxy
+
+log = logging.getLogger("kinesis_spout.testing.faultproxy")
+
+_JSON = "application/x-amz-json-1.1"
+_DATA_PLANE = frozenset({"GetRecords", "GetShardIterator", "PutRecord", "PutRecords"})
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+
+
+class ProxyHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes: without this, Nagle plus the
+    # client's delayed ACK add 40 ms to every answer.
+    disable_nagle_algorithm = True
+    server: ProxyServer
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib name
+        log.debug("fault proxy: " + format, *args)
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        target = self.headers.get("X-Amz-Target", "")
+        operation = target.rsplit(".", 1)[-1] if target else ""
+        proxy = self.server.proxy
+        fault = proxy._decide(operation)
+        if fault == "throttle":
+            code = (
+                "ProvisionedThroughputExceededException"
+                if operation in _DATA_PLANE
+                else "LimitExceededException"
+            )
+            self._answer(400, code, f"Rate exceeded ({operation}; injected by the fault proxy)")
+        elif fault == "error":
+            self._answer(500, "InternalFailure", "injected by the fault proxy")
+        elif fault == "expire":
+            self._answer(
+                400,
+                "ExpiredIteratorException",
+                "Iterator expired (injected by the fault proxy)",
+            )
+        elif fault == "drop_before":
+            self._drop()
+        else:
+            self._forward(body, drop_after=fault == "drop_after")
+
+    do_GET = do_POST  # noqa: N815 - health checks of some emulators
+
+    def _answer(self, status: int, code: str, message: str) -> None:
+        payload = json.dumps({"__type": code, "message": message}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", _JSON)
+        self.send_header("x-amzn-RequestId", str(uuid.uuid4()))
+        self.send_header("x-amzn-ErrorType", code)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _drop(self) -> None:
+        self.close_connection = True
+        try:
+            # RST instead of FIN: what a crashed peer or a middlebox looks like.
+            self.connection.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+            )
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _forward(self, body: bytes, *, drop_after: bool) -> None:
+        proxy = self.server.proxy
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers["Host"] = proxy._upstream_netloc
+        headers["Content-Length"] = str(len(body))
+        conn = http.client.HTTPConnection(proxy._upstream_host, proxy._upstream_port, timeout=60)
+        try:
+            conn.request(self.command, self.path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            status = resp.status
+            out_headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP_BY_HOP]
+        except OSError as exc:
+            log.debug("fault proxy: upstream %s failed: %s", proxy.upstream_url, exc)
+            proxy._count("upstream_errors")
+            self._answer(503, "ServiceUnavailable", f"upstream unreachable: {exc}")
+            return
+        finally:
+            conn.close()
+        if drop_after:
+            self._drop()
+            return
+        proxy._count("forwarded")
+        self.send_response(status)
+        for k, v in out_headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class ProxyServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], proxy: FaultProxy) -> None:
+        self.proxy = proxy
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        super().__init__(address, ProxyHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conns_lock:
+            self._conns.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conns_lock:
+            self._conns.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """Cut every open client connection (keep-alive ones included)."""
+        with self._conns_lock:
+            conns = list(self._conns)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client that goes away mid-answer is normal here; keep the output quiet.
+        log.debug("fault proxy: error serving %s", client_address, exc_info=True)

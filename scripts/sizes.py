@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Print the largest modules, classes and functions (in lines) under tracker/ and kinesis_spout/.
+
+Limits: module 400 lines, class 300, function 60 (docs/STYLE). Items over a limit are flagged
+with ``OVER``; ``--check`` exits 1 when any item is over. Sizes are ast spans
+(``end_lineno - lineno + 1``, decorators included), modules count physical lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+LIMITS = {"module": 400, "class": 300, "function": 60}
+ROOTS = ("tracker", "kinesis_spout")
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One measured unit: its kind, dotted location and size in lines."""
+
+    kind: str
+    name: str
+    lines: int
+
+    @property
+    def over(self) -> bool:
+        return self.lines > LIMITS[self.kind]
+
+
+def _span(node: ast.AST) -> int:
+    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])  # type: ignore[attr-defined]
+    return int(node.end_lineno) - start + 1  # type: ignore[attr-defined]
+
+
+def measure(path: Path, label: str) -> list[Item]:
+    """Return the module, every class and every function (nested too) of one file."""
+    text = path.read_text(encoding="utf-8")
+    items = [Item("module", label, len(text.splitlines()))]
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                name = f"{prefix}.{child.name}"
+                items.append(Item("class", name, _span(child)))
+                walk(child, name)
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{prefix}.{child.name}"
+                items.append(Item("function", name, _span(child)))
+                walk(child, name)
+            else:
+                walk(child, prefix)
+
+    walk(ast.parse(text, filename=str(path)), label)
+    return items
+
+
+def collect(base: Path, roots: tuple[str, ...] = ROOTS) -> list[Item]:
+    items: list[Item] = []
+    for root in roots:
+        for path in sorted((base / root).rglob("*.py")):
+            items.extend(measure(path, str(path.relative_to(base))))
+    return items
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--top", type=int, default=10, help="items shown per kind (default 10)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when any is over")
+    parser.add_argument("--base", type=Path, default=Path(__file__).resolve().parent.parent)
+    args = parser.parse_args(argv)
+    items = collect(args.base)
+    over = [i for i in items if i.over]
+    for kind, limit in LIMITS.items():
+        ranked = sorted((i for i in items if i.kind == kind), key=lambda i: -i.lines)
+        shown = {id(i) for i in ranked[: args.top]} | {id(i) for i in ranked if i.over}
+        plural = "classes" if kind == "class" else f"{kind}s"
+        print(f"largest {plural} (limit {limit}):")
+        for item in ranked:
+            if id(item) in shown:
+                flag = "  OVER" if item.over else ""
+                print(f"  {item.lines:5d}  {item.name}{flag}")
+    print(f"{len(over)} over the limits")
+    return 1 if args.check and over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
