@@ -96,7 +96,9 @@ class SpoutConfig:
     retry_backoff_max: float = 60.0
     """Cap of the retry delay."""
     max_in_flight: int = 10_000
-    """Records emitted but not done, per shard; a shard at the bound is not fetched."""
+    """Per shard, the most records handed out after its last *saved* checkpoint, done or
+    not: a shard at the bound is not fetched (its checkpoint is saved early once half of
+    the window is done). So a crash replays at most this many records per shard."""
     message_timeout: float = 30.0
     """A record not acked within this fails (Storm's message timeout); 0 = never."""
     checkpoint_interval: float = 5.0

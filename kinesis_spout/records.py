@@ -44,7 +44,7 @@ class Record:
     shard_id: str
     """The shard it was read from."""
     sequence_number: str
-    """Kinesis sequence number, a decimal string of up to 128 bits."""
+    """Kinesis sequence number: a decimal string of up to 129 digits (real ones have 56)."""
     sub_sequence_number: int
     """Index inside a KPL aggregate; 0 for a plain record."""
     partition_key: str

@@ -3,7 +3,10 @@
 The driver turns the spout's records into one Arrow table (:data:`INPUT_SCHEMA`)
 that Spark reads without per-row Python work, and reads back one small status
 per record (:data:`STATUS_SCHEMA`: the row index, ok, the error text) with
-``toArrow()``. Only the statuses travel back, never the payloads.
+``toArrow()``. Without a row sink only the statuses travel back, never the
+payloads; with a row sink (``sink = parquet://...`` or ``console``) the rows a
+transform produced for the records that succeeded come back too, because the
+sink writes them on the driver before the records are acked.
 
 The ``_row`` column is the record's index in the micro-batch; it is how a status
 finds its record again, so transforms must keep it.
