@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kinesis_spout.config import InitialPosition, SpoutConfig, load_config
+from kinesis_spout.config import InitialPosition, SpoutConfig
+from kinesis_spout.config_load import load_config
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.records import Checkpoint, Record, ShardInfo
 
@@ -26,6 +27,7 @@ def __getattr__(name: str) -> Any:
 
         return KinesisSpout
     raise AttributeError(f"module 'kinesis_spout' has no attribute {name!r}")
+
 
 __all__ = [
     "Checkpoint",

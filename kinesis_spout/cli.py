@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from kinesis_spout import __version__
-from kinesis_spout.config import add_config_arguments, config_from_args
+from kinesis_spout.config_load import add_config_arguments, config_from_args
 from kinesis_spout.errors import KinesisSpoutError
 
 log = logging.getLogger("kinesis_spout")

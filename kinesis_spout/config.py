@@ -2,22 +2,14 @@
 
 Values come from, lowest precedence first: the defaults below, a TOML file,
 the environment (``KINESIS_SPOUT_<FIELD>``), and explicit overrides (CLI
-flags). Everything is validated when the object is built; a bad value raises
+flags): :mod:`kinesis_spout.config_load` reads them. Everything is validated
+when the object is built; a bad value raises
 :class:`~kinesis_spout.errors.ConfigError` naming the field, the value and
 what is allowed.
-
-A TOML file may be flat or grouped in tables; table names are ignored and
-only the keys count, so these are equivalent::
-
-    stream_name = "orders"          [stream]
-    retry_limit = 5                 stream_name = "orders"
-                                    [retry]
-                                    retry_limit = 5
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
 import enum
@@ -25,13 +17,11 @@ import inspect
 import math
 import os
 import socket
-import tomllib
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from kinesis_spout.errors import ConfigError
@@ -142,7 +132,7 @@ class SpoutConfig:
 
     def replace(self, **changes: Any) -> SpoutConfig:
         """A copy with ``changes`` applied (and validated)."""
-        return dataclasses.replace(self, **_coerce_all(changes))
+        return dataclasses.replace(self, **coerce_values(changes))
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (enums by value, datetimes ISO): what ``to_toml`` writes."""
@@ -254,8 +244,14 @@ def _allowed_text(typ: type) -> str:
     }.get(typ, getattr(typ, "__name__", str(typ)))
 
 
-def _coerce_all(values: Mapping[str, Any]) -> dict[str, Any]:
+def coerce_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Each value turned into its field's type (ConfigError naming a bad one)."""
     return {k: _coerce(k, v) for k, v in values.items()}
+
+
+def is_field(name: str) -> bool:
+    """True if ``name`` is a field of :class:`SpoutConfig`."""
+    return name in _HINTS
 
 
 def _check(cond: bool, name: str, value: Any, allowed: str) -> None:
@@ -264,7 +260,14 @@ def _check(cond: bool, name: str, value: Any, allowed: str) -> None:
 
 
 def _validate(c: SpoutConfig) -> None:
-    # Types first (a dataclass does not check them).
+    _check_types(c)  # first: a dataclass does not check them
+    _check_names(c)
+    _check_numbers(c)
+    _check_targets(c)
+
+
+def _check_types(c: SpoutConfig) -> None:
+    """Each field has its type (ISO strings and position names are converted)."""
     for name in FIELD_NAMES:
         value = getattr(c, name)
         typ, optional = _base_type(name)
@@ -284,6 +287,9 @@ def _validate(c: SpoutConfig) -> None:
         if typ is float:
             _check(math.isfinite(value), name, value, "a finite number")
 
+
+def _check_names(c: SpoutConfig) -> None:
+    """The stream, job, region, endpoint and start position."""
     _check(bool(c.stream_name.strip()), "stream_name", c.stream_name, "a non-empty stream name")
     _check(len(c.stream_name) <= 128, "stream_name", c.stream_name, "at most 128 characters")
     _check(
@@ -307,6 +313,10 @@ def _validate(c: SpoutConfig) -> None:
             c.initial_timestamp,
             "required when initial_position is AT_TIMESTAMP",
         )
+
+
+def _check_numbers(c: SpoutConfig) -> None:
+    """Limits, counts and durations."""
     _check(
         1 <= c.records_per_call <= MAX_RECORDS_PER_CALL,
         "records_per_call",
@@ -343,6 +353,10 @@ def _validate(c: SpoutConfig) -> None:
     _check(c.max_in_flight >= 1, "max_in_flight", c.max_in_flight, "an integer >= 1")
     _check(c.batch_size >= 1, "batch_size", c.batch_size, "an integer >= 1")
     _check(c.max_batches >= 0, "max_batches", c.max_batches, "an integer >= 0")
+
+
+def _check_targets(c: SpoutConfig) -> None:
+    """Where checkpoints, dead letters and rows go, and who this worker is."""
     _check(
         c.checkpoint_store.startswith(("file://", "zk://", "memory://")),
         "checkpoint_store",
@@ -359,133 +373,3 @@ def _validate(c: SpoutConfig) -> None:
         c.sink,
         "none, console or parquet://DIR",
     )
-
-
-def _flatten(doc: Mapping[str, Any], path: str, out: dict[str, Any]) -> None:
-    for k, v in doc.items():
-        if isinstance(v, dict):
-            _flatten(v, f"{path}{k}.", out)
-        else:
-            if k in out:
-                raise ConfigError(k, v, f"given twice in the file (also as {out[k]!r})")
-            out[k] = v
-
-
-def read_toml(path: str | Path) -> dict[str, Any]:
-    """The keys of a TOML config file (tables flattened), unvalidated."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError("config", str(p), f"a readable TOML file ({exc.strerror})") from None
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("config", str(p), f"valid TOML ({exc})") from None
-    out: dict[str, Any] = {}
-    _flatten(doc, "", out)
-    for k in out:
-        if k not in _HINTS:
-            raise ConfigError(
-                k, out[k], f"unknown key in {p}; known keys: {', '.join(FIELD_NAMES)}"
-            )
-    return out
-
-
-# KINESIS_SPOUT_CONFIG names the file; the others are read by scripts/ and kinesis_spout.testing.
-_TOOLING_ENV = frozenset({"config", "venv", "node_modules"})
-
-
-def env_values(env: Mapping[str, str]) -> dict[str, Any]:
-    """``KINESIS_SPOUT_<FIELD>`` variables (unknown ones are an error: a typo
-    must not be silently ignored)."""
-    out: dict[str, Any] = {}
-    for k, v in env.items():
-        if not k.startswith(ENV_PREFIX):
-            continue
-        name = k[len(ENV_PREFIX) :].lower()
-        if name in _TOOLING_ENV:  # the config file itself, and the project's scripts' settings
-            continue
-        if name not in _HINTS:
-            raise ConfigError(
-                k, v, f"unknown variable; known: {ENV_PREFIX}<{'|'.join(FIELD_NAMES)}>"
-            )
-        out[name] = v
-    return out
-
-
-def load_config(
-    path: str | Path | None = None,
-    *,
-    env: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-) -> SpoutConfig:
-    """Build the config from file, environment and overrides (CLI wins)."""
-    env = os.environ if env is None else env
-    values: dict[str, Any] = {}
-    if path is None and env.get(ENV_PREFIX + "CONFIG"):
-        path = env[ENV_PREFIX + "CONFIG"]
-    if path is not None:
-        values.update(read_toml(path))
-    values.update(env_values(env))
-    if overrides:
-        values.update({k: v for k, v in overrides.items() if v is not None})
-    return SpoutConfig(**_coerce_all(values))
-
-
-# Fields whose flag the commands define themselves (with their own help text).
-_OWN_FLAG_FIELDS = frozenset({"process", "wait_for_lease"})
-
-
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--config FILE`` and one ``--<field>`` flag per config field."""
-    parser.add_argument("--config", metavar="FILE", help="TOML config file")
-    group = parser.add_argument_group("config (override the file and the environment)")
-    for f in dataclasses.fields(SpoutConfig):
-        if f.name in _OWN_FLAG_FIELDS:
-            continue
-        doc = FIELD_DOCS.get(f.name, "")
-        group.add_argument(
-            "--" + f.name.replace("_", "-"),
-            dest="cfg_" + f.name,
-            metavar=f.name.upper(),
-            default=None,
-            help=doc or None,
-        )
-    group.add_argument(
-        "--wait-for-lease",
-        dest="cfg_wait_for_lease",
-        nargs="?",
-        const="true",
-        default=None,
-        metavar="BOOL",
-        help="if another driver of this job runs, wait for it to end instead of failing",
-    )
-
-
-def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> SpoutConfig:
-    """The config given by a namespace parsed with :func:`add_config_arguments`."""
-    overrides = {
-        name: getattr(args, "cfg_" + name)
-        for name in FIELD_NAMES
-        if getattr(args, "cfg_" + name, None) is not None
-    }
-    return load_config(getattr(args, "config", None), env=env, overrides=overrides)
-
-
-def to_toml(config: SpoutConfig, keys: Sequence[str] | None = None) -> str:
-    """Serialise (a subset of) the config as flat TOML."""
-    lines = []
-    for k, v in config.as_dict().items():
-        if keys is not None and k not in keys:
-            continue
-        if v is None:
-            continue
-        if isinstance(v, bool):
-            lines.append(f"{k} = {'true' if v else 'false'}")
-        elif isinstance(v, int | float):
-            lines.append(f"{k} = {v!r}")
-        else:
-            escaped = str(v).replace("\\", "\\\\").replace('"', '\\"')
-            lines.append(f'{k} = "{escaped}"')
-    return "\n".join(lines) + "\n"

@@ -35,11 +35,8 @@ import signal  # noqa: E402
 from collections.abc import Callable, Mapping, Sequence  # noqa: E402
 from types import FrameType  # noqa: E402
 
-from kinesis_spout.config import (  # noqa: E402
-    SpoutConfig,
-    add_config_arguments,
-    load_config,
-)
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.config_load import add_config_arguments, load_config
 from kinesis_spout.coordination.joblease import JobLease, open_job_lease  # noqa: E402
 from kinesis_spout.errors import ConfigError, KinesisSpoutError  # noqa: E402
 from kinesis_spout.spark.launcher import watch_launcher, watch_parent  # noqa: E402

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kinesis_spout.config import SpoutConfig, to_toml
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.config_load import to_toml
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.examples.chaos_process import make_payload, record_id
 
