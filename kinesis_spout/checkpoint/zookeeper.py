@@ -17,12 +17,13 @@ recipe): read, check the new value is after the stored one, write with
 ``version=``; a concurrent writer makes the write fail with a bad version, and
 the loop re-reads and re-checks. So a checkpoint never moves backwards.
 
-Fencing (several workers): once a coordinator calls :meth:`require_leases`
-for a stream, a write is accepted only in one ZooKeeper transaction with a
-check that the shard's lease epoch node still has the version this worker got
-when it acquired the lease. Any later acquisition by another worker bumps
-that version, so a zombie (a paused process, a worker whose session expired)
-has its writes refused with :class:`StaleCheckpointError`.
+Fencing (several workers, :mod:`~kinesis_spout.checkpoint.zk_fencing`): once a
+coordinator calls :meth:`require_leases` for a stream, a write is accepted only
+in one ZooKeeper transaction with a check that the shard's lease epoch node
+still has the version this worker got when it acquired the lease. Any later
+acquisition by another worker bumps that version, so a zombie (a paused
+process, a worker whose session expired) has its writes refused with
+:class:`StaleCheckpointError`.
 
 Connection state: while kazoo reports SUSPENDED or LOST no write is sent
 (kazoo would queue it and block): :class:`CheckpointStoreUnavailableError`
@@ -34,10 +35,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,25 +55,23 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.retry import KazooRetry
-from kazoo.security import ACL, make_digest_acl
+from kazoo.security import ACL
 
 from kinesis_spout.checkpoint.base import check_forward
 from kinesis_spout.checkpoint.codec import decode_checkpoint, encode_checkpoint
+from kinesis_spout.checkpoint.zk_connect import connect, forget
+from kinesis_spout.checkpoint.zk_fencing import LeaseFence, taken_over
+from kinesis_spout.checkpoint.zk_layout import ZkPaths
+from kinesis_spout.checkpoint.zk_layout import check_component as _check_component
 from kinesis_spout.errors import (
     CheckpointError,
     CheckpointStoreUnavailableError,
-    ConfigError,
-    StaleCheckpointError,
 )
 from kinesis_spout.records import Checkpoint
 
 log = logging.getLogger(__name__)
 
-#: kazoo's own log lines go through this logger, whose filter masks the digest password.
-kazoo_log = logging.getLogger(__name__ + ".kazoo")
 
-_HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 _CAS_ATTEMPTS = 20
 _RETRIABLE = (
     ConnectionLoss,
@@ -85,140 +83,6 @@ _RETRIABLE = (
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-# --- pure parts ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ZkUrl:
-    """A parsed ``zk://host:port[,host:port...]/root`` URL."""
-
-    hosts: str
-    """kazoo's host list: ``"h1:p1,h2:p2"``."""
-    root: str
-    """Normalised root path, ``"/a/b"``: every node this project writes is under it."""
-
-    @classmethod
-    def parse(cls, url: str) -> ZkUrl:
-        """Parse and validate; :class:`ConfigError` names the URL and what is wrong."""
-        allowed = "zk://host:port[,host:port...]/root, e.g. zk://127.0.0.1:2181/kinesis-spout"
-        if not url.startswith("zk://"):
-            raise ConfigError("checkpoint_store", url, allowed)
-        rest = url[len("zk://") :]
-        hosts, sep, path = rest.partition("/")
-        if "@" in hosts:
-            raise ConfigError(
-                "checkpoint_store", _mask_userinfo(url), "no credentials in the URL; use zk_auth"
-            )
-        if not hosts or not all(_HOST_PORT.match(h) for h in hosts.split(",")):
-            raise ConfigError("checkpoint_store", url, f"host:port pairs: {allowed}")
-        for h in hosts.split(","):
-            port = int(h.rsplit(":", 1)[1])
-            if not 0 < port < 65536:
-                raise ConfigError("checkpoint_store", url, f"a port between 1 and 65535 in {h!r}")
-        parts = [p for p in path.split("/") if p]
-        if not sep or not parts:
-            raise ConfigError("checkpoint_store", url, f"a root path: {allowed}")
-        if any(p in (".", "..") or p.startswith("@") for p in parts):
-            raise ConfigError(
-                "checkpoint_store", url, "a root path without '.', '..' or '@' segments"
-            )
-        return cls(hosts, "/" + "/".join(parts))
-
-    def __str__(self) -> str:
-        return f"zk://{self.hosts}{self.root}"
-
-
-def _mask_userinfo(url: str) -> str:
-    head, _, tail = url.partition("@")
-    return "zk://***@" + tail if head.startswith("zk://") else "***"
-
-
-@dataclass(frozen=True, slots=True)
-class ZkPaths:
-    """Where each node of one job lives (see the module docstring)."""
-
-    root: str
-    job: str
-
-    @property
-    def job_path(self) -> str:
-        return f"{self.root}/{self.job}"
-
-    def stream(self, stream: str) -> str:
-        return f"{self.root}/{self.job}/{stream}"
-
-    def checkpoint(self, stream: str, shard: str) -> str:
-        return f"{self.stream(stream)}/{shard}"
-
-    def leases(self, stream: str) -> str:
-        return f"{self.stream(stream)}/@leases"
-
-    def lease(self, stream: str, shard: str) -> str:
-        """The persistent epoch node: its version counts acquisitions."""
-        return f"{self.leases(stream)}/{shard}"
-
-    def lease_holder(self, stream: str, shard: str) -> str:
-        """The ephemeral node whose existence is the lease."""
-        return f"{self.lease(stream, shard)}/holder"
-
-    def workers(self, stream: str) -> str:
-        return f"{self.stream(stream)}/@workers"
-
-    def worker(self, stream: str, worker_id: str) -> str:
-        return f"{self.workers(stream)}/{worker_id}"
-
-
-def _forget(secrets: tuple[str, ...]) -> None:
-    for secret in secrets:
-        _secret_filter.discard(secret)
-
-
-def _check_component(field: str, value: str) -> None:
-    if not value or "/" in value or value.startswith("@") or value in (".", ".."):
-        raise ConfigError(field, value, "a non-empty name without '/' not starting with '@'")
-
-
-class _SecretFilter(logging.Filter):
-    """Masks the registered secrets in every record of the logger it is attached to."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._secrets: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def add(self, secret: str) -> None:
-        with self._lock:
-            self._secrets[secret] = self._secrets.get(secret, 0) + 1
-
-    def discard(self, secret: str) -> None:
-        with self._lock:
-            n = self._secrets.get(secret, 0) - 1
-            if n > 0:
-                self._secrets[secret] = n
-            else:
-                self._secrets.pop(secret, None)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        with self._lock:
-            secrets = [s for s in self._secrets if s]
-        if not secrets:
-            return True
-        msg = record.getMessage()
-        masked = msg
-        for secret in secrets:
-            masked = masked.replace(secret, "***")
-        if masked != msg:
-            record.msg, record.args = masked, ()
-        return True
-
-
-_secret_filter = _SecretFilter()
-kazoo_log.addFilter(_secret_filter)
-
-
-# --- the store ----------------------------------------------------------------------
 
 
 class ZooKeeperCheckpointStore:
@@ -257,9 +121,8 @@ class ZooKeeperCheckpointStore:
         self._state: str = KazooState.CONNECTED if client.connected else KazooState.SUSPENDED
         self._lock = threading.Lock()
         self._created: set[str] = set()
-        self._fenced_streams: set[str] = set()
         self._secrets: tuple[str, ...] = ()
-        self._epochs: dict[tuple[str, str], int] = {}
+        self._fence_of = LeaseFence(owner)
         client.add_listener(self._on_state)
 
     @classmethod
@@ -279,56 +142,24 @@ class ZooKeeperCheckpointStore:
         created gets a digest ACL for that user only. The password never reaches
         a log line: kazoo's own logger masks it.
         """
-        parsed = ZkUrl.parse(url)
-        acl = None
-        auth_data = None
-        secrets: tuple[str, ...] = ()
-        if auth is not None:
-            user, sep, password = auth.partition(":")
-            if not sep or not user or not password:
-                raise ConfigError("zk_auth", "***", "user:password")
-            acl = [make_digest_acl(user, password, all=True)]
-            auth_data = [("digest", auth)]
-            secrets = (auth, password)
-            for secret in secrets:
-                _secret_filter.add(secret)
-        client = KazooClient(
-            hosts=parsed.hosts,
-            timeout=session_timeout,
-            auth_data=auth_data,
-            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0),
-            logger=kazoo_log,
-        )
-        log.info(
-            "connecting to ZooKeeper %s for job %r%s",
-            parsed,
+        conn = connect(
+            url,
             job_name,
-            " with digest ACLs" if auth else "",
+            auth=auth,
+            session_timeout=session_timeout,
+            connect_timeout=connect_timeout,
         )
-        try:
-            client.start(timeout=connect_timeout)
-        except KazooTimeoutError:
-            _forget(secrets)
-            raise CheckpointStoreUnavailableError(
-                f"ZooKeeper {parsed} not reachable within {connect_timeout:.0f}s"
-            ) from None
-        except KazooException as exc:
-            client.close()
-            _forget(secrets)
-            raise CheckpointError(
-                f"cannot connect to ZooKeeper {parsed}: {type(exc).__name__}"
-            ) from None
         store = cls(
-            client,
-            parsed.root,
+            conn.client,
+            conn.url.root,
             job_name,
             owner=owner,
-            acl=acl,
+            acl=conn.acl,
             op_timeout=min(max(session_timeout, 1.0), 10.0),
             own_client=True,
-            description=str(parsed),
+            description=str(conn.url),
         )
-        store._secrets = secrets
+        store._secrets = conn.secrets
         return store
 
     def __repr__(self) -> str:
@@ -479,29 +310,20 @@ class ZooKeeperCheckpointStore:
                 self._client.stop()
             finally:
                 self._client.close()
-                _forget(self._secrets)
+                forget(self._secrets)
         log.info("closed %r", self)
 
     # -- fencing (used by kinesis_spout.coordination) ---------------------------------
     def require_leases(self, stream_name: str, required: bool = True) -> None:
         """From now on, writes for ``stream_name`` need a lease epoch (see :meth:`set_lease`)."""
-        with self._lock:
-            if required:
-                self._fenced_streams.add(stream_name)
-            else:
-                self._fenced_streams.discard(stream_name)
+        self._fence_of.require(stream_name, required)
 
     def set_lease(self, stream_name: str, shard_id: str, epoch: int | None) -> None:
         """Record (or with ``None`` forget) the epoch version of this worker's lease."""
-        with self._lock:
-            if epoch is None:
-                self._epochs.pop((stream_name, shard_id), None)
-            else:
-                self._epochs[(stream_name, shard_id)] = epoch
+        self._fence_of.set(stream_name, shard_id, epoch)
 
     def lease_epoch(self, stream_name: str, shard_id: str) -> int | None:
-        with self._lock:
-            return self._epochs.get((stream_name, shard_id))
+        return self._fence_of.epoch(stream_name, shard_id)
 
     # -- internals ---------------------------------------------------------------------
     def _decode(self, data: bytes, path: str, stream: str, shard: str) -> Checkpoint:
@@ -515,27 +337,15 @@ class ZooKeeperCheckpointStore:
             return None, None
         return self._decode(data, path, stream, shard), int(stat.version)
 
-    def _fence(self, stream: str, shard: str) -> int | None:
-        with self._lock:
-            if stream not in self._fenced_streams:
-                return None
-            epoch = self._epochs.get((stream, shard))
-        if epoch is None:
-            raise StaleCheckpointError(
-                f"worker {self.owner!r} holds no lease on {stream}/{shard}: "
-                "checkpoint write refused"
-            )
-        return epoch
-
     def _check_epoch(self, stream: str, shard: str, epoch: int, owner: str) -> None:
         """:class:`StaleCheckpointError` unless the lease node still has version ``epoch``."""
         path = self.paths.lease(stream, shard)
         try:
             _, stat = self.wait(self._client.get_async(path), f"read {path}", (NoNodeError,))
         except NoNodeError:
-            raise _taken_over(stream, shard, epoch, owner) from None
+            raise taken_over(stream, shard, epoch, owner) from None
         if int(stat.version) != epoch:
-            raise _taken_over(stream, shard, epoch, owner)
+            raise taken_over(stream, shard, epoch, owner)
 
     def _cas(
         self, stream: str, shard: str, build: Callable[[Checkpoint | None], Checkpoint]
@@ -545,7 +355,7 @@ class ZooKeeperCheckpointStore:
         path = self.paths.checkpoint(stream, shard)
         self.ensure_path(self.paths.stream(stream))
         for _ in range(_CAS_ATTEMPTS):
-            epoch = self._fence(stream, shard)
+            epoch = self._fence_of.for_write(stream, shard)
             stored, version = self._read(stream, shard)
             new = replace(build(stored), updated_at=self._now())
             if not check_forward(stored, new):
@@ -575,7 +385,7 @@ class ZooKeeperCheckpointStore:
                 return new
             first = results[0]
             if epoch is not None and isinstance(first, BadVersionError | NoNodeError):
-                raise _taken_over(stream, shard, epoch, new.owner)
+                raise taken_over(stream, shard, epoch, new.owner)
             if not any(isinstance(e, BadVersionError | NodeExistsError) for e in errors):
                 err = errors[0]
                 if isinstance(err, NoAuthError):
@@ -586,9 +396,3 @@ class ZooKeeperCheckpointStore:
             f"{what}: {_CAS_ATTEMPTS} compare-and-set attempts lost to concurrent writers"
         )
 
-
-def _taken_over(stream: str, shard: str, epoch: int, owner: str) -> StaleCheckpointError:
-    return StaleCheckpointError(
-        f"lease on {stream}/{shard} was taken over (epoch {epoch} is stale): "
-        f"checkpoint write of worker {owner!r} refused"
-    )

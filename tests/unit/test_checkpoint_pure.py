@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from kinesis_spout.checkpoint.base import MemoryCheckpointStore, check_forward, open_store
 from kinesis_spout.checkpoint.codec import decode_checkpoint, encode_checkpoint
-from kinesis_spout.checkpoint.zookeeper import ZkPaths, ZkUrl, _SecretFilter
+from kinesis_spout.checkpoint.zk_layout import SecretFilter as _SecretFilter
+from kinesis_spout.checkpoint.zk_layout import ZkPaths, ZkUrl
 from kinesis_spout.errors import (
     CheckpointError,
     ConfigError,

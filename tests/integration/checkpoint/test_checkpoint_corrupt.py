@@ -11,7 +11,8 @@ from kazoo.client import KazooClient
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.checkpoint.file import FileCheckpointStore
-from kinesis_spout.checkpoint.zookeeper import ZkUrl, ZooKeeperCheckpointStore
+from kinesis_spout.checkpoint.zk_layout import ZkUrl
+from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 from kinesis_spout.errors import CorruptCheckpointError
 from kinesis_spout.records import Checkpoint
 
