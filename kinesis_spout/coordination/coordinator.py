@@ -34,13 +34,14 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from kazoo.client import KazooState
 
 from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 from kinesis_spout.coordination.assignment import assign_shards
+from kinesis_spout.coordination.control import ShardLister, SpoutControl, plan_leases
 from kinesis_spout.coordination.leases import Lease, LeaseState, ZooKeeperLeases
 from kinesis_spout.errors import (
     CheckpointStoreUnavailableError,
@@ -49,26 +50,6 @@ from kinesis_spout.errors import (
 from kinesis_spout.metrics import MetricsCollector, NoopMetrics
 
 log = logging.getLogger(__name__)
-
-
-class SpoutControl(Protocol):
-    """What the coordinator needs from a spout (``KinesisSpout`` has it)."""
-
-    def set_owned_shards(self, shard_ids: Iterable[str] | None) -> None: ...
-
-    def activate(self) -> None: ...
-
-    def deactivate(self) -> None: ...
-
-    def checkpoint(self, force: bool = False) -> Any: ...
-
-    def drain_shards(self, shard_ids: Iterable[str]) -> None: ...
-
-    def in_flight_of(self, shard_ids: Iterable[str]) -> int: ...
-
-
-ShardLister = Callable[[], Iterable[str]]
-"""Returns the stream's shard ids (e.g. ``ListShards``); may raise KinesisSpoutError."""
 
 
 class ShardCoordinator:
@@ -367,19 +348,10 @@ class ShardCoordinator:
         )
         self._metrics.increment("rebalances")
 
-        for shard, st in list(self._states.items()):
-            if shard in mine:
-                if st is LeaseState.RELEASING:
-                    self._states[shard] = LeaseState.HELD  # assigned back before it left
-            elif st is LeaseState.ACQUIRING:
-                del self._states[shard]
-            elif st is LeaseState.HELD:
-                self._states[shard] = LeaseState.RELEASING
-                log.info("worker %s gives up %s/%s", self.worker_id, self.stream_name, shard)
-
-        for shard in sorted(mine):
-            if self._states.get(shard, LeaseState.ACQUIRING) is not LeaseState.ACQUIRING:
-                continue
+        self._states, to_acquire, given_up = plan_leases(self._states, mine)
+        for shard in given_up:
+            log.info("worker %s gives up %s/%s", self.worker_id, self.stream_name, shard)
+        for shard in to_acquire:
             lease = self.leases.acquire(shard, watch=self._on_watch)
             if lease is None:
                 self._states[shard] = LeaseState.ACQUIRING
