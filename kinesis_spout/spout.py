@@ -254,6 +254,7 @@ class KinesisSpout:
         self._pending_error: Exception | None = None
         # Shards to adopt whose stored checkpoints could not be read yet (store away).
         self._to_adopt: set[str] = set()
+        self._fresh_pins: set[str] = set()  # pinned by this open (see _pin_start)
         self._adopt_at = -_INF
         self._store_failures = 0
         self._store_backoff: Backoff = ExponentialBackoff(0.5, cap=30.0)
@@ -359,6 +360,8 @@ class KinesisSpout:
             )
             try:
                 pinned[shard_id] = self._store.save(pin)
+                if pinned[shard_id].start_at == start:
+                    self._fresh_pins.add(shard_id)
             except StaleCheckpointError:  # another worker got there first
                 pinned[shard_id] = self._store.load(cfg.stream_name)[shard_id]
         log.info("pinned the start of %d shard(s) at %s", len(pinned), start.isoformat())
@@ -766,7 +769,11 @@ class KinesisSpout:
         start = stored.key if stored is not None else None
         position, timestamp = cfg.initial_position, cfg.initial_timestamp
         if stored is not None and stored.is_pin:
-            position, timestamp = InitialPosition.AT_TIMESTAMP, stored.start_at
+            fresh = sh.shard_id in self._fresh_pins and not self._map.has_known_parent(sh.shard_id)
+            if not (fresh and position is InitialPosition.LATEST):
+                # A resumed pin, or a child at the first open: from the pinned moment. (A
+                # shard pinned just now reads from the exact LATEST; the pin is its fallback.)
+                position, timestamp = InitialPosition.AT_TIMESTAMP, stored.start_at
         elif position is InitialPosition.LATEST and self._map.has_known_parent(sh.shard_id):
             # Its parents were read to their end: the child continues them from its start.
             position = InitialPosition.TRIM_HORIZON
@@ -781,6 +788,8 @@ class KinesisSpout:
             max_calls_per_second=cfg.max_calls_per_second,
             empty_shard_backoff=cfg.empty_shard_backoff,
         )
+        if position is InitialPosition.LATEST:
+            getter.open_now()  # LATEST as of the open, not of the first poll
         sh.reader = BufferedShardGetter(getter, lambda batch: self._on_batch(sh, batch))
         sh.tracker = InflightRecordTracker(
             cfg.retry_limit,

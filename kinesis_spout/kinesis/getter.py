@@ -250,6 +250,15 @@ class KinesisShardGetter:
             **extra,
         )
 
+    def open_now(self) -> None:
+        """Get the shard iterator now rather than at the first poll (so LATEST means
+        "from this call on", not "from the first poll on")."""
+        if self._iterator is None and not self._ended:
+            try:
+                self._iterator = self._open_iterator()
+            except _RETRIABLE as exc:  # the first poll opens it then, with its backoff
+                log.info("%s: could not open the iterator yet: %s", self.shard_id, exc)
+
     def _skipped_tail(self, result: GetRecordsResult) -> SequenceKey | None:
         """The last skipped empty aggregate after every record read so far, or None.
 

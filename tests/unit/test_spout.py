@@ -608,8 +608,8 @@ def test_latest_children_of_a_resharded_stream_start_at_the_pinned_start() -> No
     r.kinesis.put(S[1], b"after the start")
     r.clock.advance(5)  # past the empty-shard backoff of the caught-up child
     assert data(r.drain()) == [b"after the start"]
-    types = [q["ShardIteratorType"] for q in r.kinesis.iterator_requests]
-    assert set(types) == {"AT_TIMESTAMP"}
+    types = {q["ShardId"]: q["ShardIteratorType"] for q in r.kinesis.iterator_requests}
+    assert types == {S[0]: "LATEST", S[1]: "AT_TIMESTAMP"}  # the open parent: exactly LATEST
 
 
 def test_children_born_after_the_start_continue_their_parent_from_trim_horizon() -> None:
@@ -621,7 +621,7 @@ def test_children_born_after_the_start_continue_their_parent_from_trim_horizon()
     r.kinesis.put(S[1], b"child")
     assert data(r.drain()) == [b"parent", b"child"]
     types = [q["ShardIteratorType"] for q in r.kinesis.iterator_requests]
-    assert types == ["AT_TIMESTAMP", "TRIM_HORIZON"]
+    assert types == ["LATEST", "TRIM_HORIZON"]
 
 
 def test_refresh_adopts_new_shards() -> None:
