@@ -37,8 +37,6 @@ for that round instead; a checkpoint ``(seq, sub > 0)`` resumes
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
 import logging
 import math
 import random
@@ -51,6 +49,8 @@ from typing import Any, TypeVar
 
 from kinesis_spout.checkpoint.base import CheckpointStore, open_store
 from kinesis_spout.config import InitialPosition, SpoutConfig
+from kinesis_spout.core.committer import Committer
+from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.deadletter import DeadLetterSink, open_dead_letter_sink
 from kinesis_spout.errors import (
     CheckpointError,
@@ -59,7 +59,6 @@ from kinesis_spout.errors import (
     ExpiredIteratorError,
     KinesisError,
     KinesisSpoutError,
-    StaleCheckpointError,
     ThrottledError,
     TransientKinesisError,
 )
@@ -126,71 +125,6 @@ class SpoutStats:
     """Checkpoint saves that took effect."""
 
 
-class _Shard:
-    """Per-shard state of the spout (internal)."""
-
-    __slots__ = (
-        "shard_id",
-        "state",
-        "tracker",
-        "reader",
-        "saved",
-        "fenced",
-        "dead_pending",
-        "aggregates",
-        "stored",
-        "unsaved",
-        "unsaved_head",
-        "skip_tail",
-        "releasing",
-    )
-
-    def __init__(self, shard_id: str, stored: Checkpoint | None) -> None:
-        self.shard_id = shard_id
-        self.state = ShardState.WAITING
-        self.tracker: InflightRecordTracker[Record] | None = None
-        self.reader: BufferedShardGetter | None = None
-        self.saved: SequenceKey | None = None
-        self.fenced = False
-        self.dead_pending: list[tuple[Record, str | None, int]] = []
-        # A skipped empty KPL aggregate after every record read: done once those are out.
-        self.skip_tail: SequenceKey | None = None
-        # Being given up (drain_shards): no new records, its retries still go out.
-        self.releasing = False
-        self.aggregates: dict[int, None] = {}
-        self.stored = stored
-        # Keys handed out for the first time after the saved checkpoint, in emit (= key)
-        # order, from index ``unsaved_head`` on: what a crash now would replay.
-        self.unsaved: list[SequenceKey] = []
-        self.unsaved_head = 0
-
-    @property
-    def window(self) -> int:
-        """Records handed out after the saved checkpoint (done or not)."""
-        return len(self.unsaved) - self.unsaved_head
-
-    def trim_window(self, saved: SequenceKey) -> None:
-        """Forget the keys covered by the newly saved checkpoint ``saved``."""
-        unsaved = self.unsaved
-        head = bisect.bisect_right(unsaved, saved, self.unsaved_head)
-        if head > 4096 and head * 2 > len(unsaved):
-            del unsaved[:head]
-            head = 0
-        self.unsaved_head = head
-
-    def savable(self) -> int:
-        """Records of the window that the tracker's checkpoint already covers."""
-        tracker = self.tracker
-        cp = tracker.checkpoint if tracker is not None else None
-        if cp is None or (self.saved is not None and cp <= self.saved):
-            return 0
-        return bisect.bisect_right(self.unsaved, cp, self.unsaved_head) - self.unsaved_head
-
-    @property
-    def emitting(self) -> bool:
-        return not self.fenced and not self.dead_pending
-
-
 class KinesisSpout:
     """Reads every shard of ``config.stream_name`` with Storm-grade reliability.
 
@@ -218,6 +152,7 @@ class KinesisSpout:
         self._own_dead = dead_letters is None
         self._dead: DeadLetterSink | None = dead_letters
         self._metrics: MetricsCollector = metrics if metrics is not None else NoopMetrics()
+        self._committer = Committer(config, self._metrics)
         self._clock = clock
         self._client = client
         self._rng = rng if rng is not None else random.Random()
@@ -233,28 +168,25 @@ class KinesisSpout:
         )
         self._map = ShardMap()
         self._owned: frozenset[str] | None = None
-        self._shards: dict[str, _Shard] = {}
-        self._rotation: list[_Shard] = []
+        self._shards: dict[str, ShardPartition] = {}
+        self._rotation: list[ShardPartition] = []
         self._cursor = 0
-        self._draining: list[_Shard] = []
+        self._draining: list[ShardPartition] = []
         self._opened = False
         self._closed = False
         self._active = True
         self._checkpoint_at = _INF
         self._refresh_at = _INF
         self._lineage_at = _INF
-        self._last_save: float | None = None
         self._read = 0
         self._acked = 0
         self._failed = 0
         self._retried = 0
         self._dead_lettered = 0
         self._ignored = 0
-        self._checkpoint_writes = 0
         self._pending_error: Exception | None = None
         # Shards to adopt whose stored checkpoints could not be read yet (store away).
         self._to_adopt: set[str] = set()
-        self._fresh_pins: set[str] = set()  # pinned by this open (see _pin_start)
         self._adopt_at = -_INF
         self._store_failures = 0
         self._store_backoff: Backoff = ExponentialBackoff(0.5, cap=30.0)
@@ -292,6 +224,7 @@ class KinesisSpout:
                 zk_auth=cfg.zk_auth,
                 zk_session_timeout=cfg.zk_session_timeout,
             )
+        self._committer.store = self._store
         if self._dead is None:
             self._dead = open_dead_letter_sink(cfg.dead_letter, cfg.job_name)
         checkpoints = self._store.load(cfg.stream_name)
@@ -320,52 +253,11 @@ class KinesisSpout:
         )
 
     def _pin_start(self, checkpoints: dict[str, Checkpoint]) -> dict[str, Checkpoint]:
-        """At a job's first open with LATEST or AT_TIMESTAMP, save where it starts.
-
-        Every owned shard without a stored checkpoint gets a pin (a checkpoint
-        with ``start_at`` and no sequence) before any record is handed out, so a
-        crash before the first real checkpoint resumes from the same moment
-        instead of a later LATEST, and the open children of a recently resharded
-        stream start there too instead of at their TRIM_HORIZON. LATEST resolves
-        to the server's clock (its ``Date`` header) minus a margin. A pin saved
-        first by another worker wins (the store never moves a position back).
-        """
-        cfg = self.config
-        if cfg.initial_position is InitialPosition.TRIM_HORIZON:
-            return checkpoints
-        pins = [cp.start_at for cp in checkpoints.values() if cp.start_at is not None]
-        if checkpoints and not pins:
-            return checkpoints  # a job that started before pins, or TRIM_HORIZON before
-        if pins:  # a first open cut short: pin the rest of the original shards the same
-            start: datetime | None = min(pins)
-        elif cfg.initial_position is InitialPosition.AT_TIMESTAMP:
-            start = cfg.initial_timestamp
-        else:
-            assert self._api is not None
-            start = (self._api.server_time or datetime.now(UTC)) - LATEST_MARGIN
-        assert self._store is not None and start is not None
-        pinned = dict(checkpoints)
-        for shard_id in self._map.ids():
-            if not self._owns(shard_id) or shard_id in pinned:
-                continue
-            if checkpoints and self._map.has_known_parent(shard_id):
-                continue  # born after the first open: it continues its parents
-            pin = Checkpoint(
-                cfg.stream_name,
-                shard_id,
-                None,
-                job_name=cfg.job_name,
-                owner=cfg.worker_id,
-                start_at=start,
-            )
-            try:
-                pinned[shard_id] = self._store.save(pin)
-                if pinned[shard_id].start_at == start:
-                    self._fresh_pins.add(shard_id)
-            except StaleCheckpointError:  # another worker got there first
-                pinned[shard_id] = self._store.load(cfg.stream_name)[shard_id]
-        log.info("pinned the start of %d shard(s) at %s", len(pinned), start.isoformat())
-        return pinned
+        """Pinned starts of a first open at LATEST or AT_TIMESTAMP (Committer.pin_start)."""
+        assert self._api is not None
+        latest = (self._api.server_time or datetime.now(UTC)) - LATEST_MARGIN
+        owned = [s for s in self._map.ids() if self._owns(s)]
+        return self._committer.pin_start(checkpoints, owned, self._map.has_known_parent, latest)
 
     def _startup_call(self, fn: Callable[[], _T]) -> _T:
         """``fn()``, tried again after a backoff when Kinesis throttles or drops
@@ -433,23 +325,13 @@ class KinesisSpout:
         out: list[Record] = []
         rotation = self._rotation
         for sh in rotation:
-            tracker = sh.tracker
-            if tracker is None or not sh.emitting:
+            if sh.tracker is None or not sh.emitting or len(out) >= max_records:
                 continue
-            due = tracker.next_retry_at()
-            if due is None or due > now:
-                continue
-            while len(out) < max_records:
-                item = tracker.next_retry(now)
-                if item is None:
-                    break
-                rec = item.record
-                assert rec is not None
-                rec = dataclasses.replace(rec, attempt=item.attempt)
-                tracker.emitted(item.key, rec, now)
-                out.append(rec)
-                self._retried += 1
-                self._metrics.increment("retries", shard=sh.shard_id)
+            retries = sh.take_retries(now, max_records - len(out))
+            if retries:
+                out.extend(retries)
+                self._retried += len(retries)
+                self._metrics.increment("retries", len(retries), shard=sh.shard_id)
         if len(out) < max_records and rotation:
             self._fill(out, max_records - len(out), now)
         return out
@@ -490,13 +372,9 @@ class KinesisSpout:
                     self._pending_error = exc
                     remaining = 0
                     break
-                emitted = tracker.emitted
-                window = sh.unsaved
-                for r in recs:
-                    if emitted(r.key, r, now):
-                        window.append(r.key)
+                sh.emit(recs, now)
                 if sh.skip_tail is not None and not reader.buffered:
-                    self._pass_skipped(sh, now)
+                    sh.pass_skipped(now)
                 if not recs:
                     continue
                 out.extend(recs)
@@ -514,22 +392,12 @@ class KinesisSpout:
         if last >= 0:
             self._cursor = last + 1
 
-    @staticmethod
-    def _pass_skipped(sh: _Shard, now: float) -> None:
-        """Count a trailing skipped empty aggregate done (every record before it is out)."""
-        key = sh.skip_tail
-        sh.skip_tail = None
-        tracker = sh.tracker
-        if key is not None and tracker is not None and tracker.emitted(key, None, now):
-            tracker.ack(key)
-            sh.unsaved.append(key)
-
     def poll_delay(self) -> float:
         """Seconds until something may be ready (0: call ``next_batch`` now)."""
         self._check_open()
         now = self._clock()
         t = min(self._checkpoint_at, self._refresh_at)
-        if self._pending_error is not None or any(self._drained(sh) for sh in self._draining):
+        if self._pending_error is not None or any(sh.drained for sh in self._draining):
             return 0.0
         if self._active:
             for sh in self._rotation:
@@ -550,7 +418,7 @@ class KinesisSpout:
         return max(0.0, t - now)
 
     # ------------------------------------------------------------------ acks and fails
-    def _resolve(self, ref: MessageRef) -> tuple[_Shard | None, SequenceKey | None]:
+    def _resolve(self, ref: MessageRef) -> tuple[ShardPartition | None, SequenceKey | None]:
         if isinstance(ref, Record):
             return self._shards.get(ref.shard_id), ref.key
         try:
@@ -614,7 +482,7 @@ class KinesisSpout:
                 continue
             self._after_fail(sh, sh.tracker.fail(key, now, error))
 
-    def _after_fail(self, sh: _Shard, outcome: FailOutcome[Record]) -> None:
+    def _after_fail(self, sh: ShardPartition, outcome: FailOutcome[Record]) -> None:
         action = outcome.action
         if action is FailAction.IGNORED:
             self._ignored += 1
@@ -625,17 +493,13 @@ class KinesisSpout:
             assert outcome.record is not None
             self._dead_letter(sh, outcome.record, outcome.error, outcome.attempts)
 
-    def _dead_letter(self, sh: _Shard, record: Record, error: str | None, attempts: int) -> None:
-        """Dead-letter a given-up record, write-ahead.
-
-        The record joins the shard's pending dead letters *before* the write, and
-        the tracker (which keeps a given-up record pending) is told only after the
-        write returned (fsynced).  A write that raises, even a KeyboardInterrupt,
-        leaves the entry pending: the checkpoint stays below the record, and the
-        write is retried before every save of the shard.
-        """
-        sh.dead_pending.append((record, error, attempts))
-        if len(sh.dead_pending) == 1 and not self._flush_dead(sh):
+    def _dead_letter(
+        self, sh: ShardPartition, record: Record, error: str | None, attempts: int
+    ) -> None:
+        """Dead-letter a given-up record, write-ahead (see ShardPartition): an
+        interrupted write, even a KeyboardInterrupt, leaves it pending, the
+        checkpoint below it, and the write is retried before every save."""
+        if sh.queue_dead_letter(record, error, attempts) and not self._flush_dead(sh):
             log.error(
                 "dead-letter write of %s failed; shard %s stops emitting and its checkpoint "
                 "is held until the write succeeds",
@@ -643,22 +507,19 @@ class KinesisSpout:
                 sh.shard_id,
             )
 
-    def _flush_dead(self, sh: _Shard) -> bool:
+    def _flush_dead(self, sh: ShardPartition) -> bool:
         """Write the shard's pending dead letters in order; False if one still fails."""
         assert self._dead is not None
-        while sh.dead_pending:
-            record, error, attempts = sh.dead_pending[0]
-            try:
-                self._dead.write(record, error, attempts)
-            except Exception as exc:
-                log.warning("dead-letter write of %s failing: %s", record.message_id, exc)
-                self._metrics.increment("dead_letter_errors", shard=sh.shard_id)
-                return False
-            sh.dead_pending.pop(0)
-            if sh.tracker is not None:
-                sh.tracker.dead_lettered(record.key)
-            self._dead_lettered += 1
-            self._metrics.increment("dead_lettered", shard=sh.shard_id)
+        written, exc = sh.flush_dead_letters(self._dead)
+        if written:
+            self._dead_lettered += written
+            self._metrics.increment("dead_lettered", written, shard=sh.shard_id)
+        if exc is not None:
+            log.warning(
+                "dead-letter write of %s failing: %s", sh.dead_pending[0][0].message_id, exc
+            )
+            self._metrics.increment("dead_letter_errors", shard=sh.shard_id)
+            return False
         return True
 
     # ------------------------------------------------------------------ checkpoints
@@ -675,58 +536,18 @@ class KinesisSpout:
                 self._save(sh, now)
                 self._metrics.gauge("in_flight", sh.tracker.in_flight, shard=sh.shard_id)
         self._checkpoint_at = now + self.config.checkpoint_interval
-        if self._last_save is not None:
-            self._metrics.gauge("checkpoint_age_seconds", now - self._last_save)
+        if self._committer.last_save is not None:
+            self._metrics.gauge("checkpoint_age_seconds", now - self._committer.last_save)
 
-    def _save(self, sh: _Shard, now: float) -> bool:
+    def _save(self, sh: ShardPartition, now: float) -> bool:
         """Save ``sh``'s checkpoint if it moved; False if it could not be (yet)."""
-        if sh.fenced or sh.tracker is None:
-            return False
-        if sh.dead_pending:
+        if sh.dead_pending and not sh.fenced:
             # The tracker keeps records with a pending dead letter below its checkpoint,
             # so what is below them may be saved even while a write still fails.
             self._flush_dead(sh)
-        key = sh.tracker.checkpoint
-        if key is None or (sh.saved is not None and key <= sh.saved):
-            return True
-        aggregates = sh.aggregates
-        if aggregates:
-            for seq in list(aggregates):
-                if seq >= key.sequence:
-                    break
-                del aggregates[seq]
-            if key.sub_sequence == 0 and key.sequence in aggregates:
-                # (seq, 0) would read as "the whole record is done" on resume: keep the old one.
-                return True
-        assert self._store is not None
-        cfg = self.config
-        cp = Checkpoint(
-            cfg.stream_name,
-            sh.shard_id,
-            str(key.sequence),
-            key.sub_sequence,
-            shard_end=False,
-            job_name=cfg.job_name,
-            owner=cfg.worker_id,
-        )
-        try:
-            self._store.save(cp)
-        except StaleCheckpointError as exc:
-            self._fence(sh, exc)
-            return False
-        except CheckpointStoreUnavailableError as exc:
-            log.warning("checkpoint of %s not saved, will retry: %s", sh.shard_id, exc)
-            self._metrics.increment("checkpoint_store_errors", shard=sh.shard_id)
-            return False
-        sh.saved = key
-        sh.trim_window(key)
-        self._last_save = now
-        self._checkpoint_writes += 1
-        self._metrics.increment("checkpoint_writes", shard=sh.shard_id)
-        log.debug("checkpoint %s at %s", sh.shard_id, key)
-        return True
+        return self._committer.save(sh, now)
 
-    def _make_room(self, sh: _Shard, now: float) -> int:
+    def _make_room(self, sh: ShardPartition, now: float) -> int:
         """``sh`` handed out ``max_in_flight`` records since its saved checkpoint:
         save early if that frees at least half the window (so a crash never
         replays more than ``max_in_flight`` records of a shard, and an early
@@ -735,22 +556,13 @@ class KinesisSpout:
             self._save(sh, now)
         return self.config.max_in_flight - sh.window
 
-    def _fence(self, sh: _Shard, exc: CheckpointError) -> None:
-        if not sh.fenced:
-            log.warning(
-                "shard %s: another owner is ahead (%s); this worker stops emitting it",
-                sh.shard_id,
-                exc,
-            )
-        sh.fenced = True
-
     # ------------------------------------------------------------------ shard lifecycle
     def _owns(self, shard_id: str) -> bool:
         return self._owned is None or shard_id in self._owned
 
     def _adopt(self, shard_id: str, stored: Checkpoint | None) -> None:
         """Take ``shard_id`` on: ENDED if its checkpoint says so, else WAITING."""
-        sh = _Shard(shard_id, stored)
+        sh = ShardPartition(shard_id, stored)
         self._shards[shard_id] = sh
         if (stored is not None and stored.shard_end) or self._map.is_ended(shard_id):
             sh.state = ShardState.ENDED
@@ -762,14 +574,16 @@ class KinesisSpout:
             if sh.state is ShardState.WAITING and self._map.parents_ended(sh.shard_id):
                 self._start(sh)
 
-    def _start(self, sh: _Shard) -> None:
+    def _start(self, sh: ShardPartition) -> None:
         cfg = self.config
         assert self._api is not None
         stored = sh.stored
         start = stored.key if stored is not None else None
         position, timestamp = cfg.initial_position, cfg.initial_timestamp
         if stored is not None and stored.is_pin:
-            fresh = sh.shard_id in self._fresh_pins and not self._map.has_known_parent(sh.shard_id)
+            fresh = sh.shard_id in self._committer.fresh_pins and not self._map.has_known_parent(
+                sh.shard_id
+            )
             if not (fresh and position is InitialPosition.LATEST):
                 # A resumed pin, or a child at the first open: from the pinned moment. (A
                 # shard pinned just now reads from the exact LATEST; the pin is its fallback.)
@@ -806,7 +620,7 @@ class KinesisSpout:
             f"after checkpoint {start}" if start is not None else f"from {position.value}",
         )
 
-    def _on_batch(self, sh: _Shard, batch: ShardBatch) -> None:
+    def _on_batch(self, sh: ShardPartition, batch: ShardBatch) -> None:
         err = batch.error
         if err is not None:
             if isinstance(err, ThrottledError):
@@ -838,7 +652,7 @@ class KinesisSpout:
             self._draining.append(sh)
             log.info("shard %s is closed; draining it before its children", sh.shard_id)
 
-    def _count_odd_aggregates(self, sh: _Shard, batch: ShardBatch) -> None:
+    def _count_odd_aggregates(self, sh: ShardPartition, batch: ShardBatch) -> None:
         if batch.skipped:
             self._metrics.increment("empty_aggregates_skipped", batch.skipped, shard=sh.shard_id)
             log.info("shard %s: skipped %d empty KPL aggregate(s)", sh.shard_id, batch.skipped)
@@ -849,27 +663,9 @@ class KinesisSpout:
         if batch.skipped_tail is not None:
             sh.skip_tail = batch.skipped_tail
 
-    @staticmethod
-    def _drained(sh: _Shard) -> bool:
-        """A DRAINING shard whose records are all handed out and done."""
-        tracker, reader = sh.tracker, sh.reader
-        if tracker is None or reader is None or sh.fenced or sh.dead_pending:
-            return False
-        return not reader.buffered and not tracker.in_flight
-
     def _end_drained(self, now: float) -> None:
         for sh in list(self._draining):
-            if not self._drained(sh) or not self._save(sh, now):
-                continue
-            assert self._store is not None
-            try:
-                self._store.mark_ended(self.config.stream_name, sh.shard_id, self.config.worker_id)
-            except StaleCheckpointError as exc:
-                self._fence(sh, exc)
-                continue
-            except CheckpointStoreUnavailableError as exc:
-                log.warning("shard end of %s not saved, will retry: %s", sh.shard_id, exc)
-                self._metrics.increment("checkpoint_store_errors", shard=sh.shard_id)
+            if not sh.drained or not self._save(sh, now) or not self._committer.mark_ended(sh):
                 continue
             sh.state = check_transition(sh.shard_id, sh.state, ShardState.ENDED)
             self._draining.remove(sh)
@@ -880,7 +676,7 @@ class KinesisSpout:
             self._adopt_new(self._map.children(sh.shard_id))
         self._start_ready()
 
-    def _drop_from_rotation(self, sh: _Shard) -> None:
+    def _drop_from_rotation(self, sh: ShardPartition) -> None:
         try:
             idx = self._rotation.index(sh)
         except ValueError:
@@ -1041,7 +837,7 @@ class KinesisSpout:
                 total += sh.tracker.in_flight
         return total
 
-    def _release(self, sh: _Shard, now: float) -> None:
+    def _release(self, sh: ShardPartition, now: float) -> None:
         if sh.tracker is not None and not sh.fenced:
             self._save(sh, now)
         self._shards.pop(sh.shard_id, None)
@@ -1074,7 +870,9 @@ class KinesisSpout:
             for s, sh in sorted(self._shards.items())
             if sh.reader is not None
         }
-        age = None if self._last_save is None else self._clock() - self._last_save
+        age = (
+            None if self._committer.last_save is None else self._clock() - self._committer.last_save
+        )
         return SpoutStats(
             read=self._read,
             acked=self._acked,
@@ -1085,7 +883,7 @@ class KinesisSpout:
             millis_behind_latest=MappingProxyType(behind),
             checkpoint_age=age,
             ignored=self._ignored,
-            checkpoint_writes=self._checkpoint_writes,
+            checkpoint_writes=self._committer.writes,
         )
 
     @property

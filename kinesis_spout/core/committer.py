@@ -1,0 +1,177 @@
+"""Checkpoint writes of one reader: when a shard's checkpoint may be saved, and how.
+
+One place for every write a reader makes to its
+:class:`~kinesis_spout.checkpoint.base.CheckpointStore`:
+
+* :meth:`Committer.save`: the tracker's checkpoint of a shard, if it moved; a
+  checkpoint ``(seq, 0)`` of a multi-record KPL aggregate is held back (on
+  resume it would read as "the whole record is done");
+* :meth:`Committer.mark_ended`: a drained closed shard, so its children start;
+* :meth:`Committer.pin_start`: the pinned start of a first open at LATEST or
+  AT_TIMESTAMP (see docs/reader.md);
+* fencing: a store that refuses a write as stale means another owner is ahead;
+  the shard is fenced and stops emitting (the lease layer sorts it out). An
+  unreachable store is retried at the next save, counted in
+  ``checkpoint_store_errors``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+from kinesis_spout.checkpoint.base import CheckpointStore
+from kinesis_spout.config import InitialPosition, SpoutConfig
+from kinesis_spout.core.partition import ShardPartition
+from kinesis_spout.errors import (
+    CheckpointError,
+    CheckpointStoreUnavailableError,
+    StaleCheckpointError,
+)
+from kinesis_spout.metrics import MetricsCollector
+from kinesis_spout.records import Checkpoint
+
+log = logging.getLogger(__name__)
+
+
+class Committer:
+    """Checkpoint writes of one reader; see the module docstring.
+
+    ``store`` is set when the reader opens. Counts ``writes`` and remembers
+    when the last one succeeded (``last_save``, in the reader's clock).
+    """
+
+    def __init__(self, config: SpoutConfig, metrics: MetricsCollector) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.store: CheckpointStore | None = None
+        self.last_save: float | None = None
+        self.writes = 0
+        self.fresh_pins: set[str] = set()
+        """Shards whose start this reader pinned at its open (not resumed from a pin)."""
+
+    def save(self, part: ShardPartition, now: float) -> bool:
+        """Save ``part``'s checkpoint if it moved; False if it could not be (yet)."""
+        if part.fenced or part.tracker is None:
+            return False
+        key = part.tracker.checkpoint
+        if key is None or (part.saved is not None and key <= part.saved):
+            return True
+        aggregates = part.aggregates
+        if aggregates:
+            for seq in list(aggregates):
+                if seq >= key.sequence:
+                    break
+                del aggregates[seq]
+            if key.sub_sequence == 0 and key.sequence in aggregates:
+                # (seq, 0) would read as "the whole record is done" on resume: keep the old one.
+                return True
+        cfg = self.config
+        cp = Checkpoint(
+            cfg.stream_name,
+            part.shard_id,
+            str(key.sequence),
+            key.sub_sequence,
+            shard_end=False,
+            job_name=cfg.job_name,
+            owner=cfg.worker_id,
+        )
+        if not self._write(part, lambda store: store.save(cp), "checkpoint"):
+            return False
+        part.saved = key
+        part.trim_window(key)
+        self.last_save = now
+        self.writes += 1
+        self.metrics.increment("checkpoint_writes", shard=part.shard_id)
+        log.debug("checkpoint %s at %s", part.shard_id, key)
+        return True
+
+    def mark_ended(self, part: ShardPartition) -> bool:
+        """Record that every record of the closed shard is done; False if not (yet)."""
+        cfg = self.config
+        return self._write(
+            part,
+            lambda store: store.mark_ended(cfg.stream_name, part.shard_id, cfg.worker_id),
+            "shard end",
+        )
+
+    def _write(
+        self, part: ShardPartition, write: Callable[[CheckpointStore], object], what: str
+    ) -> bool:
+        assert self.store is not None
+        try:
+            write(self.store)
+        except StaleCheckpointError as exc:
+            self.fence(part, exc)
+            return False
+        except CheckpointStoreUnavailableError as exc:
+            log.warning("%s of %s not saved, will retry: %s", what, part.shard_id, exc)
+            self.metrics.increment("checkpoint_store_errors", shard=part.shard_id)
+            return False
+        return True
+
+    @staticmethod
+    def fence(part: ShardPartition, exc: CheckpointError) -> None:
+        """Another owner is ahead of ``part``: stop emitting it."""
+        if not part.fenced:
+            log.warning(
+                "shard %s: another owner is ahead (%s); this worker stops emitting it",
+                part.shard_id,
+                exc,
+            )
+        part.fenced = True
+
+    def pin_start(
+        self,
+        checkpoints: dict[str, Checkpoint],
+        shard_ids: Iterable[str],
+        has_known_parent: Callable[[str], bool],
+        latest: datetime,
+    ) -> dict[str, Checkpoint]:
+        """At a job's first open with LATEST or AT_TIMESTAMP, save where it starts.
+
+        Every shard of ``shard_ids`` (the owned ones) without a stored checkpoint
+        gets a pin (a checkpoint with ``start_at`` and no sequence) before any
+        record is handed out, so a crash before the first real checkpoint resumes
+        from the same moment instead of a later LATEST, and the open children of
+        a recently resharded stream start there too instead of at their
+        TRIM_HORIZON. ``latest`` is what LATEST resolves to (the server's clock
+        minus a margin). A pin saved first by another worker wins (the store
+        never moves a position back). Returns the checkpoints with the pins.
+        """
+        cfg = self.config
+        if cfg.initial_position is InitialPosition.TRIM_HORIZON:
+            return checkpoints
+        pins = [cp.start_at for cp in checkpoints.values() if cp.start_at is not None]
+        if checkpoints and not pins:
+            return checkpoints  # a job that started before pins, or TRIM_HORIZON before
+        if pins:  # a first open cut short: pin the rest of the original shards the same
+            start: datetime | None = min(pins)
+        elif cfg.initial_position is InitialPosition.AT_TIMESTAMP:
+            start = cfg.initial_timestamp
+        else:
+            start = latest
+        assert self.store is not None and start is not None
+        pinned = dict(checkpoints)
+        for shard_id in shard_ids:
+            if shard_id in pinned or (checkpoints and has_known_parent(shard_id)):
+                continue  # stored, or born after the first open (it continues its parents)
+            pin = Checkpoint(
+                cfg.stream_name,
+                shard_id,
+                None,
+                job_name=cfg.job_name,
+                owner=cfg.worker_id,
+                start_at=start,
+            )
+            try:
+                pinned[shard_id] = self.store.save(pin)
+                if pinned[shard_id].start_at == start:
+                    self.fresh_pins.add(shard_id)
+            except StaleCheckpointError:  # another worker got there first
+                other = self.store.load(cfg.stream_name).get(shard_id)
+                if other is not None:
+                    pinned[shard_id] = other
+        log.info("pinned the start of %d shard(s) at %s", len(pinned), start.isoformat())
+        return pinned

@@ -1,0 +1,172 @@
+"""One shard's reading state: tracker, replay window, dead-letter write-ahead.
+
+A :class:`ShardPartition` is what a reader keeps per shard between fetches; it
+does no I/O of its own (the dead-letter sink is passed in). Its lifecycle is
+:class:`~kinesis_spout.records.ShardState`::
+
+    WAITING -> OPEN       its parents ended (or it has none): reading starts
+    OPEN -> DRAINING      its last page was read (the shard is closed)
+    DRAINING -> ENDED     every record of it is done and the end is saved
+
+*Window*: the keys handed out for the first time after the last *saved*
+checkpoint, done or not. A crash now would replay exactly those, so a shard
+whose window holds ``max_in_flight`` keys is not fetched.
+
+*Dead-letter write-ahead*: a given-up record joins ``dead_pending`` before its
+write, and its tracker (which keeps it pending) is told only after the write
+returned, so an interrupted write leaves the checkpoint below the record.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Iterable
+
+from kinesis_spout.deadletter import DeadLetterSink
+from kinesis_spout.kinesis.getter import BufferedShardGetter
+from kinesis_spout.records import Checkpoint, Record, ShardState
+from tracker import InflightRecordTracker, SequenceKey
+
+DeadLetter = tuple[Record, str | None, int]
+"""A given-up record, its last error and its deliveries."""
+
+
+class ShardPartition:
+    """Per-shard reading state; see the module docstring."""
+
+    __slots__ = (
+        "shard_id",
+        "state",
+        "tracker",
+        "reader",
+        "saved",
+        "fenced",
+        "dead_pending",
+        "aggregates",
+        "stored",
+        "unsaved",
+        "unsaved_head",
+        "skip_tail",
+        "releasing",
+    )
+
+    def __init__(self, shard_id: str, stored: Checkpoint | None) -> None:
+        self.shard_id = shard_id
+        self.state = ShardState.WAITING
+        self.tracker: InflightRecordTracker[Record] | None = None
+        self.reader: BufferedShardGetter | None = None
+        self.saved: SequenceKey | None = None
+        """The last checkpoint saved (or loaded) for this shard."""
+        self.fenced = False
+        """Another owner is ahead: this reader stops emitting the shard."""
+        self.dead_pending: list[DeadLetter] = []
+        # A skipped empty KPL aggregate after every record read: done once those are out.
+        self.skip_tail: SequenceKey | None = None
+        # Being given up (drain_shards): no new records, its retries still go out.
+        self.releasing = False
+        self.aggregates: dict[int, None] = {}
+        """Sequence numbers of multi-record KPL aggregates not yet passed by a save."""
+        self.stored = stored
+        # Keys handed out for the first time after the saved checkpoint, in emit (= key)
+        # order, from index ``unsaved_head`` on: what a crash now would replay.
+        self.unsaved: list[SequenceKey] = []
+        self.unsaved_head = 0
+
+    # --- the replay window ------------------------------------------------------------
+    @property
+    def window(self) -> int:
+        """Records handed out after the saved checkpoint (done or not)."""
+        return len(self.unsaved) - self.unsaved_head
+
+    def trim_window(self, saved: SequenceKey) -> None:
+        """Forget the keys covered by the newly saved checkpoint ``saved``."""
+        unsaved = self.unsaved
+        head = bisect.bisect_right(unsaved, saved, self.unsaved_head)
+        if head > 4096 and head * 2 > len(unsaved):
+            del unsaved[:head]
+            head = 0
+        self.unsaved_head = head
+
+    def savable(self) -> int:
+        """Records of the window that the tracker's checkpoint already covers."""
+        tracker = self.tracker
+        cp = tracker.checkpoint if tracker is not None else None
+        if cp is None or (self.saved is not None and cp <= self.saved):
+            return 0
+        return bisect.bisect_right(self.unsaved, cp, self.unsaved_head) - self.unsaved_head
+
+    @property
+    def emitting(self) -> bool:
+        return not self.fenced and not self.dead_pending
+
+    @property
+    def drained(self) -> bool:
+        """Every record handed out and done, nothing buffered, no dead letter pending."""
+        tracker, reader = self.tracker, self.reader
+        if tracker is None or reader is None or self.fenced or self.dead_pending:
+            return False
+        return not reader.buffered and not tracker.in_flight
+
+    # --- handing records out ----------------------------------------------------------
+    def emit(self, records: Iterable[Record], now: float) -> None:
+        """Track first deliveries (they join the window)."""
+        assert self.tracker is not None
+        emitted = self.tracker.emitted
+        window = self.unsaved
+        for r in records:
+            if emitted(r.key, r, now):
+                window.append(r.key)
+
+    def take_retries(self, now: float, limit: int) -> list[Record]:
+        """Up to ``limit`` due retries, tracked as delivered (their ``attempt`` set)."""
+        tracker = self.tracker
+        out: list[Record] = []
+        if tracker is None:
+            return out
+        due = tracker.next_retry_at()
+        if due is None or due > now:
+            return out
+        while len(out) < limit:
+            item = tracker.next_retry(now)
+            if item is None:
+                break
+            rec = item.record
+            assert rec is not None
+            rec = dataclasses.replace(rec, attempt=item.attempt)
+            tracker.emitted(item.key, rec, now)
+            out.append(rec)
+        return out
+
+    def pass_skipped(self, now: float) -> None:
+        """Count a trailing skipped empty aggregate done (every record before it is out)."""
+        key = self.skip_tail
+        self.skip_tail = None
+        tracker = self.tracker
+        if key is not None and tracker is not None and tracker.emitted(key, None, now):
+            tracker.ack(key)
+            self.unsaved.append(key)
+
+    # --- dead letters -------------------------------------------------------------------
+    def queue_dead_letter(self, record: Record, error: str | None, attempts: int) -> bool:
+        """Write-ahead a given-up record; True if it is the only one pending (write now)."""
+        self.dead_pending.append((record, error, attempts))
+        return len(self.dead_pending) == 1
+
+    def flush_dead_letters(self, sink: DeadLetterSink) -> tuple[int, Exception | None]:
+        """Write the pending dead letters in order: ``(written, the error that stopped it)``.
+
+        Each record is passed to its tracker (done) only after its write returned.
+        """
+        written = 0
+        while self.dead_pending:
+            record, error, attempts = self.dead_pending[0]
+            try:
+                sink.write(record, error, attempts)
+            except Exception as exc:
+                return written, exc
+            self.dead_pending.pop(0)
+            if self.tracker is not None:
+                self.tracker.dead_lettered(record.key)
+            written += 1
+        return written, None
