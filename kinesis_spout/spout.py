@@ -48,16 +48,13 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from kinesis_spout.checkpoint.base import CheckpointStore, open_store
-from kinesis_spout.config import InitialPosition, SpoutConfig
+from kinesis_spout.config import SpoutConfig
 from kinesis_spout.core.committer import Committer
 from kinesis_spout.core.partition import ShardPartition
+from kinesis_spout.core.shardset import ShardSet
 from kinesis_spout.deadletter import DeadLetterSink, open_dead_letter_sink
 from kinesis_spout.errors import (
-    CheckpointError,
-    CheckpointStoreUnavailableError,
     EndpointUnreachableError,
-    ExpiredIteratorError,
-    KinesisError,
     KinesisSpoutError,
     ThrottledError,
     TransientKinesisError,
@@ -66,11 +63,7 @@ from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.kinesis.getter import (
     LATEST_MARGIN,
-    BufferedShardGetter,
-    KinesisShardGetter,
-    ShardBatch,
 )
-from kinesis_spout.kinesis.shards import ShardMap, check_transition
 from kinesis_spout.metrics import MetricsCollector, NoopMetrics
 from kinesis_spout.records import Checkpoint, Record, ShardInfo, ShardState, parse_message_id
 from tracker import (
@@ -78,7 +71,6 @@ from tracker import (
     ExponentialBackoff,
     FailAction,
     FailOutcome,
-    InflightRecordTracker,
     JitteredBackoff,
     NoBackoff,
     SequenceKey,
@@ -166,18 +158,19 @@ class KinesisSpout:
             if config.retry_backoff > 0
             else NoBackoff()
         )
-        self._map = ShardMap()
-        self._owned: frozenset[str] | None = None
-        self._shards: dict[str, ShardPartition] = {}
-        self._rotation: list[ShardPartition] = []
-        self._cursor = 0
-        self._draining: list[ShardPartition] = []
+        self._set = ShardSet(
+            config,
+            self._committer,
+            self._metrics,
+            clock,
+            save=self._save,
+            throttle_backoff=self._throttle_backoff,
+            retry_backoff=self._retry_backoff,
+        )
         self._opened = False
         self._closed = False
         self._active = True
         self._checkpoint_at = _INF
-        self._refresh_at = _INF
-        self._lineage_at = _INF
         self._read = 0
         self._acked = 0
         self._failed = 0
@@ -185,11 +178,6 @@ class KinesisSpout:
         self._dead_lettered = 0
         self._ignored = 0
         self._pending_error: Exception | None = None
-        # Shards to adopt whose stored checkpoints could not be read yet (store away).
-        self._to_adopt: set[str] = set()
-        self._adopt_at = -_INF
-        self._store_failures = 0
-        self._store_backoff: Backoff = ExponentialBackoff(0.5, cap=30.0)
         self._early_save_at = max(1, config.max_in_flight // 2)
 
     # ------------------------------------------------------------------ lifecycle
@@ -207,6 +195,7 @@ class KinesisSpout:
         if self._client is None:
             self._client = make_client(cfg.endpoint_url, cfg.region)
         self._api = KinesisApi(self._client, cfg.stream_name)
+        self._set.api = self._api
         endpoint = getattr(getattr(self._client, "meta", None), "endpoint_url", cfg.endpoint_url)
         try:
             status = self._startup_call(self._api.check_stream)
@@ -228,27 +217,27 @@ class KinesisSpout:
         if self._dead is None:
             self._dead = open_dead_letter_sink(cfg.dead_letter, cfg.job_name)
         checkpoints = self._store.load(cfg.stream_name)
-        self._map.update(shards)
+        self._set.map.update(shards)
         checkpoints = self._pin_start(checkpoints)
         for cp in checkpoints.values():
             if cp.shard_end:
-                self._map.mark_ended(cp.shard_id)
-        for shard_id in self._map.ids():
-            if self._owns(shard_id):
-                self._adopt(shard_id, checkpoints.get(shard_id))
-        self._start_ready()
+                self._set.map.mark_ended(cp.shard_id)
+        for shard_id in self._set.map.ids():
+            if self._set.owns(shard_id):
+                self._set.adopt(shard_id, checkpoints.get(shard_id))
+        self._set.start_ready()
         now = self._clock()
         self._checkpoint_at = now + cfg.checkpoint_interval
-        self._refresh_at = now + cfg.shard_refresh_interval
-        self._lineage_at = now + cfg.checkpoint_interval
+        self._set.refresh_at = now + cfg.shard_refresh_interval
+        self._set.lineage_at = now + cfg.checkpoint_interval
         self._opened = True
         log.info(
             "opened stream %s (%s) at %s: %d shards, %d owned, %d with checkpoints",
             cfg.stream_name,
             status,
             endpoint,
-            len(self._map),
-            len(self._shards),
+            len(self._set.map),
+            len(self._set.shards),
             len(checkpoints),
         )
 
@@ -256,8 +245,8 @@ class KinesisSpout:
         """Pinned starts of a first open at LATEST or AT_TIMESTAMP (Committer.pin_start)."""
         assert self._api is not None
         latest = (self._api.server_time or datetime.now(UTC)) - LATEST_MARGIN
-        owned = [s for s in self._map.ids() if self._owns(s)]
-        return self._committer.pin_start(checkpoints, owned, self._map.has_known_parent, latest)
+        owned = [s for s in self._set.map.ids() if self._set.owns(s)]
+        return self._committer.pin_start(checkpoints, owned, self._set.map.has_known_parent, latest)
 
     def _startup_call(self, fn: Callable[[], _T]) -> _T:
         """``fn()``, tried again after a backoff when Kinesis throttles or drops
@@ -292,7 +281,7 @@ class KinesisSpout:
         try:
             if self._opened:
                 now = self._clock()
-                self._end_drained(now)
+                self._set.end_drained(now)
                 self._write_checkpoints(now)
         finally:
             self._closed = True
@@ -323,7 +312,7 @@ class KinesisSpout:
         if not self._active or max_records <= 0:
             return []
         out: list[Record] = []
-        rotation = self._rotation
+        rotation = self._set.rotation
         for sh in rotation:
             if sh.tracker is None or not sh.emitting or len(out) >= max_records:
                 continue
@@ -338,9 +327,9 @@ class KinesisSpout:
 
     def _fill(self, out: list[Record], remaining: int, now: float) -> None:
         """Round-robin: each pass offers every shard an equal share of what is left."""
-        rotation = self._rotation
+        rotation = self._set.rotation
         n = len(rotation)
-        start = self._cursor % n
+        start = self._set.cursor % n
         limit = self.config.max_in_flight
         metrics = self._metrics
         polled: set[str] = set()
@@ -390,17 +379,17 @@ class KinesisSpout:
             if hungry == 0:
                 break
         if last >= 0:
-            self._cursor = last + 1
+            self._set.cursor = last + 1
 
     def poll_delay(self) -> float:
         """Seconds until something may be ready (0: call ``next_batch`` now)."""
         self._check_open()
         now = self._clock()
-        t = min(self._checkpoint_at, self._refresh_at)
-        if self._pending_error is not None or any(sh.drained for sh in self._draining):
+        t = min(self._checkpoint_at, self._set.refresh_at)
+        if self._pending_error is not None or any(sh.drained for sh in self._set.draining):
             return 0.0
         if self._active:
-            for sh in self._rotation:
+            for sh in self._set.rotation:
                 tracker, reader = sh.tracker, sh.reader
                 if tracker is None or reader is None or not sh.emitting:
                     continue
@@ -420,13 +409,13 @@ class KinesisSpout:
     # ------------------------------------------------------------------ acks and fails
     def _resolve(self, ref: MessageRef) -> tuple[ShardPartition | None, SequenceKey | None]:
         if isinstance(ref, Record):
-            return self._shards.get(ref.shard_id), ref.key
+            return self._set.shards.get(ref.shard_id), ref.key
         try:
             shard_id, key = parse_message_id(ref)
         except (ValueError, AttributeError, TypeError):
             log.warning("ignoring malformed message id %r", ref)
             return None, None
-        return self._shards.get(shard_id), key
+        return self._set.shards.get(shard_id), key
 
     def ack(self, message_id: MessageRef) -> None:
         """The record is fully processed. Unknown or repeated acks are ignored (counted)."""
@@ -458,7 +447,7 @@ class KinesisSpout:
         total = 0
         for shard_id, keys in by_shard.items():
             total += len(keys)
-            sh = self._shards.get(shard_id)
+            sh = self._set.shards.get(shard_id)
             if sh is not None and sh.tracker is not None:
                 acked += sh.tracker.ack_many(keys)
         self._acked += acked
@@ -531,7 +520,7 @@ class KinesisSpout:
             self._write_checkpoints(now)
 
     def _write_checkpoints(self, now: float) -> None:
-        for sh in list(self._shards.values()):
+        for sh in list(self._set.shards.values()):
             if sh.tracker is not None:
                 self._save(sh, now)
                 self._metrics.gauge("in_flight", sh.tracker.in_flight, shard=sh.shard_id)
@@ -556,230 +545,24 @@ class KinesisSpout:
             self._save(sh, now)
         return self.config.max_in_flight - sh.window
 
-    # ------------------------------------------------------------------ shard lifecycle
-    def _owns(self, shard_id: str) -> bool:
-        return self._owned is None or shard_id in self._owned
-
-    def _adopt(self, shard_id: str, stored: Checkpoint | None) -> None:
-        """Take ``shard_id`` on: ENDED if its checkpoint says so, else WAITING."""
-        sh = ShardPartition(shard_id, stored)
-        self._shards[shard_id] = sh
-        if (stored is not None and stored.shard_end) or self._map.is_ended(shard_id):
-            sh.state = ShardState.ENDED
-            self._map.mark_ended(shard_id)
-
-    def _start_ready(self) -> None:
-        """Start every WAITING owned shard whose parents all ended (cascading)."""
-        for sh in list(self._shards.values()):
-            if sh.state is ShardState.WAITING and self._map.parents_ended(sh.shard_id):
-                self._start(sh)
-
-    def _start(self, sh: ShardPartition) -> None:
-        cfg = self.config
-        assert self._api is not None
-        stored = sh.stored
-        start = stored.key if stored is not None else None
-        position, timestamp = cfg.initial_position, cfg.initial_timestamp
-        if stored is not None and stored.is_pin:
-            fresh = sh.shard_id in self._committer.fresh_pins and not self._map.has_known_parent(
-                sh.shard_id
-            )
-            if not (fresh and position is InitialPosition.LATEST):
-                # A resumed pin, or a child at the first open: from the pinned moment. (A
-                # shard pinned just now reads from the exact LATEST; the pin is its fallback.)
-                position, timestamp = InitialPosition.AT_TIMESTAMP, stored.start_at
-        elif position is InitialPosition.LATEST and self._map.has_known_parent(sh.shard_id):
-            # Its parents were read to their end: the child continues them from its start.
-            position = InitialPosition.TRIM_HORIZON
-        getter = KinesisShardGetter(
-            self._api,
-            sh.shard_id,
-            backoff=self._throttle_backoff,
-            start=start,
-            position=position,
-            timestamp=timestamp,
-            limit=cfg.records_per_call,
-            max_calls_per_second=cfg.max_calls_per_second,
-            empty_shard_backoff=cfg.empty_shard_backoff,
-        )
-        if position is InitialPosition.LATEST:
-            getter.open_now()  # LATEST as of the open, not of the first poll
-        sh.reader = BufferedShardGetter(getter, lambda batch: self._on_batch(sh, batch))
-        sh.tracker = InflightRecordTracker(
-            cfg.retry_limit,
-            max_in_flight=cfg.max_in_flight,
-            message_timeout=cfg.message_timeout_or_none,
-            backoff=self._retry_backoff,
-        )
-        sh.saved = start
-        sh.state = check_transition(sh.shard_id, sh.state, ShardState.OPEN)
-        self._rotation.append(sh)
-        log.info(
-            "shard %s: reading %s",
-            sh.shard_id,
-            f"after checkpoint {start}" if start is not None else f"from {position.value}",
-        )
-
-    def _on_batch(self, sh: ShardPartition, batch: ShardBatch) -> None:
-        err = batch.error
-        if err is not None:
-            if isinstance(err, ThrottledError):
-                self._metrics.increment("kinesis_throttled", shard=sh.shard_id)
-            elif isinstance(err, ExpiredIteratorError):
-                self._metrics.increment("iterators_expired", shard=sh.shard_id)
-            else:
-                self._metrics.increment("kinesis_errors", shard=sh.shard_id)
-            return
-        if batch.called:
-            behind = batch.millis_behind_latest
-            if behind is not None:
-                self._metrics.gauge("millis_behind_latest", behind, shard=sh.shard_id)
-        if batch.aggregates:
-            for seq in batch.aggregates:
-                sh.aggregates[seq] = None
-        if batch.skipped or batch.corrupt_aggregates:
-            self._count_odd_aggregates(sh, batch)
-        if batch.child_shards:
-            # No store I/O here (this runs inside the fetch): the next tick adopts them.
-            self._map.add_children(batch.child_shards)
-            self._to_adopt.update(c.shard_id for c in batch.child_shards)
-        if batch.ended and not batch.child_shards:
-            # No ChildShards in the last answer (some emulators, older API paths):
-            # list the shards on the next tick instead of after the refresh interval.
-            self._refresh_at = min(self._refresh_at, self._clock())
-        if batch.ended and sh.state is ShardState.OPEN:
-            sh.state = check_transition(sh.shard_id, sh.state, ShardState.DRAINING)
-            self._draining.append(sh)
-            log.info("shard %s is closed; draining it before its children", sh.shard_id)
-
-    def _count_odd_aggregates(self, sh: ShardPartition, batch: ShardBatch) -> None:
-        if batch.skipped:
-            self._metrics.increment("empty_aggregates_skipped", batch.skipped, shard=sh.shard_id)
-            log.info("shard %s: skipped %d empty KPL aggregate(s)", sh.shard_id, batch.skipped)
-        if batch.corrupt_aggregates:
-            self._metrics.increment(
-                "corrupt_aggregates", batch.corrupt_aggregates, shard=sh.shard_id
-            )
-        if batch.skipped_tail is not None:
-            sh.skip_tail = batch.skipped_tail
-
-    def _end_drained(self, now: float) -> None:
-        for sh in list(self._draining):
-            if not sh.drained or not self._save(sh, now) or not self._committer.mark_ended(sh):
-                continue
-            sh.state = check_transition(sh.shard_id, sh.state, ShardState.ENDED)
-            self._draining.remove(sh)
-            self._drop_from_rotation(sh)
-            sh.reader = None
-            self._map.mark_ended(sh.shard_id)
-            log.info("shard %s ended; children: %s", sh.shard_id, self._map.children(sh.shard_id))
-            self._adopt_new(self._map.children(sh.shard_id))
-        self._start_ready()
-
-    def _drop_from_rotation(self, sh: ShardPartition) -> None:
-        try:
-            idx = self._rotation.index(sh)
-        except ValueError:
-            return
-        del self._rotation[idx]
-        if idx < self._cursor:
-            self._cursor -= 1
-
-    def _adopt_new(self, shard_ids: Iterable[str]) -> None:
-        """Adopt owned shards not seen before, with their stored checkpoints.
-
-        A store that cannot be read now leaves them queued: ``_tick`` tries again
-        with backoff (logged, counted in ``checkpoint_store_errors``).
-        """
-        wanted = self._to_adopt.union(shard_ids)
-        fresh = sorted(s for s in wanted if self._owns(s) and s not in self._shards)
-        self._to_adopt.clear()
-        if not fresh:
-            return
-        assert self._store is not None
-        try:
-            stored = self._store.load(self.config.stream_name)
-        except CheckpointStoreUnavailableError as exc:
-            self._to_adopt.update(fresh)
-            self._store_error(f"adopting shards {fresh}", exc)
-            return
-        self._store_failures = 0
-        for shard_id in fresh:
-            cp = stored.get(shard_id)
-            if cp is not None and cp.shard_end:
-                self._map.mark_ended(shard_id)
-            self._adopt(shard_id, cp)
-
-    def _store_error(self, what: str, exc: CheckpointError) -> None:
-        """Count a store error and schedule the retry of what it stopped."""
-        self._store_failures += 1
-        delay = self._store_backoff.delay(self._store_failures)
-        self._adopt_at = self._clock() + delay
-        self._metrics.increment("checkpoint_store_errors")
-        log.warning(
-            "checkpoint store unavailable while %s; retrying in %.1fs: %s", what, delay, exc
-        )
-
     def _tick(self, now: float) -> None:
         """Housekeeping on every call: expiries, drained shards, checkpoints, refresh."""
-        if self._to_adopt and now >= self._adopt_at:
-            self._adopt_new(())
+        if self._set.to_adopt and now >= self._set.adopt_at:
+            self._set.adopt_new(())
         if self.config.message_timeout:
-            for sh in self._rotation:
+            for sh in self._set.rotation:
                 tracker = sh.tracker
                 if tracker is not None and tracker.in_flight:
                     for outcome in tracker.expire(now):
                         self._after_fail(sh, outcome)
-        if self._draining:
-            self._end_drained(now)
+        if self._set.draining:
+            self._set.end_drained(now)
         if now >= self._checkpoint_at:
             self._write_checkpoints(now)
-        if now >= self._refresh_at:
-            self._refresh_shards(now)
-        elif now >= self._lineage_at:
-            self._check_lineage(now)
-
-    def _refresh_shards(self, now: float) -> None:
-        assert self._api is not None
-        try:
-            shards = self._api.list_shards()
-        except KinesisError as exc:
-            if not exc.retriable:
-                raise
-            log.warning("ListShards failed, retrying in %.0fs: %s", _REFRESH_RETRY, exc)
-            self._refresh_at = now + _REFRESH_RETRY
-            return
-        self._refresh_at = now + self.config.shard_refresh_interval
-        new = self._map.update(shards)
-        if new:
-            log.info("new shards: %s", [s.shard_id for s in new])
-        self._adopt_new(self._map.ids())
-        self._check_lineage(now)
-
-    def _check_lineage(self, now: float) -> None:
-        """Start WAITING shards whose parents ended, here or (per the store) elsewhere."""
-        self._lineage_at = now + self.config.checkpoint_interval
-        waiting = [sh for sh in self._shards.values() if sh.state is ShardState.WAITING]
-        if not waiting:
-            return
-        foreign = {
-            p
-            for sh in waiting
-            for p in self._map.pending_parents(sh.shard_id)
-            if p not in self._shards
-        }
-        if foreign:
-            assert self._store is not None
-            try:
-                stored = self._store.load(self.config.stream_name)
-            except CheckpointStoreUnavailableError as exc:
-                log.warning("cannot check parent shards in the store: %s", exc)
-                stored = {}
-            for p in foreign:
-                cp = stored.get(p)
-                if cp is not None and cp.shard_end:
-                    self._map.mark_ended(p)
-        self._start_ready()
+        if now >= self._set.refresh_at:
+            self._set.refresh(now)
+        elif now >= self._set.lineage_at:
+            self._set.check_lineage(now)
 
     # ------------------------------------------------------------------ ownership
     def set_owned_shards(self, shard_ids: Iterable[str] | None) -> None:
@@ -787,87 +570,40 @@ class KinesisSpout:
         flushed first and its in-flight records are left to the next owner; an
         added shard's checkpoint is loaded now, and it starts once its parents ended."""
         self._check_open()
-        owned = None if shard_ids is None else frozenset(shard_ids)
-        self._owned = owned
-        now = self._clock()
-        for shard_id in list(self._shards):
-            if not self._owns(shard_id):
-                self._release(self._shards[shard_id], now)
-        if owned is not None and any(s not in self._map for s in owned):
-            self._refresh_shards(now)
-        assert self._store is not None
-        missing = [s for s in self._map.ids() if self._owns(s) and s not in self._shards]
-        if missing:
-            try:
-                stored = self._store.load(self.config.stream_name)
-            except CheckpointStoreUnavailableError as exc:
-                self._to_adopt.update(missing)
-                self._store_error(f"adopting shards {missing}", exc)
-                return
-            for cp in stored.values():
-                if cp.shard_end:
-                    self._map.mark_ended(cp.shard_id)
-            for shard_id in missing:
-                self._adopt(shard_id, stored.get(shard_id))
-            self._check_lineage(now)
-        if owned is not None:
-            unknown = sorted(s for s in owned if s not in self._map)
-            if unknown:
-                log.warning("owned shards not in stream %s: %s", self.config.stream_name, unknown)
+        self._set.set_owned(shard_ids)
 
     def drain_shards(self, shard_ids: Iterable[str]) -> None:
-        """Stop reading new records from these shards ahead of giving them up.
-
-        Their due retries are still handed out and their acks and fails taken,
-        so their in-flight records can finish (:meth:`in_flight_of`); every other
-        shard keeps flowing. A shard not in ``shard_ids`` reads again (a shard
-        assigned back before it left). Release them with :meth:`set_owned_shards`.
-        """
+        """Stop reading new records from these shards ahead of giving them up (their
+        retries, acks and fails go on; every other shard keeps flowing)."""
         self._check_open()
-        draining = frozenset(shard_ids)
-        for shard_id, sh in self._shards.items():
-            sh.releasing = shard_id in draining
+        self._set.drain(shard_ids)
 
     def in_flight_of(self, shard_ids: Iterable[str]) -> int:
         """Records handed out and not done on these shards (awaiting retries included)."""
-        total = 0
-        for shard_id in shard_ids:
-            sh = self._shards.get(shard_id)
-            if sh is not None and sh.tracker is not None:
-                total += sh.tracker.in_flight
-        return total
-
-    def _release(self, sh: ShardPartition, now: float) -> None:
-        if sh.tracker is not None and not sh.fenced:
-            self._save(sh, now)
-        self._shards.pop(sh.shard_id, None)
-        self._drop_from_rotation(sh)
-        if sh in self._draining:
-            self._draining.remove(sh)
-        log.info(
-            "released shard %s (%d in flight left to the next owner)",
-            sh.shard_id,
-            sh.tracker.in_flight if sh.tracker is not None else 0,
-        )
+        return self._set.in_flight_of(shard_ids)
 
     # ------------------------------------------------------------------ introspection
     @property
     def in_flight(self) -> int:
-        return sum(sh.tracker.in_flight for sh in self._shards.values() if sh.tracker is not None)
+        return sum(
+            sh.tracker.in_flight for sh in self._set.shards.values() if sh.tracker is not None
+        )
 
     def shard_states(self) -> dict[str, ShardState]:
         """The lifecycle state of every owned shard."""
-        return {s: sh.state for s, sh in sorted(self._shards.items())}
+        return {s: sh.state for s, sh in sorted(self._set.shards.items())}
 
     @property
     def shards(self) -> Mapping[str, ShardInfo]:
         """Every shard of the stream known to this spout (owned or not)."""
-        return MappingProxyType({s: info for s in self._map.ids() if (info := self._map.get(s))})
+        return MappingProxyType(
+            {s: info for s in self._set.map.ids() if (info := self._set.map.get(s))}
+        )
 
     def stats(self) -> SpoutStats:
         behind = {
             s: sh.reader.getter.millis_behind_latest
-            for s, sh in sorted(self._shards.items())
+            for s, sh in sorted(self._set.shards.items())
             if sh.reader is not None
         }
         age = (
@@ -891,7 +627,7 @@ class KinesisSpout:
         """Nothing in flight or buffered, and every owned shard caught up or ended."""
         if not self._opened:
             return False
-        for sh in self._shards.values():
+        for sh in self._set.shards.values():
             if sh.state in (ShardState.ENDED, ShardState.WAITING) or sh.fenced:
                 continue
             tracker, reader = sh.tracker, sh.reader

@@ -1,0 +1,357 @@
+"""The shards one reader owns, and their lifecycle.
+
+A :class:`ShardSet` keeps the reader's :class:`ShardPartition` per owned shard,
+the pure lineage registry (:class:`~kinesis_spout.kinesis.shards.ShardMap`),
+the round-robin rotation of the shards being read and the ones draining. It
+adopts shards (with their stored checkpoints), starts them once their parents
+ended, drains and ends closed shards, refreshes the shard list, and gives
+shards up (ownership). Store errors while adopting are retried with backoff,
+never raised from a fetch. States of a shard (:class:`ShardState`)::
+
+    WAITING -> OPEN -> DRAINING -> ENDED     (ENDED at once if its checkpoint says so)
+
+The fetch itself is :mod:`kinesis_spout.kinesis.getter`; checkpoint writes
+are the :class:`~kinesis_spout.core.committer.Committer`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable
+
+from kinesis_spout.config import InitialPosition, SpoutConfig
+from kinesis_spout.core.committer import Committer
+from kinesis_spout.core.partition import ShardPartition
+from kinesis_spout.errors import (
+    CheckpointError,
+    CheckpointStoreUnavailableError,
+    ExpiredIteratorError,
+    KinesisError,
+    ThrottledError,
+)
+from kinesis_spout.kinesis.api import KinesisApi
+from kinesis_spout.kinesis.getter import BufferedShardGetter, KinesisShardGetter, ShardBatch
+from kinesis_spout.kinesis.shards import ShardMap, check_transition
+from kinesis_spout.metrics import MetricsCollector
+from kinesis_spout.records import Checkpoint, ShardState
+from tracker import Backoff, ExponentialBackoff, InflightRecordTracker
+
+log = logging.getLogger(__name__)
+
+_INF = math.inf
+#: Retry a failed ListShards this soon rather than after the full refresh interval.
+_REFRESH_RETRY = 5.0
+
+
+class ShardSet:
+    """The owned shards of one reader; see the module docstring.
+
+    ``save(partition, now)`` saves a shard's checkpoint (the reader flushes its
+    dead letters first); ``api`` is set when the reader opens.
+    """
+
+    def __init__(
+        self,
+        config: SpoutConfig,
+        committer: Committer,
+        metrics: MetricsCollector,
+        clock: Callable[[], float],
+        *,
+        save: Callable[[ShardPartition, float], bool],
+        throttle_backoff: Backoff,
+        retry_backoff: Backoff,
+    ) -> None:
+        self.config = config
+        self._committer = committer
+        self._metrics = metrics
+        self._clock = clock
+        self._save = save
+        self._throttle_backoff = throttle_backoff
+        self._retry_backoff = retry_backoff
+        self.api: KinesisApi | None = None
+        self.map = ShardMap()
+        self.owned: frozenset[str] | None = None
+        self.shards: dict[str, ShardPartition] = {}
+        self.rotation: list[ShardPartition] = []
+        self.cursor = 0
+        self.draining: list[ShardPartition] = []
+        self.refresh_at = _INF
+        self.lineage_at = _INF
+        # Shards to adopt whose stored checkpoints could not be read yet (store away).
+        self.to_adopt: set[str] = set()
+        self.adopt_at = -_INF
+        self._store_failures = 0
+        self._store_backoff: Backoff = ExponentialBackoff(0.5, cap=30.0)
+
+    def owns(self, shard_id: str) -> bool:
+        return self.owned is None or shard_id in self.owned
+
+    def adopt(self, shard_id: str, stored: Checkpoint | None) -> None:
+        """Take ``shard_id`` on: ENDED if its checkpoint says so, else WAITING."""
+        sh = ShardPartition(shard_id, stored)
+        self.shards[shard_id] = sh
+        if (stored is not None and stored.shard_end) or self.map.is_ended(shard_id):
+            sh.state = ShardState.ENDED
+            self.map.mark_ended(shard_id)
+
+    def start_ready(self) -> None:
+        """Start every WAITING owned shard whose parents all ended (cascading)."""
+        for sh in list(self.shards.values()):
+            if sh.state is ShardState.WAITING and self.map.parents_ended(sh.shard_id):
+                self.start(sh)
+
+    def start(self, sh: ShardPartition) -> None:
+        cfg = self.config
+        assert self.api is not None
+        stored = sh.stored
+        start = stored.key if stored is not None else None
+        position, timestamp = cfg.initial_position, cfg.initial_timestamp
+        if stored is not None and stored.is_pin:
+            fresh = sh.shard_id in self._committer.fresh_pins and not self.map.has_known_parent(
+                sh.shard_id
+            )
+            if not (fresh and position is InitialPosition.LATEST):
+                # A resumed pin, or a child at the first open: from the pinned moment. (A
+                # shard pinned just now reads from the exact LATEST; the pin is its fallback.)
+                position, timestamp = InitialPosition.AT_TIMESTAMP, stored.start_at
+        elif position is InitialPosition.LATEST and self.map.has_known_parent(sh.shard_id):
+            # Its parents were read to their end: the child continues them from its start.
+            position = InitialPosition.TRIM_HORIZON
+        getter = KinesisShardGetter(
+            self.api,
+            sh.shard_id,
+            backoff=self._throttle_backoff,
+            start=start,
+            position=position,
+            timestamp=timestamp,
+            limit=cfg.records_per_call,
+            max_calls_per_second=cfg.max_calls_per_second,
+            empty_shard_backoff=cfg.empty_shard_backoff,
+        )
+        if position is InitialPosition.LATEST:
+            getter.open_now()  # LATEST as of the open, not of the first poll
+        sh.reader = BufferedShardGetter(getter, lambda batch: self.on_batch(sh, batch))
+        sh.tracker = InflightRecordTracker(
+            cfg.retry_limit,
+            max_in_flight=cfg.max_in_flight,
+            message_timeout=cfg.message_timeout_or_none,
+            backoff=self._retry_backoff,
+        )
+        sh.saved = start
+        sh.state = check_transition(sh.shard_id, sh.state, ShardState.OPEN)
+        self.rotation.append(sh)
+        log.info(
+            "shard %s: reading %s",
+            sh.shard_id,
+            f"after checkpoint {start}" if start is not None else f"from {position.value}",
+        )
+
+    def on_batch(self, sh: ShardPartition, batch: ShardBatch) -> None:
+        err = batch.error
+        if err is not None:
+            if isinstance(err, ThrottledError):
+                self._metrics.increment("kinesis_throttled", shard=sh.shard_id)
+            elif isinstance(err, ExpiredIteratorError):
+                self._metrics.increment("iterators_expired", shard=sh.shard_id)
+            else:
+                self._metrics.increment("kinesis_errors", shard=sh.shard_id)
+            return
+        if batch.called:
+            behind = batch.millis_behind_latest
+            if behind is not None:
+                self._metrics.gauge("millis_behind_latest", behind, shard=sh.shard_id)
+        if batch.aggregates:
+            for seq in batch.aggregates:
+                sh.aggregates[seq] = None
+        if batch.skipped or batch.corrupt_aggregates:
+            self.count_odd_aggregates(sh, batch)
+        if batch.child_shards:
+            # No store I/O here (this runs inside the fetch): the next tick adopts them.
+            self.map.add_children(batch.child_shards)
+            self.to_adopt.update(c.shard_id for c in batch.child_shards)
+        if batch.ended and not batch.child_shards:
+            # No ChildShards in the last answer (some emulators, older API paths):
+            # list the shards on the next tick instead of after the refresh interval.
+            self.refresh_at = min(self.refresh_at, self._clock())
+        if batch.ended and sh.state is ShardState.OPEN:
+            sh.state = check_transition(sh.shard_id, sh.state, ShardState.DRAINING)
+            self.draining.append(sh)
+            log.info("shard %s is closed; draining it before its children", sh.shard_id)
+
+    def count_odd_aggregates(self, sh: ShardPartition, batch: ShardBatch) -> None:
+        if batch.skipped:
+            self._metrics.increment("empty_aggregates_skipped", batch.skipped, shard=sh.shard_id)
+            log.info("shard %s: skipped %d empty KPL aggregate(s)", sh.shard_id, batch.skipped)
+        if batch.corrupt_aggregates:
+            self._metrics.increment(
+                "corrupt_aggregates", batch.corrupt_aggregates, shard=sh.shard_id
+            )
+        if batch.skipped_tail is not None:
+            sh.skip_tail = batch.skipped_tail
+
+    def end_drained(self, now: float) -> None:
+        for sh in list(self.draining):
+            if not sh.drained or not self._save(sh, now) or not self._committer.mark_ended(sh):
+                continue
+            sh.state = check_transition(sh.shard_id, sh.state, ShardState.ENDED)
+            self.draining.remove(sh)
+            self.drop_from_rotation(sh)
+            sh.reader = None
+            self.map.mark_ended(sh.shard_id)
+            log.info("shard %s ended; children: %s", sh.shard_id, self.map.children(sh.shard_id))
+            self.adopt_new(self.map.children(sh.shard_id))
+        self.start_ready()
+
+    def drop_from_rotation(self, sh: ShardPartition) -> None:
+        try:
+            idx = self.rotation.index(sh)
+        except ValueError:
+            return
+        del self.rotation[idx]
+        if idx < self.cursor:
+            self.cursor -= 1
+
+    def adopt_new(self, shard_ids: Iterable[str]) -> None:
+        """Adopt owned shards not seen before, with their stored checkpoints.
+
+        A store that cannot be read now leaves them queued: ``_tick`` tries again
+        with backoff (logged, counted in ``checkpoint_store_errors``).
+        """
+        wanted = self.to_adopt.union(shard_ids)
+        fresh = sorted(s for s in wanted if self.owns(s) and s not in self.shards)
+        self.to_adopt.clear()
+        if not fresh:
+            return
+        assert self._committer.store is not None
+        try:
+            stored = self._committer.store.load(self.config.stream_name)
+        except CheckpointStoreUnavailableError as exc:
+            self.to_adopt.update(fresh)
+            self.store_error(f"adopting shards {fresh}", exc)
+            return
+        self._store_failures = 0
+        for shard_id in fresh:
+            cp = stored.get(shard_id)
+            if cp is not None and cp.shard_end:
+                self.map.mark_ended(shard_id)
+            self.adopt(shard_id, cp)
+
+    def store_error(self, what: str, exc: CheckpointError) -> None:
+        """Count a store error and schedule the retry of what it stopped."""
+        self._store_failures += 1
+        delay = self._store_backoff.delay(self._store_failures)
+        self.adopt_at = self._clock() + delay
+        self._metrics.increment("checkpoint_store_errors")
+        log.warning(
+            "checkpoint store unavailable while %s; retrying in %.1fs: %s", what, delay, exc
+        )
+
+    def refresh(self, now: float) -> None:
+        assert self.api is not None
+        try:
+            shards = self.api.list_shards()
+        except KinesisError as exc:
+            if not exc.retriable:
+                raise
+            log.warning("ListShards failed, retrying in %.0fs: %s", _REFRESH_RETRY, exc)
+            self.refresh_at = now + _REFRESH_RETRY
+            return
+        self.refresh_at = now + self.config.shard_refresh_interval
+        new = self.map.update(shards)
+        if new:
+            log.info("new shards: %s", [s.shard_id for s in new])
+        self.adopt_new(self.map.ids())
+        self.check_lineage(now)
+
+    def check_lineage(self, now: float) -> None:
+        """Start WAITING shards whose parents ended, here or (per the store) elsewhere."""
+        self.lineage_at = now + self.config.checkpoint_interval
+        waiting = [sh for sh in self.shards.values() if sh.state is ShardState.WAITING]
+        if not waiting:
+            return
+        foreign = {
+            p
+            for sh in waiting
+            for p in self.map.pending_parents(sh.shard_id)
+            if p not in self.shards
+        }
+        if foreign:
+            assert self._committer.store is not None
+            try:
+                stored = self._committer.store.load(self.config.stream_name)
+            except CheckpointStoreUnavailableError as exc:
+                log.warning("cannot check parent shards in the store: %s", exc)
+                stored = {}
+            for p in foreign:
+                cp = stored.get(p)
+                if cp is not None and cp.shard_end:
+                    self.map.mark_ended(p)
+        self.start_ready()
+
+    # ------------------------------------------------------------------ ownership
+    def set_owned(self, shard_ids: Iterable[str] | None) -> None:
+        """Read only these shards (None: all). A released shard's checkpoint is
+        flushed first and its in-flight records are left to the next owner; an
+        added shard's checkpoint is loaded now, and it starts once its parents ended."""
+        owned = None if shard_ids is None else frozenset(shard_ids)
+        self.owned = owned
+        now = self._clock()
+        for shard_id in list(self.shards):
+            if not self.owns(shard_id):
+                self.release(self.shards[shard_id], now)
+        if owned is not None and any(s not in self.map for s in owned):
+            self.refresh(now)
+        assert self._committer.store is not None
+        missing = [s for s in self.map.ids() if self.owns(s) and s not in self.shards]
+        if missing:
+            try:
+                stored = self._committer.store.load(self.config.stream_name)
+            except CheckpointStoreUnavailableError as exc:
+                self.to_adopt.update(missing)
+                self.store_error(f"adopting shards {missing}", exc)
+                return
+            for cp in stored.values():
+                if cp.shard_end:
+                    self.map.mark_ended(cp.shard_id)
+            for shard_id in missing:
+                self.adopt(shard_id, stored.get(shard_id))
+            self.check_lineage(now)
+        if owned is not None:
+            unknown = sorted(s for s in owned if s not in self.map)
+            if unknown:
+                log.warning("owned shards not in stream %s: %s", self.config.stream_name, unknown)
+
+    def drain(self, shard_ids: Iterable[str]) -> None:
+        """Stop reading new records from these shards ahead of giving them up.
+
+        Their due retries are still handed out and their acks and fails taken,
+        so their in-flight records can finish (:meth:`in_flight_of`); every other
+        shard keeps flowing. A shard not in ``shard_ids`` reads again (a shard
+        assigned back before it left). Release them with :meth:`set_owned_shards`.
+        """
+        draining = frozenset(shard_ids)
+        for shard_id, sh in self.shards.items():
+            sh.releasing = shard_id in draining
+
+    def in_flight_of(self, shard_ids: Iterable[str]) -> int:
+        """Records handed out and not done on these shards (awaiting retries included)."""
+        total = 0
+        for shard_id in shard_ids:
+            sh = self.shards.get(shard_id)
+            if sh is not None and sh.tracker is not None:
+                total += sh.tracker.in_flight
+        return total
+
+    def release(self, sh: ShardPartition, now: float) -> None:
+        if sh.tracker is not None and not sh.fenced:
+            self._save(sh, now)
+        self.shards.pop(sh.shard_id, None)
+        self.drop_from_rotation(sh)
+        if sh in self.draining:
+            self.draining.remove(sh)
+        log.info(
+            "released shard %s (%d in flight left to the next owner)",
+            sh.shard_id,
+            sh.tracker.in_flight if sh.tracker is not None else 0,
+        )
