@@ -1,0 +1,131 @@
+"""What the Spark job's driver loop talks to and reports: the spout it drives
+(:class:`SpoutLike`), one progress line per micro-batch (:class:`BatchReport`)
+and the summary of a run (:class:`JobSummary`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kinesis_spout.records import Record
+
+
+class SpoutLike(Protocol):
+    """The part of :class:`kinesis_spout.spout.KinesisSpout` the driver uses."""
+
+    def open(self) -> None: ...
+    def activate(self) -> None: ...
+    def deactivate(self) -> None: ...
+    def next_batch(self, max_records: int) -> list[Record]: ...
+    def poll_delay(self) -> float: ...
+    def ack_many(self, ids: Iterable[Any]) -> Any: ...
+    def fail_many(self, items: Iterable[tuple[Any, str | None]]) -> Any: ...
+    def checkpoint(self, force: bool = False) -> Any: ...
+    def close(self) -> None: ...
+    def stats(self) -> Any: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def is_idle(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReport:
+    """One micro-batch, as printed on its progress line."""
+
+    batch_id: int
+    records: int
+    ok: int
+    """Records acked by this batch (fan-out: trees completed)."""
+    failed: int
+    """Records failed by this batch (they are retried or dead-lettered)."""
+    retried: int
+    """Records in this batch that were retries (attempt > 1)."""
+    dead_lettered: int
+    """Records dead-lettered while this batch was applied."""
+    in_flight: int
+    pending_trees: int
+    millis_behind_latest: int | None
+    """The largest MillisBehindLatest over the shards (None: not known yet)."""
+    checkpoint_age: float | None
+    seconds: float
+    """Wall time of the iteration: filling plus processing."""
+    process_seconds: float = 0.0
+    """Of which: Arrow conversion, Spark, sink writes, acks and fails."""
+    splits: int = 0
+    """Times the batch was split after a batch-level failure."""
+
+    @property
+    def records_per_second(self) -> float:
+        """Records done (acked or dead-lettered) per second of this iteration."""
+        done = self.ok + self.dead_lettered
+        return done / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        behind = "?" if self.millis_behind_latest is None else f"{self.millis_behind_latest}"
+        age = "never" if self.checkpoint_age is None else f"{self.checkpoint_age:.1f}s"
+        trees = f" trees pending {self.pending_trees} |" if self.pending_trees else ""
+        split = f" (split {self.splits}x)" if self.splits else ""
+        return (
+            f"batch {self.batch_id}: {self.records} records{split} | ok {self.ok} | "
+            f"failed {self.failed} | retried {self.retried} | "
+            f"dead-lettered {self.dead_lettered} | in flight {self.in_flight} |{trees} "
+            f"behind {behind} ms | checkpoint age {age} | "
+            f"{self.records_per_second:,.0f} done records/s"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """What a whole run did."""
+
+    batches: int
+    records: int
+    ok: int
+    failed: int
+    retried: int
+    dead_lettered: int
+    seconds: float
+    """The whole run, idle waits included."""
+    stopped_because: str
+    busy_seconds: float = 0.0
+    """Time spent in iterations that had records (filling and processing)."""
+
+    @property
+    def done(self) -> int:
+        """Records done: acked, or dead-lettered (retries are not extra records)."""
+        return self.ok + self.dead_lettered
+
+    @property
+    def done_per_second(self) -> float:
+        """Records done per second of processing time (idle waits excluded)."""
+        return self.done / self.busy_seconds if self.busy_seconds > 0 else 0.0
+
+    def line(self) -> str:
+        return (
+            f"stopped ({self.stopped_because}) after {self.batches} batches: "
+            f"{self.done} done (ok {self.ok}, dead-lettered {self.dead_lettered}) | "
+            f"{self.records} deliveries | failed {self.failed} | retried {self.retried} | "
+            f"{self.seconds:.1f}s, of which {self.busy_seconds:.1f}s processing | "
+            f"{self.done_per_second:,.1f} records done/s of processing"
+        )
+
+
+def print_progress(report: BatchReport) -> None:
+    """The default progress callback: one line on stdout per micro-batch."""
+    print(report.line(), file=sys.stdout, flush=True)
+
+
+def _stat(stats: Any, name: str) -> Any:
+    return getattr(stats, name, None)
+
+
+def _max_behind(stats: Any) -> int | None:
+    behind = _stat(stats, "millis_behind_latest")
+    if isinstance(behind, Mapping):
+        values = [v for v in behind.values() if v is not None]
+        return int(max(values)) if values else None
+    return int(behind) if isinstance(behind, int | float) else None
