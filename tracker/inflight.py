@@ -43,17 +43,25 @@ them) is what ``_nodes()`` derives for the tests.
 
 from __future__ import annotations
 
-import enum
 import heapq
-import itertools
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator
-from dataclasses import dataclass
-from itertools import compress, count, islice
-from typing import Generic, TypeVar, cast
+from typing import Generic, cast
 
 from tracker.backoff import Backoff, NoBackoff
+from tracker.counters import Counters
 from tracker.keys import SequenceKey
+from tracker.layout import Layout
+from tracker.outcomes import (
+    FailAction,
+    FailOutcome,
+    R,
+    RetryItem,
+    TrackerStats,
+    check_arguments,
+)
+from tracker.retrying import RetryQueue
+from tracker.timeouts import Timeouts
 
 __all__ = [
     "FailAction",
@@ -63,87 +71,13 @@ __all__ = [
     "TrackerStats",
 ]
 
-R = TypeVar("R")
-
 # Below every valid key (sequence and sub-sequence are >= 0): the "latest emitted" at start.
 _LOW = SequenceKey(-1, -1)
 # A missing record (records may be None).
 _GONE: object = object()
 
 
-class FailAction(enum.Enum):
-    """What a ``fail`` (or an expiry) did."""
-
-    RETRY = "retry"
-    """A retry is scheduled at ``retry_at``; ``next_retry`` will hand it out."""
-    GIVEN_UP = "given_up"
-    """The retry limit is spent: the record is handed back to be dead-lettered, and is
-    done once ``dead_lettered`` confirms the write."""
-    IGNORED = "ignored"
-    """Unknown key, already done, or already awaiting its retry: nothing changed."""
-
-
-@dataclass(frozen=True, slots=True)
-class FailOutcome(Generic[R]):
-    """The result of one ``fail``."""
-
-    action: FailAction
-    key: SequenceKey
-    record: R | None
-    """The record (for RETRY and GIVEN_UP); a GIVEN_UP record is returned exactly once."""
-    attempts: int
-    """Deliveries so far (0 for an unknown or done key)."""
-    retry_at: float | None
-    """When the retry becomes due (RETRY only)."""
-    error: str | None
-    """The error passed to ``fail`` (or the timeout message for an expiry)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RetryItem(Generic[R]):
-    """A retry that is due: hand ``record`` out again and call ``emitted(key, ...)``."""
-
-    key: SequenceKey
-    record: R | None
-    attempt: int
-    """The delivery number this retry will be: 2 for the first retry."""
-
-
-@dataclass(frozen=True, slots=True)
-class TrackerStats:
-    """A snapshot of the tracker's counters."""
-
-    emitted: int
-    """New records emitted (first deliveries)."""
-    acked: int
-    """Records that became done by an ack (including late acks)."""
-    retried: int
-    """Retry deliveries (emits of a key that awaited a retry)."""
-    given_up: int
-    """Records that ran out of retries (handed back for the dead-letter sink)."""
-    duplicate_acks: int
-    """Acks of a key not tracked and not after the latest emitted key: already done."""
-    unknown_acks: int
-    """Acks of a key after the latest emitted key (never emitted)."""
-    ignored_fails: int
-    """Fails of a key that is unknown, done or already awaiting its retry."""
-    ignored_emits: int
-    """Emits of a key already in flight or done, or a re-read key not after the latest."""
-    expired: int
-    """Deliveries failed by ``expire`` (message timeout)."""
-    in_flight: int
-    """Records emitted and not yet done (including those awaiting a retry)."""
-    pending_retries: int
-    """Records awaiting a retry."""
-    late_acks: int = 0
-    """Acks of a record awaiting its retry: done, the retry is cancelled (part of ``acked``)."""
-    nodes: int = 0
-    """Entries held in the emit-order key array (at most ``3 * in_flight + 64``)."""
-    given_up_pending: int = 0
-    """Records given up whose dead-letter write is not confirmed yet (part of ``in_flight``)."""
-
-
-class InflightRecordTracker(Generic[R]):
+class InflightRecordTracker(RetryQueue[R], Timeouts[R], Layout, Counters, Generic[R]):
     """Tracks the records of one shard from emit to ack, retry or dead letter.
 
     ``retry_limit`` is the number of extra deliveries: with 0 the first fail
@@ -194,32 +128,7 @@ class InflightRecordTracker(Generic[R]):
         *,
         resume_after: SequenceKey | None = None,
     ) -> None:
-        if isinstance(retry_limit, bool) or not isinstance(retry_limit, int) or retry_limit < 0:
-            raise ValueError(f"retry_limit must be an int >= 0, got {retry_limit!r}")
-        if max_in_flight is not None and (
-            isinstance(max_in_flight, bool)
-            or not isinstance(max_in_flight, int)
-            or max_in_flight < 1
-        ):
-            raise ValueError(f"max_in_flight must be None or an int >= 1, got {max_in_flight!r}")
-        if message_timeout is not None and (
-            isinstance(message_timeout, bool)
-            or not isinstance(message_timeout, int | float)
-            or not 0 < message_timeout < float("inf")
-        ):
-            raise ValueError(
-                f"message_timeout must be None or a finite number > 0, got {message_timeout!r}"
-            )
-        if backoff is not None and not callable(getattr(backoff, "delay", None)):
-            raise ValueError(f"backoff must have a delay(attempt) method, got {backoff!r}")
-        if resume_after is not None and not (
-            isinstance(resume_after, SequenceKey)
-            and isinstance(resume_after.sequence, int)
-            and isinstance(resume_after.sub_sequence, int)
-            and resume_after.sequence >= 0
-            and resume_after.sub_sequence >= 0
-        ):
-            raise ValueError(f"resume_after must be None or a SequenceKey, got {resume_after!r}")
+        check_arguments(retry_limit, max_in_flight, message_timeout, backoff, resume_after)
         self._retry_limit = retry_limit
         self._max_in_flight = max_in_flight
         self._timeout: float | None = None if message_timeout is None else float(message_timeout)
@@ -355,16 +264,6 @@ class InflightRecordTracker(Generic[R]):
             self._late_acks += 1
             self._maybe_compact_heap()
 
-    def _bad_ack(self, key: SequenceKey) -> None:
-        try:
-            duplicate = key <= self._latest
-        except TypeError:  # not a key at all
-            duplicate = False
-        if duplicate:
-            self._dup_acks += 1
-        else:
-            self._unknown_acks += 1
-
     # ------------------------------------------------------------------ fail
 
     def fail(self, key: SequenceKey, now: float = 0.0, error: str | None = None) -> FailOutcome[R]:
@@ -425,137 +324,6 @@ class InflightRecordTracker(Generic[R]):
 
     # ---------------------------------------------------------------- retries
 
-    def _retry_top(self) -> tuple[float, SequenceKey] | None:
-        heap = self._heap
-        retry = self._retry
-        while heap:
-            entry = heap[0]
-            if retry.get(entry[1]) is entry:
-                return entry
-            heapq.heappop(heap)  # stale: acked late, or already re-emitted
-        return None
-
-    def next_retry(self, now: float = 0.0) -> RetryItem[R] | None:
-        """The earliest-due retry whose time has come (ties: emit order), or None.
-
-        Does not mark it emitted: call ``emitted(item.key, item.record, now)``
-        when it is handed out.  Until then the same item is returned again.
-        """
-        entry = self._retry_top()
-        if entry is None or entry[0] > now:
-            return None
-        key = entry[1]
-        return RetryItem(key, cast("R | None", self._slot[key]), self._att[key] + 1)
-
-    def next_retry_at(self) -> float | None:
-        """When the earliest pending retry becomes due, or None if none is pending."""
-        entry = self._retry_top()
-        return None if entry is None else entry[0]
-
-    def _maybe_compact_heap(self) -> None:
-        heap = self._heap
-        if len(heap) > 2 * len(self._retry) + 32:
-            heap[:] = self._retry.values()
-            heapq.heapify(heap)
-
-    # ---------------------------------------------------------------- timeout
-
-    def _arm(self, key: SequenceKey, delivery: int, now: float) -> None:
-        assert self._timeout is not None
-        self._tq_at.append(now + self._timeout)
-        self._tq_key.append(key)
-        self._tq_n.append(delivery)
-        if len(self._tq_at) > 2 * len(self._slot) + 64:
-            self._compact_timeouts()
-
-    def _live_delivery(self, key: SequenceKey, delivery: int) -> bool:
-        """True if delivery number ``delivery`` of ``key`` is its latest and still in flight."""
-        return (
-            key in self._slot
-            and key not in self._retry
-            and key not in self._given
-            and self._att.get(key, 1) == delivery
-        )
-
-    def _compact_timeouts(self) -> None:
-        live = [
-            item
-            for item in zip(self._tq_at, self._tq_key, self._tq_n, strict=True)
-            if self._live_delivery(item[1], item[2])
-        ]
-        self._tq_at = deque(item[0] for item in live)
-        self._tq_key = deque(item[1] for item in live)
-        self._tq_n = deque(item[2] for item in live)
-
-    def expire(self, now: float) -> list[FailOutcome[R]]:
-        """Fail every record whose latest delivery is older than ``message_timeout``.
-
-        A delivery at ``t`` expires once ``now > t + message_timeout``.  Each
-        expiry is a ``fail`` (RETRY or GIVEN_UP) with a timeout error, counted in
-        ``expired``.  A no-op without a timeout.  Deliveries are taken in the
-        order they were emitted, so ``now`` passed to ``emitted`` should not go
-        backwards (if it does, a record may expire late, never early).
-        """
-        timeout = self._timeout
-        if timeout is None:
-            return []
-        tq_at = self._tq_at
-        tq_key = self._tq_key
-        tq_n = self._tq_n
-        error = f"message timeout: not acked within {timeout:g} s"
-        out: list[FailOutcome[R]] = []
-        while tq_at and tq_at[0] < now:
-            tq_at.popleft()
-            key = tq_key.popleft()
-            if self._live_delivery(key, tq_n.popleft()):
-                self._expired += 1
-                out.append(self.fail(key, now, error))
-        return out
-
-    # ------------------------------------------------------------ compaction
-
-    def _advance(self) -> None:
-        """Move the head over the done entries; the checkpoint is the last one passed."""
-        keys = self._keys
-        head = self._head
-        if head < len(keys) and keys[head] not in self._slot:
-            # The first pending entry at or after head (at C speed), or the end.
-            pending = compress(count(head), map(self._slot.__contains__, islice(keys, head, None)))
-            head = next(pending, len(keys))
-            self._checkpoint = keys[head - 1]
-            if head == len(keys):  # drained: drop the array, so memory follows in-flight
-                self._keys = []
-                head = 0
-            self._head = head
-
-    def _compact(self) -> None:
-        """Collapse the done runs of ``_keys`` (O(entries), amortised O(1) per emit).
-
-        Keeps the pending keys, the last key of each done run between them (the
-        checkpoint once the head reaches the next pending key) and the latest
-        key; drops the rest, and everything before the head.  That leaves at
-        most ``2 * in_flight + 1`` entries.  Called when ``_keys`` holds more
-        than ``3 * in_flight + 64``, so more than a third of it goes: the cost
-        is paid for by the emits of the entries dropped, and memory stays
-        proportional to in-flight.  The dict holds no positions: untouched.
-        """
-        slot = self._slot
-        if not slot:  # drained: every key up to the latest is done
-            if self._keys:
-                self._checkpoint = self._latest
-            self._keys = []
-            self._head = 0
-            return
-        self._advance()
-        rest = self._keys[self._head :]
-        n = len(rest)
-        # keep[j] = pending[j] or pending[j + 1] (bytewise, at C speed), and the last one.
-        bits = int.from_bytes(bytes(map(slot.__contains__, rest)), "little")
-        keep = bytearray((bits | (bits >> 8)).to_bytes(n, "little"))
-        keep[n - 1] = 1
-        self._keys = list(compress(rest, keep))
-        self._head = 0
-
     # ------------------------------------------------------------- read side
 
     @property
@@ -584,27 +352,6 @@ class InflightRecordTracker(Generic[R]):
         limit = self._max_in_flight
         return limit is None or len(self._slot) < limit
 
-    @property
-    def stats(self) -> TrackerStats:
-        """A snapshot of the counters."""
-        in_flight = len(self._slot)
-        return TrackerStats(
-            emitted=self._emitted,
-            acked=self._emitted - in_flight - (self._given_up - len(self._given)),
-            retried=self._retried,
-            given_up=self._given_up,
-            duplicate_acks=self._dup_acks,
-            unknown_acks=self._unknown_acks,
-            ignored_fails=self._ignored_fails,
-            ignored_emits=self._ignored_emits,
-            expired=self._expired,
-            in_flight=in_flight,
-            pending_retries=len(self._retry),
-            late_acks=self._late_acks,
-            nodes=len(self),
-            given_up_pending=len(self._given),
-        )
-
     def pending(self) -> Iterator[SequenceKey]:
         """The keys not yet done, in emit order (a snapshot, for debugging and tests)."""
         return iter(list(self._slot))
@@ -612,44 +359,6 @@ class InflightRecordTracker(Generic[R]):
     def is_pending(self, key: Hashable) -> bool:
         """True if ``key`` is in flight or awaiting a retry."""
         return key in self._slot
-
-    def __len__(self) -> int:
-        """Entries held in the emit-order key array (at most ``3 * in_flight + 64``)."""
-        return len(self._keys)
-
-    def _nodes(self) -> list[tuple[SequenceKey, bool]]:
-        """The logical list, head to tail, as (key, done), after checking the layout; for tests.
-
-        Every pending key, plus the last key of each run of done keys after the
-        first pending one (the run's representative), derived from the arrays.
-        """
-        self._advance()
-        keys = self._keys
-        slot = self._slot
-        n = len(keys)
-        if n > 3 * len(slot) + 64:
-            raise AssertionError(f"{n} entries for {len(slot)} in flight")
-        if any(a >= b for a, b in itertools.pairwise(keys)):
-            raise AssertionError("keys not in emit order")
-        if keys and keys[-1] != self._latest:
-            raise AssertionError(f"last entry {keys[-1]} is not the latest {self._latest}")
-        if self._head and self._checkpoint != keys[self._head - 1]:
-            raise AssertionError(f"checkpoint {self._checkpoint} != {keys[self._head - 1]}")
-        if not set(self._att) <= slot.keys() or not set(self._retry) <= self._att.keys():
-            raise AssertionError("retry state for keys not pending")
-        if not self._given <= slot.keys() or self._given & self._retry.keys():
-            raise AssertionError("retry state for keys not pending")
-        out: list[tuple[SequenceKey, bool]] = []
-        for key in keys[self._head :]:
-            if key in slot:
-                out.append((key, False))
-            elif out[-1][1]:
-                out[-1] = (key, True)
-            else:
-                out.append((key, True))
-        if [key for key, done in out if not done] != list(slot):
-            raise AssertionError("the dict does not hold exactly the pending entries, in order")
-        return out
 
     def __repr__(self) -> str:
         return (

@@ -61,6 +61,17 @@ from kinesis_spout.spark.reports import (
     _stat,
     print_progress,
 )
+
+__all__ = [
+    "BatchFailedError",
+    "BatchReport",
+    "JobSummary",
+    "SparkDriver",
+    "SpoutLike",
+    "build_driver",
+    "print_progress",
+    "run_job",
+]
 from kinesis_spout.spark.runner import BatchOutcome, BatchRunner, ProcessingContractError
 from kinesis_spout.spark.sinks import NullSink, RowSink
 
