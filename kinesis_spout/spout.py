@@ -214,18 +214,13 @@ class KinesisSpout:
                 zk_session_timeout=cfg.zk_session_timeout,
             )
         self._committer.store = self._store
-        if self._dead is None:
-            self._dead = open_dead_letter_sink(cfg.dead_letter, cfg.job_name)
-        checkpoints = self._store.load(cfg.stream_name)
-        self._set.map.update(shards)
-        checkpoints = self._pin_start(checkpoints)
-        for cp in checkpoints.values():
-            if cp.shard_end:
-                self._set.map.mark_ended(cp.shard_id)
-        for shard_id in self._set.map.ids():
-            if self._set.owns(shard_id):
-                self._set.adopt(shard_id, checkpoints.get(shard_id))
-        self._set.start_ready()
+        try:
+            if self._dead is None:
+                self._dead = open_dead_letter_sink(cfg.dead_letter, cfg.job_name)
+            checkpoints = self._load_and_adopt(shards)
+        except BaseException:
+            self._close_own()  # a corrupt checkpoint, a store error: leave nothing open
+            raise
         now = self._clock()
         self._checkpoint_at = now + cfg.checkpoint_interval
         self._set.refresh_at = now + cfg.shard_refresh_interval
@@ -240,6 +235,30 @@ class KinesisSpout:
             len(self._set.shards),
             len(checkpoints),
         )
+
+    def _load_and_adopt(self, shards: list[ShardInfo]) -> dict[str, Checkpoint]:
+        """Load (and pin) the checkpoints, adopt the owned shards, start the ready ones."""
+        assert self._store is not None
+        checkpoints = self._store.load(self.config.stream_name)
+        self._set.map.update(shards)
+        checkpoints = self._pin_start(checkpoints)
+        for cp in checkpoints.values():
+            if cp.shard_end:
+                self._set.map.mark_ended(cp.shard_id)
+        for shard_id in self._set.map.ids():
+            if self._set.owns(shard_id):
+                self._set.adopt(shard_id, checkpoints.get(shard_id))
+        self._set.start_ready()
+        return checkpoints
+
+    def _close_own(self) -> None:
+        """Close the store and the dead-letter sink this spout opened itself."""
+        if self._own_store and self._store is not None:
+            self._store.close()
+            self._store = None
+        if self._own_dead and self._dead is not None:
+            self._dead.close()
+            self._dead = None
 
     def _pin_start(self, checkpoints: dict[str, Checkpoint]) -> dict[str, Checkpoint]:
         """Pinned starts of a first open at LATEST or AT_TIMESTAMP (Committer.pin_start)."""
@@ -285,11 +304,8 @@ class KinesisSpout:
                 self._write_checkpoints(now)
         finally:
             self._closed = True
-            if self._own_store and self._store is not None:
-                self._store.close()
-            if self._own_dead and self._dead is not None:
-                self._dead.close()
             log.info("closed stream %s: %s", self.config.stream_name, self.stats())
+            self._close_own()
 
     # ------------------------------------------------------------------ emitting
     def next_tuple(self) -> Record | None:
