@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 
 from kinesis_spout.checkpoint.base import CheckpointStore, open_store
 from kinesis_spout.config import SpoutConfig
+from kinesis_spout.core.acks import AckRouter, MessageRef
 from kinesis_spout.core.committer import Committer
 from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.core.shardset import ShardSet
@@ -65,15 +66,12 @@ from kinesis_spout.kinesis.getter import (
     LATEST_MARGIN,
 )
 from kinesis_spout.metrics import MetricsCollector, NoopMetrics
-from kinesis_spout.records import Checkpoint, Record, ShardInfo, ShardState, parse_message_id
+from kinesis_spout.records import Checkpoint, Record, ShardInfo, ShardState
 from tracker import (
     Backoff,
     ExponentialBackoff,
-    FailAction,
-    FailOutcome,
     JitteredBackoff,
     NoBackoff,
-    SequenceKey,
 )
 
 log = logging.getLogger(__name__)
@@ -82,7 +80,6 @@ _T = TypeVar("_T")
 #: Tries of each Kinesis call in ``open`` when throttled or dropped.
 _STARTUP_ATTEMPTS = 6
 
-MessageRef = str | Record
 
 _INF = math.inf
 #: Longest poll_delay while records are in flight with a message timeout (expiry checks).
@@ -142,7 +139,6 @@ class KinesisSpout:
         self._own_store = store is None
         self._store: CheckpointStore | None = store
         self._own_dead = dead_letters is None
-        self._dead: DeadLetterSink | None = dead_letters
         self._metrics: MetricsCollector = metrics if metrics is not None else NoopMetrics()
         self._committer = Committer(config, self._metrics)
         self._clock = clock
@@ -167,16 +163,14 @@ class KinesisSpout:
             throttle_backoff=self._throttle_backoff,
             retry_backoff=self._retry_backoff,
         )
+        self._acks = AckRouter(self._set.shards, self._metrics, clock)
+        self._acks.sink = dead_letters
         self._opened = False
         self._closed = False
         self._active = True
         self._checkpoint_at = _INF
         self._read = 0
-        self._acked = 0
-        self._failed = 0
         self._retried = 0
-        self._dead_lettered = 0
-        self._ignored = 0
         self._pending_error: Exception | None = None
         self._early_save_at = max(1, config.max_in_flight // 2)
 
@@ -423,109 +417,29 @@ class KinesisSpout:
         return max(0.0, t - now)
 
     # ------------------------------------------------------------------ acks and fails
-    def _resolve(self, ref: MessageRef) -> tuple[ShardPartition | None, SequenceKey | None]:
-        if isinstance(ref, Record):
-            return self._set.shards.get(ref.shard_id), ref.key
-        try:
-            shard_id, key = parse_message_id(ref)
-        except (ValueError, AttributeError, TypeError):
-            log.warning("ignoring malformed message id %r", ref)
-            return None, None
-        return self._set.shards.get(shard_id), key
-
     def ack(self, message_id: MessageRef) -> None:
         """The record is fully processed. Unknown or repeated acks are ignored (counted)."""
-        sh, key = self._resolve(message_id)
-        if sh is None or key is None or sh.tracker is None or not sh.tracker.ack(key):
-            self._ignored += 1
-            return
-        self._acked += 1
+        self._acks.ack(message_id)
 
     def ack_many(self, ids: Iterable[MessageRef]) -> None:
         """``ack`` for each id (one tracker call per shard)."""
-        by_shard: dict[str, list[SequenceKey]] = {}
-        get = by_shard.get
-        for ref in ids:
-            if isinstance(ref, Record):
-                shard_id, key = ref.shard_id, ref.key
-            else:
-                try:
-                    shard_id, key = parse_message_id(ref)
-                except (ValueError, AttributeError, TypeError):
-                    log.warning("ignoring malformed message id %r", ref)
-                    self._ignored += 1
-                    continue
-            keys = get(shard_id)
-            if keys is None:
-                keys = by_shard[shard_id] = []
-            keys.append(key)
-        acked = 0
-        total = 0
-        for shard_id, keys in by_shard.items():
-            total += len(keys)
-            sh = self._set.shards.get(shard_id)
-            if sh is not None and sh.tracker is not None:
-                acked += sh.tracker.ack_many(keys)
-        self._acked += acked
-        self._ignored += total - acked
+        self._acks.ack_many(ids)
 
     def fail(self, message_id: MessageRef, error: str | None = None) -> None:
         """The record failed: retried later, or dead-lettered once out of retries."""
-        sh, key = self._resolve(message_id)
-        if sh is None or key is None or sh.tracker is None:
-            self._ignored += 1
-            return
-        self._after_fail(sh, sh.tracker.fail(key, self._clock(), error))
+        self._acks.fail(message_id, error)
 
     def fail_many(self, items: Iterable[tuple[MessageRef, str | None]]) -> None:
         """``fail`` for each ``(id, error)``."""
-        now = self._clock()
-        for ref, error in items:
-            sh, key = self._resolve(ref)
-            if sh is None or key is None or sh.tracker is None:
-                self._ignored += 1
-                continue
-            self._after_fail(sh, sh.tracker.fail(key, now, error))
+        self._acks.fail_many(items)
 
-    def _after_fail(self, sh: ShardPartition, outcome: FailOutcome[Record]) -> None:
-        action = outcome.action
-        if action is FailAction.IGNORED:
-            self._ignored += 1
-            return
-        self._failed += 1
-        self._metrics.increment("records_failed", shard=sh.shard_id)
-        if action is FailAction.GIVEN_UP:
-            assert outcome.record is not None
-            self._dead_letter(sh, outcome.record, outcome.error, outcome.attempts)
+    @property
+    def _dead(self) -> DeadLetterSink | None:
+        return self._acks.sink
 
-    def _dead_letter(
-        self, sh: ShardPartition, record: Record, error: str | None, attempts: int
-    ) -> None:
-        """Dead-letter a given-up record, write-ahead (see ShardPartition): an
-        interrupted write, even a KeyboardInterrupt, leaves it pending, the
-        checkpoint below it, and the write is retried before every save."""
-        if sh.queue_dead_letter(record, error, attempts) and not self._flush_dead(sh):
-            log.error(
-                "dead-letter write of %s failed; shard %s stops emitting and its checkpoint "
-                "is held until the write succeeds",
-                record.message_id,
-                sh.shard_id,
-            )
-
-    def _flush_dead(self, sh: ShardPartition) -> bool:
-        """Write the shard's pending dead letters in order; False if one still fails."""
-        assert self._dead is not None
-        written, exc = sh.flush_dead_letters(self._dead)
-        if written:
-            self._dead_lettered += written
-            self._metrics.increment("dead_lettered", written, shard=sh.shard_id)
-        if exc is not None:
-            log.warning(
-                "dead-letter write of %s failing: %s", sh.dead_pending[0][0].message_id, exc
-            )
-            self._metrics.increment("dead_letter_errors", shard=sh.shard_id)
-            return False
-        return True
+    @_dead.setter
+    def _dead(self, sink: DeadLetterSink | None) -> None:
+        self._acks.sink = sink
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self, force: bool = False) -> None:
@@ -549,7 +463,7 @@ class KinesisSpout:
         if sh.dead_pending and not sh.fenced:
             # The tracker keeps records with a pending dead letter below its checkpoint,
             # so what is below them may be saved even while a write still fails.
-            self._flush_dead(sh)
+            self._acks.flush_dead(sh)
         return self._committer.save(sh, now)
 
     def _make_room(self, sh: ShardPartition, now: float) -> int:
@@ -570,7 +484,7 @@ class KinesisSpout:
                 tracker = sh.tracker
                 if tracker is not None and tracker.in_flight:
                     for outcome in tracker.expire(now):
-                        self._after_fail(sh, outcome)
+                        self._acks.after_fail(sh, outcome)
         if self._set.draining:
             self._set.end_drained(now)
         if now >= self._checkpoint_at:
@@ -627,14 +541,14 @@ class KinesisSpout:
         )
         return SpoutStats(
             read=self._read,
-            acked=self._acked,
-            failed=self._failed,
+            acked=self._acks.acked,
+            failed=self._acks.failed,
             retried=self._retried,
-            dead_lettered=self._dead_lettered,
+            dead_lettered=self._acks.dead_lettered,
             in_flight=self.in_flight,
             millis_behind_latest=MappingProxyType(behind),
             checkpoint_age=age,
-            ignored=self._ignored,
+            ignored=self._acks.ignored,
             checkpoint_writes=self._committer.writes,
         )
 
