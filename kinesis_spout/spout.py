@@ -42,23 +42,22 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any
 
 from kinesis_spout.checkpoint.base import CheckpointStore, open_store
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.core.acks import AckRouter, MessageRef
 from kinesis_spout.core.committer import Committer
 from kinesis_spout.core.partition import ShardPartition
+from kinesis_spout.core.rotation import RoundRobin
 from kinesis_spout.core.shardset import ShardSet
+from kinesis_spout.core.startup import describe_stream
+from kinesis_spout.core.stats import SpoutStats
 from kinesis_spout.deadletter import DeadLetterSink, open_dead_letter_sink
 from kinesis_spout.errors import (
-    EndpointUnreachableError,
     KinesisSpoutError,
-    ThrottledError,
-    TransientKinesisError,
 )
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
@@ -76,42 +75,7 @@ from tracker import (
 
 log = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
-#: Tries of each Kinesis call in ``open`` when throttled or dropped.
-_STARTUP_ATTEMPTS = 6
-
-
 _INF = math.inf
-#: Longest poll_delay while records are in flight with a message timeout (expiry checks).
-_EXPIRY_CHECK = 1.0
-#: Retry a failed ListShards this soon rather than after the full refresh interval.
-_REFRESH_RETRY = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class SpoutStats:
-    """A snapshot of the spout's counters."""
-
-    read: int
-    """Records handed out for the first time."""
-    acked: int
-    """Acks that took effect."""
-    failed: int
-    """Fails (and message timeouts) that took effect."""
-    retried: int
-    """Retry deliveries handed out."""
-    dead_lettered: int
-    """Records written to the dead-letter sink."""
-    in_flight: int
-    """Records handed out and not done, over all shards (awaiting retries included)."""
-    millis_behind_latest: Mapping[str, int | None] = field(default_factory=dict)
-    """MillisBehindLatest of each owned shard's last GetRecords answer."""
-    checkpoint_age: float | None = None
-    """Seconds since the last successful checkpoint write (None: none yet)."""
-    ignored: int = 0
-    """Acks and fails of unknown, released or already-done records (harmless)."""
-    checkpoint_writes: int = 0
-    """Checkpoint saves that took effect."""
 
 
 class KinesisSpout:
@@ -169,10 +133,15 @@ class KinesisSpout:
         self._closed = False
         self._active = True
         self._checkpoint_at = _INF
-        self._read = 0
-        self._retried = 0
-        self._pending_error: Exception | None = None
         self._early_save_at = max(1, config.max_in_flight // 2)
+        self._rr = RoundRobin(
+            self._set,
+            self._metrics,
+            max_in_flight=config.max_in_flight,
+            message_timeout=config.message_timeout,
+            make_room=self._make_room,
+            early_save_at=self._early_save_at,
+        )
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> None:
@@ -191,14 +160,9 @@ class KinesisSpout:
         self._api = KinesisApi(self._client, cfg.stream_name)
         self._set.api = self._api
         endpoint = getattr(getattr(self._client, "meta", None), "endpoint_url", cfg.endpoint_url)
-        try:
-            status = self._startup_call(self._api.check_stream)
-            shards = self._startup_call(self._api.list_shards)
-        except EndpointUnreachableError as exc:
-            raise EndpointUnreachableError(
-                f"cannot reach Kinesis at {endpoint} (stream {cfg.stream_name!r}, region "
-                f"{cfg.region}); check endpoint_url / AWS_ENDPOINT_URL_KINESIS: {exc}"
-            ) from exc
+        status, shards = describe_stream(
+            self._api, cfg, endpoint, backoff=self._throttle_backoff, sleep=self._sleep
+        )
         if self._store is None:
             self._store = open_store(
                 cfg.checkpoint_store,
@@ -261,24 +225,6 @@ class KinesisSpout:
         owned = [s for s in self._set.map.ids() if self._set.owns(s)]
         return self._committer.pin_start(checkpoints, owned, self._set.map.has_known_parent, latest)
 
-    def _startup_call(self, fn: Callable[[], _T]) -> _T:
-        """``fn()``, tried again after a backoff when Kinesis throttles or drops
-        the call (a busy stream must not stop a job at start). Only ``open``
-        waits like this; an unreachable endpoint or an unknown stream fails at
-        once."""
-        for attempt in range(1, _STARTUP_ATTEMPTS + 1):
-            try:
-                return fn()
-            except (ThrottledError, TransientKinesisError) as exc:
-                if attempt == _STARTUP_ATTEMPTS:
-                    raise
-                delay = self._throttle_backoff.delay(attempt)
-                log.warning(
-                    "opening %s: %s; trying again in %.2fs", self.config.stream_name, exc, delay
-                )
-                self._sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
-
     def activate(self) -> None:
         """Resume emitting after :meth:`deactivate`."""
         self._active = True
@@ -314,106 +260,24 @@ class KinesisSpout:
         Makes at most one GetRecords call per shard whose buffer is empty.
         """
         self._check_open()
-        if self._pending_error is not None:
-            exc, self._pending_error = self._pending_error, None
+        if self._rr.pending_error is not None:
+            exc, self._rr.pending_error = self._rr.pending_error, None
             raise exc
         now = self._clock()
         self._tick(now)
         if not self._active or max_records <= 0:
             return []
-        out: list[Record] = []
-        rotation = self._set.rotation
-        for sh in rotation:
-            if sh.tracker is None or not sh.emitting or len(out) >= max_records:
-                continue
-            retries = sh.take_retries(now, max_records - len(out))
-            if retries:
-                out.extend(retries)
-                self._retried += len(retries)
-                self._metrics.increment("retries", len(retries), shard=sh.shard_id)
-        if len(out) < max_records and rotation:
-            self._fill(out, max_records - len(out), now)
-        return out
-
-    def _fill(self, out: list[Record], remaining: int, now: float) -> None:
-        """Round-robin: each pass offers every shard an equal share of what is left."""
-        rotation = self._set.rotation
-        n = len(rotation)
-        start = self._set.cursor % n
-        limit = self.config.max_in_flight
-        metrics = self._metrics
-        polled: set[str] = set()
-        last = -1
-        hungry = n
-        while remaining > 0:
-            share = -(-remaining // hungry)
-            hungry = 0
-            for j in range(n):
-                idx = (start + j) % n
-                sh = rotation[idx]
-                tracker = sh.tracker
-                reader = sh.reader
-                if tracker is None or reader is None or not sh.emitting or sh.releasing:
-                    continue
-                room = limit - sh.window
-                if room <= 0:
-                    room = self._make_room(sh, now)
-                    if room <= 0:
-                        continue
-                if reader.buffered == 0:
-                    if sh.shard_id in polled:
-                        continue
-                    polled.add(sh.shard_id)
-                try:
-                    recs = reader.take(min(share, room, remaining), now)
-                except Exception as exc:
-                    # Hand out what was taken (already tracked); raise on the next call.
-                    self._pending_error = exc
-                    remaining = 0
-                    break
-                sh.emit(recs, now)
-                if sh.skip_tail is not None and not reader.buffered:
-                    sh.pass_skipped(now)
-                if not recs:
-                    continue
-                out.extend(recs)
-                k = len(recs)
-                remaining -= k
-                self._read += k
-                metrics.increment("records_read", k, shard=sh.shard_id)
-                last = idx
-                if k == share:
-                    hungry += 1
-                if remaining <= 0:
-                    break
-            if hungry == 0:
-                break
-        if last >= 0:
-            self._set.cursor = last + 1
+        return self._rr.take(max_records, now)
 
     def poll_delay(self) -> float:
         """Seconds until something may be ready (0: call ``next_batch`` now)."""
         self._check_open()
         now = self._clock()
         t = min(self._checkpoint_at, self._set.refresh_at)
-        if self._pending_error is not None or any(sh.drained for sh in self._set.draining):
+        if self._rr.pending_error is not None or any(sh.drained for sh in self._set.draining):
             return 0.0
         if self._active:
-            for sh in self._set.rotation:
-                tracker, reader = sh.tracker, sh.reader
-                if tracker is None or reader is None or not sh.emitting:
-                    continue
-                due = tracker.next_retry_at()
-                if due is not None and due < t:
-                    t = due
-                if sh.releasing:
-                    continue
-                if sh.window < self.config.max_in_flight or sh.savable() >= self._early_save_at:
-                    ready = reader.ready_at()
-                    if ready < t:
-                        t = ready
-                if tracker.in_flight and self.config.message_timeout:
-                    t = min(t, now + _EXPIRY_CHECK)
+            t = self._rr.wake_at(now, t)
         return max(0.0, t - now)
 
     # ------------------------------------------------------------------ acks and fails
@@ -540,10 +404,10 @@ class KinesisSpout:
             None if self._committer.last_save is None else self._clock() - self._committer.last_save
         )
         return SpoutStats(
-            read=self._read,
+            read=self._rr.read,
             acked=self._acks.acked,
             failed=self._acks.failed,
-            retried=self._retried,
+            retried=self._rr.retried,
             dead_lettered=self._acks.dead_lettered,
             in_flight=self.in_flight,
             millis_behind_latest=MappingProxyType(behind),

@@ -1,0 +1,58 @@
+"""A reader's start: the stream checked and its shards listed, riding out throttling."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.errors import EndpointUnreachableError, ThrottledError, TransientKinesisError
+from kinesis_spout.kinesis.api import KinesisApi
+from kinesis_spout.records import ShardInfo
+from tracker import Backoff
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+#: Tries of each Kinesis call at the start when throttled or dropped.
+STARTUP_ATTEMPTS = 6
+
+
+def describe_stream(
+    api: KinesisApi,
+    config: SpoutConfig,
+    endpoint: str | None,
+    *,
+    backoff: Backoff,
+    sleep: Callable[[float], None],
+) -> tuple[str, list[ShardInfo]]:
+    """``(status, shards)`` of the stream; an unreachable endpoint is an error naming
+    the endpoint, the stream and the region."""
+    try:
+        status = startup_call(api.check_stream, config.stream_name, backoff, sleep)
+        shards = startup_call(api.list_shards, config.stream_name, backoff, sleep)
+    except EndpointUnreachableError as exc:
+        raise EndpointUnreachableError(
+            f"cannot reach Kinesis at {endpoint} (stream {config.stream_name!r}, region "
+            f"{config.region}); check endpoint_url / AWS_ENDPOINT_URL_KINESIS: {exc}"
+        ) from exc
+    return status, shards
+
+
+def startup_call(
+    fn: Callable[[], _T], stream: str, backoff: Backoff, sleep: Callable[[float], None]
+) -> _T:
+    """``fn()``, tried again after a backoff when Kinesis throttles or drops the call
+    (a busy stream must not stop a job at start). Only the start waits like this;
+    an unreachable endpoint or an unknown stream fails at once."""
+    for attempt in range(1, STARTUP_ATTEMPTS + 1):
+        try:
+            return fn()
+        except (ThrottledError, TransientKinesisError) as exc:
+            if attempt == STARTUP_ATTEMPTS:
+                raise
+            delay = backoff.delay(attempt)
+            log.warning("opening %s: %s; trying again in %.2fs", stream, exc, delay)
+            sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover
