@@ -211,24 +211,7 @@ class ZooKeeperCheckpointStore:
         :class:`CheckpointStoreUnavailableError` (retriable); anything else from
         kazoo a non-retriable :class:`CheckpointError`.
         """
-        try:
-            return async_result.get(timeout=self.op_timeout)
-        except expect:
-            raise
-        except _RETRIABLE as exc:
-            raise CheckpointStoreUnavailableError(
-                f"ZooKeeper {self._description}: {what} failed: {type(exc).__name__}"
-            ) from None
-        except ConnectionClosedError:
-            raise CheckpointError(f"{self!r} is closed ({what})") from None
-        except (NoAuthError, AuthFailedError) as exc:
-            raise CheckpointError(
-                f"ZooKeeper refused {what}: {type(exc).__name__} (check zk_auth and the node ACLs)"
-            ) from None
-        except KazooException as exc:
-            raise CheckpointError(
-                f"ZooKeeper {self._description}: {what} failed: {exc!r}"
-            ) from None
+        return wait_for(async_result, what, expect, self.op_timeout, self._description, repr(self))
 
     def ensure_path(self, path: str) -> None:
         """Create ``path`` and its parents if missing (cached per store).
@@ -396,3 +379,29 @@ class ZooKeeperCheckpointStore:
             f"{what}: {_CAS_ATTEMPTS} compare-and-set attempts lost to concurrent writers"
         )
 
+
+def wait_for(
+    async_result: Any,
+    what: str,
+    expect: tuple[type[Exception], ...],
+    timeout: float,
+    where: str,
+    store: str,
+) -> Any:
+    """:meth:`ZooKeeperCheckpointStore.wait`, as a function of its parts."""
+    try:
+        return async_result.get(timeout=timeout)
+    except expect:
+        raise
+    except _RETRIABLE as exc:
+        raise CheckpointStoreUnavailableError(
+            f"ZooKeeper {where}: {what} failed: {type(exc).__name__}"
+        ) from None
+    except ConnectionClosedError:
+        raise CheckpointError(f"{store} is closed ({what})") from None
+    except (NoAuthError, AuthFailedError) as exc:
+        raise CheckpointError(
+            f"ZooKeeper refused {what}: {type(exc).__name__} (check zk_auth and the node ACLs)"
+        ) from None
+    except KazooException as exc:
+        raise CheckpointError(f"ZooKeeper {where}: {what} failed: {exc!r}") from None

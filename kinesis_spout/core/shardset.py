@@ -165,7 +165,7 @@ class ShardSet:
             for seq in batch.aggregates:
                 sh.aggregates[seq] = None
         if batch.skipped or batch.corrupt_aggregates:
-            self.count_odd_aggregates(sh, batch)
+            count_odd_aggregates(self._metrics, sh, batch)
         if batch.child_shards:
             # No store I/O here (this runs inside the fetch): the next tick adopts them.
             self.map.add_children(batch.child_shards)
@@ -178,17 +178,6 @@ class ShardSet:
             sh.state = check_transition(sh.shard_id, sh.state, ShardState.DRAINING)
             self.draining.append(sh)
             log.info("shard %s is closed; draining it before its children", sh.shard_id)
-
-    def count_odd_aggregates(self, sh: ShardPartition, batch: ShardBatch) -> None:
-        if batch.skipped:
-            self._metrics.increment("empty_aggregates_skipped", batch.skipped, shard=sh.shard_id)
-            log.info("shard %s: skipped %d empty KPL aggregate(s)", sh.shard_id, batch.skipped)
-        if batch.corrupt_aggregates:
-            self._metrics.increment(
-                "corrupt_aggregates", batch.corrupt_aggregates, shard=sh.shard_id
-            )
-        if batch.skipped_tail is not None:
-            sh.skip_tail = batch.skipped_tail
 
     def end_drained(self, now: float) -> None:
         for sh in list(self.draining):
@@ -355,3 +344,15 @@ class ShardSet:
             sh.shard_id,
             sh.tracker.in_flight if sh.tracker is not None else 0,
         )
+
+
+def count_odd_aggregates(metrics: MetricsCollector, sh: ShardPartition, batch: ShardBatch) -> None:
+    """Count the skipped empty and the corrupt KPL aggregates of a page; note a skipped
+    one after every record of the page (the partition counts it done once they are out)."""
+    if batch.skipped:
+        metrics.increment("empty_aggregates_skipped", batch.skipped, shard=sh.shard_id)
+        log.info("shard %s: skipped %d empty KPL aggregate(s)", sh.shard_id, batch.skipped)
+    if batch.corrupt_aggregates:
+        metrics.increment("corrupt_aggregates", batch.corrupt_aggregates, shard=sh.shard_id)
+    if batch.skipped_tail is not None:
+        sh.skip_tail = batch.skipped_tail
