@@ -9,9 +9,18 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, make_digest_acl
@@ -24,6 +33,9 @@ log = logging.getLogger(__name__)
 #: kazoo's own log lines go through this logger, whose filter masks the digest password.
 kazoo_log = logging.getLogger("kinesis_spout.checkpoint.zookeeper.kazoo")
 kazoo_log.addFilter(secret_filter)
+
+#: kazoo errors that mean "not now" (the connection), not "no".
+RETRIABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,3 +110,30 @@ def forget(secrets: tuple[str, ...]) -> None:
 
 
 # --- the store ----------------------------------------------------------------------
+
+
+def wait_for(
+    async_result: Any,
+    what: str,
+    expect: tuple[type[Exception], ...],
+    timeout: float,
+    where: str,
+    store: str,
+) -> Any:
+    """:meth:`ZooKeeperCheckpointStore.wait`, as a function of its parts."""
+    try:
+        return async_result.get(timeout=timeout)
+    except expect:
+        raise
+    except RETRIABLE as exc:
+        raise CheckpointStoreUnavailableError(
+            f"ZooKeeper {where}: {what} failed: {type(exc).__name__}"
+        ) from None
+    except ConnectionClosedError:
+        raise CheckpointError(f"{store} is closed ({what})") from None
+    except (NoAuthError, AuthFailedError) as exc:
+        raise CheckpointError(
+            f"ZooKeeper refused {what}: {type(exc).__name__} (check zk_auth and the node ACLs)"
+        ) from None
+    except KazooException as exc:
+        raise CheckpointError(f"ZooKeeper {where}: {what} failed: {exc!r}") from None

@@ -43,11 +43,8 @@ from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
-    AuthFailedError,
     BadVersionError,
-    ConnectionClosedError,
     ConnectionLoss,
-    KazooException,
     NoAuthError,
     NodeExistsError,
     NoNodeError,
@@ -59,7 +56,7 @@ from kazoo.security import ACL
 
 from kinesis_spout.checkpoint.base import check_forward
 from kinesis_spout.checkpoint.codec import decode_checkpoint, encode_checkpoint
-from kinesis_spout.checkpoint.zk_connect import connect, forget
+from kinesis_spout.checkpoint.zk_connect import connect, forget, wait_for
 from kinesis_spout.checkpoint.zk_fencing import LeaseFence, taken_over
 from kinesis_spout.checkpoint.zk_layout import ZkPaths
 from kinesis_spout.checkpoint.zk_layout import check_component as _check_component
@@ -379,29 +376,3 @@ class ZooKeeperCheckpointStore:
             f"{what}: {_CAS_ATTEMPTS} compare-and-set attempts lost to concurrent writers"
         )
 
-
-def wait_for(
-    async_result: Any,
-    what: str,
-    expect: tuple[type[Exception], ...],
-    timeout: float,
-    where: str,
-    store: str,
-) -> Any:
-    """:meth:`ZooKeeperCheckpointStore.wait`, as a function of its parts."""
-    try:
-        return async_result.get(timeout=timeout)
-    except expect:
-        raise
-    except _RETRIABLE as exc:
-        raise CheckpointStoreUnavailableError(
-            f"ZooKeeper {where}: {what} failed: {type(exc).__name__}"
-        ) from None
-    except ConnectionClosedError:
-        raise CheckpointError(f"{store} is closed ({what})") from None
-    except (NoAuthError, AuthFailedError) as exc:
-        raise CheckpointError(
-            f"ZooKeeper refused {what}: {type(exc).__name__} (check zk_auth and the node ACLs)"
-        ) from None
-    except KazooException as exc:
-        raise CheckpointError(f"ZooKeeper {where}: {what} failed: {exc!r}") from None
