@@ -45,13 +45,9 @@ from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.records import Record
-from kinesis_spout.spark.arrow import Statuses, format_error, records_to_arrow
+from kinesis_spout.spark.arrow import format_error, records_to_arrow
 from kinesis_spout.spark.fanout import FanOutLedger, TreeResults
 from kinesis_spout.spark.reports import (
     BatchReport,
@@ -72,7 +68,13 @@ __all__ = [
     "print_progress",
     "run_job",
 ]
-from kinesis_spout.spark.runner import BatchOutcome, BatchRunner, ProcessingContractError
+from kinesis_spout.spark.isolation import (
+    BatchFailedError,
+    Isolation,
+    PoisonJudge,
+    run_split,
+)
+from kinesis_spout.spark.runner import BatchOutcome, BatchRunner
 from kinesis_spout.spark.sinks import NullSink, RowSink
 
 log = logging.getLogger(__name__)
@@ -81,26 +83,6 @@ MIN_WAIT = 0.005
 """Shortest wait when the spout has nothing ready (guards against a 0 delay)."""
 MAX_WAIT = 0.5
 """Longest single wait, so that a stop request is seen quickly."""
-LONE_FAILURES = 2
-"""Records failing alone in a batch where nothing else ran that are still
-treated as poison (when the batch before ran fine)."""
-
-POISON_MEMORY = 10_000
-"""Message ids remembered as having failed alone (their retries are poison too)."""
-
-
-@dataclass(slots=True)
-class _Isolation:
-    """Book-keeping of one batch's splitting after batch-level failures."""
-
-    splits_left: int
-    splits: int = 0
-    succeeded: bool = False
-    exhausted: bool = False
-    alone: dict[int, str] = field(default_factory=dict)
-    last_error: str = ""
-
-
 @dataclass(slots=True)
 class _Batch:
     """A micro-batch from fill to apply."""
@@ -110,16 +92,10 @@ class _Batch:
     roots: list[int] | None
     started: float
     """When its fill started."""
-    iso: _Isolation
+    iso: Isolation
     done: list[BatchOutcome] = field(default_factory=list)
     """Outcomes of the (sub-)batches that ran, in row order."""
     compute_seconds: float = 0.0
-
-
-class BatchFailedError(KinesisSpoutError):
-    """A micro-batch kept failing as a whole, even split into small parts."""
-
-    retriable = True
 
 
 class SparkDriver:
@@ -162,8 +138,7 @@ class SparkDriver:
         self._batch_id = 0
         self._idle_since: float | None = None
         self._last_completion: float | None = None
-        self._healthy = False
-        self._poison: dict[str, None] = {}
+        self._judge = PoisonJudge()
         self._totals = dict.fromkeys(
             ("batches", "records", "ok", "failed", "retried", "dead_lettered"), 0
         )
@@ -301,7 +276,7 @@ class SparkDriver:
             records,
             roots,
             started,
-            _Isolation(splits_left=4 * math.ceil(math.log2(max(n, 2))) + 4),
+            Isolation(splits_left=4 * math.ceil(math.log2(max(n, 2))) + 4),
         )
 
     def _fill(self, started: float, busy: Future[None] | None = None) -> list[Record]:
@@ -337,7 +312,21 @@ class SparkDriver:
         """The Spark part of a batch (any thread): outcomes are only collected."""
         t0 = self.clock()
         table = records_to_arrow(batch.records, batch.roots)
-        self._execute(batch, table, 0, len(batch.records))
+        def run(start: int, stop: int) -> BatchOutcome:
+            outcome = self.runner.run(batch.batch_id, table, start, stop)
+            if outcome.processed is not None and outcome.processed.num_rows:
+                self.row_sink.write(batch.batch_id, outcome.processed)
+            return outcome
+
+        run_split(
+            run,
+            batch.iso,
+            batch.done,
+            0,
+            len(batch.records),
+            batch_id=batch.batch_id,
+            stopping=lambda: self.stopping,
+        )
         batch.compute_seconds = self.clock() - t0
 
     def _complete(self, batch: _Batch) -> BatchReport:
@@ -346,7 +335,9 @@ class SparkDriver:
         records, owners, roots = batch.records, batch.records, batch.roots
         stats_before = self.spout.stats()
         results = [self._apply(outcome, owners, roots) for outcome in batch.done]
-        results += self._settle(batch.batch_id, batch.iso, owners, roots)
+        results += self._judge.settle(
+            batch.batch_id, batch.iso, owners, lambda o: self._apply(o, owners, roots)
+        )
         ok = sum(len(r.acked) for r in results)
         failed = sum(len(r.failed) for r in results)
         stats = self.spout.stats()
@@ -379,108 +370,6 @@ class SparkDriver:
             process_seconds=batch.compute_seconds + (now - t0),
             splits=batch.iso.splits,
         )
-
-    def _execute(self, batch: _Batch, table: pa.Table, start: int, stop: int) -> None:
-        """Run rows ``start..stop-1``; on a batch-level failure split in two.
-
-        Successful outcomes go to ``batch.done``; records that fail alone to
-        ``batch.iso.alone``: :meth:`_settle` decides later whether they are
-        poison (failed) or the failure is systematic (the job stops).
-        """
-        iso = batch.iso
-        try:
-            outcome = self.runner.run(batch.batch_id, table, start, stop)
-            if outcome.processed is not None and outcome.processed.num_rows:
-                self.row_sink.write(batch.batch_id, outcome.processed)
-        except ProcessingContractError:
-            raise
-        except Exception as exc:
-            error = format_error(exc)
-            iso.last_error = error
-            if self.stopping:
-                # Shutting down (Spark may be going away with us): leave these
-                # records in flight; they are not checkpointed and come back
-                # after a restart, without costing a retry.
-                log.warning(
-                    "abandoning rows %d..%d of micro-batch %d while stopping: %s",
-                    start,
-                    stop - 1,
-                    batch.batch_id,
-                    error,
-                )
-                return
-            if stop - start == 1:
-                iso.alone[start] = error
-                return
-            if iso.splits_left <= 0:
-                iso.exhausted = True
-                return
-            iso.splits_left -= 1
-            iso.splits += 1
-            mid = (start + stop) // 2
-            log.warning(
-                "micro-batch %d rows %d..%d failed (%s): splitting in two",
-                batch.batch_id,
-                start,
-                stop - 1,
-                error,
-            )
-            self._execute(batch, table, start, mid)
-            self._execute(batch, table, mid, stop)
-            return
-        iso.succeeded = True
-        batch.done.append(outcome)
-
-    def _settle(
-        self,
-        batch_id: int,
-        iso: _Isolation,
-        owners: Sequence[Record],
-        roots: Sequence[int] | None,
-    ) -> list[TreeResults]:
-        """Fail the records that failed alone if they look like poison; else stop.
-
-        They are poison when another part of the batch ran, when all of them
-        failed alone before (a retry of a known poison record), or when there
-        are at most :data:`LONE_FAILURES` of them and the previous batch ran
-        (Spark and the code worked a moment ago). Otherwise nothing has worked:
-        the error is systematic and the job stops with nothing failed.
-        """
-        ids = [owners[row].message_id for row in iso.alone]
-        known = bool(ids) and all(mid in self._poison for mid in ids)
-        healthy_before = self._healthy
-        if iso.succeeded:
-            self._healthy = True
-        elif not known:
-            self._healthy = False
-        if iso.exhausted or (iso.alone and not iso.succeeded):
-            lone_ok = not iso.exhausted and (
-                known or (healthy_before and len(iso.alone) <= LONE_FAILURES)
-            )
-            if not (iso.succeeded or lone_ok):
-                raise BatchFailedError(
-                    f"micro-batch {batch_id} failed as a whole even when split {iso.splits} "
-                    f"times ({len(iso.alone)} records failing alone"
-                    f"{', split budget used up' if iso.exhausted else ''}); the unfinished "
-                    f"records stay unacknowledged for a restart; last error: {iso.last_error}"
-                )
-        for mid in ids:
-            self._poison[mid] = None
-        while len(self._poison) > POISON_MEMORY:
-            del self._poison[next(iter(self._poison))]
-        out: list[TreeResults] = []
-        for row, error in sorted(iso.alone.items()):
-            log.warning(
-                "record %s fails its micro-batch on its own: %s", owners[row].message_id, error
-            )
-            single = Statuses(row, row + 1, np.zeros(1, dtype=bool), {row: error})
-            out.append(self._apply(BatchOutcome(single), owners, roots))
-        if iso.exhausted:
-            raise BatchFailedError(
-                f"micro-batch {batch_id}: more records fail it as a whole than {iso.splits} "
-                f"splits can isolate; last error: {iso.last_error}"
-            )
-        return out
 
     def _apply(
         self, outcome: BatchOutcome, owners: Sequence[Record], roots: Sequence[int] | None
