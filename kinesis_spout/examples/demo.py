@@ -96,18 +96,8 @@ def _print_checkpoints(store_url: str, title: str) -> dict[str, str | None]:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo once; 0 if the results check out."""
-    from kinesis_spout.cli import build_parser
     from kinesis_spout.deadletter import read_dead_letters
-    from kinesis_spout.examples.wordcount import (
-        CONFIG_FILE,
-        OUTPUT_ENV,
-        expected_counts,
-        is_poison,
-        read_counts,
-        sample_records,
-    )
-    from kinesis_spout.testing.servers import MotoServer
-    from kinesis_spout.testing.streams import create_stream, emulator_client, put_records
+    from kinesis_spout.examples.wordcount import expected_counts, is_poison, read_counts
 
     if args.sentences < 1 or args.shards < 1:
         raise DemoError("--sentences and --shards must be at least 1")
@@ -118,9 +108,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
     state = _load_state(out, args.sentences, args.shards)
     run = state["runs"] + 1
     store_url = f"file://{out / 'checkpoints'}"
-    dead_dir = out / "dead-letter"
-    counts_dir = out / "wordcounts"
     say(f"kinesis-spout demo, run {run}: Storm's word count on Kinesis with Spark ({out})")
+    code, everything = _run_on_emulator(args, out, run, store_url)
+    if code != 0:
+        say(f"the job exited with {code}")
+        return code
+    state["runs"] = run
+    (out / STATE_FILE).write_text(json.dumps(state))
+    return _report(
+        out,
+        store_url,
+        read_counts(out / "wordcounts"),
+        expected_counts(everything),
+        read_dead_letters(out / "dead-letter"),
+        sum(is_poison(d) for _, d in everything),
+    )
+
+
+def _run_on_emulator(
+    args: argparse.Namespace, out: Path, run: int, store_url: str
+) -> tuple[int, list[tuple[str, bytes]]]:
+    """Start moto, put every run's sentences so far, run the job; (exit code, records)."""
+    from kinesis_spout.examples.wordcount import is_poison, sample_records
+    from kinesis_spout.testing.servers import MotoServer
+    from kinesis_spout.testing.streams import create_stream, emulator_client, put_records
 
     chunks = [sample_records(c, args.sentences) for c in range(run)]
     everything = [item for chunk in chunks for item in chunk]
@@ -137,47 +148,45 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"{new_poison} of them poison"
         )
         _print_checkpoints(store_url, "checkpoints before this run")
-        argv = [
-            "run",
-            "--config",
-            str(CONFIG_FILE),
-            "--process",
-            PROCESS,
-            "--master",
-            args.master,
-            "--spark-conf",
-            "spark.ui.enabled=false",
-            "--spark-conf",
-            "spark.log.level=ERROR",
-            "--endpoint-url",
-            moto.endpoint_url,
-            "--stream-name",
-            STREAM,
-            "--job-name",
-            JOB,
-            "--checkpoint-store",
-            store_url,
-            "--dead-letter",
-            str(dead_dir),
-        ]
-        say("running the job: kinesis-spout " + " ".join(argv))
-        os.environ[OUTPUT_ENV] = str(counts_dir)
-        job_args = build_parser().parse_args(argv)
-        code = int(job_args.handler(job_args))
+        code = _run_job(args, out, moto.endpoint_url, store_url)
     say("stopped the emulator")
-    if code != 0:
-        say(f"the job exited with {code}")
-        return code
-    state["runs"] = run
-    (out / STATE_FILE).write_text(json.dumps(state))
-    return _report(
-        out,
+    return code, everything
+
+
+def _run_job(args: argparse.Namespace, out: Path, endpoint: str, store_url: str) -> int:
+    """``kinesis-spout run`` of the word count, as a user would type it."""
+    from kinesis_spout.config_load import add_config_arguments
+    from kinesis_spout.examples.wordcount import CONFIG_FILE, OUTPUT_ENV
+    from kinesis_spout.spark.submit import add_run_arguments, cmd_run
+
+    argv = [
+        "--config",
+        str(CONFIG_FILE),
+        "--process",
+        PROCESS,
+        "--master",
+        args.master,
+        "--spark-conf",
+        "spark.ui.enabled=false",
+        "--spark-conf",
+        "spark.log.level=ERROR",
+        "--endpoint-url",
+        endpoint,
+        "--stream-name",
+        STREAM,
+        "--job-name",
+        JOB,
+        "--checkpoint-store",
         store_url,
-        read_counts(counts_dir),
-        expected_counts(everything),
-        read_dead_letters(dead_dir),
-        sum(is_poison(d) for _, d in everything),
-    )
+        "--dead-letter",
+        str(out / "dead-letter"),
+    ]
+    say("running the job: kinesis-spout run " + " ".join(argv))
+    os.environ[OUTPUT_ENV] = str(out / "wordcounts")
+    parser = argparse.ArgumentParser(prog="kinesis-spout run")
+    add_config_arguments(parser)
+    add_run_arguments(parser)
+    return int(cmd_run(parser.parse_args(argv)))
 
 
 def _report(

@@ -48,7 +48,7 @@ from typing import Any
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.records import Record
 from kinesis_spout.spark.arrow import format_error, records_to_arrow
-from kinesis_spout.spark.fanout import FanOutLedger, TreeResults
+from kinesis_spout.spark.ledger import FanOutLedger, TreeResults
 from kinesis_spout.spark.reports import (
     BatchReport,
     JobSummary,

@@ -32,18 +32,15 @@ A source record with no derived records completes at once; one whose
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from kinesis_spout.spark.arrow import ROOT, ROW, Statuses, clip_error, format_error
+from kinesis_spout.spark.arrow import ROOT, ROW, clip_error, format_error
 from kinesis_spout.spark.processing import EmitFunction, iter_records
-from tracker import Acker, AckerEvent, AckerEventKind
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +62,7 @@ _GOLDEN = U64(0x9E3779B97F4A7C15)
 _M1 = U64(0xBF58476D1CE4E5B9)
 _M2 = U64(0x94D049BB133111EB)
 _SINK_SALT = U64(0x5EED5EED5EED5EED)
-_MASK64 = (1 << 64) - 1
+MASK64 = (1 << 64) - 1
 
 UIntArray = np.ndarray[Any, np.dtype[np.uint64]]
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
@@ -198,38 +195,8 @@ def run_emit(
     names = list(derived.names)
     for batch in batches:
         roots = batch.column(ROOT).to_numpy(zero_copy_only=False).astype(np.int64)
-        rows: list[int] = []
-        oks: list[bool] = []
-        errors: list[str | None] = []
-        per_record: list[list[tuple[Any, ...]]] = []
-        for row, record in iter_records(batch):
-            rows.append(row)
-            try:
-                items = emit(record)
-                norm = [_normalise(x, names) for x in (items or ())]
-            except Exception as exc:  # any user error fails the source record
-                oks.append(False)
-                errors.append(format_error(exc))
-                per_record.append([])
-            else:
-                oks.append(True)
-                errors.append(None)
-                per_record.append(norm)
-        flat = [t for items in per_record for t in items]
-        try:
-            derived_cols = _columns(flat, derived)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            # Find the records whose values do not convert; fail only those.
-            for i, items in enumerate(per_record):
-                if items:
-                    try:
-                        _columns(items, derived)
-                    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-                        oks[i] = False
-                        errors[i] = clip_error(f"derived record does not fit the schema: {exc}")
-                        per_record[i] = []
-            flat = [t for items in per_record for t in items]
-            derived_cols = _columns(flat, derived)
+        rows, oks, errors, per_record = _emit_all(emit, names, batch)
+        flat, derived_cols = _derived_columns(per_record, oks, errors, derived)
         counts = np.array([len(x) for x in per_record], dtype=np.int64)
         roots_u = to_unsigned(roots)
         vals = np.where(np.array(oks, dtype=bool), ack_vals(roots_u, counts, n_sinks), U64(0))
@@ -263,6 +230,55 @@ def run_emit(
             )
 
 
+def _emit_all(
+    emit: EmitFunction, names: list[str], batch: pa.RecordBatch
+) -> tuple[list[int], list[bool], list[str | None], list[list[tuple[Any, ...]]]]:
+    """``emit`` on every record of ``batch``: (rows, ok flags, errors, derived per record)."""
+    rows: list[int] = []
+    oks: list[bool] = []
+    errors: list[str | None] = []
+    per_record: list[list[tuple[Any, ...]]] = []
+    for row, record in iter_records(batch):
+        rows.append(row)
+        try:
+            items = emit(record)
+            norm = [_normalise(x, names) for x in (items or ())]
+        except Exception as exc:  # any user error fails the source record
+            oks.append(False)
+            errors.append(format_error(exc))
+            per_record.append([])
+        else:
+            oks.append(True)
+            errors.append(None)
+            per_record.append(norm)
+    return rows, oks, errors, per_record
+
+
+def _derived_columns(
+    per_record: list[list[tuple[Any, ...]]],
+    oks: list[bool],
+    errors: list[str | None],
+    derived: pa.Schema,
+) -> tuple[list[tuple[Any, ...]], list[pa.Array]]:
+    """The derived rows as Arrow columns; a record whose rows do not fit the schema
+    fails (in ``oks``/``errors``, its rows dropped) and the others go on."""
+    flat = [t for items in per_record for t in items]
+    try:
+        return flat, _columns(flat, derived)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass
+    for i, items in enumerate(per_record):
+        if items:
+            try:
+                _columns(items, derived)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                oks[i] = False
+                errors[i] = clip_error(f"derived record does not fit the schema: {exc}")
+                per_record[i] = []
+    flat = [t for items in per_record for t in items]
+    return flat, _columns(flat, derived)
+
+
 def emit_mapper(
     emit: EmitFunction, derived: pa.Schema, n_sinks: int
 ) -> partial[Iterator[pa.RecordBatch]]:
@@ -271,124 +287,3 @@ def emit_mapper(
 
 
 # --- driver side ------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class SinkStatuses:
-    """What one sink reported for the derived records it got."""
-
-    sink: int
-    name: str
-    roots: IntArray
-    ids: IntArray
-    ok: np.ndarray[Any, np.dtype[np.bool_]]
-    errors: dict[int, str] = field(default_factory=dict)
-    """Error text by position in the arrays, for failed rows."""
-
-    @classmethod
-    def from_arrow(cls, sink: int, name: str, table: pa.Table) -> SinkStatuses:
-        """From a table with ``_root``, ``_id``, ``ok`` and optional ``error``."""
-        roots = table.column(ROOT).to_numpy(zero_copy_only=False).astype(np.int64)
-        ids = table.column(ID).to_numpy(zero_copy_only=False).astype(np.int64)
-        ok = table.column("ok").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
-        errors: dict[int, str] = {}
-        bad = np.flatnonzero(~ok)
-        if len(bad):
-            texts = (
-                table.column("error").take(pa.array(bad)).to_pylist()
-                if "error" in table.column_names
-                else [None] * len(bad)
-            )
-            for i, t in zip(bad.tolist(), texts, strict=True):
-                errors[i] = clip_error(str(t)) if t is not None else "sink reported a failure"
-        return cls(sink, name, roots, ids, ok, errors)
-
-    @classmethod
-    def all_ok(cls, sink: int, name: str, roots: IntArray, ids: IntArray) -> SinkStatuses:
-        return cls(sink, name, roots, ids, np.ones(len(ids), dtype=bool))
-
-
-@dataclass(slots=True)
-class TreeResults:
-    """Source records whose trees finished, by message id."""
-
-    acked: list[Any] = field(default_factory=list)
-    """Owners (records or message ids) to ack."""
-    failed: list[tuple[Any, str]] = field(default_factory=list)
-    """``(owner, error)`` to fail."""
-
-
-class FanOutLedger:
-    """The driver's acker for fan-out trees: roots in, ack/fail decisions out.
-
-    Pure: time is an argument. Owners are the source records (or their
-    message ids): whatever the spout's ``ack_many``/``fail_many`` take.
-    """
-
-    def __init__(self, n_sinks: int, timeout: float | None, rng: random.Random | None = None):
-        self.n_sinks = n_sinks
-        self.acker = Acker(timeout=timeout, rng=rng)
-
-    @property
-    def pending(self) -> int:
-        """Trees started and not finished."""
-        return len(self.acker)
-
-    def new_roots(self, n: int) -> list[int]:
-        """``n`` fresh random root ids, as signed int64 values."""
-        return [signed64(self.acker.new_id()) for _ in range(n)]
-
-    def apply(
-        self,
-        owners: Sequence[Any],
-        roots: Sequence[int],
-        emitted: Statuses,
-        ack_vals_signed: IntArray,
-        sinks: Sequence[SinkStatuses],
-        now: float,
-    ) -> TreeResults:
-        """Fold one micro-batch (or part of one) into the ledger.
-
-        ``owners`` and ``roots`` are indexed by batch row; ``ack_vals_signed``
-        (the executor's ack-vals) by row minus ``emitted.start``.
-        """
-        out = TreeResults()
-        acker = self.acker
-        for row in range(emitted.start, emitted.stop):
-            if not emitted.ok[row - emitted.start]:
-                out.failed.append((owners[row], emitted.errors.get(row, "emit failed")))
-                continue
-            val = int(ack_vals_signed[row - emitted.start]) & _MASK64
-            self._on(acker.init(roots[row], val, owners[row], now), out)
-        for st in sinks:
-            for i, err in st.errors.items():
-                ev = acker.fail(int(st.roots[i]), now)
-                self._on(ev, out, f"sink {st.name}: {err}")
-            good = np.flatnonzero(st.ok)
-            if not len(good):
-                continue
-            keys, xors = xor_by_key(st.roots[good], edge_ids(to_unsigned(st.ids[good]), st.sink))
-            for root, x in zip(keys.tolist(), xors.tolist(), strict=True):
-                self._on(acker.update(root, x, now), out)
-        return out
-
-    def expire(self, now: float) -> TreeResults:
-        """Time out trees older than the timeout: their sources fail."""
-        out = TreeResults()
-        for ev in self.acker.expire(now):
-            self._on(ev, out)
-        return out
-
-    @staticmethod
-    def _on(ev: AckerEvent | None, out: TreeResults, error: str | None = None) -> None:
-        if ev is None:
-            return
-        owner = ev.owner
-        if ev.kind is AckerEventKind.COMPLETE:
-            out.acked.append(owner)
-        elif ev.kind is AckerEventKind.FAILED:
-            out.failed.append((owner, error or "a derived record failed"))
-        else:
-            out.failed.append(
-                (owner, "fan-out tree not complete within message_timeout (derived record lost)")
-            )

@@ -20,7 +20,7 @@ import numpy as np
 from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.records import Record
 from kinesis_spout.spark.arrow import Statuses, format_error
-from kinesis_spout.spark.fanout import TreeResults
+from kinesis_spout.spark.ledger import TreeResults
 from kinesis_spout.spark.runner import BatchOutcome, ProcessingContractError
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,8 @@ from kinesis_spout.spark.arrow import (
     Statuses,
     statuses_from_arrow,
 )
-from kinesis_spout.spark.fanout import ID, IntArray, SinkStatuses, emit_mapper, stage_schema
+from kinesis_spout.spark.fanout import ID, IntArray, emit_mapper, stage_schema
+from kinesis_spout.spark.ledger import SinkStatuses
 from kinesis_spout.spark.processing import (
     FanOutProcessor,
     FanOutSink,

@@ -23,7 +23,8 @@ from kinesis_spout.config import SpoutConfig
 from kinesis_spout.records import Record
 from kinesis_spout.spark.arrow import ROOT, ROW, statuses_from_arrow
 from kinesis_spout.spark.driver import BatchFailedError, BatchReport, SparkDriver
-from kinesis_spout.spark.fanout import ID, SinkStatuses, run_emit
+from kinesis_spout.spark.fanout import ID, run_emit
+from kinesis_spout.spark.ledger import SinkStatuses
 from kinesis_spout.spark.processing import (
     FanOutProcessor,
     InputRecord,

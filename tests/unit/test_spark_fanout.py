@@ -14,8 +14,6 @@ from hypothesis import strategies as st
 from kinesis_spout.spark.arrow import ROOT, ROW, Statuses, records_to_arrow, statuses_from_arrow
 from kinesis_spout.spark.fanout import (
     ID,
-    FanOutLedger,
-    SinkStatuses,
     ack_vals,
     derived_ids,
     edge_ids,
@@ -26,6 +24,7 @@ from kinesis_spout.spark.fanout import (
     xor_by_group,
     xor_by_key,
 )
+from kinesis_spout.spark.ledger import FanOutLedger, SinkStatuses
 from kinesis_spout.spark.processing import InputRecord
 
 U = np.uint64
