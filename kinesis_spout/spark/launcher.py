@@ -24,7 +24,8 @@ LAUNCHER_ENV = "KSPOUT_LAUNCHER"
 
 
 def process_start_time(pid: int) -> str | None:
-    """The start time of ``pid`` (clock ticks since boot) or None if it is gone."""
+    """The start time of ``pid`` (clock ticks since boot) or None if it is gone (or a
+    zombie: dead, not yet reaped)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError:
@@ -37,8 +38,12 @@ def process_start_time(pid: int) -> str | None:
         except PermissionError:
             pass
         return "?"
-    # Field 22; the command name (field 2) may hold spaces, so split after its ')'.
-    return stat.rpartition(")")[2].split()[19]
+    # Fields after the command name (field 2, which may hold spaces): state is field 3,
+    # the start time field 22. A zombie (killed, not yet reaped) is gone.
+    fields = stat.rpartition(")")[2].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
 
 
 def launcher_token(pid: int | None = None) -> str:

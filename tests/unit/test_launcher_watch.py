@@ -52,3 +52,18 @@ def test_a_stopped_watch_neither_calls_back_nor_exits() -> None:
     proc.wait()
     threading.Event().wait(0.3)
     assert called == []
+
+
+def test_a_killed_process_not_yet_reaped_counts_as_gone() -> None:
+    # After kill -9 a process stays a zombie until its parent reaps it; a job lease
+    # or a launcher watch must not take the zombie for a live holder.
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    token = launcher_token(proc.pid)
+    assert launcher_alive(token)
+    proc.kill()
+    for _ in range(200):  # wait for the kernel to make it a zombie (we do not reap it)
+        if not launcher_alive(token):
+            break
+        threading.Event().wait(0.01)
+    assert not launcher_alive(token)
+    proc.wait()
