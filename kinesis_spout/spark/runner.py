@@ -229,37 +229,7 @@ class SparkRunner:
             derived = stage.where(F.col(ID).isNotNull()).select(
                 ROOT, ID, *[f.name for f in derived_schema]
             )
-            results: list[SinkStatuses] = []
-            ids_table: pa.Table | None = None
-            for i, (name, sink) in enumerate(sinks):
-                res = sink(derived)
-                if res is None:
-                    if ids_table is None:
-                        ids_table = derived.select(ROOT, ID).toArrow()
-                    results.append(
-                        SinkStatuses.all_ok(
-                            i,
-                            name,
-                            ids_table.column(ROOT).to_numpy(zero_copy_only=False),
-                            ids_table.column(ID).to_numpy(zero_copy_only=False),
-                        )
-                    )
-                    continue
-                if not hasattr(res, "columns"):
-                    raise ProcessingContractError(
-                        f"sink {name} returned {type(res).__name__}: expected a DataFrame "
-                        "of statuses or None"
-                    )
-                for key in (ROOT, ID):
-                    if key not in res.columns:
-                        raise ProcessingContractError(
-                            f"sink {name} returned columns {res.columns}: it must keep {key!r}"
-                        )
-                ok, error = _ok_and_error(res, f"sink {name}", ID)
-                results.append(
-                    SinkStatuses.from_arrow(i, name, res.select(ROOT, ID, ok, error).toArrow())
-                )
-            return BatchOutcome(statuses, None, ack_vals, results)
+            return BatchOutcome(statuses, None, ack_vals, _sink_statuses(sinks, derived))
         finally:
             stage.unpersist()
 
@@ -301,3 +271,40 @@ class _RowSinkBranch:
 
     def __call__(self, derived: Any) -> None:
         self.sink.write(self.batch_id, derived.drop(ROOT, ID).toArrow())
+
+
+def _sink_statuses(sinks: list[tuple[str, FanOutSink]], derived: Any) -> list[SinkStatuses]:
+    """Run each anchored sink on the derived records; their statuses, in sink order.
+
+    A sink that returns None wrote everything; otherwise it returns a DataFrame
+    of statuses that keeps the root and id columns.
+    """
+    results: list[SinkStatuses] = []
+    ids_table: pa.Table | None = None
+    for i, (name, sink) in enumerate(sinks):
+        res = sink(derived)
+        if res is None:
+            if ids_table is None:
+                ids_table = derived.select(ROOT, ID).toArrow()
+            results.append(
+                SinkStatuses.all_ok(
+                    i,
+                    name,
+                    ids_table.column(ROOT).to_numpy(zero_copy_only=False),
+                    ids_table.column(ID).to_numpy(zero_copy_only=False),
+                )
+            )
+            continue
+        if not hasattr(res, "columns"):
+            raise ProcessingContractError(
+                f"sink {name} returned {type(res).__name__}: expected a DataFrame "
+                "of statuses or None"
+            )
+        for key in (ROOT, ID):
+            if key not in res.columns:
+                raise ProcessingContractError(
+                    f"sink {name} returned columns {res.columns}: it must keep {key!r}"
+                )
+        ok, error = _ok_and_error(res, f"sink {name}", ID)
+        results.append(SinkStatuses.from_arrow(i, name, res.select(ROOT, ID, ok, error).toArrow()))
+    return results
