@@ -54,7 +54,7 @@ from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.core.rotation import RoundRobin
 from kinesis_spout.core.shardset import ShardSet
 from kinesis_spout.core.startup import describe_stream
-from kinesis_spout.core.stats import SpoutStats
+from kinesis_spout.core.stats import SpoutStats, spout_stats
 from kinesis_spout.deadletter import DeadLetterSink, open_dead_letter_sink
 from kinesis_spout.errors import (
     KinesisSpoutError,
@@ -76,6 +76,16 @@ from tracker import (
 log = logging.getLogger(__name__)
 
 _INF = math.inf
+
+
+def _backoffs(config: SpoutConfig, rng: random.Random) -> tuple[Backoff, Backoff]:
+    """(throttle backoff, with jitter; retry backoff) of ``config``."""
+    throttle = JitteredBackoff(
+        ExponentialBackoff(config.throttle_backoff, cap=config.throttle_backoff_max), rng
+    )
+    if config.retry_backoff <= 0:
+        return throttle, NoBackoff()
+    return throttle, ExponentialBackoff(config.retry_backoff, cap=config.retry_backoff_max)
 
 
 class KinesisSpout:
@@ -107,17 +117,8 @@ class KinesisSpout:
         self._committer = Committer(config, self._metrics)
         self._clock = clock
         self._client = client
-        self._rng = rng if rng is not None else random.Random()
         self._api: KinesisApi | None = None
-        self._throttle_backoff: Backoff = JitteredBackoff(
-            ExponentialBackoff(config.throttle_backoff, cap=config.throttle_backoff_max),
-            self._rng,
-        )
-        self._retry_backoff: Backoff = (
-            ExponentialBackoff(config.retry_backoff, cap=config.retry_backoff_max)
-            if config.retry_backoff > 0
-            else NoBackoff()
-        )
+        self._throttle_backoff, self._retry_backoff = _backoffs(config, rng or random.Random())
         self._set = ShardSet(
             config,
             self._committer,
@@ -147,11 +148,8 @@ class KinesisSpout:
     def open(self) -> None:
         """Check the stream, list its shards, load checkpoints and start reading.
 
-        Raises :class:`~kinesis_spout.errors.StreamNotFoundError`,
-        :class:`~kinesis_spout.errors.EndpointUnreachableError` or
-        :class:`~kinesis_spout.errors.CredentialsError` with the stream, the
-        endpoint and the region in the message.
-        """
+        An unknown stream, an unreachable endpoint or rejected credentials raise
+        errors naming the stream, the endpoint and the region."""
         if self._opened:
             return
         cfg = self.config
@@ -173,8 +171,8 @@ class KinesisSpout:
             )
         self._committer.store = self._store
         try:
-            if self._dead is None:
-                self._dead = open_dead_letter_sink(cfg.dead_letter, cfg.job_name)
+            if self._acks.sink is None:
+                self._acks.sink = open_dead_letter_sink(cfg.dead_letter, cfg.job_name)
             checkpoints = self._load_and_adopt(shards)
         except BaseException:
             self._close_own()  # a corrupt checkpoint, a store error: leave nothing open
@@ -199,7 +197,12 @@ class KinesisSpout:
         assert self._store is not None
         checkpoints = self._store.load(self.config.stream_name)
         self._set.map.update(shards)
-        checkpoints = self._pin_start(checkpoints)
+        assert self._api is not None  # pinned starts of a first open at LATEST/AT_TIMESTAMP
+        latest = (self._api.server_time or datetime.now(UTC)) - LATEST_MARGIN
+        owned = [s for s in self._set.map.ids() if self._set.owns(s)]
+        checkpoints = self._committer.pin_start(
+            checkpoints, owned, self._set.map.has_known_parent, latest
+        )
         for cp in checkpoints.values():
             if cp.shard_end:
                 self._set.map.mark_ended(cp.shard_id)
@@ -214,16 +217,9 @@ class KinesisSpout:
         if self._own_store and self._store is not None:
             self._store.close()
             self._store = None
-        if self._own_dead and self._dead is not None:
-            self._dead.close()
-            self._dead = None
-
-    def _pin_start(self, checkpoints: dict[str, Checkpoint]) -> dict[str, Checkpoint]:
-        """Pinned starts of a first open at LATEST or AT_TIMESTAMP (Committer.pin_start)."""
-        assert self._api is not None
-        latest = (self._api.server_time or datetime.now(UTC)) - LATEST_MARGIN
-        owned = [s for s in self._set.map.ids() if self._set.owns(s)]
-        return self._committer.pin_start(checkpoints, owned, self._set.map.has_known_parent, latest)
+        if self._own_dead and self._acks.sink is not None:
+            self._acks.sink.close()
+            self._acks.sink = None
 
     def activate(self) -> None:
         """Resume emitting after :meth:`deactivate`."""
@@ -297,14 +293,6 @@ class KinesisSpout:
         """``fail`` for each ``(id, error)``."""
         self._acks.fail_many(items)
 
-    @property
-    def _dead(self) -> DeadLetterSink | None:
-        return self._acks.sink
-
-    @_dead.setter
-    def _dead(self, sink: DeadLetterSink | None) -> None:
-        self._acks.sink = sink
-
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self, force: bool = False) -> None:
         """Save the checkpoints that moved, if the interval passed (or ``force``)."""
@@ -314,13 +302,8 @@ class KinesisSpout:
             self._write_checkpoints(now)
 
     def _write_checkpoints(self, now: float) -> None:
-        for sh in list(self._set.shards.values()):
-            if sh.tracker is not None:
-                self._save(sh, now)
-                self._metrics.gauge("in_flight", sh.tracker.in_flight, shard=sh.shard_id)
+        self._committer.save_all(list(self._set.shards.values()), self._save, now)
         self._checkpoint_at = now + self.config.checkpoint_interval
-        if self._committer.last_save is not None:
-            self._metrics.gauge("checkpoint_age_seconds", now - self._committer.last_save)
 
     def _save(self, sh: ShardPartition, now: float) -> bool:
         """Save ``sh``'s checkpoint if it moved; False if it could not be (yet)."""
@@ -344,11 +327,7 @@ class KinesisSpout:
         if self._set.to_adopt and now >= self._set.adopt_at:
             self._set.adopt_new(())
         if self.config.message_timeout:
-            for sh in self._set.rotation:
-                tracker = sh.tracker
-                if tracker is not None and tracker.in_flight:
-                    for outcome in tracker.expire(now):
-                        self._acks.after_fail(sh, outcome)
+            self._rr.expire(now, self._acks.after_fail)
         if self._set.draining:
             self._set.end_drained(now)
         if now >= self._checkpoint_at:
@@ -379,9 +358,7 @@ class KinesisSpout:
     # ------------------------------------------------------------------ introspection
     @property
     def in_flight(self) -> int:
-        return sum(
-            sh.tracker.in_flight for sh in self._set.shards.values() if sh.tracker is not None
-        )
+        return self._set.in_flight_of(self._set.shards)
 
     def shard_states(self) -> dict[str, ShardState]:
         """The lifecycle state of every owned shard."""
@@ -395,43 +372,12 @@ class KinesisSpout:
         )
 
     def stats(self) -> SpoutStats:
-        behind = {
-            s: sh.reader.getter.millis_behind_latest
-            for s, sh in sorted(self._set.shards.items())
-            if sh.reader is not None
-        }
-        age = (
-            None if self._committer.last_save is None else self._clock() - self._committer.last_save
-        )
-        return SpoutStats(
-            read=self._rr.read,
-            acked=self._acks.acked,
-            failed=self._acks.failed,
-            retried=self._rr.retried,
-            dead_lettered=self._acks.dead_lettered,
-            in_flight=self.in_flight,
-            millis_behind_latest=MappingProxyType(behind),
-            checkpoint_age=age,
-            ignored=self._acks.ignored,
-            checkpoint_writes=self._committer.writes,
-        )
+        return spout_stats(self._set.shards, self._rr, self._acks, self._committer, self._clock())
 
     @property
     def is_idle(self) -> bool:
         """Nothing in flight or buffered, and every owned shard caught up or ended."""
-        if not self._opened:
-            return False
-        for sh in self._set.shards.values():
-            if sh.state in (ShardState.ENDED, ShardState.WAITING) or sh.fenced:
-                continue
-            tracker, reader = sh.tracker, sh.reader
-            if tracker is None or reader is None:
-                continue
-            if sh.state is ShardState.DRAINING or tracker.in_flight or sh.dead_pending:
-                return False
-            if reader.buffered or not reader.getter.caught_up:
-                return False
-        return True
+        return self._opened and all(sh.idle for sh in self._set.shards.values())
 
     @property
     def is_active(self) -> bool:

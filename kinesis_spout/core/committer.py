@@ -87,6 +87,20 @@ class Committer:
         log.debug("checkpoint %s at %s", part.shard_id, key)
         return True
 
+    def save_all(
+        self,
+        parts: Iterable[ShardPartition],
+        save: Callable[[ShardPartition, float], bool],
+        now: float,
+    ) -> None:
+        """``save`` every partition (the reader's save flushes dead letters first)."""
+        for part in parts:
+            if part.tracker is not None:
+                save(part, now)
+                self.metrics.gauge("in_flight", part.tracker.in_flight, shard=part.shard_id)
+        if self.last_save is not None:
+            self.metrics.gauge("checkpoint_age_seconds", now - self.last_save)
+
     def mark_ended(self, part: ShardPartition) -> bool:
         """Record that every record of the closed shard is done; False if not (yet)."""
         cfg = self.config

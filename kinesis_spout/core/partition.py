@@ -108,6 +108,18 @@ class ShardPartition:
             return False
         return not reader.buffered and not tracker.in_flight
 
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight, buffered or pending, and caught up (or not reading)."""
+        if self.state in (ShardState.ENDED, ShardState.WAITING) or self.fenced:
+            return True
+        tracker, reader = self.tracker, self.reader
+        if tracker is None or reader is None:
+            return True
+        if self.state is ShardState.DRAINING or tracker.in_flight or self.dead_pending:
+            return False
+        return not reader.buffered and reader.getter.caught_up
+
     # --- handing records out ----------------------------------------------------------
     def emit(self, records: Iterable[Record], now: float) -> None:
         """Track first deliveries (they join the window)."""

@@ -19,6 +19,7 @@ from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.core.shardset import ShardSet
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.records import Record
+from tracker import FailOutcome
 
 #: Longest wait while records are in flight with a message timeout (expiry checks).
 EXPIRY_CHECK = 1.0
@@ -122,6 +123,16 @@ class RoundRobin:
                 break
         if last >= 0:
             self._set.cursor = last + 1
+
+    def expire(
+        self, now: float, on_fail: Callable[[ShardPartition, FailOutcome[Record]], None]
+    ) -> None:
+        """Fail the deliveries older than the message timeout (``on_fail`` each outcome)."""
+        for sh in self._set.rotation:
+            tracker = sh.tracker
+            if tracker is not None and tracker.in_flight:
+                for outcome in tracker.expire(now):
+                    on_fail(sh, outcome)
 
     def wake_at(self, now: float, t: float) -> float:
         """The earliest of ``t`` and the moments a shard may have something to hand out."""
