@@ -42,7 +42,8 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 from kinesis_spout.config import SpoutConfig  # noqa: E402
 from kinesis_spout.records import Record  # noqa: E402
 from kinesis_spout.spark.arrow import records_to_arrow  # noqa: E402
-from kinesis_spout.spark.driver import BatchReport, run_job  # noqa: E402
+from kinesis_spout.spark.build import run_job  # noqa: E402
+from kinesis_spout.spark.driver import BatchReport  # noqa: E402
 from kinesis_spout.spark.processing import InputRecord, per_record  # noqa: E402
 from kinesis_spout.spark.runner import SparkRunner  # noqa: E402
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402

@@ -24,7 +24,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kinesis_spout.spark.driver import SparkDriver, build_driver, run_job
+    from kinesis_spout.spark.build import build_driver, run_job
+    from kinesis_spout.spark.driver import SparkDriver
     from kinesis_spout.spark.processing import (
         FanOutProcessor,
         InputRecord,
@@ -40,8 +41,8 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "SparkDriver": "driver",
-    "build_driver": "driver",
-    "run_job": "driver",
+    "build_driver": "build",
+    "run_job": "build",
     "FanOutProcessor": "processing",
     "InputRecord": "processing",
     "Processor": "processing",

@@ -16,16 +16,9 @@ One iteration (a *micro-batch*):
    ``checkpoint_interval`` has passed. One progress line is printed.
 
 Batch-level failures (a Spark job that fails, an exception escaping a
-transform or a sink): the batch is split in halves and each half run again,
-recursively, so one poison record that crashes a worker is isolated and
-failed alone (retried, then dead-lettered) instead of stalling its shard.
-A record failing alone counts as poison only if another part of the batch
-ran (or, for at most :data:`LONE_FAILURES` records, if the previous batch
-ran). When nothing runs, or the split budget (about ``4 log2(n)`` splits) is
-used up, the error is systematic (a bug, a dead cluster): the job stops with
-:class:`BatchFailedError`, having acked only what ran and failed nothing
-else, rather than dead-letter a whole stream. :class:`ProcessingContractError`
-(a transform that drops ``_row``...) stops at once.
+transform or a sink) are isolated by :mod:`kinesis_spout.spark.isolation`:
+the batch is split until the poison records fail alone, or the job stops
+with :class:`BatchFailedError` when the error is systematic.
 
 Shutdown (``request_stop``, e.g. from SIGTERM/SIGINT): the current batch is
 finished and applied, then a forced checkpoint and ``spout.close()``. Any
@@ -43,7 +36,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
-from typing import Any
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.records import Record
@@ -52,6 +44,8 @@ from kinesis_spout.spark.ledger import FanOutLedger, TreeResults
 from kinesis_spout.spark.reports import (
     BatchReport,
     JobSummary,
+    RunLimits,
+    RunTotals,
     SpoutLike,
     _max_behind,
     _stat,
@@ -64,9 +58,7 @@ __all__ = [
     "JobSummary",
     "SparkDriver",
     "SpoutLike",
-    "build_driver",
     "print_progress",
-    "run_job",
 ]
 from kinesis_spout.spark.isolation import (
     BatchFailedError,
@@ -136,14 +128,11 @@ class SparkDriver:
         )
         self._stop_reason: str | None = None
         self._batch_id = 0
-        self._idle_since: float | None = None
+        self._limits = RunLimits(config)
         self._last_completion: float | None = None
         self._judge = PoisonJudge()
-        self._totals = dict.fromkeys(
-            ("batches", "records", "ok", "failed", "retried", "dead_lettered"), 0
-        )
+        self._totals = RunTotals()
         self.last_report: BatchReport | None = None
-        self._busy_seconds = 0.0
 
     # --- control -------------------------------------------------------------------
 
@@ -207,18 +196,7 @@ class SparkDriver:
         return self.summary(self.clock() - started)
 
     def summary(self, seconds: float) -> JobSummary:
-        t = self._totals
-        return JobSummary(
-            t["batches"],
-            t["records"],
-            t["ok"],
-            t["failed"],
-            t["retried"],
-            t["dead_lettered"],
-            seconds,
-            self._stop_reason or "running",
-            busy_seconds=self._busy_seconds,
-        )
+        return self._totals.summary(seconds, self._stop_reason or "running")
 
     def _shutdown(self, failure: BaseException | None) -> None:
         try:
@@ -259,7 +237,7 @@ class SparkDriver:
                 self.progress(report)
 
     def _at_batch_limit(self) -> bool:
-        return bool(self.config.max_batches) and self._batch_id >= self.config.max_batches
+        return self._limits.at_batch_limit(self._batch_id)
 
     def _take(self, busy: Future[None] | None = None) -> _Batch | None:
         """Fill a batch from the spout (this thread only); None if nothing came."""
@@ -343,18 +321,11 @@ class SparkDriver:
         stats = self.spout.stats()
         dead = (_stat(stats, "dead_lettered") or 0) - (_stat(stats_before, "dead_lettered") or 0)
         retried = sum(1 for r in records if r.attempt > 1)
-        t = self._totals
-        t["batches"] += 1
-        t["records"] += len(records)
-        t["ok"] += ok
-        t["failed"] += failed
-        t["retried"] += retried
-        t["dead_lettered"] += dead
         age = _stat(stats, "checkpoint_age")
         now = self.clock()
         since = max(batch.started, self._last_completion or batch.started)
         self._last_completion = now
-        self._busy_seconds += now - since
+        self._totals.add(len(records), ok, failed, retried, dead, now - since)
         return BatchReport(
             batch_id=batch.batch_id,
             records=len(records),
@@ -403,7 +374,7 @@ class SparkDriver:
             res = self.ledger.expire(self.clock())
             if res.failed:
                 log.warning("%d fan-out trees timed out", len(res.failed))
-                self._totals["failed"] += len(res.failed)
+                self._totals.failed += len(res.failed)
                 self._deliver(res)
 
     # --- stopping ------------------------------------------------------------------
@@ -413,78 +384,9 @@ class SparkDriver:
         return bool(self.spout.is_idle) and pending == 0
 
     def _idle_stop_due(self, now: float) -> bool:
-        limit = self.config.stop_when_idle
-        if not limit or not self._is_idle():
-            self._idle_since = None
-            return False
-        if self._idle_since is None:
-            self._idle_since = now
-        return now - self._idle_since >= limit
+        return self._limits.idle_stop_due(now, self._is_idle())
 
     def _check_limits(self, had_records: bool) -> None:
-        cfg = self.config
-        if cfg.max_batches and self._batch_id >= cfg.max_batches:
-            self.request_stop(f"max_batches={cfg.max_batches} reached")
-        elif not had_records and self._idle_stop_due(self.clock()):
-            self.request_stop(f"idle for {cfg.stop_when_idle:g}s")
-        elif had_records:
-            self._idle_since = None
-
-
-def build_driver(
-    config: SpoutConfig,
-    process: Any,
-    *,
-    spark: Any = None,
-    spout: SpoutLike | None = None,
-    row_sink: RowSink | None = None,
-    progress: Callable[[BatchReport], None] | None = print_progress,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-    rng: random.Random | None = None,
-) -> SparkDriver:
-    """A ready :class:`SparkDriver` (not started).
-
-    ``process``: a processor, a plain per-record function, or a
-    ``"module:attr"`` spec (see :mod:`kinesis_spout.spark.processing`).
-    ``spark`` None: the active session, or a new one (``getOrCreate``).
-    ``spout`` None: a :class:`~kinesis_spout.spout.KinesisSpout` of ``config``
-    (its checkpoint store and dead-letter sink come from the config).
-    ``row_sink`` None: the one named by ``config.sink``.
-    """
-    from kinesis_spout.spark.processing import as_processor, load_processor
-    from kinesis_spout.spark.runner import SparkRunner
-    from kinesis_spout.spark.sinks import open_sink
-
-    processor = (
-        load_processor(process, config)
-        if isinstance(process, str)
-        else as_processor(process, config)
-    )
-    if spark is None:
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
-    sink = row_sink if row_sink is not None else open_sink(config.sink)
-    runner = SparkRunner(spark, processor, sink)
-    if spout is None:
-        from kinesis_spout.spout import KinesisSpout
-
-        spout = KinesisSpout(config, clock=clock, rng=rng)
-    return SparkDriver(
-        config,
-        runner,
-        spout,
-        row_sink=sink,
-        n_sinks=runner.n_sinks,
-        clock=clock,
-        sleep=sleep,
-        progress=progress,
-        rng=rng,
-    )
-
-
-def run_job(config: SpoutConfig, process: Any, **kwargs: Any) -> JobSummary:
-    """Build the driver (see :func:`build_driver` for the arguments) and run it
-    until ``max_batches``, ``stop_when_idle`` or an error."""
-    return build_driver(config, process, **kwargs).run()
+        reason = self._limits.reason(self._batch_id, had_records, self._is_idle, self.clock())
+        if reason is not None:
+            self.request_stop(reason)

@@ -159,7 +159,7 @@ def run_with_lease(
     exists, its ``request_stop`` is put in ``stop`` (for the launcher watch)."""
     from pyspark.sql import SparkSession
 
-    from kinesis_spout.spark.driver import build_driver
+    from kinesis_spout.spark.build import build_driver
 
     spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
     spec_file = process.rpartition(":")[0]

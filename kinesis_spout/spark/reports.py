@@ -6,10 +6,11 @@ and the summary of a run (:class:`JobSummary`).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kinesis_spout.config import SpoutConfig
 from kinesis_spout.records import Record
 
 
@@ -129,3 +130,74 @@ def _max_behind(stats: Any) -> int | None:
         values = [v for v in behind.values() if v is not None]
         return int(max(values)) if values else None
     return int(behind) if isinstance(behind, int | float) else None
+
+
+class RunLimits:
+    """When a run stops by itself: ``max_batches`` reached, or idle for ``stop_when_idle``."""
+
+    def __init__(self, config: SpoutConfig) -> None:
+        self.max_batches = config.max_batches
+        self.stop_when_idle = config.stop_when_idle
+        self._idle_since: float | None = None
+
+    def at_batch_limit(self, batches: int) -> bool:
+        return bool(self.max_batches) and batches >= self.max_batches
+
+    def idle_stop_due(self, now: float, idle: bool) -> bool:
+        """True once the job has been idle for ``stop_when_idle`` seconds in a row."""
+        if not self.stop_when_idle or not idle:
+            self._idle_since = None
+            return False
+        if self._idle_since is None:
+            self._idle_since = now
+        return now - self._idle_since >= self.stop_when_idle
+
+    def reason(
+        self, batches: int, had_records: bool, idle: Callable[[], bool], now: float
+    ) -> str | None:
+        """Why the run stops after this iteration, or None."""
+        if self.at_batch_limit(batches):
+            return f"max_batches={self.max_batches} reached"
+        if not had_records and self.idle_stop_due(now, idle()):
+            return f"idle for {self.stop_when_idle:g}s"
+        if had_records:
+            self._idle_since = None
+        return None
+
+
+@dataclass(slots=True)
+class RunTotals:
+    """The counts of a run so far (for its :class:`JobSummary`)."""
+
+    batches: int = 0
+    records: int = 0
+    ok: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    busy_seconds: float = 0.0
+
+    def add(
+        self, records: int, ok: int, failed: int, retried: int, dead: int, seconds: float
+    ) -> None:
+        """One micro-batch's counts and the seconds it took."""
+        self.batches += 1
+        self.records += records
+        self.ok += ok
+        self.failed += failed
+        self.retried += retried
+        self.dead_lettered += dead
+        self.busy_seconds += seconds
+
+    def summary(self, seconds: float, stopped_because: str) -> JobSummary:
+        return JobSummary(
+            self.batches,
+            self.records,
+            self.ok,
+            self.failed,
+            self.retried,
+            self.dead_lettered,
+            seconds,
+            stopped_because,
+            busy_seconds=self.busy_seconds,
+        )

@@ -33,7 +33,7 @@ from kinesis_spout.errors import (
     StreamNotFoundError,
 )
 from kinesis_spout.examples.chaos_process import make_payload, record_id
-from kinesis_spout.spark.driver import run_job
+from kinesis_spout.spark.build import run_job
 from kinesis_spout.spark.submit import job_environment
 from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer, free_port
 from kinesis_spout.testing.streams import create_stream, put_records
