@@ -37,12 +37,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.client import KazooState
-
 from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 from kinesis_spout.coordination.assignment import assign_shards
 from kinesis_spout.coordination.control import ShardLister, SpoutControl, plan_leases
 from kinesis_spout.coordination.leases import Lease, LeaseState, ZooKeeperLeases
+from kinesis_spout.coordination.session import SessionEvents
 from kinesis_spout.errors import (
     CheckpointStoreUnavailableError,
     KinesisSpoutError,
@@ -52,7 +51,7 @@ from kinesis_spout.metrics import MetricsCollector, NoopMetrics
 log = logging.getLogger(__name__)
 
 
-class ShardCoordinator:
+class ShardCoordinator(SessionEvents):
     """Shard ownership of one worker on one stream; see the module docstring.
 
     ``list_shards`` is called at start and every ``shard_refresh_interval``
@@ -197,38 +196,6 @@ class ShardCoordinator:
         return bool(self._spout_active)
 
     # -- internals ----------------------------------------------------------------------
-    def _drain_events(self) -> None:
-        while True:
-            try:
-                kind, value = self._events.get_nowait()
-            except queue.Empty:
-                return
-            if kind == "watch":
-                self._dirty = True
-            elif value == KazooState.SUSPENDED:
-                for shard, st in self._states.items():
-                    if st in (LeaseState.HELD, LeaseState.RELEASING):
-                        self._states[shard] = LeaseState.SUSPENDED
-            elif value == KazooState.LOST:
-                self._lose_leases()
-            elif value == KazooState.CONNECTED:
-                if self.store.session_id != self._session:
-                    self._lose_leases()
-                self._verify = True
-                self._dirty = True
-
-    def _lose_leases(self) -> None:
-        if not self._lost:
-            log.warning(
-                "worker %s: ZooKeeper session lost; its %d lease(s) are gone",
-                self.worker_id,
-                len(self._held),
-            )
-        self._lost = True
-        self._registered = False
-        for shard in self._states:
-            self._states[shard] = LeaseState.SUSPENDED
-
     def _should_emit(self) -> bool:
         return (
             self.store.connected
@@ -279,47 +246,6 @@ class ShardCoordinator:
         if self._shutting_down and self._registered and not self._states and not self._to_release:
             self.leases.unregister()
             self._registered = False
-
-    def _recover_from_loss(self) -> None:
-        """New session after LOST: flush what we can, drop every shard, start over."""
-        try:
-            self.spout.checkpoint(force=True)
-        except KinesisSpoutError as exc:
-            log.info("flush after session loss partly refused: %s", exc)
-        lost = sorted(self._states)
-        self._states.clear()
-        self._sync_spout()
-        for shard in lost:
-            self.leases.forget(shard)
-        self._metrics.increment("leases_lost", len(self._held))
-        self._held.clear()
-        self._to_release.clear()
-        self._session = self.store.session_id
-        self._lost = False
-        self._verify = False
-        self._dirty = True
-        log.info("worker %s dropped %d shard(s) after session loss", self.worker_id, len(lost))
-
-    def _verify_suspended(self) -> None:
-        """Same session back: keep the leases whose holder node is still ours."""
-        gone = []
-        for shard, st in list(self._states.items()):
-            if st is not LeaseState.SUSPENDED:
-                continue
-            lease = self._held.get(shard)
-            if lease is not None and self.leases.still_held(lease):
-                self._states[shard] = LeaseState.HELD
-            else:
-                gone.append(shard)
-        if gone:
-            log.warning("worker %s: leases of %s gone while disconnected", self.worker_id, gone)
-            for shard in gone:
-                del self._states[shard]
-            self._sync_spout()
-            for shard in gone:
-                self._held.pop(shard, None)
-                self.leases.forget(shard)
-        self._verify = False
 
     def _rebalance(self, now: float) -> None:
         self._dirty = False
