@@ -104,6 +104,8 @@ class RoundRobin:
                     self.pending_error = exc
                     remaining = 0
                     break
+                for page in reader.polled():  # lineage, lag, odd aggregates, end
+                    self._set.on_batch(sh, page)
                 sh.emit(recs, now)
                 if sh.skip_tail is not None and not reader.buffered:
                     sh.pass_skipped(now)

@@ -131,7 +131,7 @@ class ShardSet:
         )
         if position is InitialPosition.LATEST:
             getter.open_now()  # LATEST as of the open, not of the first poll
-        sh.reader = BufferedShardGetter(getter, lambda batch: self.on_batch(sh, batch))
+        sh.reader = BufferedShardGetter(getter)
         sh.tracker = InflightRecordTracker(
             cfg.retry_limit,
             max_in_flight=cfg.max_in_flight,

@@ -313,20 +313,23 @@ class BufferedShardGetter:
     ``take(n, now)`` hands out up to ``n`` buffered records and fetches a new
     batch only when the buffer is empty and the getter is due, so a caller
     that takes little (a shard near its in-flight bound) never fetches ahead.
-    ``on_batch`` sees every polled :class:`ShardBatch` (lineage, lag, errors).
+    It calls nothing back: the owner collects the pages fetched (lineage, lag,
+    errors; their records are in the buffer) with :meth:`polled` after ``take``.
     """
 
-    __slots__ = ("getter", "on_batch", "_buf", "_pos")
+    __slots__ = ("getter", "_buf", "_pos", "_polled")
 
-    def __init__(
-        self,
-        getter: KinesisShardGetter,
-        on_batch: Callable[[ShardBatch], None] | None = None,
-    ) -> None:
+    def __init__(self, getter: KinesisShardGetter) -> None:
         self.getter = getter
-        self.on_batch = on_batch
         self._buf: list[Record] = []
         self._pos = 0
+        self._polled: list[ShardBatch] = []
+
+    def polled(self) -> list[ShardBatch]:
+        """The pages fetched since the last call, oldest first (their records are
+        handed out by ``take``)."""
+        out, self._polled = self._polled, []
+        return out
 
     @property
     def shard_id(self) -> str:
@@ -355,11 +358,9 @@ class BufferedShardGetter:
             if n <= 0 or not self.getter.due(now):
                 return []
             batch = self.getter.poll(now)
-            # Keep the page before the callback runs: the getter has moved past it.
             buf = self._buf = batch.records
             pos = self._pos = 0
-            if self.on_batch is not None:
-                self.on_batch(batch)
+            self._polled.append(batch)
             if not buf:
                 return []
         end = pos + n

@@ -316,9 +316,10 @@ def test_buffered_getter_hands_out_slices_and_fetches_only_when_empty() -> None:
     fk = FakeKinesis(shards=1)
     fk.put_many(S0, 5)
     seen: list[ShardBatch] = []
-    bg = BufferedShardGetter(make_getter(fk, limit=4), seen.append)
+    bg = BufferedShardGetter(make_getter(fk, limit=4))
     assert [r.sequence_number for r in bg.take(3, 0.0)] == ["10", "20", "30"]
-    assert bg.buffered == 1 and len(seen) == 1
+    seen += bg.polled()
+    assert bg.buffered == 1 and len(seen) == 1 and bg.polled() == []
     assert bg.ready_at() == -NEVER
     assert [r.sequence_number for r in bg.take(3, 0.05)] == ["40"]
     assert fk.calls["GetRecords"] == 1
@@ -326,6 +327,7 @@ def test_buffered_getter_hands_out_slices_and_fetches_only_when_empty() -> None:
     assert bg.take(3, 0.1) == [] and fk.calls["GetRecords"] == 1
     assert bg.ready_at() == pytest.approx(0.2)
     assert [r.sequence_number for r in bg.take(3, 0.2)] == ["50"]
+    seen += bg.polled()
     assert len(seen) == 2
 
 
