@@ -46,7 +46,8 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from kinesis_spout.checkpoint.base import CheckpointStore, open_store
+from kinesis_spout.checkpoint.base import CheckpointStore
+from kinesis_spout.checkpoint.factory import open_store
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.core.acks import AckRouter, MessageRef
 from kinesis_spout.core.committer import Committer

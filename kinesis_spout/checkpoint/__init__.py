@@ -18,12 +18,8 @@ Rules every store keeps:
 
 from __future__ import annotations
 
-from kinesis_spout.checkpoint.base import (
-    CheckpointStore,
-    MemoryCheckpointStore,
-    check_forward,
-    open_store,
-)
+from kinesis_spout.checkpoint.base import CheckpointStore, MemoryCheckpointStore, check_forward
+from kinesis_spout.checkpoint.factory import open_store
 from kinesis_spout.checkpoint.file import FileCheckpointStore
 
 # ZooKeeperCheckpointStore lives in kinesis_spout.checkpoint.zookeeper (needs kazoo,

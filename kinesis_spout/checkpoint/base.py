@@ -1,4 +1,4 @@
-"""The checkpoint-store protocol, the in-memory store and ``open_store``."""
+"""The checkpoint-store protocol, the monotonicity rule and the in-memory store."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from kinesis_spout.errors import CheckpointError, ConfigError, StaleCheckpointError
+from kinesis_spout.errors import CheckpointError, StaleCheckpointError
 from kinesis_spout.records import Checkpoint
 
 
@@ -104,29 +104,3 @@ class MemoryCheckpointStore:
     def _check_open(self) -> None:
         if self.closed:
             raise CheckpointError(f"memory checkpoint store of job {self.job_name!r} is closed")
-
-
-def open_store(
-    url: str,
-    job_name: str,
-    *,
-    owner: str = "",
-    zk_auth: str | None = None,
-    zk_session_timeout: float = 10.0,
-) -> CheckpointStore:
-    """The store named by ``url``: ``memory://``, ``file://DIR``, ``zk://hosts/root``."""
-    if url.startswith("memory://"):
-        return MemoryCheckpointStore(job_name, owner=owner)
-    if url.startswith("file://"):
-        from kinesis_spout.checkpoint.file import FileCheckpointStore
-
-        return FileCheckpointStore(url[len("file://") :], job_name, owner=owner)
-    if url.startswith("zk://"):
-        from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
-
-        return ZooKeeperCheckpointStore.from_url(
-            url, job_name, owner=owner, auth=zk_auth, session_timeout=zk_session_timeout
-        )
-    raise ConfigError(
-        "checkpoint_store", url, "a URL: memory://, file://DIR or zk://host:port[,host:port]/root"
-    )

@@ -67,7 +67,7 @@ class JobLease(Protocol):
 
 def holder_info(job_name: str) -> dict[str, Any]:
     """Who holds a lease: written into the lock file or node."""
-    from kinesis_spout.spark.launcher import process_start_time
+    from kinesis_spout.processinfo import process_start_time
 
     return {
         "job": job_name,
@@ -86,7 +86,7 @@ def holder_is_gone(raw: bytes | str | None) -> bool:
     time, so a reused pid does not count) settles it at once. Anything unclear
     counts as alive.
     """
-    from kinesis_spout.spark.launcher import process_start_time
+    from kinesis_spout.processinfo import process_start_time
 
     try:
         info = json.loads(raw or b"{}")

@@ -16,34 +16,12 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from pathlib import Path
+
+from kinesis_spout.processinfo import process_start_time
 
 log = logging.getLogger(__name__)
 
 LAUNCHER_ENV = "KSPOUT_LAUNCHER"
-
-
-def process_start_time(pid: int) -> str | None:
-    """The start time of ``pid`` (clock ticks since boot) or None if it is gone (or a
-    zombie: dead, not yet reaped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return None
-    except OSError:  # no /proc (not Linux): fall back to a signal-0 probe
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass
-        return "?"
-    # Fields after the command name (field 2, which may hold spaces): state is field 3,
-    # the start time field 22. A zombie (killed, not yet reaped) is gone.
-    fields = stat.rpartition(")")[2].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    return fields[19]
 
 
 def launcher_token(pid: int | None = None) -> str:

@@ -70,7 +70,7 @@ class StoreMirror:
 
     def _open_store(self) -> CheckpointStore:
         if self._store is None:
-            from kinesis_spout.checkpoint.base import open_store
+            from kinesis_spout.checkpoint.factory import open_store
 
             opts = self.options
             assert opts.checkpoint_store is not None

@@ -12,10 +12,21 @@ import socket
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from kinesis_spout.testing.faultproxy import FaultProxy
+
+class FaultPlan(Protocol):
+    """What the HTTP side needs of :class:`~kinesis_spout.testing.faultproxy.FaultProxy`
+    (a protocol, so the two modules do not import each other)."""
+
+    upstream_url: str
+    _upstream_host: str
+    _upstream_port: int
+    _upstream_netloc: str
+
+    def _decide(self, operation: str) -> str: ...
+
+    def _count(self, what: str) -> None: ...
 
 log = logging.getLogger("kinesis_spout.testing.faultproxy")
 
@@ -132,7 +143,7 @@ class ProxyServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], proxy: FaultProxy) -> None:
+    def __init__(self, address: tuple[str, int], proxy: FaultPlan) -> None:
         self.proxy = proxy
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kinesis_spout.checkpoint.base import MemoryCheckpointStore, check_forward, open_store
+from kinesis_spout.checkpoint.base import MemoryCheckpointStore, check_forward
 from kinesis_spout.checkpoint.codec import decode_checkpoint, encode_checkpoint
+from kinesis_spout.checkpoint.factory import open_store
 from kinesis_spout.checkpoint.zk_layout import SecretFilter as _SecretFilter
 from kinesis_spout.checkpoint.zk_layout import ZkPaths, ZkUrl
 from kinesis_spout.errors import (
