@@ -14,11 +14,20 @@ Starts a moto server, puts ``--records`` records of ``--size`` bytes into a
 * **per-batch overhead**: the median time of a 1-record micro-batch
   through the same Spark path, in ms.
 
+* **executor reads** (``read_on = "executors"``, the job's default): the same
+  run at batch 10,000, read by the executors; ``vs_boto3`` is its records/s
+  over the boto3 ceiling (the keys above are driver reads, as before);
+* with ``--cluster``: the scale-out figures of both read modes on a
+  standalone cluster of two 1-core workers (see ``bench/spark_scale.py``):
+  ``driver_cpu_us_per_record``, ``reader_processes``, ``scaling_2_vs_1``,
+  ``records``/``lost``/``duplicates`` for executor reads, and the same under
+  ``driver_mode``.
+
 Spark starts once and is warmed up before the timed runs. Each job run uses
 a fresh job name (fresh checkpoints). With ``--json`` the last line is one
 JSON object (``job_rps_10k``, ``boto3_rps``, ``ratio_vs_boto3_10k`` ...).
 
-    python bench/spark_bench.py [--records 100000] [--size 200] [--json]
+    python bench/spark_bench.py [--records 100000] [--size 200] [--cluster] [--json]
 """
 
 from __future__ import annotations
@@ -56,8 +65,13 @@ from kinesis_spout.testing.streams import (  # noqa: E402
 )
 from tracker import SequenceKey  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import spark_scale  # noqa: E402
+from spark_scale import scale_figures  # noqa: E402
+
 SHARDS = 4
 STREAM = "bench-spark"
+CPU_STREAM = "bench-spark-cpu"
 BATCH_SIZES = (1_000, 10_000, 50_000)
 
 
@@ -93,7 +107,9 @@ def boto3_loop(client: Any, total: int) -> float:
     return read / elapsed
 
 
-def job_run(spark: Any, endpoint: str, tmp: Path, batch: int, total: int) -> dict[str, float]:
+def job_run(
+    spark: Any, endpoint: str, tmp: Path, batch: int, total: int, read_on: str = "driver"
+) -> dict[str, float]:
     """One job run over the whole stream; its throughput and per-batch figures."""
     cfg = SpoutConfig(
         stream_name=STREAM,
@@ -108,6 +124,7 @@ def job_run(spark: Any, endpoint: str, tmp: Path, batch: int, total: int) -> dic
         stop_when_idle=0.5,
         checkpoint_interval=5.0,
         message_timeout=0.0,
+        read_on=read_on,
     )
     reports: list[tuple[float, BatchReport]] = []
     start = time.perf_counter()
@@ -148,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=200, help="bytes per record")
     parser.add_argument("--json", action="store_true", help="one JSON object on the last line")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also the scale-out figures on a standalone cluster of two 1-core workers",
+    )
+    parser.add_argument("--cpu-records", type=int, default=16_000, help="CPU-bound runs' records")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -173,12 +196,28 @@ def main(argv: list[str] | None = None) -> int:
                     f"({r['batches']:.0f} batches, Spark {r['spark_ms_per_batch']:.0f} ms "
                     f"+ fill {r['fill_ms_per_batch']:.0f} ms per batch)"
                 )
+            job_run(spark, moto.endpoint_url, tmp, 10_000, args.records, "executors")  # warm-up
+            executors = job_run(spark, moto.endpoint_url, tmp, 10_000, args.records, "executors")
+            print(
+                f"job, executor reads, batch 10,000: {executors['rps']:>8,.0f} records/s "
+                f"({executors['batches']:.0f} batches)"
+            )
             boto_after = boto3_loop(client, args.records)
             print(f"boto3 GetRecords loop again: {boto_after:,.0f} records/s")
             overhead = batch_overhead_ms(spark)
             print(f"per-batch overhead (1-record micro-batch): {overhead:.0f} ms")
         finally:
             spark.stop()
+        scale = None
+        if args.cluster:
+            from pyspark import cloudpickle
+
+            cloudpickle.register_pickle_by_value(spark_scale)  # executors cannot import it
+            create_stream(client, CPU_STREAM, SHARDS)
+            put_records(client, CPU_STREAM, make_payloads(args.cpu_records, args.size))
+            scale = scale_figures(
+                moto.endpoint_url, tmp, STREAM, CPU_STREAM, args.records, args.cpu_records
+            )
 
     boto = (boto_before + boto_after) / 2
     result: dict[str, Any] = {
@@ -197,6 +236,21 @@ def main(argv: list[str] | None = None) -> int:
         result[f"ratio_vs_boto3_{key}"] = round(r["rps"] / boto, 3)
         result[f"spark_ms_per_batch_{key}"] = round(r["spark_ms_per_batch"], 1)
     print(f"job at 10,000: {result['ratio_vs_boto3_10k']:.2f}x the boto3 loop (goal >= 0.7)")
+    result["vs_boto3"] = round(executors["rps"] / boto, 3)
+    result["job_rps_executors_10k"] = round(executors["rps"])
+    print(f"executor reads at 10,000: {result['vs_boto3']:.2f}x the boto3 loop (goal >= 1.0)")
+    if scale is not None:
+        result.update(scale["executors"])
+        result["vs_boto3_driver_mode"] = result["ratio_vs_boto3_10k"]
+        result["driver_mode"] = scale["driver"] | {"vs_boto3": result["ratio_vs_boto3_10k"]}
+        for mode, figures in scale.items():
+            print(
+                f"{mode} reads on the cluster: driver CPU "
+                f"{figures['driver_cpu_us_per_record']:.2f} us/record (goal <= 2.0), "
+                f"{figures['reader_processes']} reader processes (goal >= 2), 2 vs 1 worker "
+                f"{figures['scaling_2_vs_1']:.2f}x (goal >= 1.5), lost {figures['lost']}, "
+                f"duplicates {figures['duplicates']} of {figures['records']} records"
+            )
     if args.json:
         print(json.dumps(result))
     return 0

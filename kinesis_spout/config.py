@@ -38,6 +38,10 @@ class InitialPosition(enum.Enum):
     AT_TIMESTAMP = "AT_TIMESTAMP"
 
 
+READ_ON = ("executors", "driver")
+"""Where the Spark job may read Kinesis (``read_on``)."""
+
+
 def _default_owner() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -121,6 +125,13 @@ class SpoutConfig:
     wait_for_lease: bool = False
     """A second driver of the same job (same job name and checkpoint store) waits for
     the running one to end instead of failing."""
+    read_on: str = "executors"
+    """Where the Spark job reads Kinesis: ``executors`` (one read task per shard and
+    micro-batch; only statuses and failed payloads reach the driver) or ``driver``
+    (the driver reads every record; faster for tiny streams and ``local[1]``)."""
+    process_partitions: int = 0
+    """Executor reads: spread the records read onto this many processing partitions
+    (0 = process each shard's records in its read task)."""
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -353,6 +364,12 @@ def _check_numbers(c: SpoutConfig) -> None:
     _check(c.max_in_flight >= 1, "max_in_flight", c.max_in_flight, "an integer >= 1")
     _check(c.batch_size >= 1, "batch_size", c.batch_size, "an integer >= 1")
     _check(c.max_batches >= 0, "max_batches", c.max_batches, "an integer >= 0")
+    _check(
+        0 <= c.process_partitions <= 100_000,
+        "process_partitions",
+        c.process_partitions,
+        "an integer between 0 and 100000",
+    )
 
 
 def _check_targets(c: SpoutConfig) -> None:
@@ -373,3 +390,4 @@ def _check_targets(c: SpoutConfig) -> None:
         c.sink,
         "none, console or parquet://DIR",
     )
+    _check(c.read_on in READ_ON, "read_on", c.read_on, " or ".join(READ_ON))

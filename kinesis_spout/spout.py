@@ -6,7 +6,7 @@
 how long the caller may sleep.
 
 Per shard it owns the spout keeps a :class:`~tracker.InflightRecordTracker`
-and a :class:`~kinesis_spout.kinesis.getter.BufferedShardGetter`:
+and a :class:`~kinesis_spout.kinesis.buffered.BufferedShardGetter`:
 
 * due retries are handed out before new records; new records come
   round-robin from the shards; a shard that has handed out ``max_in_flight``

@@ -101,8 +101,6 @@ class ZkPaths:
         return f"{self.workers(stream)}/{worker_id}"
 
 
-
-
 def check_component(field: str, value: str) -> None:
     if not value or "/" in value or value.startswith("@") or value in (".", ".."):
         raise ConfigError(field, value, "a non-empty name without '/' not starting with '@'")

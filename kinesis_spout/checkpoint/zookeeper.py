@@ -375,4 +375,3 @@ class ZooKeeperCheckpointStore:
         raise CheckpointStoreUnavailableError(
             f"{what}: {_CAS_ATTEMPTS} compare-and-set attempts lost to concurrent writers"
         )
-

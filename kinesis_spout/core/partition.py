@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import Iterable
 
 from kinesis_spout.deadletter import DeadLetterSink
-from kinesis_spout.kinesis.getter import BufferedShardGetter
+from kinesis_spout.kinesis.buffered import BufferedShardGetter
 from kinesis_spout.records import Checkpoint, Record, ShardState
 from tracker import InflightRecordTracker, SequenceKey
 

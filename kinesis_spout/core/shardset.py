@@ -31,7 +31,8 @@ from kinesis_spout.errors import (
     ThrottledError,
 )
 from kinesis_spout.kinesis.api import KinesisApi
-from kinesis_spout.kinesis.getter import BufferedShardGetter, KinesisShardGetter, ShardBatch
+from kinesis_spout.kinesis.buffered import BufferedShardGetter
+from kinesis_spout.kinesis.getter import KinesisShardGetter, ShardBatch
 from kinesis_spout.kinesis.shards import ShardMap, check_transition
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.records import Checkpoint, ShardState

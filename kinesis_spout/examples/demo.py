@@ -40,6 +40,7 @@ STATE_FILE = "demo-state.json"
 class DemoError(KinesisSpoutError):
     """The demo's output directory does not match what this run would do."""
 
+
 #: Dead letters listed one per line in the demo's report (the rest are counted).
 _DEAD_SHOWN = 10
 

@@ -66,7 +66,12 @@ from tracker import Backoff, SequenceKey
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BufferedShardGetter", "InvalidPositionError", "KinesisShardGetter", "ShardBatch"]
+__all__ = [
+    "GetterPosition",
+    "InvalidPositionError",
+    "KinesisShardGetter",
+    "ShardBatch",
+]
 
 NEVER = math.inf
 #: How far before the first LATEST iterator a re-open after its expiry starts.
@@ -108,6 +113,18 @@ class ShardBatch:
     """Records with the KPL magic but a bad checksum or body, handed on whole."""
 
 
+@dataclass(frozen=True, slots=True)
+class GetterPosition:
+    """A getter's read position: its open iterator, the last key it returned and,
+    before any, its initial position (see the module docstring)."""
+
+    iterator: str | None
+    after: SequenceKey | None
+    after_whole: bool
+    initial: InitialPosition
+    timestamp: datetime | None
+
+
 class KinesisShardGetter:
     """GetShardIterator + GetRecords for one shard; never blocks, never duplicates.
 
@@ -130,6 +147,8 @@ class KinesisShardGetter:
         max_calls_per_second: float = 5.0,
         empty_shard_backoff: float = 1.0,
         wall_clock: Callable[[], datetime] = _utcnow,
+        iterator: str | None = None,
+        after_whole: bool | None = None,
     ) -> None:
         if position is InitialPosition.AT_TIMESTAMP and timestamp is None and start is None:
             raise ValueError("position AT_TIMESTAMP needs a timestamp")
@@ -143,8 +162,10 @@ class KinesisShardGetter:
         self._timestamp = timestamp
         self._wall_clock = wall_clock
         self._after: SequenceKey | None = start
-        self._after_whole = start is not None and start.sub_sequence == 0
-        self._iterator: str | None = None
+        self._after_whole = (
+            start is not None and start.sub_sequence == 0 if after_whole is None else after_whole
+        )
+        self._iterator: str | None = iterator
         self._next_poll_at = -NEVER
         self._failures = 0
         self._ended = False
@@ -172,6 +193,25 @@ class KinesisShardGetter:
 
     def due(self, now: float) -> bool:
         return not self._ended and now >= self._next_poll_at
+
+    @property
+    def position(self) -> GetterPosition:
+        """Where the next read starts: what a reader elsewhere needs to continue."""
+        return GetterPosition(
+            self._iterator, self._after, self._after_whole, self._position, self._timestamp
+        )
+
+    def advance(
+        self, position: GetterPosition, *, ended: bool, behind: int | None, next_poll_at: float
+    ) -> None:
+        """A reader elsewhere (an executor) read on from :attr:`position` to ``position``."""
+        self._iterator = position.iterator
+        self._after, self._after_whole = position.after, position.after_whole
+        self._position, self._timestamp = position.initial, position.timestamp
+        self._ended = self._ended or ended
+        self.millis_behind_latest = behind
+        self.caught_up = not behind
+        self._next_poll_at = next_poll_at
 
     # --- polling ------------------------------------------------------------
     def poll(self, now: float) -> ShardBatch:
@@ -305,69 +345,3 @@ class KinesisShardGetter:
             self._position, self._timestamp = InitialPosition.AT_TIMESTAMP, opened
             return iterator
         return self.api.shard_iterator(self.shard_id, position=position, timestamp=timestamp)
-
-
-class BufferedShardGetter:
-    """A :class:`KinesisShardGetter` that keeps one GetRecords batch.
-
-    ``take(n, now)`` hands out up to ``n`` buffered records and fetches a new
-    batch only when the buffer is empty and the getter is due, so a caller
-    that takes little (a shard near its in-flight bound) never fetches ahead.
-    It calls nothing back: the owner collects the pages fetched (lineage, lag,
-    errors; their records are in the buffer) with :meth:`polled` after ``take``.
-    """
-
-    __slots__ = ("getter", "_buf", "_pos", "_polled")
-
-    def __init__(self, getter: KinesisShardGetter) -> None:
-        self.getter = getter
-        self._buf: list[Record] = []
-        self._pos = 0
-        self._polled: list[ShardBatch] = []
-
-    def polled(self) -> list[ShardBatch]:
-        """The pages fetched since the last call, oldest first (their records are
-        handed out by ``take``)."""
-        out, self._polled = self._polled, []
-        return out
-
-    @property
-    def shard_id(self) -> str:
-        return self.getter.shard_id
-
-    @property
-    def buffered(self) -> int:
-        return len(self._buf) - self._pos
-
-    @property
-    def ended(self) -> bool:
-        """Closed shard, and every record in it was taken."""
-        return self.getter.ended and self._pos >= len(self._buf)
-
-    def ready_at(self) -> float:
-        """Clock time at which ``take`` may return something (``-inf``: now)."""
-        if self._pos < len(self._buf):
-            return -NEVER
-        return self.getter.next_poll_at
-
-    def take(self, n: int, now: float) -> list[Record]:
-        """Up to ``n`` records, in shard order; ``[]`` if none is ready."""
-        buf = self._buf
-        pos = self._pos
-        if pos >= len(buf):
-            if n <= 0 or not self.getter.due(now):
-                return []
-            batch = self.getter.poll(now)
-            buf = self._buf = batch.records
-            pos = self._pos = 0
-            self._polled.append(batch)
-            if not buf:
-                return []
-        end = pos + n
-        out = buf if pos == 0 and end >= len(buf) else buf[pos:end]
-        if end >= len(buf):
-            self._buf = []
-            self._pos = 0
-        else:
-            self._pos = end
-        return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -9,8 +10,12 @@ from typing import Any
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.spark.driver import SparkDriver
+from kinesis_spout.spark.executor_driver import ExecutorDriver
+from kinesis_spout.spark.processing import RecordProcessor
 from kinesis_spout.spark.reports import BatchReport, JobSummary, SpoutLike, print_progress
 from kinesis_spout.spark.sinks import RowSink
+
+log = logging.getLogger(__name__)
 
 
 def build_driver(
@@ -24,8 +29,11 @@ def build_driver(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
-) -> SparkDriver:
-    """A ready :class:`SparkDriver` (not started).
+) -> SparkDriver | ExecutorDriver:
+    """A ready driver loop (not started): :class:`ExecutorDriver` for executor reads
+    (``read_on = "executors"``, the default, of a per-record function), else
+    :class:`SparkDriver` (the driver reads; transform and fan-out processing, a
+    ``spout`` or a ``row_sink`` object given by the caller).
 
     ``process``: a processor, a plain per-record function, or a
     ``"module:attr"`` spec (see :mod:`kinesis_spout.spark.processing`).
@@ -38,15 +46,21 @@ def build_driver(
     from kinesis_spout.spark.runner import SparkRunner
     from kinesis_spout.spark.sinks import open_sink
 
-    processor = (
-        load_processor(process, config)
-        if isinstance(process, str)
-        else as_processor(process, config)
-    )
+    processor = load_processor(process, config) if isinstance(process, str) else None
+    processor = processor or as_processor(process, config)
     if spark is None:
         from pyspark.sql import SparkSession
 
         spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
+    if config.read_on == "executors":
+        if isinstance(processor, RecordProcessor) and spout is None and row_sink is None:
+            return _executor_driver(config, spark, processor, clock, sleep, progress, rng)
+        log.warning(
+            "reading on the driver: executor reads run per-record functions with the "
+            "configured sink (this is %s%s)",
+            type(processor).__name__,
+            ", with a spout or row sink object" if spout or row_sink else "",
+        )
     sink = row_sink if row_sink is not None else open_sink(config.sink)
     runner = SparkRunner(spark, processor, sink)
     if spout is None:
@@ -54,15 +68,25 @@ def build_driver(
 
         spout = KinesisSpout(config, clock=clock, rng=rng)
     return SparkDriver(
-        config,
-        runner,
-        spout,
-        row_sink=sink,
-        n_sinks=runner.n_sinks,
-        clock=clock,
-        sleep=sleep,
-        progress=progress,
-        rng=rng,
+        config, runner, spout, row_sink=sink, n_sinks=runner.n_sinks, clock=clock,
+        sleep=sleep, progress=progress, rng=rng,
+    )  # fmt: skip
+
+
+def _executor_driver(
+    config: SpoutConfig,
+    spark: Any,
+    processor: RecordProcessor,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    progress: Callable[[BatchReport], None] | None,
+    rng: random.Random | None,
+) -> ExecutorDriver:
+    from kinesis_spout.spark.planner import ExecutorReadSpout
+
+    reader = ExecutorReadSpout(config, clock=clock, rng=rng)
+    return ExecutorDriver(
+        config, spark, processor.fn, reader, clock=clock, sleep=sleep, progress=progress
     )
 
 

@@ -45,7 +45,6 @@ from kinesis_spout.spark.reports import (
     BatchReport,
     JobSummary,
     RunLimits,
-    RunTotals,
     SpoutLike,
     _max_behind,
     _stat,
@@ -66,15 +65,13 @@ from kinesis_spout.spark.isolation import (
     PoisonJudge,
     run_split,
 )
+from kinesis_spout.spark.loop import MAX_WAIT, MIN_WAIT, StopControl
 from kinesis_spout.spark.runner import BatchOutcome, BatchRunner
 from kinesis_spout.spark.sinks import NullSink, RowSink
 
 log = logging.getLogger(__name__)
 
-MIN_WAIT = 0.005
-"""Shortest wait when the spout has nothing ready (guards against a 0 delay)."""
-MAX_WAIT = 0.5
-"""Longest single wait, so that a stop request is seen quickly."""
+
 @dataclass(slots=True)
 class _Batch:
     """A micro-batch from fill to apply."""
@@ -90,7 +87,7 @@ class _Batch:
     compute_seconds: float = 0.0
 
 
-class SparkDriver:
+class SparkDriver(StopControl):
     """Runs micro-batches until stopped, ``max_batches`` or ``stop_when_idle``.
 
     ``clock`` and ``sleep`` are injectable for tests; ``progress`` gets one
@@ -113,6 +110,7 @@ class SparkDriver:
         rng: random.Random | None = None,
         pipeline: bool = True,
     ) -> None:
+        super().__init__()
         self.config = config
         self.pipeline = pipeline
         self.runner = runner
@@ -126,24 +124,13 @@ class SparkDriver:
             if runner.needs_roots
             else None
         )
-        self._stop_reason: str | None = None
         self._batch_id = 0
         self._limits = RunLimits(config)
         self._last_completion: float | None = None
         self._judge = PoisonJudge()
-        self._totals = RunTotals()
         self.last_report: BatchReport | None = None
 
     # --- control -------------------------------------------------------------------
-
-    def request_stop(self, reason: str = "stop requested") -> None:
-        """Finish the current batch, then stop (safe to call from a signal handler)."""
-        if self._stop_reason is None:
-            self._stop_reason = reason
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop_reason is not None
 
     def run(self) -> JobSummary:
         """Open the spout, loop, and always end with a forced checkpoint and close.
@@ -194,9 +181,6 @@ class SparkDriver:
                 pool.shutdown(wait=False, cancel_futures=True)
             self._shutdown(failure)
         return self.summary(self.clock() - started)
-
-    def summary(self, seconds: float) -> JobSummary:
-        return self._totals.summary(seconds, self._stop_reason or "running")
 
     def _shutdown(self, failure: BaseException | None) -> None:
         try:
@@ -290,6 +274,7 @@ class SparkDriver:
         """The Spark part of a batch (any thread): outcomes are only collected."""
         t0 = self.clock()
         table = records_to_arrow(batch.records, batch.roots)
+
         def run(start: int, stop: int) -> BatchOutcome:
             outcome = self.runner.run(batch.batch_id, table, start, stop)
             if outcome.processed is not None and outcome.processed.num_rows:

@@ -52,14 +52,14 @@ class BatchFailedError(KinesisSpoutError):
 
 
 def run_split(
-run: Callable[[int, int], BatchOutcome],
-iso: Isolation,
-done: list[BatchOutcome],
-start: int,
-stop: int,
-*,
-batch_id: int,
-stopping: Callable[[], bool],
+    run: Callable[[int, int], BatchOutcome],
+    iso: Isolation,
+    done: list[BatchOutcome],
+    start: int,
+    stop: int,
+    *,
+    batch_id: int,
+    stopping: Callable[[], bool],
 ) -> None:
     """Run rows ``start..stop-1``; on a batch-level failure split in two.
 

@@ -160,6 +160,7 @@ def run_with_lease(
     from pyspark.sql import SparkSession
 
     from kinesis_spout.spark.build import build_driver
+    from kinesis_spout.spark.submit import check_deploy_mode
 
     spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
     spec_file = process.rpartition(":")[0]
@@ -167,6 +168,7 @@ def run_with_lease(
         spark.sparkContext.addPyFile(str(Path(spec_file).resolve()))
     print(describe(config, process), flush=True)
     try:
+        check_deploy_mode(config, str(spark.conf.get("spark.submit.deployMode", "client")))
         driver = build_driver(config, process, spark=spark)
     except KinesisSpoutError as exc:
         print(f"kinesis-spout job: error: {exc}", file=sys.stderr)

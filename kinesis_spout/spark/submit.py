@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-from kinesis_spout.config import FIELD_NAMES
-from kinesis_spout.errors import KinesisSpoutError
+from kinesis_spout.config import FIELD_NAMES, SpoutConfig
+from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.spark.launcher import LAUNCHER_ENV, launcher_token
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="extra Spark configuration (repeatable; overrides the defaults)",
     )
+    parser.add_argument(
+        "--deploy-mode",
+        choices=("client", "cluster"),
+        default="client",
+        help="where the driver runs: here (client, the default) or on the cluster",
+    )
     parser.add_argument("--spark-submit", metavar="PATH", help="the spark-submit program")
     parser.add_argument(
         "--dry-run", action="store_true", help="print the spark-submit command and exit"
@@ -117,6 +123,8 @@ def build_command(
             raise KinesisSpoutError(f"--spark-conf {item!r}: expected KEY=VALUE")
         conf[key] = value
     cmd = [spark_submit, "--master", args.master]
+    if getattr(args, "deploy_mode", "client") != "client":
+        cmd += ["--deploy-mode", args.deploy_mode]
     for key, value in conf.items():
         cmd += ["--conf", f"{key}={value}"]
     cmd.append(str(job_file()))
@@ -223,9 +231,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise KinesisSpoutError(
             "no processing given: --process module:function, or process = ... in the config file"
         )
+    conf = dict(item.partition("=")[::2] for item in args.spark_conf)
+    check_deploy_mode(config, conf.get("spark.submit.deployMode", args.deploy_mode))
     cmd = build_command(args, find_spark_submit(args.spark_submit), process)
     if args.dry_run:
         print(" ".join(cmd))
         return 0
     log.info("job %s: %s", config.job_name, " ".join(cmd))
     return supervise(cmd, job_environment(master=args.master))
+
+
+def check_deploy_mode(config: SpoutConfig, deploy_mode: str) -> None:
+    """In cluster deploy mode the driver may move to another machine between runs:
+    its checkpoints and dead letters must not be on its local disk."""
+    if deploy_mode != "cluster":
+        return
+    if config.checkpoint_store.startswith("file://"):
+        raise ConfigError(
+            "checkpoint_store",
+            config.checkpoint_store,
+            "a zk:// store in deploy mode cluster (the driver can move; a file:// store "
+            "would stay behind on the old machine)",
+        )
+    if config.dead_letter != "none":
+        raise ConfigError(
+            "dead_letter",
+            config.dead_letter,
+            "'none' in deploy mode cluster (dead letters go to the driver's local disk, "
+            "which can move); run with --deploy-mode client to keep them",
+        )

@@ -28,6 +28,7 @@ class FaultPlan(Protocol):
 
     def _count(self, what: str) -> None: ...
 
+
 log = logging.getLogger("kinesis_spout.testing.faultproxy")
 
 _JSON = "application/x-amz-json-1.1"

@@ -21,9 +21,9 @@ from kinesis_spout.errors import (
     TransientKinesisError,
 )
 from kinesis_spout.kinesis.api import KinesisApi
+from kinesis_spout.kinesis.buffered import BufferedShardGetter
 from kinesis_spout.kinesis.getter import (
     NEVER,
-    BufferedShardGetter,
     InvalidPositionError,
     KinesisShardGetter,
     ShardBatch,

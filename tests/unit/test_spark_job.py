@@ -169,3 +169,26 @@ def test_run_dry_run_prints_the_command(toml: Path, capsys: pytest.CaptureFixtur
 def test_demo_flags() -> None:
     args = build_parser().parse_args(["demo", "--output", "/tmp/x", "--sentences", "10"])
     assert (args.output, args.sentences, args.shards, args.fresh) == ("/tmp/x", 10, 2, False)
+
+
+def test_cluster_deploy_mode_refuses_driver_local_checkpoints_and_dead_letters(
+    toml: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kinesis_spout.cli import main
+    from kinesis_spout.config import SpoutConfig
+    from kinesis_spout.errors import ConfigError
+    from kinesis_spout.spark.submit import check_deploy_mode
+
+    local = ["--checkpoint-store", "file:///tmp/cp", "--deploy-mode", "cluster", "--dry-run"]
+    assert main(["run", "--config", str(toml), *local]) == 2
+    assert "checkpoint_store='file:///tmp/cp'" in capsys.readouterr().err
+    assert main(["run", "--config", str(toml), "--deploy-mode", "cluster", "--dry-run"]) == 2
+    assert "dead_letter='/var/dlq'" in capsys.readouterr().err
+    zk = SpoutConfig(checkpoint_store="zk://127.0.0.1:2181/x")
+    with pytest.raises(ConfigError, match="dead_letter"):
+        check_deploy_mode(zk, "cluster")
+    check_deploy_mode(zk.replace(dead_letter="none"), "cluster")
+    check_deploy_mode(SpoutConfig(), "client")
+    args = ["run", "--config", str(toml), "--checkpoint-store", "zk://127.0.0.1:2181/x"]
+    assert main([*args, "--dead-letter", "none", "--deploy-mode", "cluster", "--dry-run"]) == 0
+    assert "--deploy-mode cluster" in capsys.readouterr().out

@@ -17,6 +17,7 @@ from kinesis_spout.testing.servers import ZooKeeperServer
 
 pytestmark = pytest.mark.integration
 
+
 @pytest.fixture(params=["file", "zk"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> str:
     if request.param == "file":

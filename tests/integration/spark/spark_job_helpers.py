@@ -72,3 +72,42 @@ def failing_word_sink(bad: str) -> Callable[[Any], Any]:
 def accept(record: InputRecord) -> None:
     """Every record is fine, at once."""
     return None
+
+
+KILLER = b"KILLER"
+
+
+def log_deliveries(
+    directory: str, *, fail: bytes = POISON, kill: bytes = KILLER
+) -> Callable[[InputRecord], None]:
+    """A per-record function that leaves one file per delivery,
+    ``<shard>.<sequence>.<sub>.<attempt>.<partition>.<time ns>.<random>``; records
+    starting with ``fail`` raise, records starting with ``kill`` end the Python worker."""
+
+    def process(record: InputRecord) -> None:
+        import os
+
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        part = ctx.partitionId() if ctx is not None else -1
+        name = (
+            f"{record.shard_id}.{record.sequence_number}.{record.sub_sequence_number}."
+            f"{record.attempt}.{part}.{time.time_ns()}.{uuid.uuid4().hex[:8]}"
+        )
+        Path(directory, name).touch()
+        if record.data.startswith(kill):
+            os._exit(3)
+        if record.data.startswith(fail):
+            raise ValueError(f"poison record {record.data[:20]!r}")
+
+    return process
+
+
+def read_deliveries(directory: str | Path) -> list[tuple[str, str, int, int, int]]:
+    """(shard, sequence, attempt, partition, time ns) per delivery, by time."""
+    out = []
+    for p in Path(directory).iterdir():
+        shard, seq, _sub, attempt, part, t, _ = p.name.split(".")
+        out.append((shard, seq, int(attempt), int(part), int(t)))
+    return sorted(out, key=lambda d: d[4])

@@ -1,0 +1,165 @@
+"""The scale-out figures of ``spark_bench.py --cluster`` (executor reads vs driver reads).
+
+For each read mode (``executors``, ``driver``), on a standalone cluster of
+two 1-core workers started from PySpark's jars:
+
+* ``driver_cpu_us_per_record``: CPU time of the driver process (this Python
+  process: user + system, all threads) per record, batch 10,000, no-op function;
+* ``reader_processes``: distinct processes that called GetRecords;
+* ``scaling_2_vs_1``: records/s with two workers over one worker (the app
+  gets ``spark.cores.max`` 2, then 1), on a CPU-bound function (~200 µs of
+  pure-Python work per record);
+* ``lost`` / ``duplicates``: from a delivery log every executor appends each
+  processed message id to (one file per process), over every measured run.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.spark.build import build_driver
+from kinesis_spout.spark.executor_driver import ExecutorDriver
+from kinesis_spout.spark.processing import InputRecord
+from kinesis_spout.testing.cluster import StandaloneCluster, cluster_spark_conf
+from kinesis_spout.testing.spark import local_spark_session
+
+BURN_US = 200.0
+
+
+def _calibrate() -> int:
+    """Loop iterations of :func:`burn` that take about ``BURN_US`` µs here."""
+    n = 20_000
+    t = time.perf_counter()
+    _spin(n)
+    per = (time.perf_counter() - t) / n
+    return max(1, int(BURN_US * 1e-6 / per))
+
+
+def _spin(n: int) -> int:
+    x = 0
+    for i in range(n):
+        x += i * i
+    return x
+
+
+def logging_function(log_dir: str, spins: int) -> Any:
+    """A per-record function: ``spins`` loop iterations, then the message id appended
+    to ``<log_dir>/<pid>.log`` (O_APPEND, one write per record)."""
+    fds: dict[int, int] = {}
+
+    def process(record: InputRecord) -> None:
+        if spins:
+            _spin(spins)
+        pid = os.getpid()
+        fd = fds.get(pid)
+        if fd is None:
+            fd = fds[pid] = os.open(
+                os.path.join(log_dir, f"{pid}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND
+            )
+        os.write(fd, f"{record.shard_id}:{record.sequence_number}\n".encode())
+
+    return process
+
+
+def delivery_counts(log_dir: Path) -> Counter[str]:
+    seen: Counter[str] = Counter()
+    for p in log_dir.glob("*.log"):
+        seen.update(p.read_text().split())
+    return seen
+
+
+def _config(endpoint: str, tmp: Path, stream: str, read_on: str, batch: int) -> SpoutConfig:
+    return SpoutConfig(
+        stream_name=stream,
+        job_name=f"scale-{read_on}-{time.monotonic_ns()}",
+        endpoint_url=endpoint,
+        checkpoint_store=f"file://{tmp / 'checkpoints'}",
+        dead_letter=str(tmp / "dead-letter"),
+        batch_size=batch,
+        batch_max_wait=1.0,
+        max_in_flight=max(batch, 10_000),
+        empty_shard_backoff=0.2,
+        stop_when_idle=0.5,
+        checkpoint_interval=5.0,
+        message_timeout=0.0,
+        read_on=read_on,
+    )
+
+
+def cluster_run(
+    spark: Any, endpoint: str, tmp: Path, stream: str, read_on: str, spins: int, total: int
+) -> dict[str, Any]:
+    """One run over the whole stream; records/s, driver CPU, readers, deliveries."""
+    log_dir = tmp / f"log-{time.monotonic_ns()}"
+    log_dir.mkdir()
+    cfg = _config(endpoint, tmp, stream, read_on, 10_000)
+    last: list[float] = []
+    driver = build_driver(
+        cfg,
+        logging_function(str(log_dir), spins),
+        spark=spark,
+        progress=lambda r: last.append(time.perf_counter()),
+    )
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    summary = driver.run()
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    elapsed = (last[-1] if last else time.perf_counter()) - start
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    readers = len(driver.spout.readers) if isinstance(driver, ExecutorDriver) else 1
+    seen = delivery_counts(log_dir)
+    return {
+        "rps": summary.ok / elapsed if elapsed > 0 else 0.0,
+        "cpu_us_per_record": 1e6 * cpu / max(summary.ok, 1),
+        "readers": readers,
+        "lost": max(0, total - len(seen)),
+        "duplicates": sum(seen.values()) - len(seen),
+        "ok": summary.ok,
+    }
+
+
+def _session(cluster: StandaloneCluster, cores: int, name: str) -> Any:
+    conf = cluster_spark_conf(cluster)
+    conf["spark.cores.max"] = str(cores)
+    master = conf.pop("spark.master")
+    return local_spark_session(name, master=master, **conf)
+
+
+def scale_figures(
+    endpoint: str, tmp: Path, stream: str, cpu_stream: str, total: int, cpu_total: int
+) -> dict[str, dict[str, Any]]:
+    """The figures of both read modes on a two-worker cluster (see the module doc)."""
+    spins = _calibrate()
+    out: dict[str, dict[str, Any]] = {}
+    with StandaloneCluster(workers=2) as cluster:
+        for mode in ("executors", "driver"):
+            runs: list[dict[str, Any]] = []
+            rps: dict[int, float] = {}
+            for cores in (2, 1):
+                spark = _session(cluster, cores, f"scale-{mode}-{cores}")
+                try:
+                    if cores == 2:
+                        cluster_run(spark, endpoint, tmp, stream, mode, 0, total)  # warm-up
+                        runs.append(cluster_run(spark, endpoint, tmp, stream, mode, 0, total))
+                    r = cluster_run(spark, endpoint, tmp, cpu_stream, mode, spins, cpu_total)
+                    runs.append(r)
+                    rps[cores] = r["rps"]
+                finally:
+                    spark.stop()
+            out[mode] = {
+                "driver_cpu_us_per_record": round(runs[0]["cpu_us_per_record"], 2),
+                "reader_processes": runs[0]["readers"],
+                "scaling_2_vs_1": round(rps[2] / rps[1], 3),
+                "rps_cpu_bound_2": round(rps[2]),
+                "rps_cpu_bound_1": round(rps[1]),
+                "records": sum(r["ok"] for r in runs),
+                "lost": sum(r["lost"] for r in runs),
+                "duplicates": sum(r["duplicates"] for r in runs),
+            }
+    return out

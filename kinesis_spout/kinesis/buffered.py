@@ -1,0 +1,74 @@
+"""A :class:`KinesisShardGetter` that keeps one GetRecords page for its owner."""
+
+from __future__ import annotations
+
+from kinesis_spout.kinesis.getter import NEVER, KinesisShardGetter, ShardBatch
+from kinesis_spout.records import Record
+
+__all__ = ["BufferedShardGetter"]
+
+
+class BufferedShardGetter:
+    """A :class:`KinesisShardGetter` that keeps one GetRecords batch.
+
+    ``take(n, now)`` hands out up to ``n`` buffered records and fetches a new
+    batch only when the buffer is empty and the getter is due, so a caller
+    that takes little (a shard near its in-flight bound) never fetches ahead.
+    It calls nothing back: the owner collects the pages fetched (lineage, lag,
+    errors; their records are in the buffer) with :meth:`polled` after ``take``.
+    """
+
+    __slots__ = ("getter", "_buf", "_pos", "_polled")
+
+    def __init__(self, getter: KinesisShardGetter) -> None:
+        self.getter = getter
+        self._buf: list[Record] = []
+        self._pos = 0
+        self._polled: list[ShardBatch] = []
+
+    def polled(self) -> list[ShardBatch]:
+        """The pages fetched since the last call, oldest first (their records are
+        handed out by ``take``)."""
+        out, self._polled = self._polled, []
+        return out
+
+    @property
+    def shard_id(self) -> str:
+        return self.getter.shard_id
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf) - self._pos
+
+    @property
+    def ended(self) -> bool:
+        """Closed shard, and every record in it was taken."""
+        return self.getter.ended and self._pos >= len(self._buf)
+
+    def ready_at(self) -> float:
+        """Clock time at which ``take`` may return something (``-inf``: now)."""
+        if self._pos < len(self._buf):
+            return -NEVER
+        return self.getter.next_poll_at
+
+    def take(self, n: int, now: float) -> list[Record]:
+        """Up to ``n`` records, in shard order; ``[]`` if none is ready."""
+        buf = self._buf
+        pos = self._pos
+        if pos >= len(buf):
+            if n <= 0 or not self.getter.due(now):
+                return []
+            batch = self.getter.poll(now)
+            buf = self._buf = batch.records
+            pos = self._pos = 0
+            self._polled.append(batch)
+            if not buf:
+                return []
+        end = pos + n
+        out = buf if pos == 0 and end >= len(buf) else buf[pos:end]
+        if end >= len(buf):
+            self._buf = []
+            self._pos = 0
+        else:
+            self._pos = end
+        return out

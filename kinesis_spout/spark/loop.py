@@ -1,0 +1,30 @@
+"""What both micro-batch loops share: stop requests and the run's summary."""
+
+from __future__ import annotations
+
+from kinesis_spout.spark.reports import JobSummary, RunTotals
+
+MIN_WAIT = 0.005
+"""Shortest wait when nothing is ready (guards against a 0 delay)."""
+MAX_WAIT = 0.5
+"""Longest single wait, so that a stop request is seen quickly."""
+
+
+class StopControl:
+    """Stop requests (first reason wins) and the totals behind the summary."""
+
+    def __init__(self) -> None:
+        self._stop_reason: str | None = None
+        self._totals = RunTotals()
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Finish the current batch, then stop (safe to call from a signal handler)."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_reason is not None
+
+    def summary(self, seconds: float) -> JobSummary:
+        return self._totals.summary(seconds, self._stop_reason or "running")

@@ -1,0 +1,313 @@
+"""Executor reads, the driver's side: plan the read tasks, track what came back.
+
+:class:`ExecutorReadSpout` is a :class:`~kinesis_spout.spout.KinesisSpout`
+whose records are read by Spark tasks (:mod:`kinesis_spout.spark.readtask`)
+instead of by itself. It keeps everything else of the spout: shard lifecycle
+and resharding (parents drained before children), ownership, trackers, retry
+limit, dead letters (write-ahead), checkpoints and their store.
+
+Per micro-batch :meth:`plan` makes
+
+* one *retry task* per shard with due retries (the failed payloads it keeps),
+  before any new read, and
+* one *read task* per readable shard: its position (the shard's next iterator,
+  else after the last key read, else its initial position) and a record limit:
+  the smaller of ``batch_size / shards`` and the room in the shard's replay
+  window (``max_in_flight`` records read since its saved checkpoint; a window
+  half full saves early, as in driver mode). A draining, released, fenced or
+  ended shard gets no read task; a caught-up shard waits ``empty_shard_backoff``.
+
+:meth:`apply` takes the results. The payloads of records that were processed
+ok never come here: a read task's records are tracked *sparsely*: each failed
+record (with its payload, for its retries), the record just before it and the
+last record, so the tracker's checkpoint is exactly what it would be with
+every key (the untracked keys between them are done). Failed records are
+failed in their tracker: retried in a later retry task, or dead-lettered
+after ``retry_limit`` retries.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.core.partition import ShardPartition
+from kinesis_spout.kinesis.getter import KinesisShardGetter, ShardBatch
+from kinesis_spout.records import ShardState
+from kinesis_spout.spark.readtask import ReadPlan, ReadResult
+from kinesis_spout.spout import KinesisSpout
+from tracker import SequenceKey
+
+log = logging.getLogger(__name__)
+
+
+def sparse_marks(ok: bytearray, failed: Iterable[int]) -> list[tuple[int, bool]]:
+    """The records of a read to track, in order, as ``(index, failed?)``: each failed
+    record, the ok record just before it, and the last record if ok. With the
+    others done, a tracker of just these has the checkpoint one of all of them has."""
+    marks: list[tuple[int, bool]] = []
+    marked = -1
+    for i in sorted(failed):
+        if i - 1 > marked and ok[i - 1]:
+            marks.append((i - 1, False))
+        marks.append((i, True))
+        marked = i
+    n = len(ok)
+    if n and ok[n - 1] and n - 1 > marked:
+        marks.append((n - 1, False))
+    return marks
+
+
+class ReadWindow:
+    """Records read from a shard since its saved checkpoint, as (last key, count) runs."""
+
+    __slots__ = ("runs", "size")
+
+    def __init__(self) -> None:
+        self.runs: deque[tuple[SequenceKey, int]] = deque()
+        self.size = 0
+
+    def add(self, last: SequenceKey, count: int) -> None:
+        self.runs.append((last, count))
+        self.size += count
+
+    def trim(self, saved: SequenceKey | None) -> None:
+        """Forget the runs the saved checkpoint covers (a run it cuts stays whole)."""
+        runs = self.runs
+        while runs and saved is not None and runs[0][0] <= saved:
+            self.size -= runs.popleft()[1]
+
+
+class ExecutorReadSpout(KinesisSpout):
+    """A spout read by Spark tasks; see the module docstring."""
+
+    def __init__(self, config: SpoutConfig, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        self._windows: dict[str, ReadWindow] = {}
+        self.read_tasks = 0
+        self.retry_tasks = 0
+        self.readers: set[tuple[str, int]] = set()
+        """(executor, pid) of every task whose result was applied."""
+
+    # ------------------------------------------------------------------ planning
+    def plan(self, max_records: int) -> list[ReadPlan]:
+        """The tasks of the next micro-batch (retry tasks first); ``[]``: nothing to do."""
+        self._check_open()
+        now = self._clock()
+        self._tick(now)
+        if not self._active or max_records <= 0:
+            return []
+        plans: list[ReadPlan] = []
+        rotation = list(self._set.rotation)
+        left = max_records
+        for sh in rotation:
+            if sh.tracker is None or not sh.emitting or left <= 0:
+                continue
+            retries = sh.take_retries(now, left)
+            if retries:
+                plans.append(ReadPlan(len(plans), sh.shard_id, None, retries=tuple(retries)))
+                left -= len(retries)
+                self._rr.retried += len(retries)
+                self._metrics.increment("retries", len(retries), shard=sh.shard_id)
+        readable = [sh for sh in rotation if self._readable(sh, now)]
+        if readable and left > 0:
+            share = math.ceil(left / len(readable))
+            for sh in readable:
+                limit = min(share, self._room(sh, now))
+                if limit > 0:
+                    assert sh.reader is not None
+                    position = sh.reader.getter.position
+                    plans.append(ReadPlan(len(plans), sh.shard_id, position, limit))
+        return plans
+
+    def _readable(self, sh: ShardPartition, now: float) -> bool:
+        reader = sh.reader
+        return (
+            sh.state is ShardState.OPEN
+            and reader is not None
+            and sh.tracker is not None
+            and sh.emitting
+            and not sh.releasing
+            and reader.getter.due(now)
+        )
+
+    def _window(self, shard_id: str) -> ReadWindow:
+        w = self._windows.get(shard_id)
+        if w is None:
+            w = self._windows[shard_id] = ReadWindow()
+        return w
+
+    def _room(self, sh: ShardPartition, now: float) -> int:
+        """Records the shard may read now (its window saved early when half full)."""
+        w = self._window(sh.shard_id)
+        w.trim(sh.saved)
+        if w.size >= self._early_save_at:
+            self._save(sh, now)
+            w.trim(sh.saved)
+        return self.config.max_in_flight - w.size
+
+    def wake_in(self) -> float:
+        """Seconds until a plan may have a task (0: plan now)."""
+        self._check_open()
+        now = self._clock()
+        t = min(self._checkpoint_at, self._set.refresh_at)
+        if self._set.to_adopt or any(sh.drained for sh in self._set.draining):
+            return 0.0
+        for sh in self._set.rotation:
+            tracker, reader = sh.tracker, sh.reader
+            if tracker is None or not sh.emitting:
+                continue
+            due = tracker.next_retry_at()
+            if due is not None:
+                t = min(t, due)
+            if reader is not None and sh.state is ShardState.OPEN and not sh.releasing:
+                t = min(t, reader.getter.next_poll_at)
+            if tracker.in_flight and self.config.message_timeout:
+                t = min(t, now + 1.0)
+        return max(0.0, t - now)
+
+    # ------------------------------------------------------------------ results
+    def apply(self, results: Iterable[ReadResult]) -> tuple[int, int]:
+        """Track the results of a micro-batch's tasks; (acked, failed) records."""
+        now = self._clock()
+        acked = failed = 0
+        for res in results:
+            sh = self._set.shards.get(res.shard_id)
+            if sh is None or sh.tracker is None:
+                log.info("task %d: shard %s was released; result dropped", res.task, res.shard_id)
+                continue
+            self.readers.add((res.executor, res.pid))
+            if res.position is None:
+                a, f = self._apply_retries(sh, res, now)
+                self.retry_tasks += 1
+            else:
+                a, f = self._apply_read(sh, res, now)
+                self.read_tasks += 1
+            acked += a
+            failed += f
+        return acked, failed
+
+    def _apply_retries(self, sh: ShardPartition, res: ReadResult, now: float) -> tuple[int, int]:
+        tracker = sh.tracker
+        assert tracker is not None
+        acked = 0
+        for i, ok in enumerate(res.ok):
+            if ok and tracker.ack(res.key(i)):
+                acked += 1
+        self._acks.acked += acked
+        for i, rec in sorted(res.failed.items()):
+            self._acks.after_fail(sh, tracker.fail(rec.key, now, res.errors.get(i)))
+        return acked, len(res.failed)
+
+    def _apply_read(self, sh: ShardPartition, res: ReadResult, now: float) -> tuple[int, int]:
+        tracker = sh.tracker
+        assert tracker is not None and sh.reader is not None and res.position is not None
+        n = len(res)
+        emitted = tracker.emitted
+        fails = []
+        for i, is_failed in sparse_marks(res.ok, res.failed):
+            if is_failed:
+                rec = res.failed[i]
+                if emitted(rec.key, rec, now):
+                    fails.append((rec, res.errors.get(i)))
+            else:
+                key = res.key(i)
+                if emitted(key, None, now):
+                    tracker.ack(key)
+        if n:
+            self._window(sh.shard_id).add(res.key(n - 1), n)
+            self._rr.read += n
+            self._metrics.increment("records_read", n, shard=sh.shard_id)
+        acked = n - len(fails)
+        self._acks.acked += acked
+        for rec, error in fails:
+            self._acks.after_fail(sh, tracker.fail(rec.key, now, error))
+        self._take_end(sh, res, now)
+        return acked, len(fails)
+
+    def _take_end(self, sh: ShardPartition, res: ReadResult, now: float) -> None:
+        """The read's end: position, lag, lineage, odd aggregates, errors."""
+        assert sh.reader is not None and res.position is not None
+        cfg = self.config
+        getter = sh.reader.getter
+        if res.ended:
+            wait = math.inf
+        elif len(res) == 0 and res.throttled:
+            wait = now + cfg.throttle_backoff
+        elif not res.behind:
+            wait = now + cfg.empty_shard_backoff
+        else:
+            wait = now
+        getter.advance(res.position, ended=res.ended, behind=res.behind, next_poll_at=wait)
+        page = ShardBatch(
+            [],
+            wait,
+            ended=res.ended,
+            called=res.calls > 0,
+            millis_behind_latest=res.behind,
+            child_shards=res.child_shards,
+            aggregates=res.aggregates,
+            skipped=res.skipped,
+            skipped_tail=res.skipped_tail,
+            corrupt_aggregates=res.corrupt,
+        )
+        self._set.on_batch(sh, page)
+        if sh.skip_tail is not None:
+            sh.pass_skipped(now)
+        metrics = self._metrics
+        if res.throttled:
+            metrics.increment("kinesis_throttled", res.throttled, shard=sh.shard_id)
+        if res.expired:
+            metrics.increment("iterators_expired", res.expired, shard=sh.shard_id)
+        if res.last_error and not (res.throttled or res.expired):
+            metrics.increment("kinesis_errors", shard=sh.shard_id)
+
+    # ------------------------------------------------------------------ isolation
+    def fail_alone(self, plan: ReadPlan, error: str) -> int:
+        """Fail what a task of one record failed on alone (poison); the records failed.
+
+        A retry task's records are failed; a read task of limit 1 has its
+        record read here (one GetRecords call, limit 1) and failed, so that it
+        is retried and, after ``retry_limit`` retries, dead-lettered, while
+        the shard reads on after it.
+        """
+        sh = self._set.shards.get(plan.shard_id)
+        if sh is None or sh.tracker is None:
+            return 0
+        now = self._clock()
+        if plan.position is None:
+            for rec in plan.retries:
+                self._acks.after_fail(sh, sh.tracker.fail(rec.key, now, error))
+            return len(plan.retries)
+        assert self._api is not None
+        pos = plan.position
+        getter = KinesisShardGetter(
+            self._api,
+            plan.shard_id,
+            backoff=self._throttle_backoff,
+            start=pos.after,
+            after_whole=pos.after_whole,
+            iterator=pos.iterator,
+            position=pos.initial,
+            timestamp=pos.timestamp,
+            limit=1,
+            empty_shard_backoff=0.0,
+        )
+        page = getter.poll(now)
+        if page.error is not None or not page.records:
+            return 0  # not readable now: the next batch tries the shard again
+        res = ReadResult(plan.task, plan.shard_id, position=getter.position, calls=1)
+        for i, rec in enumerate(page.records):
+            res.seqs.append(rec.sequence_number)
+            res.subs.append(rec.sub_sequence_number)
+            res.ok.append(0)
+            res.errors[i] = error
+            res.failed[i] = rec
+        res.ended, res.behind = getter.ended, getter.millis_behind_latest
+        res.child_shards, res.aggregates = page.child_shards, page.aggregates
+        self._apply_read(sh, res, now)
+        return len(page.records)

@@ -1,0 +1,177 @@
+"""Running a micro-batch's read tasks on Spark, and isolating what fails them.
+
+One Spark job per micro-batch: an RDD of :class:`~kinesis_spout.spark.readtask.ReadPlan`
+(one partition per task), each task reading and processing on an executor,
+``collect`` of the :class:`~kinesis_spout.spark.readtask.ReadResult` s. Spark
+keeps one result per partition, so a task it ran again (a lost executor) is
+counted once. With ``process_partitions`` the records read are spread onto
+that many processing partitions (:mod:`kinesis_spout.spark.readshuffle`).
+
+A job that fails as a whole (a task failing ``spark.task.maxFailures`` times:
+a function that kills its Python worker, a Kinesis error that needs a human)
+is run again task by task; a read task that fails alone is run again with
+half its limit, a retry task with half its records, down to one record. Who
+fails alone is then judged as in driver mode
+(:mod:`kinesis_spout.spark.isolation`): poison (failed: retried, then
+dead-lettered) when something else ran, else a systematic error that stops the
+job with nothing failed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kinesis_spout.spark.arrow import format_error
+from kinesis_spout.spark.isolation import LONE_FAILURES, POISON_MEMORY, BatchFailedError
+from kinesis_spout.spark.processing import RecordFunction
+from kinesis_spout.spark.readshuffle import shuffled_results
+from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings, task_function
+from kinesis_spout.spark.runner import ProcessingContractError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ReadIsolation:
+    """Book-keeping of one micro-batch's re-runs after failed jobs."""
+
+    splits_left: int
+    splits: int = 0
+    succeeded: bool = False
+    exhausted: bool = False
+    alone: list[tuple[ReadPlan, str]] = field(default_factory=list)
+    abandoned: list[ReadPlan] = field(default_factory=list)
+    last_error: str = ""
+
+
+class ReadJobs:
+    """Runs read plans on a SparkSession; see the module docstring."""
+
+    def __init__(
+        self,
+        spark: Any,
+        fn: RecordFunction,
+        settings: ReadSettings,
+        *,
+        process_partitions: int = 0,
+        stopping: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.spark = spark
+        self.fn = fn
+        self.settings = settings
+        self.process_partitions = process_partitions
+        self.stopping = stopping
+        self.healthy = False
+        self.poison: dict[str, None] = {}
+
+    def run(self, batch_id: int, plans: list[ReadPlan]) -> tuple[list[ReadResult], ReadIsolation]:
+        """The results of the plans (re-run and split after failed jobs)."""
+        weight = sum(max(p.limit, len(p.retries)) for p in plans)
+        iso = ReadIsolation(splits_left=4 * math.ceil(math.log2(max(weight, 2))) + 4)
+        results = self._split(batch_id, plans, iso)
+        return results, iso
+
+    def collect(self, batch_id: int, plans: list[ReadPlan]) -> list[ReadResult]:
+        """One Spark job of these plans."""
+        sc = self.spark.sparkContext
+        sc.setJobDescription(f"kinesis-spout batch {batch_id}: {len(plans)} read tasks")
+        rdd = sc.parallelize(plans, len(plans))
+        if self.process_partitions:
+            return shuffled_results(
+                rdd, plans, self.settings, self.fn, batch_id, self.process_partitions
+            )
+        results: list[ReadResult] = rdd.mapPartitions(
+            task_function(self.settings, self.fn, batch_id)
+        ).collect()
+        return results
+
+    def _split(self, batch_id: int, plans: list[ReadPlan], iso: ReadIsolation) -> list[ReadResult]:
+        try:
+            results = self.collect(batch_id, plans)
+        except ProcessingContractError:
+            raise
+        except Exception as exc:
+            return self._after_failure(batch_id, plans, iso, format_error(exc))
+        iso.succeeded = True
+        return results
+
+    def _after_failure(
+        self, batch_id: int, plans: list[ReadPlan], iso: ReadIsolation, error: str
+    ) -> list[ReadResult]:
+        iso.last_error = error
+        if self.stopping():
+            log.warning(
+                "abandoning %d tasks of batch %d while stopping: %s", len(plans), batch_id, error
+            )
+            iso.abandoned.extend(plans)
+            return []
+        parts = _halves(plans)
+        if not parts:
+            iso.alone.append((plans[0], error))
+            return []
+        if iso.splits_left <= 0:
+            iso.exhausted = True
+            iso.abandoned.extend(plans)
+            return []
+        iso.splits_left -= 1
+        iso.splits += 1
+        log.warning(
+            "batch %d: a job of %d tasks failed (%s); running it again in %d parts",
+            batch_id,
+            len(plans),
+            error,
+            len(parts),
+        )
+        out: list[ReadResult] = []
+        for part in parts:
+            out += self._split(batch_id, part, iso)
+        return out
+
+    def judge(self, batch_id: int, iso: ReadIsolation) -> None:
+        """Raise :class:`BatchFailedError` unless the lone failures look like poison."""
+        ids = [r.message_id for plan, _ in iso.alone for r in plan.retries]
+        known = bool(ids) and len(ids) == len(iso.alone) and all(i in self.poison for i in ids)
+        before = self.healthy
+        if iso.succeeded:
+            self.healthy = True
+        elif not known:
+            self.healthy = False
+        lone_ok = not iso.exhausted and (known or (before and len(iso.alone) <= LONE_FAILURES))
+        if (iso.exhausted or iso.alone) and not (iso.succeeded or lone_ok):
+            raise BatchFailedError(
+                f"micro-batch {batch_id} failed as a whole even when split {iso.splits} times "
+                f"({len(iso.alone)} tasks of one record failing alone"
+                f"{', split budget used up' if iso.exhausted else ''}); nothing was failed "
+                f"and the unfinished records come back after a restart; last error: "
+                f"{iso.last_error}"
+            )
+        for i in ids:
+            self.poison[i] = None
+        while len(self.poison) > POISON_MEMORY:
+            del self.poison[next(iter(self.poison))]
+        if iso.exhausted:
+            raise BatchFailedError(
+                f"micro-batch {batch_id}: more tasks fail it than {iso.splits} re-runs can "
+                f"isolate; last error: {iso.last_error}"
+            )
+
+
+def _halves(plans: list[ReadPlan]) -> list[list[ReadPlan]]:
+    """How a failed job is run again: task by task, then each task halved; [] at one record."""
+    if len(plans) > 1:
+        return [[p] for p in plans]
+    plan = plans[0]
+    if plan.is_retry and len(plan.retries) > 1:
+        mid = len(plan.retries) // 2
+        return [
+            [dataclasses.replace(plan, retries=plan.retries[:mid])],
+            [dataclasses.replace(plan, retries=plan.retries[mid:])],
+        ]
+    if not plan.is_retry and plan.limit > 1:
+        return [[dataclasses.replace(plan, limit=plan.limit // 2)]]
+    return []

@@ -1,0 +1,156 @@
+"""Executor reads with ``process_partitions``: records spread past the shards.
+
+The read tasks (one per shard) only read; their records go through a Spark
+shuffle to ``process_partitions`` processing tasks (record ``i`` of task
+``t`` to partition ``(t + i) % P``), which run the function and return one
+status row per record (the payload only of a failed one). Each read task
+also sends its end (a :class:`~kinesis_spout.spark.readtask.ReadResult`
+without statuses, and its record count) through the shuffle. Nothing goes
+to the driver but statuses and those ends.
+
+A read task that Spark runs again (a lost shuffle output) reads the same
+records from the same position, so record ``i`` of a task is the same record
+in every attempt. The driver checks that every record ``0..n-1`` of a task
+came back exactly once; if not (attempts that read different lengths were
+mixed) the task's read is dropped: its position does not move, and the same
+records are read again in the next batch (at-least-once, nothing skipped).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kinesis_spout.records import Record
+from kinesis_spout.spark.arrow import format_error
+from kinesis_spout.spark.processing import RecordFunction
+from kinesis_spout.spark.readtask import (
+    ReadPlan,
+    ReadResult,
+    ReadSettings,
+    as_input,
+    executor_id,
+    read_shard,
+    write_rows,
+)
+
+log = logging.getLogger(__name__)
+
+Status = tuple[str, int, int, str, int, str | None, Record | None]
+"""("s", task, index, sequence, sub, error or None, payload if failed)."""
+LOST = "its status was lost in a re-run of the processing stage"
+
+
+def _read_stage(
+    settings: ReadSettings, parts: int
+) -> Callable[[Iterator[ReadPlan]], Iterator[tuple[int, Any]]]:
+    def run(plans: Iterator[ReadPlan]) -> Iterator[tuple[int, Any]]:
+        import os
+
+        for plan in plans:
+            res = ReadResult(plan.task, plan.shard_id, executor=executor_id(), pid=os.getpid())
+            records: list[Record] = list(plan.retries)
+            if not plan.is_retry:
+                read_shard(plan, settings, records.extend, res)
+            for i, r in enumerate(records):
+                yield (plan.task + i) % parts, ("r", plan.task, i, r)
+            yield plan.task % parts, ("m", plan.task, res, len(records))
+
+    return run
+
+
+def _process_stage(
+    settings: ReadSettings, fn: RecordFunction, batch_id: int
+) -> Callable[[Iterator[tuple[int, Any]]], Iterator[Any]]:
+    def run(items: Iterator[tuple[int, Any]]) -> Iterator[Any]:
+        keep: list[Record] = []
+        for _, item in items:
+            if item[0] == "m":
+                yield item
+                continue
+            _, task, i, r = item
+            try:
+                fn(as_input(r))
+            except Exception as exc:  # any user error fails the record
+                yield ("s", task, i, r.sequence_number, r.sub_sequence_number, format_error(exc), r)
+            else:
+                yield ("s", task, i, r.sequence_number, r.sub_sequence_number, None, None)
+                if settings.sink != "none":
+                    keep.append(r)
+        if keep:
+            write_rows(settings.sink, batch_id, keep)
+
+    return run
+
+
+def shuffled_results(
+    rdd: Any,
+    plans: list[ReadPlan],
+    settings: ReadSettings,
+    fn: RecordFunction,
+    batch_id: int,
+    parts: int,
+) -> list[ReadResult]:
+    """Read, shuffle onto ``parts`` partitions, process; the results per plan."""
+    rows = (
+        rdd.mapPartitions(_read_stage(settings, parts))
+        .partitionBy(parts, lambda k: k)
+        .mapPartitions(_process_stage(settings, fn, batch_id))
+        .collect()
+    )
+    return assemble(plans, rows)
+
+
+def assemble(plans: list[ReadPlan], rows: list[Any]) -> list[ReadResult]:
+    """Each plan's result from the status rows and ends; checked (module docstring)."""
+    ends: dict[int, tuple[ReadResult, int]] = {}
+    statuses: dict[int, dict[int, Status]] = {}
+    for row in rows:
+        if row[0] == "m":
+            ends[row[1]] = (row[2], row[3])
+        else:
+            statuses.setdefault(row[1], {})[row[2]] = row
+    out: list[ReadResult] = []
+    for plan in plans:
+        end = ends.get(plan.task)
+        got = statuses.get(plan.task, {})
+        if end is None:
+            log.warning("task %d (shard %s): no end came back; dropped", plan.task, plan.shard_id)
+            continue
+        res, n = end
+        if (len(got) != n or (n and max(got) != n - 1)) and not plan.is_retry:
+            log.warning(
+                "task %d (shard %s): %d of %d statuses (re-run attempts mixed); "
+                "the same records are read again",
+                plan.task,
+                plan.shard_id,
+                len(got),
+                n,
+            )
+            continue
+        _fill(res, plan, got, n)
+        out.append(res)
+    return out
+
+
+def _fill(res: ReadResult, plan: ReadPlan, got: dict[int, Status], n: int) -> None:
+    for i in range(n):
+        st = got.get(i)
+        if st is None:  # a retry whose status was lost: failed again (it stays known)
+            r = plan.retries[i]
+            res.seqs.append(r.sequence_number)
+            res.subs.append(r.sub_sequence_number)
+            res.ok.append(0)
+            res.errors[i] = LOST
+            res.failed[i] = r
+            continue
+        res.seqs.append(st[3])
+        res.subs.append(st[4])
+        if st[5] is None:
+            res.ok.append(1)
+        else:
+            res.ok.append(0)
+            res.errors[i] = st[5]
+            assert st[6] is not None
+            res.failed[i] = st[6]

@@ -1,0 +1,173 @@
+"""Executor reads (``read_on = "executors"``) in local mode: moto, kinesis-mock, real Spark.
+
+The executors read, de-aggregate and process; the driver gets statuses, the
+payloads of failed records only, and each read's end.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spark_job_helpers import KILLER, POISON, log_deliveries, read_deliveries
+
+from kinesis_spout.checkpoint import open_store
+from kinesis_spout.deadletter import read_dead_letters
+from kinesis_spout.spark.build import build_driver
+from kinesis_spout.spark.executor_driver import ExecutorDriver
+from kinesis_spout.spark.readtask import ReadResult
+from kinesis_spout.testing.servers import KinesisMock
+from kinesis_spout.testing.streams import (
+    create_stream,
+    emulator_client,
+    make_payloads,
+    put_records,
+    wait_active,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
+
+
+def checkpoints(url: str, job: str, stream: str) -> dict[str, tuple[str | None, bool]]:
+    store = open_store(url, job)
+    try:
+        return {s: (cp.sequence_number, cp.shard_end) for s, cp in store.load(stream).items()}
+    finally:
+        store.close()
+
+
+def last_per_shard(put: list[tuple[str, str]]) -> dict[str, str]:
+    last: dict[str, int] = {}
+    for shard, seq in put:
+        last[shard] = max(last.get(shard, 0), int(seq))
+    return {s: str(v) for s, v in last.items()}
+
+
+def spy_results(driver: ExecutorDriver) -> list[ReadResult]:
+    seen: list[ReadResult] = []
+    apply = driver.spout.apply
+
+    def spy(results: Any) -> tuple[int, int]:
+        results = list(results)
+        seen.extend(results)
+        return apply(results)
+
+    driver.spout.apply = spy  # type: ignore[method-assign]
+    return seen
+
+
+def test_only_statuses_and_failed_payloads_reach_the_driver(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+) -> None:
+    create_stream(moto_client, unique_name, 4)
+    items = make_payloads(1200, 150)
+    bad = set(range(7, 1200, 100))
+    for i in bad:
+        items[i] = (items[i][0], POISON + b"-%d" % i)
+    put = put_records(moto_client, unique_name, items)
+    deliveries = tmp_path / "deliveries"
+    deliveries.mkdir()
+    cfg = job_config(retry_limit=1, batch_size=400, max_in_flight=250)
+    driver = build_driver(cfg, log_deliveries(str(deliveries)), spark=spark, progress=None)
+    assert isinstance(driver, ExecutorDriver)
+    results = spy_results(driver)
+    summary = driver.run()
+
+    poison_ids = {f"{put[i][0]}:{put[i][1]}" for i in bad}
+    payloads = [r for res in results for r in res.failed.values()]
+    assert {r.message_id for r in payloads} == poison_ids  # nothing else came back
+    assert len(payloads) == 2 * len(bad)  # first delivery + one retry each
+    assert all(r.data.startswith(POISON) for r in payloads)
+    assert sum(len(res) for res in results if res.position is not None) == 1200
+    assert all(pid != os.getpid() for _, pid in driver.spout.readers)  # read on executors
+    got = Counter((s, q) for s, q, *_ in read_deliveries(deliveries))
+    assert set(got) == set(put)
+    assert all(n == 1 for k, n in got.items() if f"{k[0]}:{k[1]}" not in poison_ids)
+    dead = read_dead_letters(cfg.dead_letter)
+    assert sorted(d["message_id"] for d in dead) == sorted(poison_ids)
+    assert summary.ok == 1200 - len(bad) and summary.dead_lettered == len(bad)
+    stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
+    assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
+
+
+def test_a_record_that_kills_its_python_worker_is_isolated_and_dead_lettered(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+) -> None:
+    create_stream(moto_client, unique_name, 2)
+    items = make_payloads(120, 100)
+    items[50] = (items[50][0], KILLER)
+    put = put_records(moto_client, unique_name, items)
+    deliveries = tmp_path / "deliveries"
+    deliveries.mkdir()
+    cfg = job_config(retry_limit=1, batch_size=200)
+    summary = run(cfg, log_deliveries(str(deliveries)), spark)
+
+    killer = f"{put[50][0]}:{put[50][1]}"
+    dead = read_dead_letters(cfg.dead_letter)
+    assert [d["message_id"] for d in dead] == [killer] and dead[0]["attempts"] == 2
+    got = {(s, q) for s, q, *_ in read_deliveries(deliveries)}
+    assert got == set(put)
+    assert summary.ok == 119 and summary.dead_lettered == 1
+    stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
+    assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
+
+
+def run(cfg: Any, fn: Any, spark: Any) -> Any:
+    driver = build_driver(cfg, fn, spark=spark, progress=None)
+    assert isinstance(driver, ExecutorDriver)
+    return driver.run()
+
+
+def test_process_partitions_spread_the_records_past_the_shards(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+) -> None:
+    create_stream(moto_client, unique_name, 2)
+    items = make_payloads(600, 100)
+    for i in (10, 400):
+        items[i] = (items[i][0], POISON + b"-%d" % i)
+    put = put_records(moto_client, unique_name, items)
+    deliveries = tmp_path / "deliveries"
+    deliveries.mkdir()
+    cfg = job_config(retry_limit=0, batch_size=600, process_partitions=5)
+    summary = run(cfg, log_deliveries(str(deliveries)), spark)
+
+    seen = read_deliveries(deliveries)
+    assert {(s, q) for s, q, *_ in seen} == set(put) and len(seen) == 600
+    assert len({part for *_, part, _t in seen}) >= 3  # more partitions than shards
+    assert summary.ok == 598 and summary.dead_lettered == 2
+    stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
+    assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
+
+
+def test_a_split_shard_is_drained_before_its_children_are_read(
+    spark: Any, kinesis_mock: KinesisMock, job_config: Any, unique_name: str, tmp_path: Path
+) -> None:
+    client = emulator_client(kinesis_mock.endpoint_url)
+    create_stream(client, unique_name, 1)
+    before = put_records(client, unique_name, make_payloads(150, 80, prefix="a"))
+    parent = "shardId-000000000000"
+    shard = client.list_shards(StreamName=unique_name)["Shards"][0]
+    lo, hi = (int(shard["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
+    client.split_shard(
+        StreamName=unique_name, ShardToSplit=parent, NewStartingHashKey=str((lo + hi) // 2)
+    )
+    wait_active(client, unique_name)
+    after = put_records(client, unique_name, make_payloads(150, 80, prefix="b"))
+    deliveries = tmp_path / "deliveries"
+    deliveries.mkdir()
+    cfg = job_config(endpoint_url=kinesis_mock.endpoint_url, batch_size=40, stop_when_idle=3.0)
+    summary = run(cfg, log_deliveries(str(deliveries)), spark)
+
+    seen = read_deliveries(deliveries)
+    assert Counter((s, q) for s, q, *_ in seen) == Counter(before + after)
+    last_parent = max(t for s, *_, t in seen if s == parent)
+    first_child = min(t for s, *_, t in seen if s != parent)
+    assert last_parent < first_child
+    assert summary.ok == 300
+    stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
+    assert stored[parent][1] is True
+    children = {s: q for s, q in last_per_shard(after).items()}
+    assert {s: seq for s, (seq, _) in stored.items() if s != parent} == children

@@ -1,0 +1,127 @@
+"""Pure logic of executor reads: sparse tracking, replay windows, result checks, re-runs."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kinesis_spout.config import InitialPosition
+from kinesis_spout.kinesis.getter import GetterPosition
+from kinesis_spout.records import Record
+from kinesis_spout.spark.planner import ReadWindow, sparse_marks
+from kinesis_spout.spark.readjobs import _halves
+from kinesis_spout.spark.readshuffle import LOST, assemble
+from kinesis_spout.spark.readtask import ReadPlan, ReadResult
+from tracker import InflightRecordTracker, SequenceKey
+
+reads = st.lists(st.lists(st.booleans(), min_size=0, max_size=12), min_size=1, max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(reads=reads, seed=st.integers(0, 2**16))
+def test_tracking_only_the_sparse_marks_gives_the_checkpoint_of_every_key(
+    reads: list[list[bool]], seed: int
+) -> None:
+    dense: InflightRecordTracker[int] = InflightRecordTracker(100)
+    sparse: InflightRecordTracker[int] = InflightRecordTracker(100)
+    pending: list[SequenceKey] = []
+    seq = 0
+    for oks in reads:
+        keys = [SequenceKey(seq + i + 1, 0) for i in range(len(oks))]
+        seq += len(oks)
+        for k, ok in zip(keys, oks, strict=True):
+            dense.emitted(k, 0)
+            if ok:
+                dense.ack(k)
+        ok_bytes = bytearray(int(o) for o in oks)
+        failed = [i for i, o in enumerate(oks) if not o]
+        for i, is_failed in sparse_marks(ok_bytes, failed):
+            sparse.emitted(keys[i], 0)
+            if not is_failed:
+                sparse.ack(keys[i])
+        for i in failed:
+            dense.fail(keys[i])
+            sparse.fail(keys[i])
+            pending.append(keys[i])
+        assert sparse.checkpoint == dense.checkpoint
+    random.Random(seed).shuffle(pending)
+    for k in pending:
+        dense.ack(k)
+        sparse.ack(k)
+        assert sparse.checkpoint == dense.checkpoint
+    assert sparse.in_flight == dense.in_flight == 0
+
+
+def test_sparse_marks_track_failures_their_neighbours_and_the_end() -> None:
+    ok = bytearray([1, 1, 0, 1, 0, 0, 1, 1])
+    assert sparse_marks(ok, [2, 4, 5]) == [
+        (1, False),
+        (2, True),
+        (3, False),
+        (4, True),
+        (5, True),
+        (7, False),
+    ]
+    assert sparse_marks(bytearray([1] * 5), []) == [(4, False)]
+    assert sparse_marks(bytearray(), []) == []
+
+
+def test_a_read_window_forgets_only_the_runs_a_save_covers() -> None:
+    w = ReadWindow()
+    w.add(SequenceKey(10, 0), 10)
+    w.add(SequenceKey(20, 0), 10)
+    w.trim(SequenceKey(15, 0))  # cuts the second run: it stays whole
+    assert w.size == 10
+    w.trim(None)
+    assert w.size == 10
+    w.trim(SequenceKey(20, 0))
+    assert w.size == 0
+
+
+def _rec(seq: int) -> Record:
+    return Record("s", "shard-1", str(seq), 0, "pk", b"x", None, SequenceKey(seq, 0))
+
+
+POS = GetterPosition(None, SequenceKey(1, 0), True, InitialPosition.TRIM_HORIZON, None)
+
+
+def test_assemble_drops_a_read_whose_statuses_came_from_mixed_attempts() -> None:
+    plan = ReadPlan(0, "shard-1", POS, limit=10)
+    end = ReadResult(0, "shard-1", position=POS)
+    rows = [("m", 0, end, 3), ("s", 0, 0, "5", 0, None, None), ("s", 0, 2, "7", 0, None, None)]
+    assert assemble([plan], rows) == []  # record 1 missing: read again, nothing tracked
+
+
+def test_assemble_fills_a_complete_read_in_record_order() -> None:
+    plan = ReadPlan(0, "shard-1", POS, limit=10)
+    end = ReadResult(0, "shard-1", position=POS)
+    bad = _rec(6)
+    rows = [
+        ("s", 0, 1, "6", 0, "ValueError: no", bad),
+        ("m", 0, end, 3),
+        ("s", 0, 2, "7", 0, None, None),
+        ("s", 0, 0, "5", 0, None, None),
+    ]
+    (res,) = assemble([plan], rows)
+    assert res.seqs == ["5", "6", "7"] and res.ok == bytearray([1, 0, 1])
+    assert res.failed == {1: bad} and res.errors == {1: "ValueError: no"}
+
+
+def test_assemble_fails_a_retry_whose_status_was_lost() -> None:
+    retries = (_rec(3), _rec(4))
+    plan = ReadPlan(0, "shard-1", None, retries=retries)
+    rows = [("m", 0, ReadResult(0, "shard-1"), 2), ("s", 0, 0, "3", 0, None, None)]
+    (res,) = assemble([plan], rows)
+    assert res.ok == bytearray([1, 0]) and res.errors == {1: LOST} and res.failed == {1: retries[1]}
+
+
+def test_a_failed_job_runs_again_task_by_task_then_halved_down_to_one_record() -> None:
+    a = ReadPlan(0, "a", POS, limit=8)
+    b = ReadPlan(1, "b", None, retries=(_rec(1), _rec(2), _rec(3)))
+    assert _halves([a, b]) == [[a], [b]]
+    assert [p[0].limit for p in _halves([a])] == [4]
+    assert [len(p[0].retries) for p in _halves([b])] == [1, 2]
+    assert _halves([ReadPlan(0, "a", POS, limit=1)]) == []
+    assert _halves([ReadPlan(0, "b", None, retries=(_rec(1),))]) == []
