@@ -6,7 +6,7 @@ the SIGKILL test and the demo test start ``spark-submit``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import pytest
 import spark_job_helpers
 
 from kinesis_spout.config import SpoutConfig
+from kinesis_spout.testing.cluster import StandaloneCluster
 from kinesis_spout.testing.servers import MotoServer
 
 
@@ -49,3 +50,10 @@ def job_config(moto_server: MotoServer, unique_name: str, tmp_path: Path) -> Job
         return SpoutConfig(**values)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def spark_cluster() -> Iterator[StandaloneCluster]:
+    """A standalone cluster (master + two 1-core workers) from PySpark's jars."""
+    with StandaloneCluster(workers=2) as cluster:
+        yield cluster

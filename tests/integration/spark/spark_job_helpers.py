@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.spark.processing import (
@@ -77,23 +77,35 @@ def accept(record: InputRecord) -> None:
 KILLER = b"KILLER"
 
 
+class Delivery(NamedTuple):
+    shard: str
+    seq: str
+    attempt: int
+    partition: int
+    executor: int
+    """The pid of the Python daemon the worker was forked from: one per executor."""
+    t: int
+
+
 def log_deliveries(
-    directory: str, *, fail: bytes = POISON, kill: bytes = KILLER
+    directory: str, *, fail: bytes = POISON, kill: bytes = KILLER, sleep_ms: float = 0.0
 ) -> Callable[[InputRecord], None]:
-    """A per-record function that leaves one file per delivery,
-    ``<shard>.<sequence>.<sub>.<attempt>.<partition>.<time ns>.<random>``; records
-    starting with ``fail`` raise, records starting with ``kill`` end the Python worker."""
+    """A per-record function that leaves one file per delivery (see :class:`Delivery`);
+    records starting with ``fail`` raise, records starting with ``kill`` end the
+    Python worker; every record takes ``sleep_ms`` first."""
 
     def process(record: InputRecord) -> None:
         import os
 
         from pyspark import TaskContext
 
+        if sleep_ms:
+            time.sleep(sleep_ms / 1000)
         ctx = TaskContext.get()
         part = ctx.partitionId() if ctx is not None else -1
         name = (
             f"{record.shard_id}.{record.sequence_number}.{record.sub_sequence_number}."
-            f"{record.attempt}.{part}.{time.time_ns()}.{uuid.uuid4().hex[:8]}"
+            f"{record.attempt}.{part}.{os.getppid()}.{time.time_ns()}.{uuid.uuid4().hex[:8]}"
         )
         Path(directory, name).touch()
         if record.data.startswith(kill):
@@ -104,10 +116,21 @@ def log_deliveries(
     return process
 
 
-def read_deliveries(directory: str | Path) -> list[tuple[str, str, int, int, int]]:
-    """(shard, sequence, attempt, partition, time ns) per delivery, by time."""
+def read_deliveries(directory: str | Path) -> list[Delivery]:
+    """Every delivery logged by :func:`log_deliveries`, by time."""
     out = []
     for p in Path(directory).iterdir():
-        shard, seq, _sub, attempt, part, t, _ = p.name.split(".")
-        out.append((shard, seq, int(attempt), int(part), int(t)))
-    return sorted(out, key=lambda d: d[4])
+        shard, seq, _sub, attempt, part, ex, t, _ = p.name.split(".")
+        out.append(Delivery(shard, seq, int(attempt), int(part), int(ex), int(t)))
+    return sorted(out, key=lambda d: d.t)
+
+
+@processor_factory
+def logged_job(config: SpoutConfig) -> RecordProcessor:
+    """:func:`log_deliveries` into ``$KSPOUT_TEST_DELIVERIES``, ``$KSPOUT_TEST_SLOW_MS``
+    per record (for jobs started with ``kinesis-spout run``)."""
+    import os
+
+    directory = os.environ["KSPOUT_TEST_DELIVERIES"]
+    slow = float(os.environ.get("KSPOUT_TEST_SLOW_MS", "0"))
+    return per_record(log_deliveries(directory, sleep_ms=slow), name="logged")

@@ -136,7 +136,7 @@ def test_process_partitions_spread_the_records_past_the_shards(
 
     seen = read_deliveries(deliveries)
     assert {(s, q) for s, q, *_ in seen} == set(put) and len(seen) == 600
-    assert len({part for *_, part, _t in seen}) >= 3  # more partitions than shards
+    assert len({d.partition for d in seen}) >= 3  # more partitions than shards
     assert summary.ok == 598 and summary.dead_lettered == 2
     stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
     assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
@@ -163,8 +163,8 @@ def test_a_split_shard_is_drained_before_its_children_are_read(
 
     seen = read_deliveries(deliveries)
     assert Counter((s, q) for s, q, *_ in seen) == Counter(before + after)
-    last_parent = max(t for s, *_, t in seen if s == parent)
-    first_child = min(t for s, *_, t in seen if s != parent)
+    last_parent = max(d.t for d in seen if d.shard == parent)
+    first_child = min(d.t for d in seen if d.shard != parent)
     assert last_parent < first_child
     assert summary.ok == 300
     stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)

@@ -1,0 +1,184 @@
+"""Executor reads on a real Spark standalone cluster (master + two 1-core workers on
+loopback, from PySpark's jars), submitted with ``kinesis-spout run --master spark://``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import spark_job_helpers
+from spark_job_helpers import POISON, read_deliveries
+
+from kinesis_spout.checkpoint import open_store
+from kinesis_spout.deadletter import read_dead_letters
+from kinesis_spout.testing.cluster import StandaloneCluster, cluster_spark_conf
+from kinesis_spout.testing.servers import MotoServer
+from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(400)]
+
+
+def start_job(
+    cluster: StandaloneCluster,
+    moto: MotoServer,
+    stream: str,
+    tmp: Path,
+    *extra: str,
+    slow_ms: float = 0.0,
+) -> subprocess.Popen[str]:
+    conf = [
+        f"--spark-conf={k}={v}"
+        for k, v in cluster_spark_conf(cluster).items()
+        if k != "spark.master"
+    ]
+    cmd = [
+        str(Path(sys.executable).with_name("kinesis-spout")),
+        "run",
+        "--master",
+        cluster.master_url,
+        "--process",
+        f"{spark_job_helpers.__file__}:logged_job",
+        "--spark-conf=spark.ui.enabled=false",
+        *conf,
+        "--stream-name",
+        stream,
+        "--job-name",
+        stream,
+        "--endpoint-url",
+        moto.endpoint_url,
+        "--checkpoint-store",
+        f"file://{tmp / 'checkpoints'}",
+        "--dead-letter",
+        str(tmp / "dead-letter"),
+        "--stop-when-idle",
+        "3",
+        "--empty-shard-backoff",
+        "0.1",
+        "--batch-max-wait",
+        "0.3",
+        "--checkpoint-interval",
+        "0.5",
+        "--retry-backoff",
+        "0.05",
+        *extra,
+    ]
+    (tmp / "deliveries").mkdir(exist_ok=True)
+    env = os.environ | {
+        "KSPOUT_TEST_DELIVERIES": str(tmp / "deliveries"),
+        "KSPOUT_TEST_SLOW_MS": str(slow_ms),
+    }
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+
+
+def poisoned(n: int, bad: set[int]) -> list[tuple[str, bytes]]:
+    items = make_payloads(n, 120)
+    for i in bad:
+        items[i] = (items[i][0], POISON + b"-%d" % i)
+    return items
+
+
+def last_per_shard(put: list[tuple[str, str]]) -> dict[str, str]:
+    last: dict[str, int] = {}
+    for shard, seq in put:
+        last[shard] = max(last.get(shard, 0), int(seq))
+    return {s: str(v) for s, v in last.items()}
+
+
+class CheckpointWatch:
+    """Reads the job's checkpoints every 0.1 s and remembers every position seen."""
+
+    def __init__(self, url: str, job: str, stream: str) -> None:
+        self.seen: dict[str, list[int]] = {}
+        self._stop = threading.Event()
+        self._args = (url, job, stream)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        url, job, stream = self._args
+        store = open_store(url, job)
+        try:
+            while not self._stop.wait(0.1):
+                for s, cp in store.load(stream).items():
+                    if cp.sequence_number is not None:
+                        self.seen.setdefault(s, []).append(int(cp.sequence_number))
+        finally:
+            store.close()
+
+    def stop(self) -> dict[str, list[int]]:
+        self._stop.set()
+        self._thread.join(10)
+        return self.seen
+
+
+def test_records_are_read_in_two_executors_and_every_one_is_done(
+    spark_cluster: StandaloneCluster,
+    moto_server: MotoServer,
+    moto_client: Any,
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    create_stream(moto_client, unique_name, 4)
+    bad = {5, 333, 777}
+    put = put_records(moto_client, unique_name, poisoned(1000, bad))
+    proc = start_job(
+        spark_cluster, moto_server, unique_name, tmp_path, "--retry-limit", "1", slow_ms=1
+    )
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+
+    seen = read_deliveries(tmp_path / "deliveries")
+    assert {(d.shard, d.seq) for d in seen} == set(put)
+    assert len({d.executor for d in seen}) >= 2  # two executor processes read and processed
+    poison_ids = {f"{put[i][0]}:{put[i][1]}" for i in bad}
+    dead = read_dead_letters(str(tmp_path / "dead-letter"))
+    assert sorted(d["message_id"] for d in dead) == sorted(poison_ids)
+    store = open_store(f"file://{tmp_path / 'checkpoints'}", unique_name)
+    stored = {s: cp.sequence_number for s, cp in store.load(unique_name).items()}
+    store.close()
+    assert stored == last_per_shard(put)
+    summary = next(line for line in out.splitlines() if line.startswith("stopped ("))
+    assert "1000 done (ok 997, dead-lettered 3) | 1003 deliveries" in summary, summary
+
+
+def test_a_worker_killed_mid_batch_loses_nothing_and_checkpoints_never_go_back(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    create_stream(moto_client, unique_name, 4)
+    bad = {11, 900}
+    put = put_records(moto_client, unique_name, poisoned(1600, bad))
+    with StandaloneCluster(workers=2) as cluster:
+        watch = CheckpointWatch(f"file://{tmp_path / 'checkpoints'}", unique_name, unique_name)
+        proc = start_job(
+            cluster, moto_server, unique_name, tmp_path, "--retry-limit", "1",
+            "--batch-size", "400", slow_ms=4,
+        )  # fmt: skip
+        deliveries = tmp_path / "deliveries"
+        deadline = time.monotonic() + 180
+        while len(os.listdir(deliveries)) < 300 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.05)
+        killed = cluster.kill_worker(0)  # mid-batch: its tasks are rescheduled on worker 1
+        assert len(killed) >= 2  # the worker and its executor
+        out, _ = proc.communicate(timeout=300)
+        positions = watch.stop()
+    assert proc.returncode == 0, out
+
+    seen = read_deliveries(deliveries)
+    assert {(d.shard, d.seq) for d in seen} == set(put)  # nothing lost
+    poison_ids = {f"{put[i][0]}:{put[i][1]}" for i in bad}
+    dead = read_dead_letters(str(tmp_path / "dead-letter"))
+    assert sorted(d["message_id"] for d in dead) == sorted(poison_ids)  # exactly once each
+    assert all(p == sorted(p) for p in positions.values())  # never backwards
+    assert {s: str(p[-1]) for s, p in positions.items()} == last_per_shard(put)
+    replays = Counter((d.shard, d.seq) for d in seen)
+    assert sum(n - 1 for k, n in replays.items() if f"{k[0]}:{k[1]}" not in poison_ids) <= 4 * 400
