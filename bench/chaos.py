@@ -12,7 +12,7 @@ dead letters and every checkpoint value seen in ZooKeeper and prints: records
 lost, duplicates (and the replay windows that explain them), poison records
 dead-lettered, whether checkpoints were monotonic, and the times.
 
-    python bench/chaos.py [--records 100000] [--kills 5] [--seed 1] [--json]
+    python bench/chaos.py [--records 100000] [--kills 5] [--seed 1] [--read-on executors] [--json]
 
 With ``--json`` the last line is one JSON object (``records``, ``lost``,
 ``duplicates``, ``kills``, ``max_in_flight``, ``poison``, ``dead_lettered``,
@@ -51,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=defaults.batch_size)
     p.add_argument("--max-in-flight", type=int, default=defaults.max_in_flight)
     p.add_argument("--checkpoint-interval", type=float, default=defaults.checkpoint_interval)
+    p.add_argument(
+        "--read-on",
+        choices=("executors", "driver"),
+        default=defaults.read_on,
+        help="where the job reads Kinesis (default: %(default)s, the job's default)",
+    )
     p.add_argument("--timeout", type=float, default=defaults.timeout, metavar="SECONDS")
     p.add_argument("--workdir", type=Path, help="keep servers' data, job logs and outputs here")
     p.add_argument("--json", action="store_true", help="one JSON object on the last line")
@@ -127,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             max_in_flight=args.max_in_flight,
             checkpoint_interval=args.checkpoint_interval,
             timeout=args.timeout,
+            read_on=args.read_on,
         )
     except KinesisSpoutError as exc:
         print(f"chaos: error: {exc}", file=sys.stderr)

@@ -36,6 +36,7 @@ JOB_KEYS = (
     "stop_when_idle",
     "empty_shard_backoff",
     "message_timeout",
+    "read_on",
 )
 """The config keys the chaos run writes into the job's TOML file (the rest are defaults)."""
 
@@ -91,6 +92,8 @@ class ChaosPlan:
     max_job_failures: int = 5
     """Job exits with code 1 (a failure the job gave up on) restarted before the run aborts."""
     master: str = "local[2]"
+    read_on: str = "executors"
+    """Where the job reads Kinesis (the job's ``read_on``): ``executors`` or ``driver``."""
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, allowed: str) -> None:
@@ -114,6 +117,7 @@ class ChaosPlan:
         need(self.kill_jitter >= 0, "kill_jitter", "a number of seconds >= 0")
         need(self.timeout > 0, "timeout", "a number of seconds > 0")
         need(self.max_job_failures >= 0, "max_job_failures", "an integer >= 0")
+        need(self.read_on in ("executors", "driver"), "read_on", "executors or driver")
 
     @property
     def fault_rate(self) -> float:
@@ -193,5 +197,6 @@ def job_config(plan: ChaosPlan, *, stream: str, endpoint: str, zk_url: str, work
         stop_when_idle=plan.stop_when_idle,
         empty_shard_backoff=0.2,
         message_timeout=plan.message_timeout,
+        read_on=plan.read_on,
     )
     return f'# chaos run, seed {plan.seed}\nprocess = "{PROCESS_SPEC}"\n' + to_toml(cfg, JOB_KEYS)

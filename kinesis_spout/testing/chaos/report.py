@@ -98,6 +98,7 @@ def _figures(
     return {
         "records": plan.records,
         "shards": plan.shards,
+        "read_on": plan.read_on,
         "seed": plan.seed,
         "lost": counts.lost,
         "duplicates": counts.duplicates,
