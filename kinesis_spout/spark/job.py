@@ -39,13 +39,16 @@ from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config_load import add_config_arguments, load_config
 from kinesis_spout.coordination.joblease import JobLease, open_job_lease  # noqa: E402
 from kinesis_spout.errors import ConfigError, KinesisSpoutError  # noqa: E402
-from kinesis_spout.spark.launcher import watch_launcher, watch_parent  # noqa: E402
+from kinesis_spout.spark.launcher import (  # noqa: E402
+    PIDFILE_ENV,
+    exit_now,
+    watch_launcher,
+    watch_parent,
+)
 
 log = logging.getLogger(__name__)
 
 PROCESS_KEY = "process"
-PIDFILE_ENV = "KSPOUT_JOB_PIDFILE"
-"""Set by ``kinesis-spout run``: where the job writes its pid (to forward signals)."""
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -123,7 +126,7 @@ def run_tied_to_launcher(config: SpoutConfig, process: str) -> int:
         if stop:
             stop[0]("launcher gone")
         else:  # still starting: nothing read, nothing to checkpoint
-            os._exit(1)
+            exit_now(1)
 
     watch = watch_launcher(on_launcher_gone)
     jvm = watch_parent(on_launcher_gone)  # spark-submit's JVM: a SIGTERM ends it

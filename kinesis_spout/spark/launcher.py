@@ -22,6 +22,22 @@ from kinesis_spout.processinfo import process_start_time
 log = logging.getLogger(__name__)
 
 LAUNCHER_ENV = "KSPOUT_LAUNCHER"
+PIDFILE_ENV = "KSPOUT_JOB_PIDFILE"
+"""Set by ``kinesis-spout run``: where the job writes its pid (to forward signals)."""
+
+
+def exit_now(code: int) -> None:
+    """``os._exit(code)``, first removing the job's pid file if it names this process
+    (a hard exit skips every ``finally``; a stale pid file would be left behind)."""
+    pidfile = os.environ.get(PIDFILE_ENV)
+    if pidfile:
+        try:
+            with open(pidfile) as fh:
+                if fh.read().strip() == str(os.getpid()):
+                    os.unlink(pidfile)
+        except OSError:
+            pass
+    os._exit(code)
 
 
 def launcher_token(pid: int | None = None) -> str:
@@ -50,7 +66,7 @@ class LauncherWatch:
         *,
         interval: float = 0.5,
         exit_after: float = 60.0,
-        hard_exit: Callable[[int], None] = os._exit,
+        hard_exit: Callable[[int], None] = exit_now,
     ) -> None:
         int(token.partition(":")[0])  # a malformed token is a bug of the launcher: fail now
         self.token = token

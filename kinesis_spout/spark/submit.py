@@ -35,11 +35,11 @@ from types import FrameType
 
 from kinesis_spout.config import FIELD_NAMES, SpoutConfig
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
-from kinesis_spout.spark.launcher import LAUNCHER_ENV, launcher_token
+from kinesis_spout.spark.launcher import LAUNCHER_ENV, PIDFILE_ENV, launcher_token
 
 log = logging.getLogger(__name__)
 
-PIDFILE_ENV = "KSPOUT_JOB_PIDFILE"  # same as kinesis_spout.spark.job.PIDFILE_ENV
+
 DEFAULT_MASTER = "local[2]"
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",

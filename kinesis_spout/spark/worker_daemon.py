@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-PIDFILE_ENV = "KSPOUT_JOB_PIDFILE"  # same as kinesis_spout.spark.job.PIDFILE_ENV
+PIDFILE_ENV = "KSPOUT_JOB_PIDFILE"  # same as kinesis_spout.spark.launcher.PIDFILE_ENV
 
 Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
