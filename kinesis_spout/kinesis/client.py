@@ -7,10 +7,17 @@ Timestamps are parsed into UTC datetimes by :func:`utc_timestamp` instead of
 botocore's default, which converts every ``ApproximateArrivalTimestamp`` to
 the local zone through dateutil's ``tzlocal``: about 10 of the ~18 µs of
 client CPU per record of a GetRecords answer on this project's machines.
+
+A successful GetRecords answer is parsed by :class:`_FastParsers` with one
+``json.loads`` and a base64 decode per record (the same result as botocore's
+shape-driven parser, which walks every field of every record: ~11 µs per
+record); every other answer goes to botocore's parser.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import threading
 from datetime import UTC, datetime
@@ -19,6 +26,7 @@ from typing import Any
 import boto3
 import botocore.session
 from botocore.config import Config as BotoConfig
+from botocore.parsers import ResponseParserFactory
 from botocore.utils import parse_timestamp
 
 DUMMY_CREDENTIALS = {"aws_access_key_id": "test", "aws_secret_access_key": "test"}
@@ -87,8 +95,45 @@ def _session() -> boto3.session.Session:
     global _SESSION
     if _SESSION is None:
         core = botocore.session.Session()
-        core.get_component("response_parser_factory").set_parser_defaults(
-            timestamp_parser=utc_timestamp
-        )
+        factory = _FastParsers()
+        factory.set_parser_defaults(timestamp_parser=utc_timestamp)
+        core.register_component("response_parser_factory", factory)
         _SESSION = boto3.session.Session(botocore_session=core)
     return _SESSION
+
+
+class _FastGetRecords:
+    """botocore's parser, but one ``json.loads`` for a successful GetRecords answer."""
+
+    def __init__(self, parser: Any) -> None:
+        self._parser = parser
+
+    def parse(self, response: dict[str, Any], shape: Any) -> dict[str, Any]:
+        if (
+            shape is None
+            or shape.name != "GetRecordsOutput"
+            or response.get("status_code") != 200
+            or not response.get("body")
+        ):
+            return dict(self._parser.parse(response, shape))
+        out: dict[str, Any] = json.loads(response["body"])
+        decode = base64.b64decode
+        for rec in out.get("Records", ()):
+            rec["Data"] = decode(rec["Data"])
+            arrival = rec.get("ApproximateArrivalTimestamp")
+            if arrival is not None:
+                rec["ApproximateArrivalTimestamp"] = utc_timestamp(arrival)
+        headers = response.get("headers", {})
+        out["ResponseMetadata"] = {
+            "RequestId": headers.get("x-amzn-requestid", ""),
+            "HTTPStatusCode": 200,
+            "HTTPHeaders": headers,
+            "RetryAttempts": 0,
+        }
+        return out
+
+
+class _FastParsers(ResponseParserFactory):  # type: ignore[misc]
+    def create_parser(self, protocol_name: str) -> Any:
+        parser = super().create_parser(protocol_name)
+        return _FastGetRecords(parser) if protocol_name == "json" else parser

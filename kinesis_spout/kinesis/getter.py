@@ -202,7 +202,13 @@ class KinesisShardGetter:
         )
 
     def advance(
-        self, position: GetterPosition, *, ended: bool, behind: int | None, next_poll_at: float
+        self,
+        position: GetterPosition,
+        *,
+        ended: bool,
+        behind: int | None,
+        caught_up: bool,
+        next_poll_at: float,
     ) -> None:
         """A reader elsewhere (an executor) read on from :attr:`position` to ``position``."""
         self._iterator = position.iterator
@@ -210,7 +216,7 @@ class KinesisShardGetter:
         self._position, self._timestamp = position.initial, position.timestamp
         self._ended = self._ended or ended
         self.millis_behind_latest = behind
-        self.caught_up = not behind
+        self.caught_up = caught_up
         self._next_poll_at = next_poll_at
 
     # --- polling ------------------------------------------------------------

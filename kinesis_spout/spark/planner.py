@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from kinesis_spout.config import SpoutConfig
@@ -88,14 +88,16 @@ class ExecutorReadSpout(KinesisSpout):
     def __init__(self, config: SpoutConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
         self._windows: dict[str, ReadWindow] = {}
+        self._tasks = 0
         self.read_tasks = 0
         self.retry_tasks = 0
         self.readers: set[tuple[str, int]] = set()
         """(executor, pid) of every task whose result was applied."""
 
     # ------------------------------------------------------------------ planning
-    def plan(self, max_records: int) -> list[ReadPlan]:
-        """The tasks of the next micro-batch (retry tasks first); ``[]``: nothing to do."""
+    def plan(self, max_records: int, busy: Collection[str] = ()) -> list[ReadPlan]:
+        """The next tasks (retry tasks first) of the shards not ``busy`` (with a task
+        running); ``[]``: nothing to do now."""
         self._check_open()
         now = self._clock()
         self._tick(now)
@@ -105,24 +107,27 @@ class ExecutorReadSpout(KinesisSpout):
         rotation = list(self._set.rotation)
         left = max_records
         for sh in rotation:
-            if sh.tracker is None or not sh.emitting or left <= 0:
+            if sh.tracker is None or not sh.emitting or left <= 0 or sh.shard_id in busy:
                 continue
             retries = sh.take_retries(now, left)
             if retries:
-                plans.append(ReadPlan(len(plans), sh.shard_id, None, retries=tuple(retries)))
+                plans.append(ReadPlan(self._next_task(), sh.shard_id, None, retries=tuple(retries)))
                 left -= len(retries)
                 self._rr.retried += len(retries)
                 self._metrics.increment("retries", len(retries), shard=sh.shard_id)
-        readable = [sh for sh in rotation if self._readable(sh, now)]
-        if readable and left > 0:
-            share = math.ceil(left / len(readable))
-            for sh in readable:
-                limit = min(share, self._room(sh, now))
+        planned = {p.shard_id for p in plans}
+        for sh in rotation:
+            if sh.shard_id not in busy and sh.shard_id not in planned and self._readable(sh, now):
+                limit = min(max_records, self._room(sh, now))
                 if limit > 0:
                     assert sh.reader is not None
                     position = sh.reader.getter.position
-                    plans.append(ReadPlan(len(plans), sh.shard_id, position, limit))
+                    plans.append(ReadPlan(self._next_task(), sh.shard_id, position, limit))
         return plans
+
+    def _next_task(self) -> int:
+        self._tasks += 1
+        return self._tasks
 
     def _readable(self, sh: ShardPartition, now: float) -> bool:
         reader = sh.reader
@@ -238,11 +243,17 @@ class ExecutorReadSpout(KinesisSpout):
             wait = math.inf
         elif len(res) == 0 and res.throttled:
             wait = now + cfg.throttle_backoff
-        elif not res.behind:
+        elif res.caught_up:
             wait = now + cfg.empty_shard_backoff
         else:
             wait = now
-        getter.advance(res.position, ended=res.ended, behind=res.behind, next_poll_at=wait)
+        getter.advance(
+            res.position,
+            ended=res.ended,
+            behind=res.behind,
+            caught_up=res.caught_up,
+            next_poll_at=wait,
+        )
         page = ShardBatch(
             [],
             wait,
@@ -308,6 +319,7 @@ class ExecutorReadSpout(KinesisSpout):
             res.errors[i] = error
             res.failed[i] = rec
         res.ended, res.behind = getter.ended, getter.millis_behind_latest
+        res.caught_up = getter.caught_up
         res.child_shards, res.aggregates = page.child_shards, page.aggregates
         self._apply_read(sh, res, now)
         return len(page.records)

@@ -106,6 +106,8 @@ class ReadResult:
     position: GetterPosition | None = None
     """Where the next read of the shard starts (None: a retry task)."""
     ended: bool = False
+    caught_up: bool = False
+    """The read stopped at the end of the available data (not at its limit)."""
     behind: int | None = None
     child_shards: tuple[ShardInfo, ...] = ()
     aggregates: tuple[int, ...] = ()
@@ -222,7 +224,7 @@ def read_shard(
                 break
             time.sleep(getter.next_poll_at - now)
             now = time.monotonic()
-        getter.limit = min(settings.records_per_call, remaining)
+        asked = getter.limit = min(settings.records_per_call, remaining)
         batch = getter.poll(now)
         if batch.error is not None:
             _count_error(res, batch)
@@ -232,7 +234,9 @@ def read_shard(
         _take_page(res, batch)
         consume(batch.records)
         remaining -= len(batch.records)
-        if batch.ended or not batch.records or not batch.millis_behind_latest:
+        got = len(batch.records)
+        res.caught_up = not got or (got < asked and not batch.millis_behind_latest)
+        if batch.ended or res.caught_up:
             break
     res.position = getter.position
     res.ended = getter.ended

@@ -171,3 +171,37 @@ def test_a_split_shard_is_drained_before_its_children_are_read(
     assert stored[parent][1] is True
     children = {s: q for s, q in last_per_shard(after).items()}
     assert {s: seq for s, (seq, _) in stored.items() if s != parent} == children
+
+
+def test_throttling_errors_and_expired_iterators_are_retried_inside_the_tasks(
+    spark: Any, moto_server: Any, moto_client: Any, job_config: Any, unique_name: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    from kinesis_spout.testing.faultproxy import FaultProxy
+
+    create_stream(moto_client, unique_name, 2)
+    put = put_records(moto_client, unique_name, make_payloads(400, 60))
+    deliveries = tmp_path / "deliveries"
+    deliveries.mkdir()
+    with FaultProxy(moto_server.endpoint_url, seed=3, operations=["GetRecords"]) as proxy:
+        proxy.set_rates(throttle=0.2, error=0.1, drop=0.05, expire=0.1)
+        cfg = job_config(
+            endpoint_url=proxy.endpoint_url,
+            records_per_call=20,  # many calls per task, so every fault kind shows up
+            max_calls_per_second=100,
+            throttle_backoff=0.02,
+            throttle_backoff_max=0.1,
+            batch_size=100,
+        )
+        driver = build_driver(cfg, log_deliveries(str(deliveries)), spark=spark, progress=None)
+        assert isinstance(driver, ExecutorDriver)
+        results = spy_results(driver)
+        summary = driver.run()
+        injected = proxy.injected
+    assert injected.throttle and injected.error and injected.expire
+    assert sum(r.throttled for r in results) > 0 and sum(r.expired for r in results) > 0
+    got = Counter((d.shard, d.seq) for d in read_deliveries(deliveries))
+    assert set(got) == set(put) and max(got.values()) == 1  # no job failed, nothing twice
+    assert summary.ok == 400 and summary.failed == 0
+    stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
+    assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
