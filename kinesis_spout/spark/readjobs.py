@@ -1,8 +1,9 @@
 """Running a micro-batch's read tasks on Spark, and isolating what fails them.
 
-One Spark job per micro-batch: an RDD of :class:`~kinesis_spout.spark.readtask.ReadPlan`
-(one partition per task), each task reading and processing on an executor,
-``collect`` of the :class:`~kinesis_spout.spark.readtask.ReadResult` s. Spark
+One Spark job per call (the executor-read loop makes one per task): an RDD of
+:class:`~kinesis_spout.spark.readtask.ReadPlan` (one partition each), each task
+reading and processing on an executor, ``collect`` of the
+:class:`~kinesis_spout.spark.readtask.ReadResult` s. Spark
 keeps one result per partition, so a task it ran again (a lost executor) is
 counted once. With ``process_partitions`` the records read are spread onto
 that many processing partitions (:mod:`kinesis_spout.spark.readshuffle`).
