@@ -65,7 +65,7 @@ from kinesis_spout.spark.isolation import (
     PoisonJudge,
     run_split,
 )
-from kinesis_spout.spark.loop import MAX_WAIT, MIN_WAIT, StopControl
+from kinesis_spout.spark.loop import MAX_WAIT, MIN_WAIT, StopControl, shut_down
 from kinesis_spout.spark.runner import BatchOutcome, BatchRunner
 from kinesis_spout.spark.sinks import NullSink, RowSink
 
@@ -179,23 +179,8 @@ class SparkDriver(StopControl):
         finally:
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
-            self._shutdown(failure)
+            shut_down(self.spout, failure, self._stop_reason, self.row_sink.close)
         return self.summary(self.clock() - started)
-
-    def _shutdown(self, failure: BaseException | None) -> None:
-        try:
-            self.spout.deactivate()
-            self.spout.checkpoint(force=True)
-        except Exception:
-            if failure is None:
-                raise
-            log.exception("final checkpoint failed while stopping after an error")
-        finally:
-            try:
-                self.spout.close()
-            finally:
-                self.row_sink.close()
-        log.info("driver stopped: %s", self._stop_reason)
 
     # --- one iteration -----------------------------------------------------------------
 

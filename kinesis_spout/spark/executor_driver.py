@@ -34,7 +34,7 @@ from typing import Any
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.spark.arrow import format_error
-from kinesis_spout.spark.loop import MAX_WAIT, MIN_WAIT, StopControl
+from kinesis_spout.spark.loop import MAX_WAIT, MIN_WAIT, StopControl, shut_down
 from kinesis_spout.spark.planner import ExecutorReadSpout
 from kinesis_spout.spark.processing import RecordFunction
 from kinesis_spout.spark.readjobs import ReadIsolation, ReadJobs
@@ -117,20 +117,8 @@ class ExecutorDriver(StopControl):
             raise
         finally:
             pool.shutdown(wait=failure is None, cancel_futures=True)
-            self._shutdown(failure)
+            shut_down(self.spout, failure, self._stop_reason)
         return self.summary(self.clock() - started)
-
-    def _shutdown(self, failure: BaseException | None) -> None:
-        try:
-            self.spout.deactivate()
-            self.spout.checkpoint(force=True)
-        except Exception:
-            if failure is None:
-                raise
-            log.exception("final checkpoint failed while stopping after an error")
-        finally:
-            self.spout.close()
-        log.info("driver stopped: %s", self._stop_reason)
 
     def _step(self, pool: ThreadPoolExecutor) -> None:
         """Start tasks for idle shards, wait for one to finish, apply what finished."""
@@ -149,7 +137,8 @@ class ExecutorDriver(StopControl):
             if future in done:
                 del self._running[shard_id]
                 self._apply(*future.result())
-        self._after(force=self.stopping and not self._running)
+        # A line at once when everything read is done (caught up): no records wait in it.
+        self._after(force=(self.stopping and not self._running) or bool(self.spout.is_idle))
 
     def _run_plan(self, plan: ReadPlan) -> Outcome:
         results, iso = self.jobs.run(plan.task, [plan])

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from kinesis_spout.spark.reports import JobSummary, RunTotals
+import logging
+from collections.abc import Callable
+
+from kinesis_spout.spark.reports import JobSummary, RunTotals, SpoutLike
+
+log = logging.getLogger(__name__)
 
 MIN_WAIT = 0.005
 """Shortest wait when nothing is ready (guards against a 0 delay)."""
@@ -28,3 +33,27 @@ class StopControl:
 
     def summary(self, seconds: float) -> JobSummary:
         return self._totals.summary(seconds, self._stop_reason or "running")
+
+
+def shut_down(
+    spout: SpoutLike,
+    failure: BaseException | None,
+    reason: str | None,
+    then: Callable[[], None] | None = None,
+) -> None:
+    """The end of a run: stop emitting, a forced checkpoint of what is done, close the
+    spout (then ``then``). After an error, a failing checkpoint is logged, not raised."""
+    try:
+        spout.deactivate()
+        spout.checkpoint(force=True)
+    except Exception:
+        if failure is None:
+            raise
+        log.exception("final checkpoint failed while stopping after an error")
+    finally:
+        try:
+            spout.close()
+        finally:
+            if then is not None:
+                then()
+    log.info("driver stopped: %s", reason)
