@@ -163,7 +163,7 @@ def run_with_lease(
     from pyspark.sql import SparkSession
 
     from kinesis_spout.spark.build import build_driver
-    from kinesis_spout.spark.submit import check_deploy_mode
+    from kinesis_spout.spark.deploy import check_deploy_mode
 
     spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
     spec_file = process.rpartition(":")[0]

@@ -33,8 +33,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-from kinesis_spout.config import FIELD_NAMES, SpoutConfig
-from kinesis_spout.errors import ConfigError, KinesisSpoutError
+from kinesis_spout.config import FIELD_NAMES
+from kinesis_spout.errors import KinesisSpoutError
+from kinesis_spout.spark.deploy import check_deploy_mode
 from kinesis_spout.spark.launcher import LAUNCHER_ENV, PIDFILE_ENV, launcher_token
 
 log = logging.getLogger(__name__)
@@ -239,24 +240,3 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     log.info("job %s: %s", config.job_name, " ".join(cmd))
     return supervise(cmd, job_environment(master=args.master))
-
-
-def check_deploy_mode(config: SpoutConfig, deploy_mode: str) -> None:
-    """In cluster deploy mode the driver may move to another machine between runs:
-    its checkpoints and dead letters must not be on its local disk."""
-    if deploy_mode != "cluster":
-        return
-    if config.checkpoint_store.startswith("file://"):
-        raise ConfigError(
-            "checkpoint_store",
-            config.checkpoint_store,
-            "a zk:// store in deploy mode cluster (the driver can move; a file:// store "
-            "would stay behind on the old machine)",
-        )
-    if config.dead_letter != "none":
-        raise ConfigError(
-            "dead_letter",
-            config.dead_letter,
-            "'none' in deploy mode cluster (dead letters go to the driver's local disk, "
-            "which can move); run with --deploy-mode client to keep them",
-        )

@@ -177,7 +177,7 @@ def test_cluster_deploy_mode_refuses_driver_local_checkpoints_and_dead_letters(
     from kinesis_spout.cli import main
     from kinesis_spout.config import SpoutConfig
     from kinesis_spout.errors import ConfigError
-    from kinesis_spout.spark.submit import check_deploy_mode
+    from kinesis_spout.spark.deploy import check_deploy_mode
 
     local = ["--checkpoint-store", "file:///tmp/cp", "--deploy-mode", "cluster", "--dry-run"]
     assert main(["run", "--config", str(toml), *local]) == 2

@@ -1,0 +1,27 @@
+"""Where the job's driver may run: checks of ``--deploy-mode``."""
+
+from __future__ import annotations
+
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.errors import ConfigError
+
+
+def check_deploy_mode(config: SpoutConfig, deploy_mode: str) -> None:
+    """In cluster deploy mode the driver may move to another machine between runs:
+    its checkpoints and dead letters must not be on its local disk."""
+    if deploy_mode != "cluster":
+        return
+    if config.checkpoint_store.startswith("file://"):
+        raise ConfigError(
+            "checkpoint_store",
+            config.checkpoint_store,
+            "a zk:// store in deploy mode cluster (the driver can move; a file:// store "
+            "would stay behind on the old machine)",
+        )
+    if config.dead_letter != "none":
+        raise ConfigError(
+            "dead_letter",
+            config.dead_letter,
+            "'none' in deploy mode cluster (dead letters go to the driver's local disk, "
+            "which can move); run with --deploy-mode client to keep them",
+        )
