@@ -3,9 +3,10 @@
 Starts a moto server, puts ``--records`` records of ``--size`` bytes into a
 4-shard stream, then in one process:
 
-* **boto3 ceiling**: a plain loop (GetShardIterator TRIM_HORIZON, then
-  GetRecords with Limit 10000 round-robin over the shards until every
-  record is read), run before and after the job runs; the mean is the ceiling;
+* **boto3 ceiling**: a plain loop with a stock boto3 client (GetShardIterator
+  TRIM_HORIZON, then GetRecords with Limit 10000 round-robin over the shards
+  until every record is read), run before and after the job runs; the mean is
+  the ceiling;
 * **the job** (:func:`kinesis_spout.spark.driver.run_job`, per-record
   no-op function, file checkpoints, local[2] Spark) reading the whole
   stream from TRIM_HORIZON at batch sizes 1,000, 10,000 and 50,000:
@@ -67,6 +68,7 @@ from tracker import SequenceKey  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import spark_scale  # noqa: E402
+from reader_bench import stock_client  # noqa: E402
 from spark_scale import scale_figures  # noqa: E402
 
 SHARDS = 4
@@ -185,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         spark = local_spark_session("spark-bench")
         try:
             job_run(spark, moto.endpoint_url, tmp, 10_000, args.records)  # warm-up
-            boto_before = boto3_loop(client, args.records)
+            plain = stock_client(moto.endpoint_url)  # boto3 as anyone makes it
+            boto_before = boto3_loop(plain, args.records)
             print(f"boto3 GetRecords loop: {boto_before:,.0f} records/s")
             runs = {}
             for batch in BATCH_SIZES:
@@ -202,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"job, executor reads, batch 10,000: {executors['rps']:>8,.0f} records/s "
                 f"({executors['batches']:.0f} batches)"
             )
-            boto_after = boto3_loop(client, args.records)
+            boto_after = boto3_loop(plain, args.records)
             print(f"boto3 GetRecords loop again: {boto_after:,.0f} records/s")
             overhead = batch_overhead_ms(spark)
             print(f"per-batch overhead (1-record micro-batch): {overhead:.0f} ms")
