@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cluster:
             from pyspark import cloudpickle
 
-            cloudpickle.register_pickle_by_value(spark_scale)  # executors cannot import it
+            register: Any = cloudpickle.register_pickle_by_value
+            register(spark_scale)  # the executors cannot import it
             create_stream(client, CPU_STREAM, SHARDS)
             put_records(client, CPU_STREAM, make_payloads(args.cpu_records, args.size))
             scale = scale_figures(
