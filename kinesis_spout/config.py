@@ -24,22 +24,29 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kinesis_spout.config_checks import check as _check
+from kinesis_spout.config_checks import check_names, check_numbers, check_targets
+from kinesis_spout.config_values import (
+    DEAD_LETTER_REASONS,
+    ENV_PREFIX,
+    MAX_RECORDS_PER_CALL,
+    READ_ON,
+    InitialPosition,
+)
 from kinesis_spout.errors import ConfigError
 
-ENV_PREFIX = "KINESIS_SPOUT_"
-MAX_RECORDS_PER_CALL = 10_000
-
-
-class InitialPosition(enum.Enum):
-    """Where a shard with no checkpoint starts."""
-
-    TRIM_HORIZON = "TRIM_HORIZON"
-    LATEST = "LATEST"
-    AT_TIMESTAMP = "AT_TIMESTAMP"
-
-
-READ_ON = ("executors", "driver")
-"""Where the Spark job may read Kinesis (``read_on``)."""
+__all__ = [
+    "DEAD_LETTER_REASONS",
+    "ENV_PREFIX",
+    "FIELD_DOCS",
+    "FIELD_NAMES",
+    "MAX_RECORDS_PER_CALL",
+    "READ_ON",
+    "InitialPosition",
+    "SpoutConfig",
+    "coerce_values",
+    "is_field",
+]
 
 
 def _default_owner() -> str:
@@ -104,7 +111,20 @@ class SpoutConfig:
     zk_session_timeout: float = 10.0
     """ZooKeeper session timeout."""
     dead_letter: str = "./dead-letter"
-    """Directory for dead-lettered records (JSON lines), or ``none`` to only log them."""
+    """Where given-up records go: a directory (JSON lines), ``s3://bucket/prefix`` (JSON
+    lines objects; honours ``AWS_ENDPOINT_URL_S3``), or ``none`` to only log them."""
+    dead_letter_on: str = "exhausted,expired"
+    """Which given-up records are written to ``dead_letter`` (comma-separated, or a TOML
+    list): ``exhausted`` (retries ran out), ``expired`` (older than ``max_record_age``);
+    the others are only logged."""
+    max_record_age: float | None = None
+    """Seconds: a failed record that arrived longer ago than this is given up as
+    ``expired`` instead of retried (unset = never)."""
+    fast_retries: bool = True
+    """Retry a failed record at once, in the same micro-batch (the Spark job), when its
+    retry delay is at most ``fast_retry_max_delay``; otherwise at a later batch."""
+    fast_retry_max_delay: float = 0.5
+    """The longest retry delay a fast retry waits out inside a batch."""
     worker_id: str = field(default_factory=_default_owner)
     """This worker's name in leases and checkpoints."""
 
@@ -138,6 +158,11 @@ class SpoutConfig:
 
     # ------------------------------------------------------------------
     @property
+    def dead_letter_reasons(self) -> frozenset[str]:
+        """``dead_letter_on`` as a set of reasons."""
+        return frozenset(r.strip() for r in self.dead_letter_on.split(",") if r.strip())
+
+    @property
     def message_timeout_or_none(self) -> float | None:
         return self.message_timeout or None
 
@@ -166,6 +191,8 @@ class SpoutConfig:
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SpoutConfig))
+LIST_FIELDS = frozenset({"dead_letter_on"})
+"""String fields that also take a TOML list (joined with commas)."""
 _HINTS = typing.get_type_hints(SpoutConfig)
 
 
@@ -229,6 +256,8 @@ def _coerce(name: str, value: Any) -> Any:
                 raise ValueError
             return float(value)
         if typ is str:
+            if isinstance(value, list | tuple) and name in LIST_FIELDS:
+                value = ",".join(str(v) for v in value)
             if not isinstance(value, str):
                 raise ValueError
             return value
@@ -265,16 +294,11 @@ def is_field(name: str) -> bool:
     return name in _HINTS
 
 
-def _check(cond: bool, name: str, value: Any, allowed: str) -> None:
-    if not cond:
-        raise ConfigError(name, value, allowed)
-
-
 def _validate(c: SpoutConfig) -> None:
     _check_types(c)  # first: a dataclass does not check them
-    _check_names(c)
-    _check_numbers(c)
-    _check_targets(c)
+    check_names(c)
+    check_numbers(c)
+    check_targets(c)
 
 
 def _check_types(c: SpoutConfig) -> None:
@@ -297,97 +321,3 @@ def _check_types(c: SpoutConfig) -> None:
         _check(ok, name, value, f"expected {_allowed_text(typ)}")
         if typ is float:
             _check(math.isfinite(value), name, value, "a finite number")
-
-
-def _check_names(c: SpoutConfig) -> None:
-    """The stream, job, region, endpoint and start position."""
-    _check(bool(c.stream_name.strip()), "stream_name", c.stream_name, "a non-empty stream name")
-    _check(len(c.stream_name) <= 128, "stream_name", c.stream_name, "at most 128 characters")
-    _check(
-        bool(c.job_name) and "/" not in c.job_name and c.job_name not in (".", ".."),
-        "job_name",
-        c.job_name,
-        "a non-empty name without '/'",
-    )
-    _check(bool(c.region.strip()), "region", c.region, "a region such as us-east-1")
-    if c.endpoint_url is not None:
-        _check(
-            c.endpoint_url.startswith(("http://", "https://")),
-            "endpoint_url",
-            c.endpoint_url,
-            "an http:// or https:// URL",
-        )
-    if c.initial_position is InitialPosition.AT_TIMESTAMP:
-        _check(
-            c.initial_timestamp is not None,
-            "initial_timestamp",
-            c.initial_timestamp,
-            "required when initial_position is AT_TIMESTAMP",
-        )
-
-
-def _check_numbers(c: SpoutConfig) -> None:
-    """Limits, counts and durations."""
-    _check(
-        1 <= c.records_per_call <= MAX_RECORDS_PER_CALL,
-        "records_per_call",
-        c.records_per_call,
-        f"between 1 and {MAX_RECORDS_PER_CALL}",
-    )
-    for name in (
-        "empty_shard_backoff",
-        "throttle_backoff",
-        "retry_backoff",
-        "message_timeout",
-        "stop_when_idle",
-    ):
-        v = getattr(c, name)
-        _check(v >= 0, name, v, "a number of seconds >= 0")
-    for name in (
-        "throttle_backoff_max",
-        "retry_backoff_max",
-        "checkpoint_interval",
-        "shard_refresh_interval",
-        "batch_max_wait",
-        "zk_session_timeout",
-    ):
-        v = getattr(c, name)
-        _check(v > 0, name, v, "a number of seconds > 0")
-    _check(
-        0 < c.max_calls_per_second <= 1000,
-        "max_calls_per_second",
-        c.max_calls_per_second,
-        "between 0 (exclusive) and 1000",
-    )
-    _check(c.retry_limit >= 0, "retry_limit", c.retry_limit, "an integer >= 0")
-    _check(c.retry_limit <= 1000, "retry_limit", c.retry_limit, "at most 1000")
-    _check(c.max_in_flight >= 1, "max_in_flight", c.max_in_flight, "an integer >= 1")
-    _check(c.batch_size >= 1, "batch_size", c.batch_size, "an integer >= 1")
-    _check(c.max_batches >= 0, "max_batches", c.max_batches, "an integer >= 0")
-    _check(
-        0 <= c.process_partitions <= 100_000,
-        "process_partitions",
-        c.process_partitions,
-        "an integer between 0 and 100000",
-    )
-
-
-def _check_targets(c: SpoutConfig) -> None:
-    """Where checkpoints, dead letters and rows go, and who this worker is."""
-    _check(
-        c.checkpoint_store.startswith(("file://", "zk://", "memory://")),
-        "checkpoint_store",
-        c.checkpoint_store,
-        "a URL: file://DIR or zk://host:port[,host:port]/root",
-    )
-    if c.zk_auth is not None:
-        _check(":" in c.zk_auth, "zk_auth", "***", "user:password")
-    _check(bool(c.dead_letter), "dead_letter", c.dead_letter, "a directory, or 'none'")
-    _check(bool(c.worker_id) and "/" not in c.worker_id, "worker_id", c.worker_id, "no '/'")
-    _check(
-        c.sink in ("none", "console") or c.sink.startswith("parquet://"),
-        "sink",
-        c.sink,
-        "none, console or parquet://DIR",
-    )
-    _check(c.read_on in READ_ON, "read_on", c.read_on, " or ".join(READ_ON))

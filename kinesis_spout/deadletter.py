@@ -15,27 +15,44 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from kinesis_spout.records import Record
 
 log = logging.getLogger(__name__)
 
+REASONS = ("exhausted", "expired")
+"""Why a record is given up: its retries ran out, or it grew older than ``max_record_age``."""
+
+
+class DeadLetter(NamedTuple):
+    """A given-up record on its way to the dead-letter target."""
+
+    record: Record
+    error: str | None
+    attempts: int
+    reason: str = "exhausted"
+
 
 class DeadLetterSink(Protocol):
-    def write(self, record: Record, error: str | None, attempts: int) -> None:
-        """Persist ``record`` durably before returning."""
+    def write_many(self, letters: Sequence[DeadLetter]) -> None:
+        """Persist all ``letters`` (of one shard, in order) durably before returning:
+        all or none of them (a failed call is made again with the same letters)."""
         ...
 
     def close(self) -> None: ...
 
 
-def dead_letter_entry(record: Record, error: str | None, attempts: int, job: str) -> dict[str, Any]:
+def dead_letter_entry(
+    record: Record, error: str | None, attempts: int, job: str, reason: str = "exhausted"
+) -> dict[str, Any]:
     """The JSON object written for one dead-lettered record."""
     return {
         "job": job,
+        "reason": reason,
         "stream": record.stream_name,
         "shard_id": record.shard_id,
         "sequence_number": record.sequence_number,
@@ -108,21 +125,42 @@ class JsonlDeadLetterSink:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-    def write(self, record: Record, error: str | None, attempts: int) -> None:
-        k = (record.stream_name, record.shard_id)
+    def write(
+        self, record: Record, error: str | None, attempts: int, reason: str = "exhausted"
+    ) -> None:
+        self.write_many([DeadLetter(record, error, attempts, reason)])
+
+    def write_many(self, letters: Sequence[DeadLetter]) -> None:
+        """Append the letters not yet in their shard's file, then one fsync."""
+        by_shard: dict[tuple[str, str], list[DeadLetter]] = {}
+        for letter in letters:
+            r = letter.record
+            by_shard.setdefault((r.stream_name, r.shard_id), []).append(letter)
+        for k, group in by_shard.items():
+            self._write_shard(k, group)
+
+    def _write_shard(self, k: tuple[str, str], letters: list[DeadLetter]) -> None:
         fd = self._fds.get(k)
         if fd is None:
             fd = self._open(k)
         seen = self._seen[k]
-        mid = record.message_id
-        if mid in seen:
-            log.info("%s is already in the dead-letter file (replayed after a restart)", mid)
+        fresh: list[DeadLetter] = []
+        chunks: list[bytes] = []
+        for letter in letters:
+            mid = letter.record.message_id
+            if mid in seen or any(f.record.message_id == mid for f in fresh):
+                log.info("%s is already in the dead-letter file (replayed after a restart)", mid)
+                continue
+            entry = dead_letter_entry(
+                letter.record, letter.error, letter.attempts, self.job_name, letter.reason
+            )
+            chunks.append((json.dumps(entry, separators=(",", ":")) + "\n").encode("utf-8"))
+            fresh.append(letter)
+        if not fresh:
             return
-        entry = dead_letter_entry(record, error, attempts, self.job_name)
-        line = (json.dumps(entry, separators=(",", ":")) + "\n").encode("utf-8")
         size = os.fstat(fd).st_size
         try:
-            _write_all(fd, line)
+            _write_all(fd, b"".join(chunks))
             os.fsync(fd)
         except BaseException:
             try:
@@ -131,9 +169,16 @@ class JsonlDeadLetterSink:
                 log.warning("could not cut %s back after a failed write", self.path_for(*k))
             self._forget(k)
             raise
-        seen.add(mid)
-        self.written += 1
-        log.warning("dead-lettered %s after %d attempts: %s", record.message_id, attempts, error)
+        for letter in fresh:
+            seen.add(letter.record.message_id)
+            log.warning(
+                "dead-lettered %s (%s) after %d attempts: %s",
+                letter.record.message_id,
+                letter.reason,
+                letter.attempts,
+                letter.error,
+            )
+        self.written += len(fresh)
 
     def close(self) -> None:
         for k in list(self._fds):
@@ -153,9 +198,16 @@ class LoggingDeadLetterSink:
     def __init__(self) -> None:
         self.written = 0
 
-    def write(self, record: Record, error: str | None, attempts: int) -> None:
-        self.written += 1
-        log.error("gave up on %s after %d attempts: %s", record.message_id, attempts, error)
+    def write_many(self, letters: Sequence[DeadLetter]) -> None:
+        for record, error, attempts, reason in letters:
+            self.written += 1
+            log.error(
+                "gave up on %s (%s) after %d attempts: %s",
+                record.message_id,
+                reason,
+                attempts,
+                error,
+            )
 
     def close(self) -> None:
         return None
@@ -176,8 +228,40 @@ def read_dead_letters(directory: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-def open_dead_letter_sink(target: str, job_name: str) -> DeadLetterSink:
-    """The sink named by the ``dead_letter`` config value."""
+class FilteredDeadLetterSink:
+    """``dead_letter_on``: letters whose reason is listed go to ``inner``; the
+    others are only logged (they still count as done)."""
+
+    def __init__(self, inner: DeadLetterSink, on: Iterable[str]) -> None:
+        self.inner = inner
+        self.on = frozenset(on)
+        self.logged = LoggingDeadLetterSink()
+
+    def write_many(self, letters: Sequence[DeadLetter]) -> None:
+        kept = [d for d in letters if d.reason in self.on]
+        if kept:
+            self.inner.write_many(kept)
+        dropped = [d for d in letters if d.reason not in self.on]
+        if dropped:
+            self.logged.write_many(dropped)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def open_dead_letter_sink(
+    target: str, job_name: str, on: Iterable[str] = REASONS
+) -> DeadLetterSink:
+    """The sink named by the ``dead_letter`` config value (``s3://``, a directory,
+    or ``none``), filtered by ``dead_letter_on``."""
+    sink: DeadLetterSink
     if target.lower() == "none":
         return LoggingDeadLetterSink()
-    return JsonlDeadLetterSink(target, job_name)
+    if target.startswith("s3://"):
+        from kinesis_spout.deadletter_s3 import S3DeadLetterSink
+
+        sink = S3DeadLetterSink(target, job_name)
+    else:
+        sink = JsonlDeadLetterSink(target, job_name)
+    on = frozenset(on)
+    return sink if on >= set(REASONS) else FilteredDeadLetterSink(sink, on)

@@ -89,6 +89,10 @@ def _backoffs(config: SpoutConfig, rng: random.Random) -> tuple[Backoff, Backoff
     return throttle, ExponentialBackoff(config.retry_backoff, cap=config.retry_backoff_max)
 
 
+def _dead_letter_sink(cfg: SpoutConfig) -> DeadLetterSink:
+    return open_dead_letter_sink(cfg.dead_letter, cfg.job_name, cfg.dead_letter_reasons)
+
+
 class KinesisSpout:
     """Reads every shard of ``config.stream_name`` with Storm-grade reliability.
 
@@ -129,7 +133,7 @@ class KinesisSpout:
             throttle_backoff=self._throttle_backoff,
             retry_backoff=self._retry_backoff,
         )
-        self._acks = AckRouter(self._set.shards, self._metrics, clock)
+        self._acks = AckRouter(self._set.shards, self._metrics, clock, config.max_record_age)
         self._acks.sink = dead_letters
         self._opened = False
         self._closed = False
@@ -173,7 +177,7 @@ class KinesisSpout:
         self._committer.store = self._store
         try:
             if self._acks.sink is None:
-                self._acks.sink = open_dead_letter_sink(cfg.dead_letter, cfg.job_name)
+                self._acks.sink = _dead_letter_sink(cfg)
             checkpoints = self._load_and_adopt(shards)
         except BaseException:
             self._close_own()  # a corrupt checkpoint, a store error: leave nothing open

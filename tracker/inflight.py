@@ -266,23 +266,32 @@ class InflightRecordTracker(RetryQueue[R], Timeouts[R], Layout, Counters, Generi
 
     # ------------------------------------------------------------------ fail
 
-    def fail(self, key: SequenceKey, now: float = 0.0, error: str | None = None) -> FailOutcome[R]:
+    def fail(
+        self,
+        key: SequenceKey,
+        now: float = 0.0,
+        error: str | None = None,
+        *,
+        deliveries: int = 0,
+        give_up: bool = False,
+    ) -> FailOutcome[R]:
         """Fail the latest delivery of ``key``: schedule its retry or give it up.
 
-        Returns RETRY with ``retry_at``, GIVEN_UP with the record (handed back
-        exactly once, to be dead-lettered; it stays pending until
-        ``dead_lettered``), or IGNORED (counted) for an unknown or done key, a
-        record already awaiting its retry, or one already given up.
+        Returns RETRY with ``retry_at``, GIVEN_UP with the record (handed back once,
+        to be dead-lettered; pending until ``dead_lettered``), or IGNORED (counted):
+        unknown or done key, already awaiting its retry, or already given up.
+        ``deliveries``: those the caller made (it retried the record itself);
+        ``give_up``: give it up whatever its count (e.g. too old).
         """
         record = cast("R | None", self._slot.get(key, _GONE))
         if record is _GONE:
             self._ignored_fails += 1
             return FailOutcome(FailAction.IGNORED, key, None, 0, None, error)
-        deliveries = self._att.get(key, 1)
+        deliveries = max(self._att.get(key, 1), deliveries)
         if key in self._retry or key in self._given:
             self._ignored_fails += 1
             return FailOutcome(FailAction.IGNORED, key, None, deliveries, None, error)
-        if deliveries > self._retry_limit:
+        if give_up or deliveries > self._retry_limit:
             self._given_up += 1
             self._given.add(key)  # pending until the caller confirms its dead letter
             return FailOutcome(FailAction.GIVEN_UP, key, record, deliveries, None, error)

@@ -49,6 +49,10 @@ class RetryQueue(Generic[R]):
         key = entry[1]
         return RetryItem(key, cast("R | None", self._slot[key]), self._att[key] + 1)
 
+    def record_of(self, key: SequenceKey) -> R | None:
+        """The record held for pending ``key`` (None: unknown, done, or held without one)."""
+        return cast("R | None", self._slot.get(key))
+
     def next_retry_at(self) -> float | None:
         """When the earliest pending retry becomes due, or None if none is pending."""
         entry = self._retry_top()

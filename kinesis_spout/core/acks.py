@@ -10,11 +10,13 @@ save of its shard.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
+from kinesis_spout.core.age import RecordAge
 from kinesis_spout.core.partition import ShardPartition
-from kinesis_spout.deadletter import DeadLetterSink
+from kinesis_spout.deadletter import DeadLetter, DeadLetterSink
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.records import Record, parse_message_id
 from tracker import FailAction, FailOutcome, SequenceKey
@@ -36,8 +38,12 @@ class AckRouter:
         shards: Mapping[str, ShardPartition],
         metrics: MetricsCollector,
         clock: Callable[[], float],
+        max_record_age: float | None = None,
     ) -> None:
         self.shards = shards
+        self.age = RecordAge(max_record_age)
+        self._deferred: dict[str, ShardPartition] | None = None
+        self.expired = 0
         self._metrics = metrics
         self._clock = clock
         self.sink: DeadLetterSink | None = None
@@ -94,23 +100,43 @@ class AckRouter:
 
     def fail(self, message_id: MessageRef, error: str | None = None) -> None:
         """The record failed: retried later, or dead-lettered once out of retries."""
-        sh, key = self.resolve(message_id)
-        if sh is None or key is None or sh.tracker is None:
-            self.ignored += 1
-            return
-        self.after_fail(sh, sh.tracker.fail(key, self._clock(), error))
+        self.fail_many([(message_id, error)])
 
     def fail_many(self, items: Iterable[tuple[MessageRef, str | None]]) -> None:
-        """``fail`` for each ``(id, error)``."""
+        """``fail`` for each ``(id, error)``; the dead letters of the call are
+        written together (one write per shard)."""
         now = self._clock()
-        for ref, error in items:
-            sh, key = self.resolve(ref)
-            if sh is None or key is None or sh.tracker is None:
-                self.ignored += 1
-                continue
-            self.after_fail(sh, sh.tracker.fail(key, now, error))
+        with self.deferred():
+            for ref, error in items:
+                sh, key = self.resolve(ref)
+                if sh is None or key is None or sh.tracker is None:
+                    self.ignored += 1
+                    continue
+                record = ref if isinstance(ref, Record) else None
+                self.fail_record(sh, key, record, error, now)
 
-    def after_fail(self, sh: ShardPartition, outcome: FailOutcome[Record]) -> None:
+    def fail_record(
+        self,
+        sh: ShardPartition,
+        key: SequenceKey,
+        record: Record | None,
+        error: str | None,
+        now: float,
+    ) -> None:
+        """Fail one record of ``sh``. A :class:`Record` passed back carries its
+        last delivery number in ``attempt`` (fast retries made by the caller
+        count); a record older than ``max_record_age`` is given up as expired."""
+        tracker = sh.tracker
+        assert tracker is not None
+        held = record if record is not None else tracker.record_of(key)
+        expired = self.age.expired(held)
+        deliveries = record.attempt if record is not None else 0
+        outcome = tracker.fail(key, now, error, deliveries=deliveries, give_up=expired)
+        self.after_fail(sh, outcome, "expired" if expired else "exhausted")
+
+    def after_fail(
+        self, sh: ShardPartition, outcome: FailOutcome[Record], reason: str = "exhausted"
+    ) -> None:
         action = outcome.action
         if action is FailAction.IGNORED:
             self.ignored += 1
@@ -119,19 +145,43 @@ class AckRouter:
         self._metrics.increment("records_failed", shard=sh.shard_id)
         if action is FailAction.GIVEN_UP:
             assert outcome.record is not None
-            self.dead_letter(sh, outcome.record, outcome.error, outcome.attempts)
+            if reason == "expired":
+                self.expired += 1
+                self._metrics.increment("records_expired", shard=sh.shard_id)
+            letter = DeadLetter(outcome.record, outcome.error, outcome.attempts, reason)
+            self.dead_letter(sh, letter)
 
-    def dead_letter(
-        self, sh: ShardPartition, record: Record, error: str | None, attempts: int
-    ) -> None:
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Dead letters given up inside are written at the end, one write per shard."""
+        if self._deferred is not None:
+            yield
+            return
+        self._deferred = {}
+        try:
+            yield
+        finally:
+            shards, self._deferred = self._deferred, None
+            for sh in shards.values():
+                self._write_now(sh)
+
+    def dead_letter(self, sh: ShardPartition, letter: DeadLetter) -> None:
         """Dead-letter a given-up record, write-ahead (see ShardPartition): an
         interrupted write, even a KeyboardInterrupt, leaves it pending, the
         checkpoint below it, and the write is retried before every save."""
-        if sh.queue_dead_letter(record, error, attempts) and not self.flush_dead(sh):
+        if not sh.queue_dead_letter(letter):
+            return  # earlier letters are pending (a failing sink): retried before saves
+        if self._deferred is not None:
+            self._deferred[sh.shard_id] = sh
+        else:
+            self._write_now(sh)
+
+    def _write_now(self, sh: ShardPartition) -> None:
+        if sh.dead_pending and not self.flush_dead(sh):
             log.error(
                 "dead-letter write of %s failed; shard %s stops emitting and its checkpoint "
                 "is held until the write succeeds",
-                record.message_id,
+                sh.dead_pending[0].record.message_id,
                 sh.shard_id,
             )
 
@@ -144,7 +194,7 @@ class AckRouter:
             self._metrics.increment("dead_lettered", written, shard=sh.shard_id)
         if exc is not None:
             log.warning(
-                "dead-letter write of %s failing: %s", sh.dead_pending[0][0].message_id, exc
+                "dead-letter write of %s failing: %s", sh.dead_pending[0].record.message_id, exc
             )
             self._metrics.increment("dead_letter_errors", shard=sh.shard_id)
             return False

@@ -23,13 +23,10 @@ import bisect
 import dataclasses
 from collections.abc import Iterable
 
-from kinesis_spout.deadletter import DeadLetterSink
+from kinesis_spout.deadletter import DeadLetter, DeadLetterSink
 from kinesis_spout.kinesis.buffered import BufferedShardGetter
 from kinesis_spout.records import Checkpoint, Record, ShardState
 from tracker import InflightRecordTracker, SequenceKey
-
-DeadLetter = tuple[Record, str | None, int]
-"""A given-up record, its last error and its deliveries."""
 
 
 class ShardPartition:
@@ -160,25 +157,26 @@ class ShardPartition:
             self.unsaved.append(key)
 
     # --- dead letters -------------------------------------------------------------------
-    def queue_dead_letter(self, record: Record, error: str | None, attempts: int) -> bool:
+    def queue_dead_letter(self, letter: DeadLetter) -> bool:
         """Write-ahead a given-up record; True if it is the only one pending (write now)."""
-        self.dead_pending.append((record, error, attempts))
+        self.dead_pending.append(letter)
         return len(self.dead_pending) == 1
 
     def flush_dead_letters(self, sink: DeadLetterSink) -> tuple[int, Exception | None]:
         """Write the pending dead letters in order: ``(written, the error that stopped it)``.
 
-        Each record is passed to its tracker (done) only after its write returned.
+        One ``write_many`` for all of them (one object or one fsync); each record
+        is passed to its tracker (done) only after that write returned.
         """
-        written = 0
-        while self.dead_pending:
-            record, error, attempts = self.dead_pending[0]
-            try:
-                sink.write(record, error, attempts)
-            except Exception as exc:
-                return written, exc
-            self.dead_pending.pop(0)
-            if self.tracker is not None:
-                self.tracker.dead_lettered(record.key)
-            written += 1
-        return written, None
+        if not self.dead_pending:
+            return 0, None
+        letters = list(self.dead_pending)
+        try:
+            sink.write_many(letters)
+        except Exception as exc:
+            return 0, exc
+        del self.dead_pending[: len(letters)]
+        if self.tracker is not None:
+            for letter in letters:
+                self.tracker.dead_lettered(letter.record.key)
+        return len(letters), None

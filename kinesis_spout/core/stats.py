@@ -36,6 +36,9 @@ class SpoutStats:
     """Acks and fails of unknown, released or already-done records (harmless)."""
     checkpoint_writes: int = 0
     """Checkpoint saves that took effect."""
+    expired: int = 0
+    """Records given up as older than ``max_record_age`` (also in ``dead_lettered``
+    once written)."""
 
 
 def spout_stats(
@@ -63,4 +66,5 @@ def spout_stats(
         checkpoint_age=age,
         ignored=acks.ignored,
         checkpoint_writes=committer.writes,
+        expired=acks.expired,
     )

@@ -65,6 +65,10 @@ STATUS_SCHEMA = pa.schema(
 
 STATUS_DDL = "_row long, ok boolean, error string"
 
+RECORD_STATUS_SCHEMA = pa.schema([*STATUS_SCHEMA, pa.field("attempt", pa.int32(), nullable=False)])
+"""The per-record style's statuses: also each record's last delivery (fast retries)."""
+RECORD_STATUS_DDL = STATUS_DDL + ", attempt int"
+
 MAX_ERROR_CHARS = 2000
 """Error texts are cut to this length (they go into dead-letter entries and logs)."""
 
@@ -149,6 +153,9 @@ class Statuses:
     """``ok[i - start]`` for row ``i``."""
     errors: dict[int, str] = field(default_factory=dict)
     """Error text by row index, for the failed rows."""
+    attempts: dict[int, int] = field(default_factory=dict)
+    """Last delivery number by row index, for the rows the processing ran more than
+    once (fast retries); the others had the delivery they were sent with."""
 
     @property
     def ok_rows(self) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -175,6 +182,7 @@ class Statuses:
             other.stop,
             np.concatenate([self.ok, other.ok]),
             {**self.errors, **other.errors},
+            {**self.attempts, **other.attempts},
         )
 
 
@@ -216,4 +224,9 @@ def statuses_from_arrow(
                 errors[row] = clip_error(str(text))
     for i in np.flatnonzero(~seen).tolist():
         errors[start + i] = missing_error
-    return Statuses(start, stop, ok, errors)
+    attempts: dict[int, int] = {}
+    if "attempt" in table.column_names:
+        att = table.column("attempt").fill_null(1).to_numpy(zero_copy_only=False)
+        for i in np.flatnonzero(att > 1).tolist():
+            attempts[int(rows[i])] = int(att[i])
+    return Statuses(start, stop, ok, errors, attempts)

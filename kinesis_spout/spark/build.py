@@ -42,6 +42,7 @@ def build_driver(
     (its checkpoint store and dead-letter sink come from the config).
     ``row_sink`` None: the one named by ``config.sink``.
     """
+    from kinesis_spout.spark.fastretry import FastRetry
     from kinesis_spout.spark.processing import as_processor, load_processor
     from kinesis_spout.spark.runner import SparkRunner
     from kinesis_spout.spark.sinks import open_sink
@@ -62,7 +63,7 @@ def build_driver(
             ", with a spout or row sink object" if spout or row_sink else "",
         )
     sink = row_sink if row_sink is not None else open_sink(config.sink)
-    runner = SparkRunner(spark, processor, sink)
+    runner = SparkRunner(spark, processor, sink, FastRetry.of(config))
     if spout is None:
         from kinesis_spout.spout import KinesisSpout
 

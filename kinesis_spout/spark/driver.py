@@ -28,6 +28,7 @@ that are done: nothing unfinished is ever checkpointed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import random
@@ -87,6 +88,13 @@ class _Batch:
     compute_seconds: float = 0.0
 
 
+def _last_try(record: Record, attempt: int | None) -> Record:
+    """The record as last delivered: fast retries raised its delivery number."""
+    if attempt is None or attempt <= record.attempt:
+        return record
+    return dataclasses.replace(record, attempt=attempt)
+
+
 class SparkDriver(StopControl):
     """Runs micro-batches until stopped, ``max_batches`` or ``stop_when_idle``.
 
@@ -128,6 +136,8 @@ class SparkDriver(StopControl):
         self._limits = RunLimits(config)
         self._last_completion: float | None = None
         self._judge = PoisonJudge()
+        self._fast_retried = 0
+        """Extra deliveries made by fast retries in the batch being applied."""
         self.last_report: BatchReport | None = None
 
     # --- control -------------------------------------------------------------------
@@ -290,12 +300,14 @@ class SparkDriver(StopControl):
         failed = sum(len(r.failed) for r in results)
         stats = self.spout.stats()
         dead = (_stat(stats, "dead_lettered") or 0) - (_stat(stats_before, "dead_lettered") or 0)
-        retried = sum(1 for r in records if r.attempt > 1)
+        expired = (_stat(stats, "expired") or 0) - (_stat(stats_before, "expired") or 0)
+        retried = sum(1 for r in records if r.attempt > 1) + self._fast_retried
+        self._fast_retried = 0
         age = _stat(stats, "checkpoint_age")
         now = self.clock()
         since = max(batch.started, self._last_completion or batch.started)
         self._last_completion = now
-        self._totals.add(len(records), ok, failed, retried, dead, now - since)
+        self._totals.add(len(records), ok, failed, retried, dead, now - since, expired)
         return BatchReport(
             batch_id=batch.batch_id,
             records=len(records),
@@ -310,6 +322,7 @@ class SparkDriver(StopControl):
             seconds=max(now - since, 1e-9),
             process_seconds=batch.compute_seconds + (now - t0),
             splits=batch.iso.splits,
+            expired=expired,
         )
 
     def _apply(
@@ -326,10 +339,15 @@ class SparkDriver(StopControl):
                 failed=[(owners[r], st.errors.get(r, "failed")) for r in st.failed_rows.tolist()]
             )
         else:
+            tried = st.attempts
             res = TreeResults(
                 acked=[owners[r] for r in st.ok_rows.tolist()],
-                failed=[(owners[r], st.errors.get(r, "failed")) for r in st.failed_rows.tolist()],
+                failed=[
+                    (_last_try(owners[r], tried.get(r)), st.errors.get(r, "failed"))
+                    for r in st.failed_rows.tolist()
+                ],
             )
+            self._fast_retried += sum(max(0, a - owners[r].attempt) for r, a in tried.items())
         self._deliver(res)
         return res
 

@@ -63,6 +63,7 @@ class _Window:
     failed: int = 0
     retried: int = 0
     dead_before: int = 0
+    expired_before: int = 0
     splits: int = 0
     seconds: list[float] = field(default_factory=list)
 
@@ -149,7 +150,10 @@ class ExecutorDriver(StopControl):
         if w is None:
             stats = self.spout.stats()
             dead = _stat(stats, "dead_lettered") or 0
-            w = self._window = _Window(self._since or self.clock(), dead_before=dead)
+            expired = _stat(stats, "expired") or 0
+            w = self._window = _Window(
+                self._since or self.clock(), dead_before=dead, expired_before=expired
+            )
         ok, failed = self.spout.apply(results)
         self.jobs.judge(plan.task, iso)
         for alone, error in iso.alone:
@@ -157,7 +161,7 @@ class ExecutorDriver(StopControl):
             failed += self.spout.fail_alone(alone, error)
         w.ok += ok
         w.failed += failed
-        w.retried += len(plan.retries)
+        w.retried += len(plan.retries) + sum(r.retried for r in results)
         w.records += sum(len(r) for r in results if r.position is not None) + len(plan.retries)
         w.splits += iso.splits
 
@@ -189,7 +193,8 @@ class ExecutorDriver(StopControl):
     def _report(self, w: _Window, now: float) -> None:
         stats = self.spout.stats()
         dead = (_stat(stats, "dead_lettered") or 0) - w.dead_before
-        self._totals.add(w.records, w.ok, w.failed, w.retried, dead, now - w.started)
+        expired = (_stat(stats, "expired") or 0) - w.expired_before
+        self._totals.add(w.records, w.ok, w.failed, w.retried, dead, now - w.started, expired)
         age = _stat(stats, "checkpoint_age")
         report = BatchReport(
             batch_id=self._batch_id,
@@ -205,6 +210,7 @@ class ExecutorDriver(StopControl):
             seconds=max(now - w.started, 1e-9),
             process_seconds=now - w.started,
             splits=w.splits,
+            expired=expired,
         )
         self._batch_id += 1
         self.last_report = report

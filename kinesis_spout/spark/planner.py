@@ -180,21 +180,24 @@ class ExecutorReadSpout(KinesisSpout):
         """Track the results of a micro-batch's tasks; (acked, failed) records."""
         now = self._clock()
         acked = failed = 0
-        for res in results:
-            sh = self._set.shards.get(res.shard_id)
-            if sh is None or sh.tracker is None:
-                log.info("task %d: shard %s was released; result dropped", res.task, res.shard_id)
-                continue
-            self.readers.add((res.executor, res.pid))
-            if res.position is None:
-                a, f = self._apply_retries(sh, res, now)
-                self.retry_tasks += 1
-            else:
-                a, f = self._apply_read(sh, res, now)
-                self.read_tasks += 1
-            acked += a
-            failed += f
+        with self._acks.deferred():
+            for res in results:
+                a, f = self._apply_one(res, now)
+                acked += a
+                failed += f
         return acked, failed
+
+    def _apply_one(self, res: ReadResult, now: float) -> tuple[int, int]:
+        sh = self._set.shards.get(res.shard_id)
+        if sh is None or sh.tracker is None:
+            log.info("task %d: shard %s was released; result dropped", res.task, res.shard_id)
+            return 0, 0
+        self.readers.add((res.executor, res.pid))
+        if res.position is None:
+            self.retry_tasks += 1
+            return self._apply_retries(sh, res, now)
+        self.read_tasks += 1
+        return self._apply_read(sh, res, now)
 
     def _apply_retries(self, sh: ShardPartition, res: ReadResult, now: float) -> tuple[int, int]:
         tracker = sh.tracker
@@ -205,7 +208,7 @@ class ExecutorReadSpout(KinesisSpout):
                 acked += 1
         self._acks.acked += acked
         for i, rec in sorted(res.failed.items()):
-            self._acks.after_fail(sh, tracker.fail(rec.key, now, res.errors.get(i)))
+            self._acks.fail_record(sh, rec.key, rec, res.errors.get(i), now)
         return acked, len(res.failed)
 
     def _apply_read(self, sh: ShardPartition, res: ReadResult, now: float) -> tuple[int, int]:
@@ -230,7 +233,7 @@ class ExecutorReadSpout(KinesisSpout):
         acked = n - len(fails)
         self._acks.acked += acked
         for rec, error in fails:
-            self._acks.after_fail(sh, tracker.fail(rec.key, now, error))
+            self._acks.fail_record(sh, rec.key, rec, error, now)
         self._take_end(sh, res, now)
         return acked, len(fails)
 
@@ -292,7 +295,7 @@ class ExecutorReadSpout(KinesisSpout):
         now = self._clock()
         if plan.position is None:
             for rec in plan.retries:
-                self._acks.after_fail(sh, sh.tracker.fail(rec.key, now, error))
+                self._acks.fail_record(sh, rec.key, rec, error, now)
             return len(plan.retries)
         assert self._api is not None
         pos = plan.position

@@ -51,7 +51,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 import pyarrow as pa
 
 from kinesis_spout.errors import ConfigError
-from kinesis_spout.spark.arrow import DATA_COLUMNS, ROW, STATUS_SCHEMA, format_error
+from kinesis_spout.spark.arrow import DATA_COLUMNS, RECORD_STATUS_SCHEMA, ROW, format_error
+from kinesis_spout.spark.fastretry import FastRetry
 
 if TYPE_CHECKING:
     from kinesis_spout.config import SpoutConfig
@@ -230,35 +231,39 @@ def iter_records(batch: pa.RecordBatch) -> Iterator[tuple[int, InputRecord]]:
 
 
 def run_record_function(
-    fn: RecordFunction, batches: Iterable[pa.RecordBatch]
+    fn: RecordFunction, batches: Iterable[pa.RecordBatch], fast: FastRetry | None = None
 ) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` body of the per-record style: one status row per record.
+    """The ``mapInArrow`` body of the per-record style: one status row per record,
+    with the record's last delivery number (fast retries, :mod:`.fastretry`).
 
     ``Exception`` becomes a failed status; ``BaseException`` (SystemExit,
     KeyboardInterrupt) is left to fail the task.
     """
+    policy = fast or FastRetry()
     for batch in batches:
         rows: list[int] = []
         oks: list[bool] = []
         errors: list[str | None] = []
+        attempts: list[int] = []
         for row, record in iter_records(batch):
             rows.append(row)
-            try:
-                fn(record)
-            except Exception as exc:  # any user error fails the record
-                oks.append(False)
-                errors.append(format_error(exc))
-            else:
-                oks.append(True)
-                errors.append(None)
+            error, attempt = policy.call(fn, record, format_error)
+            oks.append(error is None)
+            errors.append(error)
+            attempts.append(attempt)
         yield pa.RecordBatch.from_arrays(
-            [pa.array(rows, pa.int64()), pa.array(oks, pa.bool_()), pa.array(errors, pa.string())],
-            schema=STATUS_SCHEMA,
+            [
+                pa.array(rows, pa.int64()),
+                pa.array(oks, pa.bool_()),
+                pa.array(errors, pa.string()),
+                pa.array(attempts, pa.int32()),
+            ],
+            schema=RECORD_STATUS_SCHEMA,
         )
 
 
 def record_function_mapper(
-    fn: RecordFunction,
+    fn: RecordFunction, fast: FastRetry | None = None
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A picklable ``mapInArrow`` function for ``fn``."""
-    return partial(run_record_function, fn)
+    """A picklable ``mapInArrow`` function for ``fn`` (its output: RECORD_STATUS_DDL)."""
+    return partial(run_record_function, fn, fast=fast)

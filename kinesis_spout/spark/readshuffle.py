@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from kinesis_spout.records import Record
@@ -70,10 +71,10 @@ def _process_stage(
                 yield item
                 continue
             _, task, i, r = item
-            try:
-                fn(as_input(r))
-            except Exception as exc:  # any user error fails the record
-                yield ("s", task, i, r.sequence_number, r.sub_sequence_number, format_error(exc), r)
+            error, attempt = settings.fast.call(fn, as_input(r), format_error)
+            if error is not None:
+                last = r if attempt == r.attempt else replace(r, attempt=attempt)
+                yield ("s", task, i, r.sequence_number, r.sub_sequence_number, error, last)
             else:
                 yield ("s", task, i, r.sequence_number, r.sub_sequence_number, None, None)
                 if settings.sink != "none":
@@ -154,3 +155,4 @@ def _fill(res: ReadResult, plan: ReadPlan, got: dict[int, Status], n: int) -> No
             res.errors[i] = st[5]
             assert st[6] is not None
             res.failed[i] = st[6]
+            res.retried += st[6].attempt - (plan.retries[i].attempt if plan.is_retry else 1)

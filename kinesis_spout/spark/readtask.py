@@ -29,13 +29,14 @@ import random
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.kinesis.getter import GetterPosition, KinesisShardGetter, ShardBatch
 from kinesis_spout.records import Record, ShardInfo
 from kinesis_spout.spark.arrow import format_error
+from kinesis_spout.spark.fastretry import FastRetry
 from kinesis_spout.spark.processing import InputRecord, RecordFunction
 from tracker import ExponentialBackoff, JitteredBackoff, SequenceKey
 
@@ -57,6 +58,8 @@ class ReadSettings:
     read_seconds: float
     """Longest a task keeps reading (throttled or behind) before it returns."""
     sink: str = "none"
+    fast: FastRetry = FastRetry()
+    """Fast retries of failing records inside the task."""
 
     @classmethod
     def of(cls, config: SpoutConfig) -> ReadSettings:
@@ -70,6 +73,7 @@ class ReadSettings:
             config.throttle_backoff_max,
             read_seconds=max(config.batch_max_wait, 1.0),
             sink=config.sink,
+            fast=FastRetry.of(config),
         )
 
 
@@ -102,7 +106,10 @@ class ReadResult:
     """1 per record processed ok, 0 per failed record."""
     errors: dict[int, str] = field(default_factory=dict)
     failed: dict[int, Record] = field(default_factory=dict)
-    """The payloads of the failed records, by index (nothing of the others)."""
+    """The payloads of the failed records, by index (nothing of the others); their
+    ``attempt`` is their last delivery (fast retries count)."""
+    retried: int = 0
+    """Extra deliveries made by fast retries in this task."""
     position: GetterPosition | None = None
     """Where the next read of the shard starts (None: a retry task)."""
     ended: bool = False
@@ -162,26 +169,34 @@ def as_input(r: Record) -> InputRecord:
 
 
 class _Processing:
-    """Runs the function on records and fills a result."""
+    """Runs the function on records (with fast retries) and fills a result."""
 
-    def __init__(self, fn: RecordFunction, result: ReadResult, keep: list[Record] | None):
+    def __init__(
+        self,
+        fn: RecordFunction,
+        result: ReadResult,
+        keep: list[Record] | None,
+        fast: FastRetry | None = None,
+    ):
         self.fn = fn
         self.result = result
         self.keep = keep  # ok records, for a row sink
+        self.fast = fast or FastRetry()
 
     def run(self, records: Iterable[Record]) -> None:
-        res, fn, keep = self.result, self.fn, self.keep
+        res, fn, keep, call = self.result, self.fn, self.keep, self.fast.call
         seqs, subs, ok = res.seqs, res.subs, res.ok
         for r in records:
             i = len(ok)
             seqs.append(r.sequence_number)
             subs.append(r.sub_sequence_number)
-            try:
-                fn(as_input(r))
-            except Exception as exc:  # any user error fails the record
+            error, attempt = call(fn, as_input(r), format_error)
+            if attempt > r.attempt:
+                res.retried += attempt - r.attempt
+            if error is not None:
                 ok.append(0)
-                res.errors[i] = format_error(exc)
-                res.failed[i] = r
+                res.errors[i] = error
+                res.failed[i] = r if attempt == r.attempt else replace(r, attempt=attempt)
             else:
                 ok.append(1)
                 if keep is not None:
@@ -278,7 +293,7 @@ def run_plan(
     t0 = time.monotonic()
     res = ReadResult(plan.task, plan.shard_id, executor=executor_id(), pid=os.getpid())
     keep: list[Record] | None = [] if settings.sink != "none" else None
-    proc = _Processing(fn, res, keep)
+    proc = _Processing(fn, res, keep, settings.fast)
     if plan.is_retry:
         proc.run(plan.retries)
     else:

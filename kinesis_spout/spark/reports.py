@@ -58,6 +58,8 @@ class BatchReport:
     """Of which: Arrow conversion, Spark, sink writes, acks and fails."""
     splits: int = 0
     """Times the batch was split after a batch-level failure."""
+    expired: int = 0
+    """Of the dead-lettered: given up as older than ``max_record_age``."""
 
     @property
     def records_per_second(self) -> float:
@@ -73,7 +75,8 @@ class BatchReport:
         return (
             f"batch {self.batch_id}: {self.records} records{split} | ok {self.ok} | "
             f"failed {self.failed} | retried {self.retried} | "
-            f"dead-lettered {self.dead_lettered} | in flight {self.in_flight} |{trees} "
+            f"dead-lettered {self.dead_lettered}{_expired(self.expired)} | "
+            f"in flight {self.in_flight} |{trees} "
             f"behind {behind} ms | checkpoint age {age} | "
             f"{self.records_per_second:,.0f} done records/s"
         )
@@ -94,6 +97,8 @@ class JobSummary:
     stopped_because: str
     busy_seconds: float = 0.0
     """Time spent in iterations that had records (filling and processing)."""
+    expired: int = 0
+    """Of the dead-lettered: given up as older than ``max_record_age``."""
 
     @property
     def done(self) -> int:
@@ -108,11 +113,16 @@ class JobSummary:
     def line(self) -> str:
         return (
             f"stopped ({self.stopped_because}) after {self.batches} batches: "
-            f"{self.done} done (ok {self.ok}, dead-lettered {self.dead_lettered}) | "
+            f"{self.done} done (ok {self.ok}, dead-lettered {self.dead_lettered}"
+            f"{_expired(self.expired)}) | "
             f"{self.records} deliveries | failed {self.failed} | retried {self.retried} | "
             f"{self.seconds:.1f}s, of which {self.busy_seconds:.1f}s processing | "
             f"{self.done_per_second:,.1f} records done/s of processing"
         )
+
+
+def _expired(n: int) -> str:
+    return f", of which expired {n}" if n else ""
 
 
 def print_progress(report: BatchReport) -> None:
@@ -176,12 +186,21 @@ class RunTotals:
     retried: int = 0
     dead_lettered: int = 0
     busy_seconds: float = 0.0
+    expired: int = 0
 
     def add(
-        self, records: int, ok: int, failed: int, retried: int, dead: int, seconds: float
+        self,
+        records: int,
+        ok: int,
+        failed: int,
+        retried: int,
+        dead: int,
+        seconds: float,
+        expired: int = 0,
     ) -> None:
         """One micro-batch's counts and the seconds it took."""
         self.batches += 1
+        self.expired += expired
         self.records += records
         self.ok += ok
         self.failed += failed
@@ -200,4 +219,5 @@ class RunTotals:
             seconds,
             stopped_because,
             busy_seconds=self.busy_seconds,
+            expired=self.expired,
         )

@@ -25,13 +25,14 @@ import pyarrow as pa
 
 from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.spark.arrow import (
+    RECORD_STATUS_DDL,
     ROOT,
     ROW,
-    STATUS_DDL,
     Statuses,
     statuses_from_arrow,
 )
 from kinesis_spout.spark.fanout import ID, IntArray, emit_mapper, stage_schema
+from kinesis_spout.spark.fastretry import FastRetry
 from kinesis_spout.spark.ledger import SinkStatuses
 from kinesis_spout.spark.processing import (
     FanOutProcessor,
@@ -114,9 +115,17 @@ def _ok_and_error(df: Any, what: str, key: str) -> tuple[Any, Any]:
 class SparkRunner:
     """Runs a :data:`Processor` on a SparkSession."""
 
-    def __init__(self, spark: Any, processor: Processor, row_sink: RowSink | None = None) -> None:
+    def __init__(
+        self,
+        spark: Any,
+        processor: Processor,
+        row_sink: RowSink | None = None,
+        fast: FastRetry | None = None,
+    ) -> None:
         self.spark = spark
         self.processor = processor
+        self.fast = fast
+        """Fast retries of the per-record style (None: none)."""
         self.row_sink: RowSink = row_sink or NullSink()
         self._derived_arrow: pa.Schema | None = None
         self._stage_struct: Any = None
@@ -173,7 +182,8 @@ class SparkRunner:
         self, batch_id: int, p: RecordProcessor, part: pa.Table, start: int, stop: int
     ) -> BatchOutcome:
         df = self._to_dataframe(part)
-        back = df.mapInArrow(record_function_mapper(p.fn), STATUS_DDL).toArrow()
+        back = df.mapInArrow(record_function_mapper(p.fn, self.fast), RECORD_STATUS_DDL)
+        back = back.toArrow()
         statuses = statuses_from_arrow(back, start, stop)
         processed = None
         if not isinstance(self.row_sink, NullSink):

@@ -35,10 +35,10 @@ class ListSink:
         self.failing = False
         self.closed = False
 
-    def write(self, record: Record, error: str | None, attempts: int) -> None:
+    def write_many(self, letters: Sequence[DeadLetter]) -> None:
         if self.failing:
             raise OSError("disk full")
-        self.entries.append((record, error, attempts))
+        self.entries.extend((d.record, d.error, d.attempts) for d in letters)
 
     def close(self) -> None:
         self.closed = True

@@ -9,9 +9,11 @@ replays it: nothing is lost even though no dead letter was written.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 
 from test_spout import Rig, S
 
+from kinesis_spout.deadletter import DeadLetter
 from kinesis_spout.records import Record
 
 
@@ -22,11 +24,11 @@ class InterruptedSink:
         self.entries: list[Record] = []
         self.interrupt = True
 
-    def write(self, record: Record, error: str | None, attempts: int) -> None:
+    def write_many(self, letters: Sequence[DeadLetter]) -> None:
         if self.interrupt:
             self.interrupt = False
             raise KeyboardInterrupt
-        self.entries.append(record)
+        self.entries.extend(d.record for d in letters)
 
     def close(self) -> None:
         pass

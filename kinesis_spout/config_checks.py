@@ -1,0 +1,139 @@
+"""The value checks of :class:`~kinesis_spout.config.SpoutConfig` (each names the field)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kinesis_spout.config_values import (
+    DEAD_LETTER_REASONS,
+    MAX_RECORDS_PER_CALL,
+    READ_ON,
+    InitialPosition,
+)
+from kinesis_spout.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kinesis_spout.config import SpoutConfig
+
+
+def check(cond: bool, name: str, value: Any, allowed: str) -> None:
+    if not cond:
+        raise ConfigError(name, value, allowed)
+
+
+def check_names(c: SpoutConfig) -> None:
+    """The stream, job, region, endpoint and start position."""
+    check(bool(c.stream_name.strip()), "stream_name", c.stream_name, "a non-empty stream name")
+    check(len(c.stream_name) <= 128, "stream_name", c.stream_name, "at most 128 characters")
+    check(
+        bool(c.job_name) and "/" not in c.job_name and c.job_name not in (".", ".."),
+        "job_name",
+        c.job_name,
+        "a non-empty name without '/'",
+    )
+    check(bool(c.region.strip()), "region", c.region, "a region such as us-east-1")
+    if c.endpoint_url is not None:
+        check(
+            c.endpoint_url.startswith(("http://", "https://")),
+            "endpoint_url",
+            c.endpoint_url,
+            "an http:// or https:// URL",
+        )
+    if c.initial_position is InitialPosition.AT_TIMESTAMP:
+        check(
+            c.initial_timestamp is not None,
+            "initial_timestamp",
+            c.initial_timestamp,
+            "required when initial_position is AT_TIMESTAMP",
+        )
+
+
+def check_numbers(c: SpoutConfig) -> None:
+    """Limits, counts and durations."""
+    check(
+        1 <= c.records_per_call <= MAX_RECORDS_PER_CALL,
+        "records_per_call",
+        c.records_per_call,
+        f"between 1 and {MAX_RECORDS_PER_CALL}",
+    )
+    for name in (
+        "empty_shard_backoff",
+        "throttle_backoff",
+        "retry_backoff",
+        "fast_retry_max_delay",
+        "message_timeout",
+        "stop_when_idle",
+    ):
+        v = getattr(c, name)
+        check(v >= 0, name, v, "a number of seconds >= 0")
+    for name in (
+        "throttle_backoff_max",
+        "retry_backoff_max",
+        "checkpoint_interval",
+        "shard_refresh_interval",
+        "batch_max_wait",
+        "zk_session_timeout",
+    ):
+        v = getattr(c, name)
+        check(v > 0, name, v, "a number of seconds > 0")
+    check(
+        0 < c.max_calls_per_second <= 1000,
+        "max_calls_per_second",
+        c.max_calls_per_second,
+        "between 0 (exclusive) and 1000",
+    )
+    if c.max_record_age is not None:
+        check(c.max_record_age > 0, "max_record_age", c.max_record_age, "seconds > 0, or unset")
+    check(c.retry_limit >= 0, "retry_limit", c.retry_limit, "an integer >= 0")
+    check(c.retry_limit <= 1000, "retry_limit", c.retry_limit, "at most 1000")
+    check(c.max_in_flight >= 1, "max_in_flight", c.max_in_flight, "an integer >= 1")
+    check(c.batch_size >= 1, "batch_size", c.batch_size, "an integer >= 1")
+    check(c.max_batches >= 0, "max_batches", c.max_batches, "an integer >= 0")
+    check(
+        0 <= c.process_partitions <= 100_000,
+        "process_partitions",
+        c.process_partitions,
+        "an integer between 0 and 100000",
+    )
+
+
+def check_targets(c: SpoutConfig) -> None:
+    """Where checkpoints, dead letters and rows go, and who this worker is."""
+    check(
+        c.checkpoint_store.startswith(("file://", "zk://", "memory://")),
+        "checkpoint_store",
+        c.checkpoint_store,
+        "a URL: file://DIR or zk://host:port[,host:port]/root",
+    )
+    if c.zk_auth is not None:
+        check(":" in c.zk_auth, "zk_auth", "***", "user:password")
+    check(
+        bool(c.dead_letter) and c.dead_letter != "s3://",
+        "dead_letter",
+        c.dead_letter,
+        "a directory, s3://bucket/prefix, or 'none'",
+    )
+    if c.dead_letter.startswith("s3://"):
+        bucket = c.dead_letter[5:].split("/", 1)[0]
+        check(
+            3 <= len(bucket) <= 63 and bucket == bucket.lower() and " " not in bucket,
+            "dead_letter",
+            c.dead_letter,
+            "s3://bucket/prefix with a valid bucket name (3-63 lowercase characters)",
+        )
+    reasons = [r.strip() for r in c.dead_letter_on.split(",")]
+    bad = [r for r in reasons if r not in DEAD_LETTER_REASONS]
+    check(
+        not bad,
+        "dead_letter_on",
+        c.dead_letter_on,
+        "a list of " + ", ".join(DEAD_LETTER_REASONS) + (f" (not {bad[0]!r})" if bad else ""),
+    )
+    check(bool(c.worker_id) and "/" not in c.worker_id, "worker_id", c.worker_id, "no '/'")
+    check(
+        c.sink in ("none", "console") or c.sink.startswith("parquet://"),
+        "sink",
+        c.sink,
+        "none, console or parquet://DIR",
+    )
+    check(c.read_on in READ_ON, "read_on", c.read_on, " or ".join(READ_ON))

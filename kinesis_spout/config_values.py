@@ -1,0 +1,24 @@
+"""Constants and enums of the configuration (shared by its checks)."""
+
+from __future__ import annotations
+
+import enum
+
+ENV_PREFIX = "KINESIS_SPOUT_"
+MAX_RECORDS_PER_CALL = 10_000
+
+
+class InitialPosition(enum.Enum):
+    """Where a shard with no checkpoint starts."""
+
+    TRIM_HORIZON = "TRIM_HORIZON"
+    LATEST = "LATEST"
+    AT_TIMESTAMP = "AT_TIMESTAMP"
+
+
+READ_ON = ("executors", "driver")
+"""Where the Spark job may read Kinesis (``read_on``)."""
+
+DEAD_LETTER_REASONS = ("exhausted", "expired")
+"""Why a record is given up (``dead_letter_on``): its retries ran out, or it grew
+older than ``max_record_age``."""

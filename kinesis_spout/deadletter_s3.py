@@ -1,0 +1,193 @@
+"""Dead letters in S3: ``dead_letter = "s3://bucket/prefix"``.
+
+Each write of a shard's given-up records is **one object** of JSON lines (the
+same entry as the file sink: full payload in base64, error, attempts, reason,
+shard, sequence, sub-sequence, arrival time, job), under
+
+    <prefix>/<job>/<stream>/<shard>/<first sequence, 64 digits>-<sub, 10 digits>.jsonl
+
+The write happens before the checkpoint can pass the records (the shard's
+write-ahead, :class:`~kinesis_spout.core.partition.ShardPartition`). Exactly
+one entry per given-up record across restarts: on its first write to a shard
+the sink reads the ids already stored under the shard's prefix and leaves
+those records out; the key is named by the first record written, so the same
+letters always go to the same key and an object is never overwritten with
+other content. The client honours boto3's endpoint conventions
+(``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``), so it works against moto's
+server or any S3-compatible store.
+
+A failing write (unreachable endpoint, missing bucket, access denied) raises
+:class:`DeadLetterWriteError` naming the bucket, key and S3 error; the shard
+then stops advancing its checkpoint past the records and the write is tried
+again before each checkpoint save, so the job recovers when S3 does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from kinesis_spout.deadletter import DeadLetter, dead_letter_entry
+from kinesis_spout.errors import KinesisSpoutError
+
+log = logging.getLogger(__name__)
+
+
+class DeadLetterWriteError(KinesisSpoutError):
+    """A dead-letter object could not be written or read (names the bucket, key, cause)."""
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix`` -> ``("bucket", "some/prefix")`` (no trailing slash)."""
+    if not url.startswith("s3://"):
+        raise ValueError(f"not an s3:// URL: {url!r}")
+    bucket, _, prefix = url[5:].partition("/")
+    if not bucket:
+        raise ValueError(f"no bucket in {url!r}")
+    return bucket, prefix.strip("/")
+
+
+def s3_client() -> Any:
+    """An S3 client with short timeouts and few retries (a failed write is tried
+    again before each checkpoint save anyway)."""
+    import boto3
+    from botocore.config import Config
+
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    config = Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 2})
+    return boto3.session.Session().client("s3", region_name=region, config=config)
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Code: message`` of a botocore error, else the exception's text."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        err = response.get("Error") or {}
+        code = err.get("Code") or response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return f"{code}: {err.get('Message') or exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class S3DeadLetterSink:
+    """See the module docstring."""
+
+    def __init__(self, target: str, job_name: str, client: Any = None) -> None:
+        self.bucket, self.prefix = parse_s3_url(target)
+        self.job_name = job_name
+        self.client = client if client is not None else s3_client()
+        self._seen: dict[tuple[str, str], set[str]] = {}
+        self.written = 0
+        self.objects = 0
+
+    def shard_prefix(self, stream_name: str, shard_id: str) -> str:
+        parts = [p for p in (self.prefix, self.job_name, stream_name, shard_id) if p]
+        return "/".join(parts) + "/"
+
+    def key_for(self, letter: DeadLetter) -> str:
+        r = letter.record
+        name = f"{int(r.sequence_number):064d}-{r.sub_sequence_number:010d}.jsonl"
+        return self.shard_prefix(r.stream_name, r.shard_id) + name
+
+    def write_many(self, letters: Sequence[DeadLetter]) -> None:
+        by_shard: dict[tuple[str, str], list[DeadLetter]] = {}
+        for letter in letters:
+            r = letter.record
+            by_shard.setdefault((r.stream_name, r.shard_id), []).append(letter)
+        for k, group in by_shard.items():
+            self._write_shard(k, group)
+
+    def _write_shard(self, k: tuple[str, str], letters: list[DeadLetter]) -> None:
+        seen = self._seen.get(k)
+        if seen is None:
+            seen = self._load_seen(self.shard_prefix(*k))
+            self._seen[k] = seen
+        fresh: list[DeadLetter] = []
+        ids: set[str] = set()
+        for letter in letters:
+            mid = letter.record.message_id
+            if mid in seen or mid in ids:
+                log.info("%s is already in the dead-letter bucket (replayed)", mid)
+                continue
+            fresh.append(letter)
+            ids.add(mid)
+        if not fresh:
+            return
+        key = self.key_for(fresh[0])
+        body = "".join(
+            json.dumps(
+                dead_letter_entry(d.record, d.error, d.attempts, self.job_name, d.reason),
+                separators=(",", ":"),
+            )
+            + "\n"
+            for d in fresh
+        ).encode("utf-8")
+        try:
+            self.client.put_object(
+                Bucket=self.bucket, Key=key, Body=body, ContentType="application/x-ndjson"
+            )
+        except Exception as exc:
+            raise DeadLetterWriteError(
+                f"dead-letter write to s3://{self.bucket}/{key} failed: {describe_error(exc)}"
+            ) from exc
+        seen.update(ids)
+        self.written += len(fresh)
+        self.objects += 1
+        for d in fresh:
+            log.warning(
+                "dead-lettered %s (%s) after %d attempts to s3://%s/%s: %s",
+                d.record.message_id,
+                d.reason,
+                d.attempts,
+                self.bucket,
+                key,
+                d.error,
+            )
+
+    def _load_seen(self, prefix: str) -> set[str]:
+        """The ids already stored under a shard's prefix (a replay must not add them)."""
+        seen: set[str] = set()
+        for entry in iter_s3_entries(self.client, self.bucket, prefix):
+            seen.add(str(entry.get("message_id")))
+        return seen
+
+    def close(self) -> None:
+        return None
+
+
+def iter_s3_keys(client: Any, bucket: str, prefix: str) -> Iterator[str]:
+    """Every ``.jsonl`` key under ``prefix``, in key order."""
+    try:
+        for page in client.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix
+        ):
+            for obj in page.get("Contents", []):
+                if obj["Key"].endswith(".jsonl"):
+                    yield obj["Key"]
+    except Exception as exc:
+        raise DeadLetterWriteError(
+            f"listing s3://{bucket}/{prefix} failed: {describe_error(exc)}"
+        ) from exc
+
+
+def read_s3_object(client: Any, bucket: str, key: str) -> list[dict[str, Any]]:
+    """The entries of one dead-letter object."""
+    try:
+        body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except Exception as exc:
+        raise DeadLetterWriteError(
+            f"reading s3://{bucket}/{key} failed: {describe_error(exc)}"
+        ) from exc
+    out: list[dict[str, Any]] = []
+    for line in body.decode("utf-8").splitlines():
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+def iter_s3_entries(client: Any, bucket: str, prefix: str) -> Iterator[dict[str, Any]]:
+    """Every entry of every dead-letter object under ``prefix``."""
+    for key in iter_s3_keys(client, bucket, prefix):
+        yield from read_s3_object(client, bucket, key)

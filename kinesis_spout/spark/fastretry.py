@@ -1,0 +1,94 @@
+"""Fast retries: a failing record is run again at once, where it failed.
+
+Without them a failed record waits for a later micro-batch for each retry, and
+a poison record (one that fails every time) holds its shard's replay window
+through ``retry_limit`` further batches. With ``fast_retries`` (the default)
+the per-record function is called again right away, in the same Spark task,
+while the retry delay of that attempt (``retry_backoff``, doubling, capped by
+``retry_backoff_max``) is at most ``fast_retry_max_delay``, the record is not
+older than ``max_record_age``, and its retries are not spent. The task then
+reports the record's last delivery number; the driver's tracker counts those
+deliveries, so a record that failed every time is dead-lettered in the same
+batch, and one that passed on a later try is acked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kinesis_spout.core.age import too_old
+from tracker import ExponentialBackoff
+
+if TYPE_CHECKING:
+    from kinesis_spout.config import SpoutConfig
+    from kinesis_spout.spark.processing import InputRecord
+
+
+@dataclass(frozen=True, slots=True)
+class FastRetry:
+    """The fast-retry policy of a job (picklable; shipped to the executors)."""
+
+    retry_limit: int = 0
+    backoff: float = 0.0
+    backoff_max: float = 60.0
+    max_delay: float = 0.0
+    max_age: float | None = None
+    enabled: bool = False
+
+    @classmethod
+    def of(cls, config: SpoutConfig) -> FastRetry:
+        return cls(
+            config.retry_limit,
+            config.retry_backoff,
+            config.retry_backoff_max,
+            config.fast_retry_max_delay,
+            config.max_record_age,
+            config.fast_retries,
+        )
+
+    def delay(self, attempt: int) -> float:
+        """The wait before the retry that follows delivery ``attempt``."""
+        if self.backoff <= 0:
+            return 0.0
+        return ExponentialBackoff(self.backoff, cap=self.backoff_max).delay(attempt)
+
+    def call(
+        self,
+        fn: Callable[[InputRecord], Any],
+        record: InputRecord,
+        format_error: Callable[[BaseException], str],
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> tuple[str | None, int]:
+        """Run ``fn`` on ``record``, retrying at once where allowed:
+        ``(None or the last error, the last delivery number)``.
+
+        ``Exception`` fails a try; ``BaseException`` propagates (it fails the task).
+        """
+        attempt = record.attempt
+        while True:
+            try:
+                fn(record)
+            except Exception as exc:  # any user error fails the try
+                error = format_error(exc)
+            else:
+                return None, attempt
+            if not self._may_retry(record, attempt):
+                return error, attempt
+            wait = self.delay(attempt)
+            if wait > 0:
+                sleep(wait)
+            attempt += 1
+            record = record._replace(attempt=attempt)
+
+    def _may_retry(self, record: InputRecord, attempt: int) -> bool:
+        if not self.enabled or attempt > self.retry_limit:
+            return False
+        if self.delay(attempt) > self.max_delay:
+            return False
+        return not (
+            self.max_age is not None
+            and too_old(record.approximate_arrival, self.max_age, time.time())
+        )
