@@ -67,6 +67,7 @@ from kinesis_spout.testing.streams import (  # noqa: E402
 from tracker import SequenceKey  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import poison_bench  # noqa: E402
 import spark_scale  # noqa: E402
 from reader_bench import stock_client  # noqa: E402
 from spark_scale import scale_figures  # noqa: E402
@@ -173,8 +174,17 @@ def main(argv: list[str] | None = None) -> int:
         help="also the scale-out figures on a standalone cluster of two 1-core workers",
     )
     parser.add_argument("--cpu-records", type=int, default=16_000, help="CPU-bound runs' records")
+    parser.add_argument(
+        "--poison-rate",
+        type=float,
+        default=None,
+        help="instead: throughput with this fraction of poison records vs none "
+        "(bench/poison_bench.py; --records defaults to 20,000 there)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.poison_rate is not None:
+        return poison_main(args)
 
     with MotoServer() as moto, tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
@@ -255,6 +265,35 @@ def main(argv: list[str] | None = None) -> int:
                 f"{figures['scaling_2_vs_1']:.2f}x (goal >= 1.5), lost {figures['lost']}, "
                 f"duplicates {figures['duplicates']} of {figures['records']} records"
             )
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+def poison_main(args: argparse.Namespace) -> int:
+    """``--poison-rate``: the figures of bench/poison_bench.py."""
+    from pyspark import cloudpickle
+
+    if not 0 < args.poison_rate < 1:
+        raise SystemExit(f"--poison-rate must be between 0 and 1, not {args.poison_rate}")
+    register: Any = cloudpickle.register_pickle_by_value
+    register(poison_bench)  # the executors cannot import it
+    logging.getLogger("kinesis_spout.deadletter").setLevel(logging.ERROR)  # one line per record
+    records = args.records if "--records" in sys.argv else 20_000
+    with MotoServer() as moto, tempfile.TemporaryDirectory() as tmpdir:
+        client = emulator_client(moto.endpoint_url)
+        spark = local_spark_session("spark-bench-poison")
+        try:
+            result = poison_bench.poison_figures(
+                spark, client, moto.endpoint_url, Path(tmpdir), records, args.size,
+                args.poison_rate,
+            )  # fmt: skip
+        finally:
+            spark.stop()
+    print(
+        f"worst poison_vs_clean {result['poison_vs_clean']:.2f} (goal >= 0.8), worst dead-letter "
+        f"latency {result['dead_letter_latency_batches_max']} batches (goal <= 2)"
+    )
     if args.json:
         print(json.dumps(result))
     return 0

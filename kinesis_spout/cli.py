@@ -58,6 +58,19 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return cmd_demo(args)
 
 
+def _cmd_dead_letters(args: argparse.Namespace) -> int:
+    """List dead letters, or put them back on a stream."""
+    from kinesis_spout.deadletter_cli import cmd_dead_letters
+
+    return cmd_dead_letters(args)
+
+
+def _dead_letter_arguments(parser: argparse.ArgumentParser) -> None:
+    from kinesis_spout.deadletter_cli import add_arguments
+
+    add_arguments(parser)
+
+
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
     from kinesis_spout.spark.submit import add_run_arguments
 
@@ -76,11 +89,13 @@ COMMANDS: dict[str, tuple[str, Handler, bool]] = {
     "checkpoints": ("show the stored checkpoints", _cmd_checkpoints, True),
     "run": ("run the Spark job with spark-submit (--process module:function)", _cmd_run, True),
     "demo": ("word count on a local Kinesis emulator with Spark (resumes)", _cmd_demo, False),
+    "dead-letters": ("list dead letters, or re-drive them onto a stream", _cmd_dead_letters, True),
 }
 # Commands with flags of their own beyond the config flags.
 EXTRA_ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "run": _run_arguments,
     "demo": _demo_arguments,
+    "dead-letters": _dead_letter_arguments,
 }
 
 

@@ -63,14 +63,15 @@ def build_driver(
             ", with a spout or row sink object" if spout or row_sink else "",
         )
     sink = row_sink if row_sink is not None else open_sink(config.sink)
-    runner = SparkRunner(spark, processor, sink, FastRetry.of(config))
+    fast = FastRetry.of(config)
+    runner = SparkRunner(spark, processor, sink, fast)
     if spout is None:
         from kinesis_spout.spout import KinesisSpout
 
         spout = KinesisSpout(config, clock=clock, rng=rng)
     return SparkDriver(
         config, runner, spout, row_sink=sink, n_sinks=runner.n_sinks, clock=clock,
-        sleep=sleep, progress=progress, rng=rng,
+        sleep=sleep, progress=progress, rng=rng, fast=fast,
     )  # fmt: skip
 
 

@@ -18,10 +18,10 @@ def check_deploy_mode(config: SpoutConfig, deploy_mode: str) -> None:
             "a zk:// store in deploy mode cluster (the driver can move; a file:// store "
             "would stay behind on the old machine)",
         )
-    if config.dead_letter != "none":
+    if config.dead_letter != "none" and not config.dead_letter.startswith("s3://"):
         raise ConfigError(
             "dead_letter",
             config.dead_letter,
-            "'none' in deploy mode cluster (dead letters go to the driver's local disk, "
-            "which can move); run with --deploy-mode client to keep them",
+            "s3://bucket/prefix or 'none' in deploy mode cluster (a directory is on the "
+            "driver's local disk, which can move); or run with --deploy-mode client",
         )

@@ -38,6 +38,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.records import Record
 from kinesis_spout.spark.arrow import format_error, records_to_arrow
@@ -60,6 +62,8 @@ __all__ = [
     "SpoutLike",
     "print_progress",
 ]
+from kinesis_spout.spark.fastretry import FastRetry
+from kinesis_spout.spark.followup import retry_failed
 from kinesis_spout.spark.isolation import (
     BatchFailedError,
     Isolation,
@@ -117,6 +121,7 @@ class SparkDriver(StopControl):
         progress: Callable[[BatchReport], None] | None = print_progress,
         rng: random.Random | None = None,
         pipeline: bool = True,
+        fast: FastRetry | None = None,
     ) -> None:
         super().__init__()
         self.config = config
@@ -138,6 +143,8 @@ class SparkDriver(StopControl):
         self._judge = PoisonJudge()
         self._fast_retried = 0
         """Extra deliveries made by fast retries in the batch being applied."""
+        self.fast: FastRetry | None = fast
+        """Fast retries by follow-up jobs (transforms; None: none)."""
         self.last_report: BatchReport | None = None
 
     # --- control -------------------------------------------------------------------
@@ -270,11 +277,15 @@ class SparkDriver(StopControl):
         t0 = self.clock()
         table = records_to_arrow(batch.records, batch.roots)
 
-        def run(start: int, stop: int) -> BatchOutcome:
-            outcome = self.runner.run(batch.batch_id, table, start, stop)
+        def run_table(part: pa.Table, start: int = 0, stop: int | None = None) -> BatchOutcome:
+            end = part.num_rows if stop is None else stop
+            outcome = self.runner.run(batch.batch_id, part, start, end)
             if outcome.processed is not None and outcome.processed.num_rows:
                 self.row_sink.write(batch.batch_id, outcome.processed)
             return outcome
+
+        def run(start: int, stop: int) -> BatchOutcome:
+            return run_table(table, start, stop)
 
         run_split(
             run,
@@ -285,6 +296,8 @@ class SparkDriver(StopControl):
             batch_id=batch.batch_id,
             stopping=lambda: self.stopping,
         )
+        if self.fast is not None and self.ledger is None:  # transforms: a follow-up job
+            retry_failed(batch.records, batch.done, run_table, self.fast)
         batch.compute_seconds = self.clock() - t0
 
     def _complete(self, batch: _Batch) -> BatchReport:

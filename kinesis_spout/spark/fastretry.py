@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.core.age import too_old
@@ -75,7 +76,7 @@ class FastRetry:
                 error = format_error(exc)
             else:
                 return None, attempt
-            if not self._may_retry(record, attempt):
+            if not self.may_retry(attempt, record.approximate_arrival):
                 return error, attempt
             wait = self.delay(attempt)
             if wait > 0:
@@ -83,12 +84,10 @@ class FastRetry:
             attempt += 1
             record = record._replace(attempt=attempt)
 
-    def _may_retry(self, record: InputRecord, attempt: int) -> bool:
+    def may_retry(self, attempt: int, arrival: datetime | None) -> bool:
+        """May a record that failed delivery ``attempt`` be retried at once?"""
         if not self.enabled or attempt > self.retry_limit:
             return False
         if self.delay(attempt) > self.max_delay:
             return False
-        return not (
-            self.max_age is not None
-            and too_old(record.approximate_arrival, self.max_age, time.time())
-        )
+        return not (self.max_age is not None and too_old(arrival, self.max_age, time.time()))

@@ -188,6 +188,7 @@ def test_cluster_deploy_mode_refuses_driver_local_checkpoints_and_dead_letters(
     with pytest.raises(ConfigError, match="dead_letter"):
         check_deploy_mode(zk, "cluster")
     check_deploy_mode(zk.replace(dead_letter="none"), "cluster")
+    check_deploy_mode(zk.replace(dead_letter="s3://dead-letters/job"), "cluster")
     check_deploy_mode(SpoutConfig(), "client")
     args = ["run", "--config", str(toml), "--checkpoint-store", "zk://127.0.0.1:2181/x"]
     assert main([*args, "--dead-letter", "none", "--deploy-mode", "cluster", "--dry-run"]) == 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +13,7 @@ from test_getter_fakes import FakeClock, FakeKinesis, client_error, unreachable
 
 from kinesis_spout.checkpoint.base import MemoryCheckpointStore
 from kinesis_spout.config import InitialPosition, SpoutConfig
+from kinesis_spout.deadletter import DeadLetter
 from kinesis_spout.errors import (
     CredentialsError,
     EndpointUnreachableError,

@@ -134,3 +134,31 @@ def logged_job(config: SpoutConfig) -> RecordProcessor:
     directory = os.environ["KSPOUT_TEST_DELIVERIES"]
     slow = float(os.environ.get("KSPOUT_TEST_SLOW_MS", "0"))
     return per_record(log_deliveries(directory, sleep_ms=slow), name="logged")
+
+
+def poison_until_fixed(fixed: str, record: InputRecord) -> None:
+    """Fails poison records until the file ``fixed`` exists (the bug is fixed);
+    ~2 ms per record, so a kill lands mid-stream."""
+    import os
+
+    time.sleep(0.002)
+    if record.data.startswith(POISON) and not os.path.exists(fixed):
+        raise ValueError(f"poison record {record.data[:20]!r}")
+
+
+@processor_factory
+def poison_job(config: SpoutConfig) -> RecordProcessor:
+    """:func:`poison_until_fixed` with the file named by ``$KSPOUT_TEST_FIXED``."""
+    import functools
+    import os
+
+    fn = functools.partial(poison_until_fixed, os.environ["KSPOUT_TEST_FIXED"])
+    return per_record(fn, name="poison_until_fixed")
+
+
+def flaky_and_poison(record: InputRecord) -> None:
+    """POISON records fail every time; ``FLAKY`` ones fail their first delivery only."""
+    if record.data.startswith(POISON):
+        raise ValueError(f"poison record {record.data[:20]!r}")
+    if record.data.startswith(b"FLAKY") and record.attempt == 1:
+        raise ValueError("flaky: first try fails")
