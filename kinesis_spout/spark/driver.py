@@ -314,16 +314,17 @@ class SparkDriver(StopControl):
         stats = self.spout.stats()
         dead = (_stat(stats, "dead_lettered") or 0) - (_stat(stats_before, "dead_lettered") or 0)
         expired = (_stat(stats, "expired") or 0) - (_stat(stats_before, "expired") or 0)
-        retried = sum(1 for r in records if r.attempt > 1) + self._fast_retried
-        self._fast_retried = 0
+        fast, self._fast_retried = self._fast_retried, 0
+        retried = sum(1 for r in records if r.attempt > 1) + fast
+        deliveries = len(records) + fast
         age = _stat(stats, "checkpoint_age")
         now = self.clock()
         since = max(batch.started, self._last_completion or batch.started)
         self._last_completion = now
-        self._totals.add(len(records), ok, failed, retried, dead, now - since, expired)
+        self._totals.add(deliveries, ok, failed, retried, dead, now - since, expired)
         return BatchReport(
             batch_id=batch.batch_id,
-            records=len(records),
+            records=deliveries,
             ok=ok,
             failed=failed,
             retried=retried,

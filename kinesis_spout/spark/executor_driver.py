@@ -163,6 +163,7 @@ class ExecutorDriver(StopControl):
         w.failed += failed
         w.retried += len(plan.retries) + sum(r.retried for r in results)
         w.records += sum(len(r) for r in results if r.position is not None) + len(plan.retries)
+        w.records += sum(r.retried for r in results)  # fast retries are deliveries too
         w.splits += iso.splits
 
     def _idle(self, now: float) -> None:

@@ -39,6 +39,7 @@ class BatchReport:
 
     batch_id: int
     records: int
+    """Deliveries: records handed to the processing, retries (fast ones too) included."""
     ok: int
     """Records acked by this batch (fan-out: trees completed)."""
     failed: int

@@ -13,7 +13,6 @@ import functools
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,6 +28,7 @@ from kinesis_spout.deadletter_s3 import iter_s3_entries
 from kinesis_spout.spark.build import run_job
 from kinesis_spout.spark.processing import per_record
 from kinesis_spout.spark.sinks import read_parquet_dir
+from kinesis_spout.spark.submit import DEFAULT_CONF, find_spark_submit, job_environment, job_file
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
@@ -82,8 +82,14 @@ def test_poison_records_land_in_s3_once_across_a_kill_and_are_redriven(
         "read-on": read_on, "retry-limit": "2",
     }  # fmt: skip
     prefix = f"dl/{unique_name}/{unique_name}/"
-    env = {**os.environ, "KSPOUT_TEST_FIXED": str(fixed), "AWS_ENDPOINT_URL_S3": endpoint}
-    cmd = [sys.executable, "-m", "kinesis_spout.cli", "run", "--master", "local[2]",
+    env = job_environment(
+        {**os.environ, "KSPOUT_TEST_FIXED": str(fixed), "AWS_ENDPOINT_URL_S3": endpoint},
+        master="local[2]",
+    )
+    conf = [a for k, v in DEFAULT_CONF.items() for a in ("--conf", f"{k}={v}")]
+    # spark-submit itself (not `kinesis-spout run`, whose job outlives it by a moment):
+    # SIGKILL of its process group is the driver's instant death
+    cmd = [find_spark_submit(), "--master", "local[2]", *conf, str(job_file()),
            "--process", f"{spark_job_helpers.__file__}:poison_job",
            *[a for k, v in flags.items() for a in (f"--{k}", v)]]  # fmt: skip
     log_path = tmp_path / "job.log"
