@@ -246,3 +246,57 @@ def test_dead_letter_on_writes_the_listed_reasons_and_logs_the_others(
         )
     assert [d.record.sequence_number for c in inner.calls for d in c] == ["1"]
     assert "gave up on shardId-000000000000:2 (expired)" in caplog.text
+
+
+# ------------------------------------------------------------------ follow-up jobs
+
+
+def test_a_follow_up_job_re_runs_the_failed_rows_until_they_pass_or_run_out() -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    from kinesis_spout.spark.arrow import Statuses
+    from kinesis_spout.spark.followup import retry_failed
+    from kinesis_spout.spark.runner import BatchOutcome
+
+    records = [record(i) for i in range(6)]
+    # rows 1 and 4 failed in the batch; 1 passes on its second try, 4 never does
+    first = BatchOutcome(Statuses(0, 3, np.array([True, False, True]), {1: "e1"}))
+    second = BatchOutcome(Statuses(3, 6, np.array([True, False, True]), {4: "e4"}))
+    runs: list[list[tuple[str, int]]] = []
+
+    def run(table: pa.Table) -> BatchOutcome:
+        seqs = table.column("sequenceNumber").to_pylist()
+        attempts = table.column("attempt").to_pylist()
+        runs.append(list(zip(seqs, attempts, strict=True)))
+        ok = np.array([s == "1" for s in seqs])
+        return BatchOutcome(Statuses(0, len(seqs), ok, {i: "again" for i in np.flatnonzero(~ok)}))
+
+    policy = FastRetry(retry_limit=3, enabled=True)
+    extra = retry_failed(records, [first, second], run, policy)
+    assert runs == [[("1", 2), ("4", 2)], [("4", 3)], [("4", 4)]]
+    assert extra == 4
+    assert first.statuses.ok.tolist() == [True, True, True] and first.statuses.errors == {}
+    assert second.statuses.ok.tolist() == [True, False, True]
+    assert (second.statuses.errors, second.statuses.attempts) == ({4: "again"}, {4: 4})
+    assert first.statuses.attempts == {1: 2}
+
+
+def test_a_follow_up_job_that_fails_leaves_the_rows_as_they_were() -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    from kinesis_spout.spark.arrow import Statuses
+    from kinesis_spout.spark.followup import retry_failed
+    from kinesis_spout.spark.runner import BatchOutcome
+
+    out = BatchOutcome(Statuses(0, 2, np.array([False, True]), {0: "e0"}))
+
+    def run(table: pa.Table) -> BatchOutcome:
+        raise RuntimeError("executor lost")
+
+    policy = FastRetry(retry_limit=3, enabled=True)
+    assert retry_failed([record(0), record(1)], [out], run, policy) == 0
+    assert (out.statuses.ok.tolist(), out.statuses.errors, out.statuses.attempts) == (
+        [False, True], {0: "e0"}, {}
+    )  # fmt: skip

@@ -6,6 +6,7 @@ retries wait for later batches (the comparison that makes the test able to fail)
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +82,23 @@ def test_a_transform_gets_its_failed_rows_re_run_by_a_follow_up_job(
     assert all(r.failed == r.dead_lettered for r in reports)
     dead = read_dead_letters(cfg.dead_letter)
     assert {(d["attempts"], d["error"]) for d in dead} == {(RETRY_LIMIT + 1, "rejected")}
+
+
+@pytest.mark.parametrize("read_on", ["executors", "driver"])
+def test_a_failed_record_older_than_max_record_age_is_dead_lettered_as_expired(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, read_on: str
+) -> None:
+    poison, flaky = put_mixed(moto_client, unique_name)
+    time.sleep(2.5)  # every record is now older than max_record_age
+    cfg = job_config(retry_limit=5, batch_size=100, read_on=read_on, max_record_age=2.0)
+    reports: list[BatchReport] = []
+    summary = run_job(cfg, per_record(flaky_and_poison), spark=spark, progress=reports.append)
+    dead = read_dead_letters(cfg.dead_letter)
+    # no retry at all: the poison and the flaky records are given up at their first failure
+    assert sorted((d["reason"], d["attempts"]) for d in dead) == [("expired", 1)] * (
+        poison + flaky
+    )
+    assert (summary.ok, summary.expired, summary.retried) == (400 - poison - flaky,
+                                                               poison + flaky, 0)  # fmt: skip
+    assert "of which expired" in summary.line()
+    assert sum(r.expired for r in reports) == poison + flaky
