@@ -34,13 +34,19 @@ OPTIONS: dict[str, str] = {
     "maxRecordsPerTrigger": "most records one batch reads over all shards (default: no limit)",
     "maxRecordsPerFetch": f"GetRecords Limit, 1..{MAX_RECORDS_PER_CALL} "
     f"(default {MAX_RECORDS_PER_CALL})",
-    "checkpointStore": "file://DIR or zk://host:port[,host:port]/root: commit() writes "
-    "per-shard checkpoints there (default: none)",
+    "checkpointStore": "file://DIR or zk://host:port[,host:port]/root (required): the "
+    "executors record where each batch's read of each shard stopped, and commit() writes "
+    "per-shard checkpoints there",
     "jobName": "job name of those checkpoints (default: spark-<streamName>)",
     "zkAuth": "user:password for ZooKeeper digest ACLs",
     "failOnDataLoss": "true (default): fail when planned records are gone; false: log and go on",
 }
 _BY_LOWER = {k.lower(): k for k in OPTIONS}
+_STORE_NEEDED = (
+    "file://DIR (local mode, or a file system every executor shares) or "
+    "zk://host:port[,host:port]/root: each batch's tasks record there where they stopped, "
+    "and commit() writes the shards' checkpoints"
+)
 
 _POSITIONS = {
     "trim_horizon": InitialPosition.TRIM_HORIZON,
@@ -68,11 +74,9 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     # Not options: pacing of the offset process (Kinesis allows 5 GetRecords/s per shard).
     idle_poll_interval: float = 0.25
-    """Seconds before a shard found idle is polled again by ``latestOffset``."""
+    """Seconds a shard whose last read reached its tip waits for its next batch."""
     shard_list_interval: float = 1.0
     """Seconds a ListShards answer is reused (ListShards allows 100 calls/s per stream)."""
-    read_ahead_threads: int = 8
-    """Threads of the offset process reading shards ahead in parallel."""
 
     @property
     def owner(self) -> str:
@@ -143,7 +147,7 @@ def parse_options(
     position, timestamp = _start(given)
     store, job, zk_auth = _store(given, stream)
     per_trigger = given.get("maxRecordsPerTrigger")
-    return SourceOptions(
+    opts = SourceOptions(
         stream_name=stream,
         region=region,
         endpoint_url=endpoint,
@@ -168,6 +172,9 @@ def parse_options(
         zk_auth=zk_auth,
         fail_on_data_loss=_bool("failOnDataLoss", given.get("failOnDataLoss", "true")),
     )
+    if store is None:
+        raise ConfigError("checkpointStore", None, _STORE_NEEDED)
+    return opts
 
 
 def _known(options: Mapping[str, Any]) -> dict[str, str]:
@@ -236,8 +243,7 @@ def _store(given: Mapping[str, str], stream: str) -> tuple[str | None, str, str 
         raise ConfigError(
             "checkpointStore",
             store,
-            "file://DIR or zk://host:port[,host:port]/root (memory:// cannot work: "
-            "commit() runs in a separate Python process)",
+            _STORE_NEEDED + " (memory:// cannot work: they run in separate processes)",
         )
     job = given.get("jobName") or f"spark-{stream}"
     if "/" in job or job in (".", ".."):

@@ -65,6 +65,8 @@ class ReadAhead:
     """Continues right after ``position`` (``None``: re-open next time)."""
     error: KinesisSpoutError | None = None
     """A retriable error that cut this read short (the position is still exact)."""
+    children: tuple[str, ...] = ()
+    """The shard ended: the child shards its last page named."""
 
 
 def read_ahead(
@@ -86,7 +88,31 @@ def read_ahead(
     and the read stops there (Trigger.AvailableNow). Retriable Kinesis errors
     end the read early and are returned, not raised: the caller backs off.
     """
+    return _ahead(_AheadRead(api, shard_id, after, start, quota, fetch, cutoff, max_calls),
+                  iterator)  # fmt: skip
+
+
+def read_fresh(
+    api: KinesisApi,
+    shard_id: str,
+    after: ShardPosition | None,
+    start: StartPosition,
+    quota: int,
+    *,
+    fetch: int,
+    cutoff: datetime | None = None,
+    max_calls: int = 50,
+) -> tuple[list[Record], ReadAhead]:
+    """:func:`read_ahead` that also keeps the records it took (an executor's first
+    read of a batch's shard: the records are read once)."""
     read = _AheadRead(api, shard_id, after, start, quota, fetch, cutoff, max_calls)
+    read.kept = []
+    result = _ahead(read, None)
+    return read.kept, result
+
+
+def _ahead(read: _AheadRead, iterator: str | None) -> ReadAhead:
+    api, shard_id, after, start = read.api, read.shard_id, read.after, read.start
     error: KinesisSpoutError | None = None
     try:
         it: str | None = iterator or open_iterator(api, shard_id, after, start)
@@ -100,7 +126,7 @@ def read_ahead(
         log.info("read-ahead of %s/%s cut short: %s", api.stream_name, shard_id, exc)
         error, read.next_it, read.partial = exc, None, False
     position = _position(after, read.last, read.taken, read.partial, read.ended)
-    return ReadAhead(shard_id, position, read.idle, read.next_it, error)
+    return ReadAhead(shard_id, position, read.idle, read.next_it, error, read.children)
 
 
 class _AheadRead:
@@ -124,6 +150,9 @@ class _AheadRead:
         self.last: Record | None = None
         self.partial = self.ended = self.idle = False
         self.next_it: str | None = None
+        self.kept: list[Record] | None = None
+        """The records taken, when the caller keeps them."""
+        self.children: tuple[str, ...] = ()
 
     def step(self, it: str, *, cached: bool) -> str | None:
         """Read one page at ``it``; the iterator to go on with, or ``None``: done."""
@@ -141,6 +170,8 @@ class _AheadRead:
         if take:
             self.last = take[-1]
             self.taken += len(take)
+            if self.kept is not None:
+                self.kept.extend(take)
         if len(take) < len(recs):  # quota reached inside this page
             self.partial = recs[len(take)].sequence_number == take[-1].sequence_number
             return None
@@ -149,6 +180,7 @@ class _AheadRead:
             return None
         if res.next_iterator is None:
             self.ended = True
+            self.children = tuple(c.shard_id for c in res.child_shards)
             return None
         return self._next(res.next_iterator, res.raw_count, res.millis_behind_latest, asked)
 

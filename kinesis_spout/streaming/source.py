@@ -1,23 +1,20 @@
 """``spark.readStream.format("kinesis")``: a Structured Streaming source in pure Python.
 
-Built on PySpark's Python Data Source API (4.0+). Three kinds of process
-take part, and they share nothing but pickles and offsets:
+Built on PySpark's Python Data Source API (4.0+). Each record is read once,
+on the executors:
 
 * the *offset process* (one Python worker for the query's lifetime) runs
-  ``initialOffset``, ``latestOffset``, ``partitions`` and ``commit``: it lists
-  shards, reads ahead to decide where each shard's batch ends
-  (:func:`~kinesis_spout.streaming.shard_reader.read_ahead`) and writes the
-  checkpoint store;
-* the *executors* run ``read`` on a pickled copy of the reader and re-read
-  exactly each planned shard range
-  (:func:`~kinesis_spout.streaming.shard_reader.read_range`), as Arrow batches;
-* the driver holds the offsets in Spark's checkpoint location.
+  ``initialOffset``, ``latestOffset``, ``partitions`` and ``commit``. It never
+  reads records: it lists shards and plans each batch from where the last
+  one's tasks stopped (:class:`~kinesis_spout.streaming.planner.Planner`);
+* the *executors* run ``read``: one task per shard and batch reads from the
+  batch's start position up to its quota and records where it stopped in the
+  checkpoint store before returning (first writer wins, so a retried task
+  returns the same range: :mod:`~kinesis_spout.streaming.executor_read`);
+* the driver holds the offsets (batch plans) in Spark's checkpoint location.
 
-So clients, pools and stores are created lazily and never pickled. This module
-holds the PySpark side (data source, stream reader, partitions); the offset
-process's state is :class:`~kinesis_spout.streaming.planner.Planner` (with
-:class:`~kinesis_spout.streaming.store_mirror.StoreMirror`), the Arrow rows are
-built by :mod:`~kinesis_spout.streaming.rows`. See
+So clients and stores are created lazily and never pickled. This module holds
+the PySpark side (data source, stream reader, partitions). See
 ``docs/streaming-source.md`` for options, guarantees and constraints.
 """
 
@@ -35,16 +32,14 @@ from kinesis_spout.errors import (
 )
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
+from kinesis_spout.streaming.batch_ends import BatchEndStore, open_batch_ends
+from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
 from kinesis_spout.streaming.errors import MissingDependencyError
-from kinesis_spout.streaming.offsets import (
-    ShardRange,
-    SourceOffset,
-    plan_ranges,
-)
+from kinesis_spout.streaming.executor_read import read_batch_shard
+from kinesis_spout.streaming.offsets import StartPosition
 from kinesis_spout.streaming.options import SourceOptions, parse_options
-from kinesis_spout.streaming.planner import MAX_READ_AHEAD_FAILURES, Planner
+from kinesis_spout.streaming.planner import Planner
 from kinesis_spout.streaming.rows import arrow_schema, to_arrow
-from kinesis_spout.streaming.shard_reader import read_range
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -121,16 +116,31 @@ def _client(endpoint_url: str | None, region: str) -> Any:
     return make_client(endpoint_url, region)
 
 
-class ShardRangePartition(InputPartition):
-    """One Spark task: one shard's range of one batch. Picklable."""
+@lru_cache(maxsize=8)
+def _batch_ends(url: str, job: str, stream: str, zk_auth: str | None) -> BatchEndStore:
+    """One batch-end store per Python worker process."""
+    return open_batch_ends(url, job, stream, zk_auth)
 
-    def __init__(self, rng: ShardRange) -> None:
-        super().__init__(rng.shard_id)
-        self.range = rng
+
+class BatchShardPartition(InputPartition):
+    """One Spark task: one shard of one batch. Picklable."""
+
+    def __init__(
+        self,
+        batch: int,
+        shard_id: str,
+        plan: ShardPlan,
+        start: StartPosition,
+        cutoff: datetime | None,
+    ) -> None:
+        super().__init__(f"{batch}:{shard_id}")
+        self.batch, self.shard_id, self.plan = batch, shard_id, plan
+        self.start, self.cutoff = start, cutoff
 
     def __repr__(self) -> str:
-        r = self.range
-        return f"ShardRangePartition({r.shard_id}, after={r.after_key}, to={r.last_key})"
+        pos = self.plan.position
+        after = pos.key if pos is not None else self.start.kind.value
+        return f"BatchShardPartition({self.batch}, {self.shard_id}, after={after})"
 
 
 class KinesisDataSource(DataSource):
@@ -213,11 +223,16 @@ class KinesisStreamReader(DataSourceStreamReader):
         return ReadAllAvailable()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        first, last = self.planner.parse(start), self.planner.parse(end)
+        first = self.planner.parse(start)  # another stream's or job's offset is an error
+        last = self.planner.parse(end)
         self.planner.planned(last)
-        ranges = plan_ranges(first, last)
-        log.debug("batch %s: %d shard ranges", _describe(last), len(ranges))
-        return [ShardRangePartition(r) for r in ranges]
+        if first.batch == last.batch:
+            return []  # no batch between them (PySpark 4.0 asks after a restart)
+        log.debug("batch %d: %d shards", last.batch, len(last.reads))
+        return [
+            BatchShardPartition(last.batch, shard, plan, last.start, last.cutoff)
+            for shard, plan in last.reads.items()
+        ]
 
     def commit(self, end: dict[str, Any]) -> None:
         self.planner.commit(self.planner.parse(end))
@@ -229,16 +244,18 @@ class KinesisStreamReader(DataSourceStreamReader):
 
     # --- executors ----------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, ShardRangePartition):
+        if not isinstance(partition, BatchShardPartition):
             raise TypeError(f"not a kinesis partition: {partition!r}")
         opts = self.options
+        assert opts.checkpoint_store is not None
         api = KinesisApi(_client(opts.endpoint_url, opts.region), opts.stream_name)
-        for page in read_range(
-            api,
-            partition.range,
-            fetch=opts.max_records_per_fetch,
+        store = _batch_ends(opts.checkpoint_store, opts.job_name, opts.stream_name, opts.zk_auth)
+        p = partition
+        for page in read_batch_shard(
+            api, store, p.batch, p.shard_id, p.plan, p.start,
+            fetch=opts.max_records_per_fetch, cutoff=p.cutoff,
             fail_on_data_loss=opts.fail_on_data_loss,
-        ):
+        ):  # fmt: skip
             yield to_arrow(page)
 
 
@@ -248,8 +265,8 @@ if SupportsTriggerAvailableNow is not None:
         """The reader on PySpark 4.2+: also supports ``trigger(availableNow=True)``."""
 
         def prepareForTriggerAvailableNow(self) -> None:
-            """Read only what arrived before now: the read-ahead stops at records
-            whose arrival time is later, and at each shard's tip."""
+            """Read only what arrived before now: the tasks stop at records whose
+            arrival time is later, and the query ends once every shard got there."""
             self.planner.cutoff = datetime.now(UTC)
             log.info("availableNow: reading records that arrived up to %s", self.planner.cutoff)
 
@@ -260,18 +277,13 @@ def register(spark: Any) -> None:
     spark.dataSource.register(KinesisDataSource)
 
 
-def _describe(offset: SourceOffset) -> str:
-    moving = sum(1 for p in offset.shards.values() if not p.ended)
-    return f"{offset.stream_name} ({moving} shards open, {len(offset.shards) - moving} ended)"
-
-
 __all__ = [
-    "MAX_READ_AHEAD_FAILURES",
     "NAME",
     "SCHEMA",
     "KinesisDataSource",
     "KinesisStreamReader",
-    "ShardRangePartition",
+    "BatchOffset",
+    "BatchShardPartition",
     "arrow_schema",
     "check_dependencies",
     "register",

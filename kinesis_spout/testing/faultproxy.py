@@ -208,9 +208,16 @@ class FaultProxy:
             self._counts.clear()
             self._requests.clear()
 
-    def _count(self, what: str) -> None:
+    @property
+    def records_returned(self) -> int:
+        """Records in the GetRecords answers forwarded to the clients (before KPL
+        de-aggregation): what the readers fetched."""
         with self._lock:
-            self._counts[what] += 1
+            return self._counts["records_returned"]
+
+    def _count(self, what: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[what] += n
 
     def _decide(self, operation: str) -> str:
         """The fault for one request: a rate name, ``drop_before``/``drop_after``, or ``""``."""

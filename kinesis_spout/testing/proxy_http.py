@@ -26,7 +26,7 @@ class FaultPlan(Protocol):
 
     def _decide(self, operation: str) -> str: ...
 
-    def _count(self, what: str) -> None: ...
+    def _count(self, what: str, n: int = 1) -> None: ...
 
 
 log = logging.getLogger("kinesis_spout.testing.faultproxy")
@@ -132,6 +132,11 @@ class ProxyHandler(BaseHTTPRequestHandler):
             self._drop()
             return
         proxy._count("forwarded")
+        if status == 200 and self.headers.get("X-Amz-Target", "").endswith(".GetRecords"):
+            try:
+                proxy._count("records_returned", len(json.loads(data)["Records"]))
+            except (ValueError, KeyError, TypeError):
+                log.debug("fault proxy: a GetRecords answer without Records")
         self.send_response(status)
         for k, v in out_headers:
             self.send_header(k, v)

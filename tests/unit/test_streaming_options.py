@@ -18,7 +18,14 @@ NO_ENV: dict[str, str] = {}
 
 
 def parse(**options: Any) -> SourceOptions:
+    options.setdefault("checkpointStore", "file:///tmp/ks")
     return parse_options({k.lower(): v for k, v in options.items()}, env=NO_ENV)
+
+
+def test_a_checkpoint_store_is_required() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_options({"streamname": "s"}, env=NO_ENV)
+    assert info.value.field == "checkpointStore" and "where they stopped" in str(info.value)
 
 
 def test_defaults() -> None:
@@ -29,7 +36,7 @@ def test_defaults() -> None:
     assert o.initial_position is InitialPosition.TRIM_HORIZON
     assert o.max_records_per_shard == 10_000
     assert o.max_records_per_trigger is None
-    assert o.checkpoint_store is None
+    assert o.checkpoint_store == "file:///tmp/ks"
     assert o.job_name == "spark-orders"
     assert o.fail_on_data_loss is True
 
@@ -83,7 +90,7 @@ def test_databricks_style_at_timestamp_json() -> None:
 
 def test_environment_gives_region_and_endpoint() -> None:
     env = {"AWS_DEFAULT_REGION": "ap-south-1", "AWS_ENDPOINT_URL_KINESIS": "http://h:1"}
-    o = parse_options({"streamname": "s"}, env=env)
+    o = parse_options({"streamname": "s", "checkpointstore": "file:///tmp/ks"}, env=env)
     assert (o.region, o.endpoint_url) == ("ap-south-1", "http://h:1")
 
 

@@ -138,7 +138,9 @@ def start_query(
     trigger: dict[str, Any] | None = None,
     **options: Any,
 ) -> Any:
-    """Start ``readStream.format("kinesis")`` into ``sink`` (availableNow by default)."""
+    """Start ``readStream.format("kinesis")`` into ``sink`` (availableNow by default;
+    the checkpoint store, unless given, is a directory next to the checkpoint location)."""
+    options.setdefault("checkpointStore", f"file://{checkpoint}.store")
     reader = (
         spark.readStream.format("kinesis")
         .option("streamName", stream)

@@ -1,0 +1,94 @@
+"""An executor's read of one shard for one batch: once, then recorded (first wins).
+
+The first attempt of a task reads the shard from the batch's start position
+up to its quota, its tip, its end or the availableNow cutoff, keeping the
+records; **before returning any** it records where it stopped
+(:mod:`.batch_ends`). If an earlier or concurrent attempt (a retry after a
+lost executor, a speculative copy) recorded first, the task returns exactly
+the recorded range instead, read again with
+:func:`~kinesis_spout.streaming.shard_reader.read_range`. So every attempt of
+a batch returns the same records, and a first attempt fetches each of them once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+
+from kinesis_spout.kinesis.api import KinesisApi
+from kinesis_spout.records import Record
+from kinesis_spout.streaming.batch_ends import BatchEnd, BatchEndStore
+from kinesis_spout.streaming.batch_offset import ShardPlan
+from kinesis_spout.streaming.offsets import ShardRange, StartPosition
+from kinesis_spout.streaming.shard_reader import ReadAhead, read_fresh, read_range
+from tracker import ExponentialBackoff
+
+log = logging.getLogger(__name__)
+
+READ_ATTEMPTS = 6
+"""Tries of a first read that Kinesis throttles or fails before nothing is recorded as read."""
+
+
+def read_batch_shard(
+    api: KinesisApi,
+    store: BatchEndStore,
+    batch: int,
+    shard_id: str,
+    plan: ShardPlan,
+    start: StartPosition,
+    *,
+    fetch: int,
+    cutoff: datetime | None = None,
+    fail_on_data_loss: bool = True,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[list[Record]]:
+    """The records of ``shard_id`` in ``batch``, page by page (see the module docstring)."""
+    recorded = store.get(batch, shard_id)
+    if recorded is None:
+        records, ahead = _first_read(api, shard_id, plan, start, fetch, cutoff, sleep)
+        mine = BatchEnd(
+            ahead.position,
+            caught_up=ahead.idle,
+            throttled=ahead.error is not None,
+            at=time.time(),
+            children=ahead.children,
+        )
+        recorded = store.record(batch, shard_id, mine)
+        if recorded == mine:
+            for i in range(0, len(records), fetch):
+                yield records[i : i + fetch]
+            return
+        log.info(
+            "batch %d, %s: another attempt recorded its end first (%s records); returning "
+            "that range", batch, shard_id, recorded.count,
+        )  # fmt: skip
+    if recorded.position is None or recorded.count == 0:
+        return
+    after = plan.position if plan.position is not None and plan.position.sequence else None
+    rng = ShardRange(shard_id, after, start, recorded.position)
+    yield from read_range(api, rng, fetch=fetch, fail_on_data_loss=fail_on_data_loss)
+
+
+def _first_read(
+    api: KinesisApi,
+    shard_id: str,
+    plan: ShardPlan,
+    start: StartPosition,
+    fetch: int,
+    cutoff: datetime | None,
+    sleep: Callable[[float], None],
+) -> tuple[list[Record], ReadAhead]:
+    """Read up to the quota; a throttled or failing read is tried again with backoff
+    while it got nothing (what it got is exact and kept)."""
+    backoff = ExponentialBackoff(0.2, cap=2.0)
+    for attempt in range(1, READ_ATTEMPTS + 1):
+        records, ahead = read_fresh(
+            api, shard_id, plan.position, start, plan.quota, fetch=fetch, cutoff=cutoff
+        )
+        if ahead.error is None or records or attempt == READ_ATTEMPTS:
+            return records, ahead
+        log.info("read of %s/%s: %s; try %d", api.stream_name, shard_id, ahead.error, attempt + 1)
+        sleep(backoff.delay(attempt))
+    raise AssertionError("unreachable")  # pragma: no cover
