@@ -1,20 +1,23 @@
-"""Throughput of the Structured Streaming source against the driver-loop Spark job.
+"""The Structured Streaming source: read once on the executors, against the Spark job.
 
-Same data as the Spark job benchmark: a moto server, a 4-shard stream filled
-with 100,000 records of 200 bytes, one local[2] SparkSession. In one run:
+A moto server, a 4-shard stream of 100,000 records of 200 bytes, one local[2]
+SparkSession. In one run:
 
 (a) the source: ``readStream.format("kinesis")`` with ``trigger(availableNow=True)``
-    and a foreachBatch sink that counts each batch's rows (the executors read
-    every record; the offset process reads each one ahead once too);
-(b) the driver loop (``kinesis_spout.spark.run_job``) with a no-op per-record
-    function: spout batch -> Spark -> statuses -> ack -> checkpoint, configured
-    as bench/spark_bench.py's 10,000-record batches.
+    and a foreachBatch sink that counts each batch's rows;
+(b) the driver-mode Spark job (``read_on = "driver"``: the driver reads every
+    record, Spark processes it) with a no-op per-record function, 10,000-record
+    batches, as bench/spark_bench.py; and the same job with executor reads;
+(c) the source once more through the project's fault proxy (no faults), which
+    counts the records every GetRecords answer carried;
+(d) the idle and latency figures of ``bench/source_latency.py``.
 
-Both read the whole stream from TRIM_HORIZON. Records/s is wall clock from
-the start of the query / job to the end of its last batch with records. A
-small stream is read once by each first, so neither pays the JVM's and the
-Python workers' warm-up. ``--rounds N`` repeats (a) and (b) and reports
-medians. With ``--json`` the last line is one JSON object.
+Figures: ``source_vs_driver`` = (a) ÷ (b) records/s (goal >= 1.5; each is wall
+clock from the start of the query / job to the end of its last batch with
+records, median of ``--rounds``); ``fetches_per_record`` = records fetched in (c)
+÷ records in the stream (goal <= 1.05); ``idle_batch_ms_p50`` (goal <= 500);
+``put_to_row_ms_p50``. A small stream is read once by each first (warm-up).
+With ``--json`` the last line is one JSON object.
 
     python bench/source_bench.py [--records 100000] [--rounds 1] [--json]
 """
@@ -43,6 +46,10 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 from kinesis_spout.config import SpoutConfig  # noqa: E402
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
 from kinesis_spout.testing.spark import local_spark_session  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from source_latency import latency_figures  # noqa: E402
+
 from kinesis_spout.testing.streams import (  # noqa: E402
     create_stream,
     emulator_client,
@@ -76,14 +83,16 @@ def run_source(
         counted.append(df.count())
 
     started = time.perf_counter()
+    ck = workdir / f"ck-{uuid.uuid4().hex[:8]}"
     query = (
         spark.readStream.format("kinesis")
         .option("streamName", stream)
         .option("endpointUrl", endpoint)
         .option("maxRecordsPerShard", str(max_per_shard))
+        .option("checkpointStore", f"file://{ck}.store")
         .load()
         .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(workdir / f"ck-{uuid.uuid4().hex[:8]}"))
+        .option("checkpointLocation", str(ck))
         .trigger(availableNow=True)
         .start()
     )
@@ -100,8 +109,10 @@ def _noop(record: Any) -> None:
     return None
 
 
-def run_driver(spark: Any, endpoint: str, stream: str, expected: int, workdir: Path) -> Run:
-    """(b): the driver-loop job with a no-op per-record function, configured as
+def run_driver(
+    spark: Any, endpoint: str, stream: str, expected: int, workdir: Path, read_on: str = "driver"
+) -> Run:
+    """(b): the Spark job with a no-op per-record function, configured as
     bench/spark_bench.py's 10,000-record batches (file checkpoints)."""
     from kinesis_spout.spark import per_record, run_job
 
@@ -118,6 +129,7 @@ def run_driver(spark: Any, endpoint: str, stream: str, expected: int, workdir: P
         stop_when_idle=0.5,
         checkpoint_interval=5.0,
         message_timeout=0.0,
+        read_on=read_on,
     )
     last_batch_end = [0.0]
     seen = [0]
@@ -135,7 +147,7 @@ def run_driver(spark: Any, endpoint: str, stream: str, expected: int, workdir: P
         raise RuntimeError(
             f"the driver loop acked {summary.ok} of {seen[0]} records, expected {expected}"
         )
-    return Run("driver_loop", expected, last_batch_end[0] - started, batches[0])
+    return Run(f"job_{read_on}", expected, last_batch_end[0] - started, batches[0])
 
 
 def fill(client: Any, stream: str, n: int, size: int) -> float:
@@ -146,7 +158,19 @@ def fill(client: Any, stream: str, n: int, size: int) -> float:
     return time.perf_counter() - started
 
 
-def main() -> None:
+def fetches_per_record(
+    spark: Any, endpoint: str, stream: str, records: int, max_per_shard: int, workdir: Path
+) -> tuple[float, int]:
+    """(c): the source through the fault proxy (no faults): records fetched ÷ records."""
+    from kinesis_spout.testing.faultproxy import FaultProxy
+
+    with FaultProxy(endpoint) as proxy:
+        run_source(spark, proxy.endpoint_url, stream, records, max_per_shard, workdir)
+        fetched = proxy.records_returned
+    return fetched / records, fetched
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=200, help="bytes per record")
@@ -157,11 +181,35 @@ def main() -> None:
         default=10_000,
         help="the source's maxRecordsPerShard (default: the option's default)",
     )
-    parser.add_argument(
-        "--skip-driver", action="store_true", help="measure the source only (ratio null)"
-    )
     parser.add_argument("--json", action="store_true", help="last line: one JSON object")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def rounds(spark: Any, endpoint: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """(a) and (b), ``--rounds`` times: median records/s of each."""
+    runs: dict[str, list[Run]] = {"source": [], "job_driver": [], "job_executors": []}
+    for r in range(args.rounds):
+        runs["source"].append(
+            run_source(spark, endpoint, "bench", args.records, args.max_records_per_shard, workdir)
+        )
+        for mode in ("driver", "executors"):
+            runs[f"job_{mode}"].append(
+                run_driver(spark, endpoint, "bench", args.records, workdir, mode)
+            )
+        for name, done in runs.items():
+            last = done[-1]
+            print(
+                f"round {r + 1} {name:14}: {last.rps:10,.0f} records/s "
+                f"({last.records:,} in {last.seconds:.1f}s, {last.batches} batches)",
+                flush=True,
+            )
+    return {name: statistics.median(x.rps for x in done) for name, done in runs.items()} | {
+        "source_batches": runs["source"][-1].batches
+    }
+
+
+def main() -> None:
+    args = parse_args()
     logging.basicConfig(level=logging.WARNING)
     # A SIGTERM unwinds the with-blocks below, so the moto server is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -180,60 +228,46 @@ def main() -> None:
         run_source(
             spark, moto.endpoint_url, "warmup", WARMUP_RECORDS, args.max_records_per_shard, workdir
         )
-        if not args.skip_driver:
-            run_driver(spark, moto.endpoint_url, "warmup", WARMUP_RECORDS, workdir)
-        print("warm-up done")
-
-        sources: list[Run] = []
-        drivers: list[Run] = []
-        for r in range(args.rounds):
-            src = run_source(
-                spark,
-                moto.endpoint_url,
-                "bench",
-                args.records,
-                args.max_records_per_shard,
-                workdir,
-            )
-            sources.append(src)
-            print(
-                f"round {r + 1} source:      {src.rps:10,.0f} records/s "
-                f"({src.records:,} in {src.seconds:.1f}s, {src.batches} batches)"
-            )
-            if not args.skip_driver:
-                drv = run_driver(spark, moto.endpoint_url, "bench", args.records, workdir)
-                drivers.append(drv)
-                print(
-                    f"round {r + 1} driver loop: {drv.rps:10,.0f} records/s "
-                    f"({drv.records:,} in {drv.seconds:.1f}s, {drv.batches} batches)"
-                )
+        for mode in ("driver", "executors"):
+            run_driver(spark, moto.endpoint_url, "warmup", WARMUP_RECORDS, workdir, mode)
+        print("warm-up done", flush=True)
+        rps = rounds(spark, moto.endpoint_url, args, workdir)
+        fetches, fetched = fetches_per_record(
+            spark, moto.endpoint_url, "bench", args.records, args.max_records_per_shard, workdir
+        )
+        print(f"fetched {fetched:,} records for {args.records:,}: {fetches:.3f} per record")
+        latency = latency_figures(spark, client, moto.endpoint_url, workdir)
+        print(
+            f"idle batch p50 {latency['idle_batch_ms_p50']} ms ({latency['idle_batches']} "
+            f"batches); put to row p50 {latency['put_to_row_ms_p50']} ms"
+        )
         spark.stop()
 
-    source_rps = statistics.median(r.rps for r in sources)
-    driver_rps = statistics.median(r.rps for r in drivers) if drivers else None
-    ratio = source_rps / driver_rps if driver_rps else None
+    result = {
+        "records": args.records,
+        "record_bytes": args.size,
+        "shards": SHARDS,
+        "rounds": args.rounds,
+        "max_records_per_shard": args.max_records_per_shard,
+        "source_rps": round(rps["source"], 1),
+        "source_batches": rps["source_batches"],
+        "driver_mode_job_rps": round(rps["job_driver"], 1),
+        "executor_reads_job_rps": round(rps["job_executors"], 1),
+        "source_vs_driver": round(rps["source"] / rps["job_driver"], 3),
+        "source_vs_executor_reads_job": round(rps["source"] / rps["job_executors"], 3),
+        "fetches_per_record": round(fetches, 4),
+        "records_fetched": fetched,
+        **latency,
+        "put_seconds": round(put_seconds, 1),
+    }
     print(
-        f"source {source_rps:,.0f} records/s"
-        + (f" | driver loop {driver_rps:,.0f} records/s | ratio {ratio:.2f}" if ratio else "")
+        f"source {rps['source']:,.0f} records/s = {result['source_vs_driver']:.2f}x the "
+        f"driver-mode job (goal >= 1.5), {result['source_vs_executor_reads_job']:.2f}x the "
+        f"executor-read job; fetches per record {fetches:.3f} (goal <= 1.05); idle batch "
+        f"{latency['idle_batch_ms_p50']} ms (goal <= 500)"
     )
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "records": args.records,
-                    "record_bytes": args.size,
-                    "shards": SHARDS,
-                    "rounds": args.rounds,
-                    "max_records_per_shard": args.max_records_per_shard,
-                    "source_rps": round(source_rps, 1),
-                    "source_batches": sources[-1].batches,
-                    "driver_loop_rps": round(driver_rps, 1) if driver_rps else None,
-                    "driver_loop_batches": drivers[-1].batches if drivers else None,
-                    "ratio_source_vs_driver": round(ratio, 3) if ratio else None,
-                    "put_seconds": round(put_seconds, 1),
-                }
-            )
-        )
+        print(json.dumps(result))
     sys.stdout.flush()
 
 
