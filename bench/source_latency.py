@@ -65,7 +65,7 @@ def latency_figures(
         putter.join()
         time.sleep(2.0)  # the last records reach the sink
     finally:
-        query.stop()
+        _stop_between_batches(query)
     if not delays:
         raise RuntimeError("no record reached the sink in the latency run")
     return {
@@ -76,6 +76,14 @@ def latency_figures(
         "latency_records": len(delays),
         "latency_rate_per_s": rate,
     }
+
+
+def _stop_between_batches(query: Any, timeout: float = 10.0) -> None:
+    """Stop the query while no batch runs (stopping inside one interrupts its sink)."""
+    deadline = time.monotonic() + timeout
+    while query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    query.stop()
 
 
 def _idle_batches(query: Any) -> list[float]:

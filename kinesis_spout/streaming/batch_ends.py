@@ -51,6 +51,8 @@ class BatchEnd:
     """Wall time of the record (epoch seconds)."""
     children: tuple[str, ...] = ()
     """The shard ended: its child shards (lineage)."""
+    reader: str = ""
+    """``host:pid`` of the executor process that read it."""
 
     @property
     def count(self) -> int:
@@ -63,13 +65,14 @@ class BatchEnd:
             "throttled": self.throttled,
             "at": self.at,
             "children": list(self.children),
+            "reader": self.reader,
         }
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> BatchEnd:
         try:
             if not isinstance(doc, dict) or set(doc) != {
-                "position", "caught_up", "throttled", "at", "children",
+                "position", "caught_up", "throttled", "at", "children", "reader",
             }:  # fmt: skip
                 raise ValueError("not a batch-end record")
             pos = doc["position"]
@@ -80,7 +83,10 @@ class BatchEnd:
             children = doc["children"]
             if not isinstance(children, list) or not all(isinstance(c, str) for c in children):
                 raise ValueError("children must be a list of shard ids")
-            return cls(position, flags[0], flags[1], float(doc["at"]), tuple(children))
+            reader = doc["reader"]
+            if not isinstance(reader, str):
+                raise ValueError("reader must be a string")
+            return cls(position, flags[0], flags[1], float(doc["at"]), tuple(children), reader)
         except (ValueError, TypeError, OffsetError) as exc:
             raise BatchEndError(
                 f"corrupt batch-end record at {where}: {exc}: {doc!r:.300}"

@@ -13,6 +13,8 @@ a batch returns the same records, and a first attempt fetches each of them once.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -54,6 +56,7 @@ def read_batch_shard(
             throttled=ahead.error is not None,
             at=time.time(),
             children=ahead.children,
+            reader=f"{socket.gethostname()}:{os.getpid()}",
         )
         recorded = store.record(batch, shard_id, mine)
         if recorded == mine:
