@@ -184,3 +184,19 @@ def test_commit_writes_the_checkpoints_and_drops_older_records(tmp_path: Path) -
     finally:
         store.close()
     assert [p.store.get(b, A) is not None for b in (1, 2, 3)] == [False, False, True]
+
+
+def test_available_now_ends_once_every_shard_reached_the_cutoff(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    p = planner(tmp_path, [ShardInfo(A), ShardInfo(B)], maxRecordsPerShard="5")
+    p.cutoff = datetime.now(UTC)  # prepareForTriggerAvailableNow
+    first = p.latest(p.initial_offset().to_json(), None)
+    assert first.cutoff == p.cutoff and BatchOffset.from_json(first.to_json()) == first
+    p.store.record(1, A, end(5, 5))  # quota reached: more may follow
+    p.store.record(1, B, end(2, 2, caught_up=True))  # reached the cutoff
+    second = p.latest(first.to_json(), None)
+    assert set(second.reads) == {A}
+    p.store.record(2, A, end(7, 2, caught_up=True))
+    p._rest_until.clear()  # noqa: SLF001 - even after any rest
+    assert p.latest(second.to_json(), None) == second  # no new batch: the query stops
