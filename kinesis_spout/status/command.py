@@ -61,7 +61,8 @@ def gather(
         config.job_name,
         config.stream_name,
         zk_auth=config.zk_auth,
-        zk_session_timeout=config.zk_session_timeout,
+        # A short session: a ZooKeeper that does not answer is given up within the timeout.
+        zk_session_timeout=min(config.zk_session_timeout, timeout),
         timeout=timeout,
     )
     if client is None:
