@@ -53,7 +53,8 @@ def _behind(row: ShardStatus) -> tuple[str, str]:
     if not lag.pending:
         return "caught up", "-"
     ms = lag.millis_behind_latest
-    return (duration(ms / 1000.0) if ms is not None else "?"), duration(row.next_record_age)
+    behind = "?" if ms is None else f"{ms}ms" if ms < 1000 else duration(ms / 1000.0)
+    return behind, duration(row.next_record_age)
 
 
 def shard_cells(row: ShardStatus) -> tuple[str, ...]:

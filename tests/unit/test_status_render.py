@@ -26,6 +26,7 @@ from kinesis_spout.status.render import to_json
 from kinesis_spout.status.sources_deadletters import count_dead_letters, count_directory
 from kinesis_spout.status.sources_leases import file_job_lease
 from kinesis_spout.status.table import COLUMNS, duration, to_table
+from kinesis_spout.testing.status import table_rows
 
 NOW = datetime(2026, 11, 24, 12, 0, 0, tzinfo=UTC)
 S0, S1, S2 = (f"shardId-00000000000{i}" for i in range(3))
@@ -116,6 +117,12 @@ def test_table_has_a_row_per_shard_with_owner_lag_and_dead_letters() -> None:
     assert "3 shards (2 open, 1 ended); 2 with a checkpoint; 1 with records waiting; " \
            f"2 dead letters; no owner: {S2}" in text  # fmt: skip
     assert "problem: shardId-000000000002: lag not known: throttled" in text
+
+
+def test_table_shows_sub_second_lag_in_milliseconds() -> None:
+    lags = {S1: LagProbe(True, 0, NOW), S2: LagProbe(True, 250)}
+    rows = table_rows(to_table(report_of(lags=lags)))
+    assert rows[S1][6:8] == ["0ms", "0.0s"] and rows[S2][5:7] == ["250ms", "-"]
 
 
 def test_table_of_a_file_store_with_no_checkpoints() -> None:
