@@ -102,7 +102,10 @@ def test_a_job_with_no_checkpoints_yet_lists_every_shard(
     assert all(s["checkpoint"] is None and s["state"] == "open" for s in doc["shards"])
     assert sum(s["lag"]["pending"] for s in doc["shards"]) == 3  # 30 records wait in 3 shards
     assert doc["job_lease"]["state"] == "free" and doc["workers"] is None
-    assert doc["summary"]["dead_letters"] == 0
+    assert doc["summary"]["dead_letters"] == 0 and doc["kinesis_calls"] == 2 + 2 * 3
+    quick = status_json(*args, "--no-lag")
+    assert all(s["lag"] is None for s in quick["shards"]) and quick["kinesis_calls"] == 2
+    assert quick["summary"]["pending"] == 0 and quick["summary"]["max_millis_behind_latest"] is None
     proc = run_status(*args)
     assert proc.returncode == 0, proc.stderr
     assert sorted(table_rows(proc.stdout)) == shards
