@@ -65,6 +65,19 @@ def _cmd_dead_letters(args: argparse.Namespace) -> int:
     return cmd_dead_letters(args)
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    """Per shard: checkpoint, state, owner, lag, dead letters; and the job lease."""
+    from kinesis_spout.status.command import cmd_status
+
+    return cmd_status(args)
+
+
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    from kinesis_spout.status.command import add_status_arguments
+
+    add_status_arguments(parser)
+
+
 def _dead_letter_arguments(parser: argparse.ArgumentParser) -> None:
     from kinesis_spout.deadletter_cli import add_arguments
 
@@ -87,6 +100,11 @@ Handler = Callable[[argparse.Namespace], int]
 COMMANDS: dict[str, tuple[str, Handler, bool]] = {
     "config": ("validate the configuration and print it", _cmd_config, True),
     "checkpoints": ("show the stored checkpoints", _cmd_checkpoints, True),
+    "status": (
+        "per shard: checkpoint, state, owner, lag, dead letters; the job lease (--json)",
+        _cmd_status,
+        True,
+    ),
     "run": ("run the Spark job with spark-submit (--process module:function)", _cmd_run, True),
     "demo": ("word count on a local Kinesis emulator with Spark (resumes)", _cmd_demo, False),
     "dead-letters": ("list dead letters, or re-drive them onto a stream", _cmd_dead_letters, True),
@@ -96,6 +114,7 @@ EXTRA_ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "run": _run_arguments,
     "demo": _demo_arguments,
     "dead-letters": _dead_letter_arguments,
+    "status": _status_arguments,
 }
 
 

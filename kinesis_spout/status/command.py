@@ -1,0 +1,124 @@
+"""``kinesis-spout status``: per shard of the stream, its checkpoint, state, owner,
+lag and dead letters, and the job lease; a table, or one JSON document with ``--json``.
+
+Read only: it creates no file, directory or ZooKeeper node, takes no lease and
+writes no checkpoint. Exit status: 0 when the report was printed (what could not
+be read, such as one shard's lag probe, is listed under ``problems``); 1 when
+the store or the stream is missing or unreachable; 2 for a bad config value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.config_load import config_from_args
+from kinesis_spout.errors import ConfigError, KinesisSpoutError
+from kinesis_spout.status.collect import StatusInputs, collect, probe_starts
+from kinesis_spout.status.model import LagProbe, StatusReport
+from kinesis_spout.status.render import to_json
+from kinesis_spout.status.sources_deadletters import count_dead_letters
+from kinesis_spout.status.sources_kinesis import probe_lags, read_stream
+from kinesis_spout.status.sources_store import read_store
+from kinesis_spout.status.table import to_table
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON document (docs/operations.md)"
+    )
+    parser.add_argument(
+        "--no-lag",
+        action="store_true",
+        help="skip the lag probes (one GetShardIterator and one GetRecords per shard)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="longest wait for ZooKeeper to answer and for each Kinesis call (default 10)",
+    )
+
+
+def gather(
+    config: SpoutConfig,
+    *,
+    lag: bool = True,
+    timeout: float = 10.0,
+    client: Any = None,
+    now: datetime | None = None,
+) -> StatusReport:
+    """Read the store, the stream and the dead-letter target; assemble the report."""
+    if not timeout > 0:
+        raise ConfigError("timeout", timeout, "a number of seconds > 0")
+    store = read_store(
+        config.checkpoint_store,
+        config.job_name,
+        config.stream_name,
+        zk_auth=config.zk_auth,
+        # A short session: a ZooKeeper that does not answer is given up within the timeout.
+        zk_session_timeout=min(config.zk_session_timeout, timeout),
+        timeout=timeout,
+    )
+    if client is None:
+        from kinesis_spout.kinesis.client import make_client
+
+        client = make_client(
+            config.endpoint_url, config.region, connect_timeout=timeout, read_timeout=timeout
+        )
+    stream, calls = read_stream(client, config)
+    lags: dict[str, LagProbe] = {}
+    if lag:
+        starts = probe_starts(
+            stream.shards,
+            store.checkpoints,
+            config.initial_position.value,
+            config.initial_timestamp,
+        )
+        lags, probe_calls = probe_lags(client, config.stream_name, starts)
+        calls += probe_calls
+    dead, dead_problem = count_dead_letters(config.dead_letter, config.job_name, config.stream_name)
+    problems = [f"{shard}: lag not known: {p.error}" for shard, p in lags.items() if p.error]
+    if dead_problem:
+        problems.append(dead_problem)
+    inputs = StatusInputs(
+        job=config.job_name,
+        stream=config.stream_name,
+        stream_status=stream.status,
+        checkpoint_store=config.checkpoint_store,
+        dead_letter=config.dead_letter,
+        initial_position=config.initial_position.value,
+        shards=stream.shards,
+        checkpoints=store.checkpoints,
+        job_lease=store.job_lease,
+        leases=store.leases,
+        workers=store.workers,
+        lags=lags,
+        dead_letters=dead,
+        kinesis_calls=calls,
+        problems=tuple(problems),
+    )
+    return collect(inputs, now or datetime.now(UTC))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print the status; see the module docstring for the exit status."""
+    if not getattr(args, "verbose", False):
+        # The report says what went wrong; connection chatter would only bury it.
+        logging.getLogger().setLevel(logging.WARNING)
+        logging.getLogger("kinesis_spout").setLevel(logging.CRITICAL)
+    config = config_from_args(args)
+    try:
+        report = gather(config, lag=not args.no_lag, timeout=args.timeout)
+    except ConfigError:
+        raise
+    except KinesisSpoutError as exc:
+        print(f"kinesis-spout status: error: {exc}", file=sys.stderr)
+        return 1
+    print(to_json(report) if args.json else to_table(report))
+    return 0
