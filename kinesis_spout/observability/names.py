@@ -162,7 +162,15 @@ SPECS: tuple[MetricSpec, ...] = (
         "batches",
         PREFIX + "batches_total",
         Kind.COUNTER,
-        "Micro-batches of the Spark job (one per progress line)",
+        "Micro-batches: of the Spark job (one per progress line), or of a streaming query "
+        "(one per progress report of its kinesis source)",
+        per_shard=False,
+    ),
+    MetricSpec(
+        "streaming_input_rows",
+        PREFIX + "streaming_input_rows_total",
+        Kind.COUNTER,
+        "Rows the Structured Streaming source read (numInputRows of its progress reports)",
         per_shard=False,
     ),
 )
