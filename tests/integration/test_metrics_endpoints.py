@@ -9,10 +9,12 @@ process' in ``multilang/test_shellspout_metrics.py``.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,8 +70,6 @@ def put_round(client: Any, stream: str, n: int, prefix: str, poison: int) -> dic
 
 def read_all(sp: KinesisSpout, expected_done: int) -> None:
     """Ack every record, fail the poison ones, until ``expected_done`` are done."""
-    import time
-
     deadline = time.monotonic() + 60
     while True:
         batch: list[Record] = sp.next_batch(500)
@@ -204,17 +204,13 @@ def taken_port() -> Iterator[int]:
         yield port
 
 
-class listening:
+@contextlib.contextmanager
+def listening() -> Iterator[int]:
     """A socket listening on a free loopback port: the port is taken."""
-
-    def __enter__(self) -> int:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        return int(self.sock.getsockname()[1])
-
-    def __exit__(self, *exc: object) -> None:
-        self.sock.close()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
 
 
 def job_toml(tmp_path: Path, stream: str, endpoint: str, extra: str) -> Path:
