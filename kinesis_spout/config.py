@@ -153,6 +153,14 @@ class SpoutConfig:
     """Executor reads: spread the records read onto this many processing partitions
     (0 = process each shard's records in its read task)."""
 
+    # --- observability ----------------------------------------------------------
+    metrics_port: int | None = None
+    """Serve Prometheus metrics on this port at ``/metrics`` (the Spark job's driver, the
+    spout, the multilang process); unset = off, 0 = any free port (logged). Needs the
+    ``metrics`` extra (prometheus_client)."""
+    metrics_host: str = "127.0.0.1"
+    """Address the metrics endpoint listens on (``0.0.0.0``: every interface)."""
+
     def __post_init__(self) -> None:
         _validate(self)
 

@@ -89,6 +89,13 @@ def check_numbers(c: SpoutConfig) -> None:
     check(c.max_in_flight >= 1, "max_in_flight", c.max_in_flight, "an integer >= 1")
     check(c.batch_size >= 1, "batch_size", c.batch_size, "an integer >= 1")
     check(c.max_batches >= 0, "max_batches", c.max_batches, "an integer >= 0")
+    if c.metrics_port is not None:
+        check(
+            0 <= c.metrics_port <= 65_535,
+            "metrics_port",
+            c.metrics_port,
+            "a TCP port between 1 and 65535 (0 = any free port), or unset for no endpoint",
+        )
     check(
         0 <= c.process_partitions <= 100_000,
         "process_partitions",
@@ -137,3 +144,9 @@ def check_targets(c: SpoutConfig) -> None:
         "none, console or parquet://DIR",
     )
     check(c.read_on in READ_ON, "read_on", c.read_on, " or ".join(READ_ON))
+    check(
+        bool(c.metrics_host.strip()) and " " not in c.metrics_host,
+        "metrics_host",
+        c.metrics_host,
+        "an address or host name such as 127.0.0.1 or 0.0.0.0",
+    )

@@ -42,7 +42,6 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -54,19 +53,15 @@ from kinesis_spout.core.committer import Committer
 from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.core.rotation import RoundRobin
 from kinesis_spout.core.shardset import ShardSet
-from kinesis_spout.core.startup import describe_stream
+from kinesis_spout.core.startup import describe_stream, load_and_adopt
 from kinesis_spout.core.stats import SpoutStats, spout_stats
 from kinesis_spout.deadletter import DeadLetterSink, open_dead_letter_sink
-from kinesis_spout.errors import (
-    KinesisSpoutError,
-)
+from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
-from kinesis_spout.kinesis.getter import (
-    LATEST_MARGIN,
-)
 from kinesis_spout.metrics import MetricsCollector, NoopMetrics
-from kinesis_spout.records import Checkpoint, Record, ShardInfo, ShardState
+from kinesis_spout.observability.endpoint import MetricsEndpoint
+from kinesis_spout.records import Record, ShardInfo, ShardState
 from tracker import (
     Backoff,
     ExponentialBackoff,
@@ -97,8 +92,10 @@ class KinesisSpout:
     """Reads every shard of ``config.stream_name`` with Storm-grade reliability.
 
     Not thread-safe: call every method from one thread. ``store``,
-    ``dead_letters`` and ``client`` given by the caller stay the caller's
-    (``close`` does not close them).
+    ``dead_letters``, ``client`` and ``metrics`` given by the caller stay the
+    caller's (``close`` does not close them). With no ``metrics`` and
+    ``metrics_port`` set, the spout serves its own Prometheus endpoint from
+    ``open`` (a taken port fails there, first) to ``close``.
     """
 
     def __init__(
@@ -118,7 +115,10 @@ class KinesisSpout:
         self._own_store = store is None
         self._store: CheckpointStore | None = store
         self._own_dead = dead_letters is None
-        self._metrics: MetricsCollector = metrics if metrics is not None else NoopMetrics()
+        self._endpoint = MetricsEndpoint.of(config) if metrics is None else None
+        if metrics is None:
+            metrics = self._endpoint.metrics if self._endpoint is not None else NoopMetrics()
+        self._metrics: MetricsCollector = metrics
         self._committer = Committer(config, self._metrics)
         self._clock = clock
         self._client = client
@@ -158,6 +158,21 @@ class KinesisSpout:
         if self._opened:
             return
         cfg = self.config
+        if self._endpoint is not None:  # first: a taken port fails before anything is read
+            self._endpoint.start()
+        try:  # a bad stream, a corrupt checkpoint, a store error: leave nothing open
+            self._open_parts(cfg)
+        except BaseException:
+            self._close_own()
+            raise
+        now = self._clock()
+        self._checkpoint_at = now + cfg.checkpoint_interval
+        self._set.refresh_at = now + cfg.shard_refresh_interval
+        self._set.lineage_at = now + cfg.checkpoint_interval
+        self._opened = True
+
+    def _open_parts(self, cfg: SpoutConfig) -> None:
+        """The stream described, the store and the dead-letter sink opened, shards adopted."""
         if self._client is None:
             self._client = make_client(cfg.endpoint_url, cfg.region)
         self._api = KinesisApi(self._client, cfg.stream_name)
@@ -175,18 +190,9 @@ class KinesisSpout:
                 zk_session_timeout=cfg.zk_session_timeout,
             )
         self._committer.store = self._store
-        try:
-            if self._acks.sink is None:
-                self._acks.sink = _dead_letter_sink(cfg)
-            checkpoints = self._load_and_adopt(shards)
-        except BaseException:
-            self._close_own()  # a corrupt checkpoint, a store error: leave nothing open
-            raise
-        now = self._clock()
-        self._checkpoint_at = now + cfg.checkpoint_interval
-        self._set.refresh_at = now + cfg.shard_refresh_interval
-        self._set.lineage_at = now + cfg.checkpoint_interval
-        self._opened = True
+        if self._acks.sink is None:
+            self._acks.sink = _dead_letter_sink(cfg)
+        checkpoints = load_and_adopt(self._set, self._committer, self._store, self._api, shards)
         log.info(
             "opened stream %s (%s) at %s: %d shards, %d owned, %d with checkpoints",
             cfg.stream_name,
@@ -197,28 +203,10 @@ class KinesisSpout:
             len(checkpoints),
         )
 
-    def _load_and_adopt(self, shards: list[ShardInfo]) -> dict[str, Checkpoint]:
-        """Load (and pin) the checkpoints, adopt the owned shards, start the ready ones."""
-        assert self._store is not None
-        checkpoints = self._store.load(self.config.stream_name)
-        self._set.map.update(shards)
-        assert self._api is not None  # pinned starts of a first open at LATEST/AT_TIMESTAMP
-        latest = (self._api.server_time or datetime.now(UTC)) - LATEST_MARGIN
-        owned = [s for s in self._set.map.ids() if self._set.owns(s)]
-        checkpoints = self._committer.pin_start(
-            checkpoints, owned, self._set.map.has_known_parent, latest
-        )
-        for cp in checkpoints.values():
-            if cp.shard_end:
-                self._set.map.mark_ended(cp.shard_id)
-        for shard_id in self._set.map.ids():
-            if self._set.owns(shard_id):
-                self._set.adopt(shard_id, checkpoints.get(shard_id))
-        self._set.start_ready()
-        return checkpoints
-
     def _close_own(self) -> None:
-        """Close the store and the dead-letter sink this spout opened itself."""
+        """Close the store, the dead-letter sink and the endpoint this spout opened itself."""
+        if self._endpoint is not None:
+            self._endpoint.close()
         if self._own_store and self._store is not None:
             self._store.close()
             self._store = None
@@ -361,6 +349,11 @@ class KinesisSpout:
         return self._set.in_flight_of(shard_ids)
 
     # ------------------------------------------------------------------ introspection
+    @property
+    def metrics(self) -> MetricsCollector:
+        """Where this spout reports (its own endpoint's with ``metrics_port`` and none given)."""
+        return self._metrics
+
     @property
     def in_flight(self) -> int:
         return self._set.in_flight_of(self._set.shards)

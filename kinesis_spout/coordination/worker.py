@@ -42,6 +42,8 @@ from kinesis_spout.coordination.coordinator import ShardCoordinator
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
+from kinesis_spout.metrics import MetricsCollector, NoopMetrics
+from kinesis_spout.observability.endpoint import MetricsEndpoint
 from kinesis_spout.records import Record
 from kinesis_spout.spout import KinesisSpout
 
@@ -73,13 +75,34 @@ def run_worker(
     process_delay: float = 0.0,
     drain_timeout: float = 10.0,
 ) -> int:
-    """Run until ``stop`` is set, then leave the group cleanly. Returns an exit code."""
+    """Run until ``stop`` is set, then leave the group cleanly. Returns an exit code.
+
+    With ``metrics_port`` the worker serves its metrics (the spout's and the leases')
+    from before it connects to anything (a taken port fails first) until it has left."""
     if not config.checkpoint_store.startswith("zk://"):
         raise ConfigError(
             "checkpoint_store",
             config.checkpoint_store,
             "a zk:// URL: several workers coordinate through ZooKeeper",
         )
+    endpoint = MetricsEndpoint.of(config)
+    metrics = endpoint.start().metrics if endpoint is not None else NoopMetrics()
+    try:
+        _run(config, output_dir, stop, metrics, process_delay, drain_timeout)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+    return 0
+
+
+def _run(
+    config: SpoutConfig,
+    output_dir: Path,
+    stop: threading.Event,
+    metrics: MetricsCollector,
+    process_delay: float,
+    drain_timeout: float,
+) -> None:
     output_dir.mkdir(parents=True, exist_ok=True)
     store = ZooKeeperCheckpointStore.from_url(
         config.checkpoint_store,
@@ -90,7 +113,7 @@ def run_worker(
     )
     client = make_client(config.endpoint_url, config.region)
     api = KinesisApi(client, config.stream_name)
-    spout = KinesisSpout(config, store=store, client=client)
+    spout = KinesisSpout(config, store=store, client=client, metrics=metrics)
     coordinator = ShardCoordinator(
         store,
         config.stream_name,
@@ -99,6 +122,7 @@ def run_worker(
         list_shards=lambda: [s.shard_id for s in api.list_shards()],
         shard_refresh_interval=config.shard_refresh_interval,
         drain_timeout=drain_timeout,
+        metrics=metrics,
     )
     out_path = output_dir / f"{config.worker_id}.records"
     log.info(
@@ -124,7 +148,6 @@ def run_worker(
         finally:
             store.close()
     log.info("worker %s stopped: %s", config.worker_id, spout.stats())
-    return 0
 
 
 def _loop(

@@ -69,6 +69,7 @@ class AckRouter:
             self.ignored += 1
             return
         self.acked += 1
+        self._metrics.increment("records_acked", shard=sh.shard_id)
 
     def ack_many(self, ids: Iterable[MessageRef]) -> None:
         """``ack`` for each id (one tracker call per shard)."""
@@ -94,7 +95,10 @@ class AckRouter:
             total += len(keys)
             sh = self.shards.get(shard_id)
             if sh is not None and sh.tracker is not None:
-                acked += sh.tracker.ack_many(keys)
+                n = sh.tracker.ack_many(keys)
+                acked += n
+                if n:
+                    self._metrics.increment("records_acked", n, shard=shard_id)
         self.acked += acked
         self.ignored += total - acked
 

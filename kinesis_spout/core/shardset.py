@@ -149,19 +149,9 @@ class ShardSet:
         )
 
     def on_batch(self, sh: ShardPartition, batch: ShardBatch) -> None:
-        err = batch.error
-        if err is not None:
-            if isinstance(err, ThrottledError):
-                self._metrics.increment("kinesis_throttled", shard=sh.shard_id)
-            elif isinstance(err, ExpiredIteratorError):
-                self._metrics.increment("iterators_expired", shard=sh.shard_id)
-            else:
-                self._metrics.increment("kinesis_errors", shard=sh.shard_id)
+        count_call(self._metrics, sh.shard_id, batch)
+        if batch.error is not None:
             return
-        if batch.called:
-            behind = batch.millis_behind_latest
-            if behind is not None:
-                self._metrics.gauge("millis_behind_latest", behind, shard=sh.shard_id)
         if batch.aggregates:
             for seq in batch.aggregates:
                 sh.aggregates[seq] = None
@@ -345,6 +335,22 @@ class ShardSet:
             sh.shard_id,
             sh.tracker.in_flight if sh.tracker is not None else 0,
         )
+
+
+def count_call(metrics: MetricsCollector, shard_id: str, batch: ShardBatch) -> None:
+    """A poll's GetRecords call: its duration, its error, the lag it answered."""
+    if batch.seconds is not None:
+        metrics.observe("get_records_seconds", batch.seconds, shard=shard_id)
+    err = batch.error
+    if err is not None:
+        if isinstance(err, ThrottledError):
+            metrics.increment("kinesis_throttled", shard=shard_id)
+        elif isinstance(err, ExpiredIteratorError):
+            metrics.increment("iterators_expired", shard=shard_id)
+        else:
+            metrics.increment("kinesis_errors", shard=shard_id)
+    elif batch.called and batch.millis_behind_latest is not None:
+        metrics.gauge("millis_behind_latest", batch.millis_behind_latest, shard=shard_id)
 
 
 def count_odd_aggregates(metrics: MetricsCollector, sh: ShardPartition, batch: ShardBatch) -> None:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -111,6 +112,8 @@ class ShardBatch:
     nothing handed out covers it, so the owner counts it done itself."""
     corrupt_aggregates: int = 0
     """Records with the KPL magic but a bad checksum or body, handed on whole."""
+    seconds: float | None = None
+    """How long this poll's GetRecords call took, answered or not (None: no call)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +134,8 @@ class KinesisShardGetter:
     ``start`` is the shard's checkpoint (resume after it), or None to start
     at ``position``. ``backoff`` spaces retries after throttling and 5xx
     answers (attempt 1, 2, ... since the last success); pass a
-    ``JitteredBackoff`` with a seeded RNG for reproducible tests.
+    ``JitteredBackoff`` with a seeded RNG for reproducible tests. ``timer`` times
+    the GetRecords calls (:attr:`ShardBatch.seconds`, for the latency metric).
     """
 
     def __init__(
@@ -149,6 +153,7 @@ class KinesisShardGetter:
         wall_clock: Callable[[], datetime] = _utcnow,
         iterator: str | None = None,
         after_whole: bool | None = None,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         if position is InitialPosition.AT_TIMESTAMP and timestamp is None and start is None:
             raise ValueError("position AT_TIMESTAMP needs a timestamp")
@@ -161,6 +166,7 @@ class KinesisShardGetter:
         self._position = position
         self._timestamp = timestamp
         self._wall_clock = wall_clock
+        self._timer = timer
         self._after: SequenceKey | None = start
         self._after_whole = (
             start is not None and start.sub_sequence == 0 if after_whole is None else after_whole
@@ -227,27 +233,32 @@ class KinesisShardGetter:
         if now < self._next_poll_at:
             return ShardBatch([], self._next_poll_at)
         self._next_poll_at = now + self.min_interval
+        started: float | None = None
         try:
             if self._iterator is None:
                 self._iterator = self._open_iterator()
             self.calls += 1
+            started = self._timer()
             result = self.api.get_records(self.shard_id, self._iterator, self.limit)
         except ExpiredIteratorError as exc:
             self.expired_iterators += 1
             self._iterator = None
             log.info("%s: iterator expired, re-opening after %s", self.shard_id, self._after)
-            return ShardBatch([], self._next_poll_at, error=exc)
+            return ShardBatch([], self._next_poll_at, error=exc, seconds=self._since(started))
         except _RETRIABLE as exc:
             self._failures += 1
             self.errors += 1
             wait = max(self.min_interval, self._backoff.delay(self._failures))
             self._next_poll_at = now + wait
             log.debug("%s: %s; backing off %.3fs", self.shard_id, exc, wait)
-            return ShardBatch([], self._next_poll_at, error=exc)
+            return ShardBatch([], self._next_poll_at, error=exc, seconds=self._since(started))
         self._failures = 0
-        return self._accept(result, now)
+        return self._accept(result, now, self._timer() - started)
 
-    def _accept(self, result: GetRecordsResult, now: float) -> ShardBatch:
+    def _since(self, started: float | None) -> float | None:
+        return None if started is None else self._timer() - started
+
+    def _accept(self, result: GetRecordsResult, now: float, seconds: float) -> ShardBatch:
         records = result.records
         after = self._after
         if records and after is not None and records[0].key <= after:
@@ -282,6 +293,7 @@ class KinesisShardGetter:
                 millis_behind_latest=behind,
                 child_shards=result.child_shards,
                 aggregates=aggregates,
+                seconds=seconds,
                 **extra,
             )
         if result.raw_count == 0 and not behind:
@@ -293,6 +305,7 @@ class KinesisShardGetter:
             millis_behind_latest=behind,
             child_shards=result.child_shards,
             aggregates=aggregates,
+            seconds=seconds,
             **extra,
         )
 

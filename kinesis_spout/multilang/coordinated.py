@@ -22,6 +22,8 @@ from typing import Any
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import ConfigError
+from kinesis_spout.metrics import NoopMetrics
+from kinesis_spout.observability.endpoint import MetricsEndpoint
 from kinesis_spout.records import Record
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,9 @@ class CoordinatedSpout:
 
         require_shared_store(config, 2, None)
         self.config = config
+        # First: a taken metrics port fails before ZooKeeper is even connected.
+        self.endpoint = MetricsEndpoint.of(config)
+        metrics = self.endpoint.start().metrics if self.endpoint is not None else NoopMetrics()
         self.store = ZooKeeperCheckpointStore.from_url(
             config.checkpoint_store,
             config.job_name,
@@ -68,7 +73,7 @@ class CoordinatedSpout:
         )
         client = make_client(config.endpoint_url, config.region)
         api = KinesisApi(client, config.stream_name)
-        self.spout = KinesisSpout(config, store=self.store, client=client)
+        self.spout = KinesisSpout(config, store=self.store, client=client, metrics=metrics)
         self.coordinator = ShardCoordinator(
             self.store,
             config.stream_name,
@@ -77,6 +82,7 @@ class CoordinatedSpout:
             list_shards=lambda: [s.shard_id for s in api.list_shards()],
             shard_refresh_interval=config.shard_refresh_interval,
             drain_timeout=drain_timeout,
+            metrics=metrics,
         )
         self._storm_active = True
         self._closed = False
@@ -119,6 +125,8 @@ class CoordinatedSpout:
         finally:
             self.coordinator.close()
             self.store.close()
+            if self.endpoint is not None:
+                self.endpoint.close()
         log.info("left the worker group of %s", self.config.stream_name)
 
     def owned_shards(self) -> frozenset[str]:

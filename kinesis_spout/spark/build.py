@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kinesis_spout.config import SpoutConfig
+from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.spark.driver import SparkDriver
 from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.processing import RecordProcessor
@@ -29,6 +30,7 @@ def build_driver(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
+    metrics: MetricsCollector | None = None,
 ) -> SparkDriver | ExecutorDriver:
     """A ready driver loop (not started): :class:`ExecutorDriver` for executor reads
     (``read_on = "executors"``, the default, of a per-record function), else
@@ -41,6 +43,8 @@ def build_driver(
     ``spout`` None: a :class:`~kinesis_spout.spout.KinesisSpout` of ``config``
     (its checkpoint store and dead-letter sink come from the config).
     ``row_sink`` None: the one named by ``config.sink``.
+    ``metrics``: where the spout and the loop report (the job passes its endpoint's);
+    None: the spout's own (its endpoint with ``metrics_port``, else none).
     """
     from kinesis_spout.spark.fastretry import FastRetry
     from kinesis_spout.spark.processing import as_processor, load_processor
@@ -55,7 +59,7 @@ def build_driver(
         spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
     if config.read_on == "executors":
         if isinstance(processor, RecordProcessor) and spout is None and row_sink is None:
-            return _executor_driver(config, spark, processor, clock, sleep, progress, rng)
+            return _executor_driver(config, spark, processor, clock, sleep, progress, rng, metrics)
         log.warning(
             "reading on the driver: executor reads run per-record functions with the "
             "configured sink (this is %s%s)",
@@ -68,10 +72,10 @@ def build_driver(
     if spout is None:
         from kinesis_spout.spout import KinesisSpout
 
-        spout = KinesisSpout(config, clock=clock, rng=rng)
+        spout = KinesisSpout(config, clock=clock, rng=rng, metrics=metrics)
     return SparkDriver(
         config, runner, spout, row_sink=sink, n_sinks=runner.n_sinks, clock=clock,
-        sleep=sleep, progress=progress, rng=rng, fast=fast,
+        sleep=sleep, progress=progress, rng=rng, fast=fast, metrics=metrics,
     )  # fmt: skip
 
 
@@ -83,13 +87,15 @@ def _executor_driver(
     sleep: Callable[[float], None],
     progress: Callable[[BatchReport], None] | None,
     rng: random.Random | None,
+    metrics: MetricsCollector | None,
 ) -> ExecutorDriver:
     from kinesis_spout.spark.planner import ExecutorReadSpout
 
-    reader = ExecutorReadSpout(config, clock=clock, rng=rng)
+    reader = ExecutorReadSpout(config, clock=clock, rng=rng, metrics=metrics)
     return ExecutorDriver(
-        config, spark, processor.fn, reader, clock=clock, sleep=sleep, progress=progress
-    )
+        config, spark, processor.fn, reader, clock=clock, sleep=sleep, progress=progress,
+        metrics=metrics,
+    )  # fmt: skip
 
 
 def run_job(config: SpoutConfig, process: Any, **kwargs: Any) -> JobSummary:

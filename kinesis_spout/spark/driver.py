@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from kinesis_spout.config import SpoutConfig
+from kinesis_spout.metrics import MetricsCollector, NoopMetrics
 from kinesis_spout.records import Record
 from kinesis_spout.spark.arrow import format_error, records_to_arrow
 from kinesis_spout.spark.ledger import FanOutLedger, TreeResults
@@ -62,14 +63,9 @@ __all__ = [
     "SpoutLike",
     "print_progress",
 ]
-from kinesis_spout.spark.fastretry import FastRetry
+from kinesis_spout.spark.fastretry import FastRetry, count_fast_retries
 from kinesis_spout.spark.followup import retry_failed
-from kinesis_spout.spark.isolation import (
-    BatchFailedError,
-    Isolation,
-    PoisonJudge,
-    run_split,
-)
+from kinesis_spout.spark.isolation import BatchFailedError, Isolation, PoisonJudge, run_split
 from kinesis_spout.spark.loop import MAX_WAIT, MIN_WAIT, StopControl, shut_down
 from kinesis_spout.spark.runner import BatchOutcome, BatchRunner
 from kinesis_spout.spark.sinks import NullSink, RowSink
@@ -103,7 +99,8 @@ class SparkDriver(StopControl):
     """Runs micro-batches until stopped, ``max_batches`` or ``stop_when_idle``.
 
     ``clock`` and ``sleep`` are injectable for tests; ``progress`` gets one
-    :class:`BatchReport` per non-empty batch (default: print its line).
+    :class:`BatchReport` per non-empty batch (default: print its line);
+    ``metrics`` (default: the spout's) counts batches and fast retries.
     ``pipeline`` (default on) overlaps the Spark work of one batch with
     filling the next; at most two batches are in flight.
     """
@@ -122,8 +119,11 @@ class SparkDriver(StopControl):
         rng: random.Random | None = None,
         pipeline: bool = True,
         fast: FastRetry | None = None,
+        metrics: MetricsCollector | None = None,
     ) -> None:
         super().__init__()
+        self.metrics: MetricsCollector = getattr(spout, "metrics", NoopMetrics())
+        self.metrics = metrics if metrics is not None else self.metrics
         self.config = config
         self.pipeline = pipeline
         self.runner = runner
@@ -218,6 +218,7 @@ class SparkDriver(StopControl):
         self.spout.checkpoint()
         self._check_limits(had_records)
         if report is not None:
+            self.metrics.increment("batches")
             self.last_report = report
             if self.progress is not None:
                 self.progress(report)
@@ -361,7 +362,7 @@ class SparkDriver(StopControl):
                     for r in st.failed_rows.tolist()
                 ],
             )
-            self._fast_retried += sum(max(0, a - owners[r].attempt) for r, a in tried.items())
+            self._fast_retried += count_fast_retries(owners, tried, self.metrics)
         self._deliver(res)
         return res
 

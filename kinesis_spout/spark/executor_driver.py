@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kinesis_spout.config import SpoutConfig
+from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.spark.arrow import format_error
 from kinesis_spout.spark.loop import MAX_WAIT, MIN_WAIT, StopControl, shut_down
 from kinesis_spout.spark.planner import ExecutorReadSpout
@@ -81,10 +82,12 @@ class ExecutorDriver(StopControl):
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         progress: Callable[[BatchReport], None] | None = print_progress,
+        metrics: MetricsCollector | None = None,
     ) -> None:
         super().__init__()
         self.config = config
         self.spout = spout
+        self.metrics: MetricsCollector = metrics if metrics is not None else spout.metrics
         self.clock = clock
         self.sleep = sleep
         self.progress = progress
@@ -214,6 +217,7 @@ class ExecutorDriver(StopControl):
             expired=expired,
         )
         self._batch_id += 1
+        self.metrics.increment("batches")
         self.last_report = report
         if self.progress is not None:
             self.progress(report)

@@ -15,7 +15,7 @@ batch, and one that passed on a later try is acked.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,23 @@ from tracker import ExponentialBackoff
 
 if TYPE_CHECKING:
     from kinesis_spout.config import SpoutConfig
+    from kinesis_spout.metrics import MetricsCollector
+    from kinesis_spout.records import Record
     from kinesis_spout.spark.processing import InputRecord
+
+
+def count_fast_retries(
+    records: Sequence[Record], attempts: Mapping[int, int], metrics: MetricsCollector
+) -> int:
+    """Extra deliveries made by fast retries (``attempts``: row -> last delivery of the
+    records that failed once), counted as ``retries`` of their shards; their total."""
+    total = 0
+    for row, attempt in attempts.items():
+        extra = attempt - records[row].attempt
+        if extra > 0:
+            total += extra
+            metrics.increment("retries", extra, shard=records[row].shard_id)
+    return total
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,8 @@ from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config_load import add_config_arguments, load_config
 from kinesis_spout.coordination.joblease import JobLease, open_job_lease  # noqa: E402
 from kinesis_spout.errors import ConfigError, KinesisSpoutError  # noqa: E402
+from kinesis_spout.metrics import MetricsCollector  # noqa: E402
+from kinesis_spout.observability.endpoint import MetricsEndpoint  # noqa: E402
 from kinesis_spout.spark.launcher import (  # noqa: E402
     PIDFILE_ENV,
     exit_now,
@@ -107,18 +109,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KinesisSpoutError as exc:
         print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
         return 2
+    try:  # before the job lease and Spark: a taken port stops the job before it starts
+        endpoint = MetricsEndpoint.of(config)
+        if endpoint is not None:
+            endpoint.start()
+    except KinesisSpoutError as exc:
+        print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
+        return 2
     pidfile = os.environ.get(PIDFILE_ENV)
     if pidfile:
         Path(pidfile).write_text(str(os.getpid()))
     try:
-        return run_tied_to_launcher(config, process)
+        return run_tied_to_launcher(config, process, endpoint.metrics if endpoint else None)
     finally:
         if pidfile:  # the launcher may be gone (kill -9) and cannot remove it
             with contextlib.suppress(OSError):
                 os.unlink(pidfile)
+        if endpoint is not None:  # the last scrape sees the figures of the summary line
+            endpoint.close()
 
 
-def run_tied_to_launcher(config: SpoutConfig, process: str) -> int:
+def run_tied_to_launcher(
+    config: SpoutConfig, process: str, metrics: MetricsCollector | None = None
+) -> int:
     """Take the job lease and run, stopping when the launcher dies."""
     stop: list[Callable[[str], None]] = []
 
@@ -136,7 +149,7 @@ def run_tied_to_launcher(config: SpoutConfig, process: str) -> int:
         print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
         return 3
     try:
-        return run_with_lease(config, process, lease, stop)
+        return run_with_lease(config, process, lease, stop, metrics)
     finally:
         lease.release()
         for w in (watch, jvm):
@@ -156,7 +169,11 @@ def take_job_lease(config: SpoutConfig) -> JobLease:
 
 
 def run_with_lease(
-    config: SpoutConfig, process: str, lease: JobLease, stop: list[Callable[[str], None]]
+    config: SpoutConfig,
+    process: str,
+    lease: JobLease,
+    stop: list[Callable[[str], None]],
+    metrics: MetricsCollector | None = None,
 ) -> int:
     """Start Spark and run the micro-batch loop; the exit code. Once the driver
     exists, its ``request_stop`` is put in ``stop`` (for the launcher watch)."""
@@ -172,29 +189,15 @@ def run_with_lease(
     print(describe(config, process), flush=True)
     try:
         check_deploy_mode(config, str(spark.conf.get("spark.submit.deployMode", "client")))
-        driver = build_driver(config, process, spark=spark)
+        driver = build_driver(config, process, spark=spark, metrics=metrics)
     except KinesisSpoutError as exc:
         print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
         spark.stop()
         return 2
     lease.on_lost = lambda: driver.request_stop("job lease lost")
     stop.append(driver.request_stop)
-
-    signals_seen: list[str] = []
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        signals_seen.append(name)
-        if len(signals_seen) == 1:
-            # os.write, not print: the main thread may be inside a print.
-            os.write(2, f"{name}: finishing the current batch, then stopping\n".encode())
-            driver.request_stop(name)
-        else:
-            raise KeyboardInterrupt(name)
-
     # After the SparkContext exists: PySpark installs its own SIGINT handler.
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    _stop_on_signals(driver.request_stop)
     code = 0
     try:
         summary = driver.run()
@@ -215,6 +218,24 @@ def run_with_lease(
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         spark.stop()
     return code
+
+
+def _stop_on_signals(request_stop: Callable[[str], None]) -> None:
+    """The first SIGTERM or SIGINT finishes the batch and stops; a second interrupts."""
+    signals_seen: list[str] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        signals_seen.append(name)
+        if len(signals_seen) == 1:
+            # os.write, not print: the main thread may be inside a print.
+            os.write(2, f"{name}: finishing the current batch, then stopping\n".encode())
+            request_stop(name)
+        else:
+            raise KeyboardInterrupt(name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from typing import Any
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.kinesis.getter import KinesisShardGetter, ShardBatch
+from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.records import ShardState
 from kinesis_spout.spark.readtask import ReadPlan, ReadResult
 from kinesis_spout.spout import KinesisSpout
@@ -60,6 +61,18 @@ def sparse_marks(ok: bytearray, failed: Iterable[int]) -> list[tuple[int, bool]]
     if n and ok[n - 1] and n - 1 > marked:
         marks.append((n - 1, False))
     return marks
+
+
+def count_task_figures(metrics: MetricsCollector, shard_id: str, res: ReadResult) -> None:
+    """What a read task measured on its executor, into the driver's metrics."""
+    for seconds in res.call_seconds:
+        metrics.observe("get_records_seconds", seconds, shard=shard_id)
+    if res.throttled:
+        metrics.increment("kinesis_throttled", res.throttled, shard=shard_id)
+    if res.expired:
+        metrics.increment("iterators_expired", res.expired, shard=shard_id)
+    if res.transient:
+        metrics.increment("kinesis_errors", res.transient, shard=shard_id)
 
 
 class ReadWindow:
@@ -193,6 +206,8 @@ class ExecutorReadSpout(KinesisSpout):
             log.info("task %d: shard %s was released; result dropped", res.task, res.shard_id)
             return 0, 0
         self.readers.add((res.executor, res.pid))
+        if res.retried:  # fast retries inside the task are retry deliveries too
+            self._metrics.increment("retries", res.retried, shard=sh.shard_id)
         if res.position is None:
             self.retry_tasks += 1
             return self._apply_retries(sh, res, now)
@@ -207,6 +222,7 @@ class ExecutorReadSpout(KinesisSpout):
             if ok and tracker.ack(res.key(i)):
                 acked += 1
         self._acks.acked += acked
+        self._metrics.increment("records_acked", acked, shard=sh.shard_id)
         for i, rec in sorted(res.failed.items()):
             self._acks.fail_record(sh, rec.key, rec, res.errors.get(i), now)
         return acked, len(res.failed)
@@ -232,6 +248,7 @@ class ExecutorReadSpout(KinesisSpout):
             self._metrics.increment("records_read", n, shard=sh.shard_id)
         acked = n - len(fails)
         self._acks.acked += acked
+        self._metrics.increment("records_acked", acked, shard=sh.shard_id)
         for rec, error in fails:
             self._acks.fail_record(sh, rec.key, rec, error, now)
         self._take_end(sh, res, now)
@@ -272,13 +289,7 @@ class ExecutorReadSpout(KinesisSpout):
         self._set.on_batch(sh, page)
         if sh.skip_tail is not None:
             sh.pass_skipped(now)
-        metrics = self._metrics
-        if res.throttled:
-            metrics.increment("kinesis_throttled", res.throttled, shard=sh.shard_id)
-        if res.expired:
-            metrics.increment("iterators_expired", res.expired, shard=sh.shard_id)
-        if res.last_error and not (res.throttled or res.expired):
-            metrics.increment("kinesis_errors", shard=sh.shard_id)
+        count_task_figures(self._metrics, sh.shard_id, res)
 
     # ------------------------------------------------------------------ isolation
     def fail_alone(self, plan: ReadPlan, error: str) -> int:
@@ -315,6 +326,7 @@ class ExecutorReadSpout(KinesisSpout):
         if page.error is not None or not page.records:
             return 0  # not readable now: the next batch tries the shard again
         res = ReadResult(plan.task, plan.shard_id, position=getter.position, calls=1)
+        res.call_seconds = [page.seconds] if page.seconds is not None else []
         for i, rec in enumerate(page.records):
             res.seqs.append(rec.sequence_number)
             res.subs.append(rec.sub_sequence_number)

@@ -15,7 +15,9 @@ the failed records to process again. On the executor :func:`run_plan`:
   the record; a ``BaseException`` fails the task);
 * returns a :class:`ReadResult`: per record its key and status, the error and
   payload **of failed records only**, and the read's end: last key, next
-  iterator, MillisBehindLatest, whether the shard ended, its child shards.
+  iterator, MillisBehindLatest, whether the shard ended, its child shards; and
+  the figures of the driver's metrics (GetRecords durations, throttles, errors,
+  fast retries), so no endpoint runs on an executor.
 
 A task that Spark runs again (a lost executor) starts from the same plan: the
 same position, hence the same records in the same order (at-least-once,
@@ -124,6 +126,10 @@ class ReadResult:
     calls: int = 0
     throttled: int = 0
     expired: int = 0
+    transient: int = 0
+    """5xx answers and dropped connections (retried inside the task)."""
+    call_seconds: list[float] = field(default_factory=list)
+    """The duration of each GetRecords call (for the driver's latency histogram)."""
     last_error: str | None = None
     executor: str = ""
     pid: int = 0
@@ -241,6 +247,8 @@ def read_shard(
             now = time.monotonic()
         asked = getter.limit = min(settings.records_per_call, remaining)
         batch = getter.poll(now)
+        if batch.seconds is not None:
+            res.call_seconds.append(batch.seconds)
         if batch.error is not None:
             _count_error(res, batch)
             if time.monotonic() >= deadline:
@@ -268,6 +276,8 @@ def _count_error(res: ReadResult, batch: ShardBatch) -> None:
         res.throttled += 1
     elif isinstance(err, ExpiredIteratorError):
         res.expired += 1
+    else:
+        res.transient += 1
 
 
 def _take_page(res: ReadResult, batch: ShardBatch) -> None:

@@ -1,9 +1,10 @@
 """``kinesis-spout run``: call ``spark-submit`` on the job file for you.
 
-It validates the config first (a bad value fails in a second, not after
-Spark has started), finds ``spark-submit`` (next to this Python, then on
-``PATH``), points ``PYSPARK_PYTHON`` at this Python, and adds quiet defaults
-(``--master local[2]``, no console progress bars, WARN logs, Arrow on);
+It validates the config first (a bad value, or a ``metrics_port`` already in
+use, fails in a second, not after Spark has started), finds ``spark-submit``
+(next to this Python, then on ``PATH``), points ``PYSPARK_PYTHON`` at this
+Python, and adds quiet defaults (``--master local[2]``, no console progress
+bars, WARN logs, Arrow on);
 ``--master`` and ``--spark-conf KEY=VALUE`` override them.
 
 Signals: ``spark-submit`` runs in its own session with SIGINT and SIGTERM
@@ -35,6 +36,7 @@ from types import FrameType
 
 from kinesis_spout.config import FIELD_NAMES
 from kinesis_spout.errors import KinesisSpoutError
+from kinesis_spout.observability.endpoint import check_port_free
 from kinesis_spout.spark.deploy import check_deploy_mode
 from kinesis_spout.spark.launcher import LAUNCHER_ENV, PIDFILE_ENV, launcher_token
 
@@ -233,7 +235,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             "no processing given: --process module:function, or process = ... in the config file"
         )
     conf = dict(item.partition("=")[::2] for item in args.spark_conf)
-    check_deploy_mode(config, conf.get("spark.submit.deployMode", args.deploy_mode))
+    deploy_mode = conf.get("spark.submit.deployMode", args.deploy_mode)
+    check_deploy_mode(config, deploy_mode)
+    if deploy_mode == "client":  # the driver's endpoint will listen here
+        check_port_free(config)
     cmd = build_command(args, find_spark_submit(args.spark_submit), process)
     if args.dry_run:
         print(" ".join(cmd))

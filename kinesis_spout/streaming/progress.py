@@ -1,0 +1,138 @@
+"""The streaming source's progress, as Spark reports it: :class:`KinesisProgressListener`.
+
+PySpark's Python Data Source API (4.0 to 4.3) gives a streaming source no way to
+report custom metrics: the JVM side of a Python stream implements neither
+``ReportsSourceMetrics`` nor custom task metrics, so ``SourceProgress.metrics``
+stays empty. What Spark does report for the ``kinesis`` source, in every
+``StreamingQueryProgress``, is ``numInputRows``, the input and processing rates
+and the batch's start and end offsets, which for this source are its batch plans
+(stream, job, the source's batch number and, per shard, the position before the
+batch and its quota; see :mod:`~kinesis_spout.streaming.batch_offset`). The
+``description`` is only the JVM class name (``PythonMicroBatchStream...``), so
+the source is recognised by its offsets.
+
+:class:`KinesisProgressListener` is a ``StreamingQueryListener`` that turns those
+into :class:`KinesisSourceProgress` values, keeps the last ones, and can feed a
+:class:`~kinesis_spout.metrics.MetricsCollector` (e.g. a
+:class:`~kinesis_spout.observability.MetricsEndpoint`'s) with the rows read and
+the batches. ``docs/streaming-source.md`` shows it in use.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from kinesis_spout.metrics import MetricsCollector
+from kinesis_spout.streaming.batch_offset import BatchOffset
+from kinesis_spout.streaming.errors import OffsetError
+
+
+@dataclass(frozen=True, slots=True)
+class KinesisSourceProgress:
+    """One micro-batch of a ``kinesis`` source, from Spark's progress report."""
+
+    query_id: str
+    batch_id: int
+    """Spark's batch id (the one ``foreachBatch`` gets)."""
+    stream: str
+    job: str
+    plan: int
+    """The source's own batch number (its offset's ``batch``)."""
+    quotas: Mapping[str, int]
+    """Per shard planned in this batch, the most records it may read."""
+    after: Mapping[str, str | None]
+    """Per shard, the sequence number the batch read after (None: from its start)."""
+    num_input_rows: int
+    input_rows_per_second: float
+    processed_rows_per_second: float
+    description: str
+    custom_metrics: Mapping[str, str]
+    """``SourceProgress.metrics`` (empty: PySpark's Python sources cannot set any)."""
+
+
+def _get(obj: Any, name: str) -> Any:
+    """A field of a progress object or of its dict form (``query.lastProgress``)."""
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _offset(text: Any) -> BatchOffset | None:
+    if not text:
+        return None
+    try:
+        return BatchOffset.from_json(json.loads(text) if isinstance(text, str) else text)
+    except (OffsetError, ValueError, TypeError):
+        return None  # another source's offset
+
+
+def kinesis_progress(progress: Any) -> list[KinesisSourceProgress]:
+    """The ``kinesis`` sources of one ``StreamingQueryProgress`` (or its dict form)."""
+    out = []
+    for source in _get(progress, "sources") or ():
+        end = _offset(_get(source, "endOffset"))
+        if end is None:
+            continue
+        out.append(
+            KinesisSourceProgress(
+                query_id=str(_get(progress, "id")),
+                batch_id=int(_get(progress, "batchId")),
+                stream=end.stream_name,
+                job=end.job_name,
+                plan=end.batch,
+                quotas={s: p.quota for s, p in end.shards.items() if p.quota},
+                after={
+                    s: (p.position.sequence if p.position is not None else None)
+                    for s, p in end.shards.items()
+                    if p.quota
+                },
+                num_input_rows=int(_get(source, "numInputRows") or 0),
+                input_rows_per_second=float(_get(source, "inputRowsPerSecond") or 0.0),
+                processed_rows_per_second=float(_get(source, "processedRowsPerSecond") or 0.0),
+                description=str(_get(source, "description")),
+                custom_metrics=dict(_get(source, "metrics") or {}),
+            )
+        )
+    return out
+
+
+class KinesisProgressListener(StreamingQueryListener):
+    """Collects the ``kinesis`` sources' progress of every query of a session.
+
+    ``spark.streams.addListener(listener)``; :attr:`progress` holds the last
+    ``keep`` reports. With ``metrics``, each report adds its rows to
+    ``streaming_input_rows`` and one to ``batches``.
+    """
+
+    def __init__(self, metrics: MetricsCollector | None = None, keep: int = 1000) -> None:
+        super().__init__()
+        self.metrics = metrics
+        self._lock = threading.Lock()
+        self._progress: deque[KinesisSourceProgress] = deque(maxlen=keep)
+
+    @property
+    def progress(self) -> list[KinesisSourceProgress]:
+        with self._lock:
+            return list(self._progress)
+
+    def onQueryStarted(self, event: Any) -> None:
+        return None
+
+    def onQueryProgress(self, event: Any) -> None:
+        for p in kinesis_progress(event.progress):
+            with self._lock:
+                self._progress.append(p)
+            if self.metrics is not None:
+                self.metrics.increment("streaming_input_rows", p.num_input_rows)
+                self.metrics.increment("batches")
+
+    def onQueryIdle(self, event: Any) -> None:
+        return None
+
+    def onQueryTerminated(self, event: Any) -> None:
+        return None
