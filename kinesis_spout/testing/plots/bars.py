@@ -102,13 +102,16 @@ class ChartData:
 
 
 def figure_value(figures: Mapping[str, Any], key: str) -> float:
-    """``figures[key]`` as a float; a dotted key reads nested mappings.
-    Raises :class:`PlotError` naming the key when it is missing or not a number."""
+    """``figures[key]`` as a float; a dotted key reads nested mappings; ``None`` (a figure
+    the run could not measure) is NaN, drawn as ``n/a``. Raises :class:`PlotError` naming
+    the key when it is missing or not a number."""
     value: Any = figures
     for part in key.split("."):
         if not isinstance(value, Mapping) or part not in value:
             raise PlotError(f"figure {key!r} is not among the bench's figures")
         value = value[part]
+    if value is None:
+        return math.nan
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise PlotError(f"figure {key!r} is {value!r}, not a finite number")
     return float(value)
@@ -163,6 +166,8 @@ def chart_data(chart: BarChart, figures: Mapping[str, Any]) -> ChartData:
 
 def value_label(value: float) -> str:
     """A bar's value as printed above it: three significant digits, thousands separated."""
+    if math.isnan(value):
+        return "n/a"
     if value == 0:
         return "0"
     if abs(value) >= 1000:

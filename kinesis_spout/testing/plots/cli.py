@@ -4,6 +4,7 @@ chart drawn from the bench's figures at the end."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,16 @@ def save_bench_chart(
     figures: Mapping[str, Any],
     path: Path | None,
     say: Callable[[str], None] = print,
-) -> None:
-    """Draw ``chart`` from ``figures`` into ``path`` (nothing when ``path`` is None)."""
+) -> bool:
+    """Draw ``chart`` from ``figures`` into ``path`` (nothing when ``path`` is None).
+    False, after saying why on stderr, when it cannot be drawn: the bench's figures are
+    still printed (a long run is not lost to a chart)."""
     if path is None:
-        return
-    draw_bar_chart(chart_data(chart, figures), path)
+        return True
+    try:
+        draw_bar_chart(chart_data(chart, figures), path)
+    except PlotError as exc:
+        print(f"chart not drawn: {exc}", file=sys.stderr)
+        return False
     say(f"chart: {describe_png(path)}")
+    return True

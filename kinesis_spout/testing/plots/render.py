@@ -6,6 +6,7 @@ Figures are drawn on matplotlib's non-interactive Agg canvas (no screen, no pypl
 
 from __future__ import annotations
 
+import math
 import struct
 import textwrap
 from pathlib import Path
@@ -72,27 +73,43 @@ def png_size(path: str | Path) -> tuple[int, int]:
 def draw_bar_chart(data: ChartData, path: str | Path) -> Path:
     """One PNG: the chart's panels side by side, values printed on the bars."""
     n = len(data.panels)
-    fig = new_figure(1.0 + 4.3 * n, 5.0)
+    width = max(7.0, 1.0 + 4.3 * n)
+    fig = new_figure(width, 5.0)
     axes = fig.subplots(1, n, squeeze=False)[0]
     for ax, panel in zip(axes, data.panels, strict=True):
         _draw_panel(ax, panel)
-    fig.suptitle(data.title, fontsize=13, fontweight="bold")
+    fig.suptitle(textwrap.fill(data.title, int(width * 8.5)), fontsize=13, fontweight="bold")
     if data.note:
-        fig.supxlabel(textwrap.fill(data.note, 40 * n + 30), fontsize=9, color="#424242")
+        fig.supxlabel(textwrap.fill(data.note, int(width * 14)), fontsize=9, color="#424242")
     return save_png(fig, path)
+
+
+def series_colours(panel: PanelData) -> list[tuple[str, str]]:
+    """Per series: its colour for the project's bars and for baseline bars. Own series take
+    the palette in order, baselines the greys in order."""
+    out = []
+    own = base = 0
+    for series in panel.series:
+        out.append((PALETTE[own % len(PALETTE)], GREYS[base % len(GREYS)]))
+        if all(series.baseline):
+            base += 1
+        else:
+            own += 1
+    return out
 
 
 def _draw_panel(ax: Axes, panel: PanelData) -> None:
     count = len(panel.series)
     width = 0.8 / count
-    for i, series in enumerate(panel.series):
+    colours_of = series_colours(panel)
+    for i, (series, (mine, theirs)) in enumerate(zip(panel.series, colours_of, strict=True)):
         xs = [j + (i - (count - 1) / 2) * width for j in range(len(panel.labels))]
-        colours = [
-            GREYS[i % len(GREYS)] if base else PALETTE[i % len(PALETTE)] for base in series.baseline
-        ]
-        bars = ax.bar(xs, series.values, width * 0.92, color=colours, label=series.name or None)
+        colours = [theirs if base else mine for base in series.baseline]
+        heights = [0.0 if math.isnan(v) else v for v in series.values]  # n/a: no bar, a label
+        bars = ax.bar(xs, heights, width * 0.92, color=colours, label=series.name or None)
         ax.bar_label(bars, [value_label(v) for v in series.values], fontsize=8, padding=2)
-    ax.set_xticks(range(len(panel.labels)), [textwrap.fill(x, 14) for x in panel.labels])
+    wrap = max(6, 56 // len(panel.labels))  # characters per line under a bar
+    ax.set_xticks(range(len(panel.labels)), [textwrap.fill(x, wrap) for x in panel.labels])
     ax.tick_params(axis="x", labelsize=8)
     ax.set_title(panel.title, fontsize=11)
     ax.set_ylabel(panel.ylabel)
@@ -127,8 +144,8 @@ def _legend(ax: Axes, panel: PanelData) -> None:
 
     if len(panel.series) > 1:
         handles = [
-            Patch(color=GREYS[i % len(GREYS)] if all(s.baseline) else PALETTE[i % len(PALETTE)])
-            for i, s in enumerate(panel.series)
+            Patch(color=theirs if all(s.baseline) else mine)
+            for s, (mine, theirs) in zip(panel.series, series_colours(panel), strict=True)
         ]
         ax.legend(handles, [s.name for s in panel.series], fontsize=8)
     elif any(panel.series[0].baseline) and not all(panel.series[0].baseline):
