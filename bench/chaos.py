@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"ok": False, "error": str(exc).splitlines()[0]}))
         return 1
     print_summary(result)
-    plotted = args.plot is None or _plot(result, args.plot)
+    plotted = args.plot is None or plot_result(result, args.plot)
     if args.workdir is None and result.guarantees_held:
         shutil.rmtree(workdir, ignore_errors=True)
     else:
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if result.ok and plotted else 1
 
 
-def _plot(result: ChaosResult, path: Path) -> bool:
+def plot_result(result: ChaosResult, path: Path) -> bool:
     """Draw the run's chart into ``path``; False (after saying why) when it cannot be drawn."""
     try:
         draw_chaos_result(result, path)

@@ -94,19 +94,22 @@ def _events(ax: Axes, data: TimelineFigure) -> None:
 
 
 def _label_markers(ax: Axes, data: TimelineFigure) -> None:
-    """Labels along the top of the marker lines: kills left of their line, the rest right."""
+    """Labels along the top of the marker lines, on a white ground: kills and the end left
+    of their line, restarts right of it; span labels across their middle."""
+    ground = {"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85}
     for m in data.markers:
+        left = m.kind in (EventKind.KILL, EventKind.DRAINED)
         kill = m.kind is EventKind.KILL
         ax.annotate(
             m.label, (m.at, 0.98), xycoords=("data", "axes fraction"),
-            xytext=(-2 if kill else 2, 0), textcoords="offset points",
-            ha="right" if kill else "left", va="top", rotation=90, fontsize=8 if kill else 7,
-            color=STYLE[m.kind][0], fontweight="bold" if kill else "normal",
+            xytext=(-3 if left else 3, 0), textcoords="offset points",
+            ha="right" if left else "left", va="top", rotation=90, fontsize=8 if kill else 7,
+            color=STYLE[m.kind][0], fontweight="bold" if kill else "normal", bbox=ground,
         )  # fmt: skip
     for span in data.spans:
         ax.annotate(
             span.label, ((span.start + span.end) / 2, 0.5), xycoords=("data", "axes fraction"),
-            ha="center", va="center", fontsize=7, color="#424242",
+            ha="center", va="center", fontsize=7, color="#424242", bbox=ground,
             rotation=90 if span.kind == "zookeeper" else 0,
         )  # fmt: skip
 

@@ -139,6 +139,6 @@ def test_the_run_over_time_is_recorded_and_drawn_as_bench_chaos_plot_does(
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     path = tmp_path / "chaos.png"
-    assert bench._plot(chaos, path)
+    assert bench.plot_result(chaos, path)
     assert png_size(path) == (1100, 850)
     assert 20_000 < path.stat().st_size < 300_000
