@@ -13,11 +13,17 @@ lost, duplicates (and the replay windows that explain them), poison records
 dead-lettered, whether checkpoints were monotonic, and the times.
 
     python bench/chaos.py [--records 100000] [--kills 5] [--seed 1] [--read-on executors] [--json]
+                          [--plot chaos.png]
 
 With ``--json`` the last line is one JSON object (``records``, ``lost``,
 ``duplicates``, ``kills``, ``max_in_flight``, ``poison``, ``dead_lettered``,
 ``checkpoints_monotonic`` ...). Exit status 0 when every check of the audit
 passed, 1 otherwise. The figures are in ``docs/guarantees.md``.
+
+``--plot FILE`` also draws the run over time into a PNG (needs matplotlib, the
+``plots`` extra; checked before anything starts): sink rows per second, each
+shard's checkpoint progress and the dead letters so far, with the kills and
+restarts as vertical lines and ZooKeeper's outage shaded.
 """
 
 from __future__ import annotations
@@ -31,7 +37,14 @@ import tempfile
 from pathlib import Path
 
 from kinesis_spout.errors import KinesisSpoutError
-from kinesis_spout.testing.chaos import ChaosPlan, ChaosResult, figures_json, run_chaos
+from kinesis_spout.testing.chaos import (
+    ChaosPlan,
+    ChaosResult,
+    draw_chaos_result,
+    figures_json,
+    run_chaos,
+)
+from kinesis_spout.testing.plots import add_plot_argument, check_plot_argument, describe_png
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=defaults.timeout, metavar="SECONDS")
     p.add_argument("--workdir", type=Path, help="keep servers' data, job logs and outputs here")
     p.add_argument("--json", action="store_true", help="one JSON object on the last line")
+    add_plot_argument(p)
     return p
 
 
@@ -114,7 +128,9 @@ def print_summary(result: ChaosResult) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_plot_argument(parser, args.plot)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         plan = ChaosPlan(
@@ -150,13 +166,25 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"ok": False, "error": str(exc).splitlines()[0]}))
         return 1
     print_summary(result)
+    plotted = args.plot is None or plot_result(result, args.plot)
     if args.workdir is None and result.guarantees_held:
         shutil.rmtree(workdir, ignore_errors=True)
     else:
         print(f"servers' data, job logs and outputs: {workdir}")
     if args.json:
         print(figures_json(result))
-    return 0 if result.ok else 1
+    return 0 if result.ok and plotted else 1
+
+
+def plot_result(result: ChaosResult, path: Path) -> bool:
+    """Draw the run's chart into ``path``; False (after saying why) when it cannot be drawn."""
+    try:
+        draw_chaos_result(result, path)
+    except KinesisSpoutError as exc:
+        print(f"chaos: the chart could not be drawn: {exc}", file=sys.stderr)
+        return False
+    print(f"chart: {describe_png(path)}")
+    return True
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ Starts a standalone ZooKeeper (from PySpark's jars) and a moto server, then:
     5 s and on close) and acks each batch at once; the checkpoint writes it
     made are scaled to 100,000 records (one write per record would be 100,000).
 
-With ``--json`` the last line is one JSON object.
+With ``--json`` the last line is one JSON object; ``--plot FILE`` also draws the
+latencies as a PNG bar chart (the ``plots`` extra).
 
-    python bench/checkpoint_bench.py [--writes 1000] [--records 100000] [--json]
+    python bench/checkpoint_bench.py [--writes 1000] [--records 100000] [--json] [--plot FILE]
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ from kinesis_spout.config import SpoutConfig  # noqa: E402
 from kinesis_spout.kinesis.client import make_client  # noqa: E402
 from kinesis_spout.records import Checkpoint  # noqa: E402
 from kinesis_spout.spout import KinesisSpout  # noqa: E402
+from kinesis_spout.testing.plots import (  # noqa: E402
+    Bar,
+    BarChart,
+    Panel,
+    Series,
+    add_plot_argument,
+    check_plot_argument,
+    save_bench_chart,
+)
 from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer  # noqa: E402
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records  # noqa: E402
 
@@ -130,12 +140,36 @@ def count_spout_writes(moto: MotoServer, records: int, workdir: Path) -> dict[st
     }
 
 
+CHART = BarChart(
+    "checkpoint_bench: one checkpoint write, {writes_timed:,} timed per store",
+    (
+        Panel(
+            "write latency",
+            "ms per write (log scale; lower is better)",
+            (
+                Bar("file store (fsync)", "file_write_ms"),
+                Bar("ZooKeeper (compare-and-set)", "zk_write_ms"),
+                Bar("ZooKeeper, lease-fenced", "zk_fenced_write_ms"),
+            ),
+            (Series("p50", "{}_p50"), Series("p99", "{}_p99"), Series("mean", "{}_mean")),
+            log=True,
+        ),
+    ),
+    note="the spout at the default {checkpoint_interval:g} s interval: {checkpoint_writes} "
+    "writes for {records:,} records = {writes_per_100k_records:g} per 100,000 "
+    "(one per record would be 100,000)",
+)
+"""The chart ``--plot FILE`` draws."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument("--writes", type=int, default=1000, help="timed saves per store")
     parser.add_argument("--records", type=int, default=100_000, help="records the spout reads")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    add_plot_argument(parser)
     args = parser.parse_args(argv)
+    check_plot_argument(parser, args.plot)
     logging.basicConfig(level=logging.WARNING)
 
     result: dict[str, Any] = {"writes_timed": args.writes}
@@ -182,9 +216,10 @@ def main(argv: list[str] | None = None) -> int:
         f"checkpoint writes = {spout_figures['writes_per_100k_records']} per 100,000 records "
         "(one per record would be 100,000)"
     )
+    drawn = save_bench_chart(CHART, result, args.plot, out)
     if args.json:
         out(json.dumps(result, sort_keys=True))
-    return 0
+    return 0 if drawn else 1
 
 
 if __name__ == "__main__":

@@ -15,9 +15,10 @@ then reads the whole stream from TRIM_HORIZON, in one run:
 For each: records/s (wall clock) and client CPU microseconds per record (this
 process only; the moto server is a separate process). Ratios are against (a)
 and (c) of the same run. ``--rounds N`` repeats the three readers N times and
-reports the median of each. With ``--json`` the last line is one JSON object.
+reports the median of each. With ``--json`` the last line is one JSON object;
+``--plot FILE`` also draws the figures as a PNG bar chart (the ``plots`` extra).
 
-    python bench/reader_bench.py [--records 100000] [--rounds 3] [--json]
+    python bench/reader_bench.py [--records 100000] [--rounds 3] [--json] [--plot FILE]
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ from kinesis_spout.checkpoint.base import MemoryCheckpointStore  # noqa: E402
 from kinesis_spout.config import SpoutConfig  # noqa: E402
 from kinesis_spout.kinesis.client import make_client  # noqa: E402
 from kinesis_spout.spout import KinesisSpout  # noqa: E402
+from kinesis_spout.testing.plots import (  # noqa: E402
+    Bar,
+    BarChart,
+    Panel,
+    Series,
+    add_plot_argument,
+    check_plot_argument,
+    save_bench_chart,
+)
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records  # noqa: E402
 
@@ -176,13 +186,38 @@ READERS: dict[str, Callable[[str, str, int], int]] = {
 }
 
 
+_READERS = (
+    Bar("boto3 loop", "boto3", baseline=True),
+    Bar("spout", "spout"),
+    Bar("async-kinesis", "async_kinesis", baseline=True),
+    Bar("boto3 loop, the spout's client", "boto3_tuned", baseline=True),
+)
+CHART = BarChart(
+    "reader_bench: {records:,} records of {record_bytes} B in {shards} shards, moto server",
+    (
+        Panel("read throughput", "records/s (higher is better)", _READERS, (Series("", "{}_rps"),)),
+        Panel(
+            "client CPU",
+            "µs CPU per record (lower is better)",
+            _READERS,
+            (Series("", "{}_cpu_us_per_record"),),
+        ),
+    ),
+    note="spout / boto3 loop {ratio_vs_boto3:.2f}x, spout / async-kinesis "
+    "{ratio_vs_async_kinesis:.2f}x; median of {rounds} round(s)",
+)
+"""The chart ``--plot FILE`` draws."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=200, help="bytes per record")
     parser.add_argument("--rounds", type=int, default=1, help="repeat the readers, report medians")
     parser.add_argument("--json", action="store_true", help="last line: one JSON object")
+    add_plot_argument(parser)
     args = parser.parse_args(argv)
+    check_plot_argument(parser, args.plot)
     logging.basicConfig(level=logging.WARNING)
 
     with MotoServer() as moto:
@@ -241,9 +276,10 @@ def main(argv: list[str] | None = None) -> int:
         f"spout / async-kinesis: {figures['ratio_vs_async_kinesis']:.2f}x (goal >= 1.5);  "
         f"spout / boto3 loop with the spout's client: {figures['ratio_vs_boto3_tuned']:.2f}x"
     )
+    drawn = save_bench_chart(CHART, figures, args.plot)
     if args.json:
         print(json.dumps(figures, sort_keys=True))
-    return 0
+    return 0 if drawn else 1
 
 
 if __name__ == "__main__":

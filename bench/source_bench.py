@@ -17,9 +17,10 @@ clock from the start of the query / job to the end of its last batch with
 records, median of ``--rounds``); ``fetches_per_record`` = records fetched in (c)
 ÷ records in the stream (goal <= 1.05); ``idle_batch_ms_p50`` (goal <= 500);
 ``put_to_row_ms_p50``. A small stream is read once by each first (warm-up).
-With ``--json`` the last line is one JSON object.
+With ``--json`` the last line is one JSON object; ``--plot FILE`` also draws the
+figures as a PNG bar chart (the ``plots`` extra).
 
-    python bench/source_bench.py [--records 100000] [--rounds 1] [--json]
+    python bench/source_bench.py [--records 100000] [--rounds 1] [--json] [--plot FILE]
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from kinesis_spout.config import SpoutConfig  # noqa: E402
+from kinesis_spout.testing.plots import (  # noqa: E402
+    Bar,
+    BarChart,
+    Panel,
+    add_plot_argument,
+    check_plot_argument,
+    save_bench_chart,
+)
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
 from kinesis_spout.testing.spark import local_spark_session  # noqa: E402
 
@@ -59,6 +68,34 @@ from kinesis_spout.testing.streams import (  # noqa: E402
 
 SHARDS = 4
 WARMUP_RECORDS = 2_000
+
+
+CHART = BarChart(
+    "source_bench: the streaming source, {records:,} records of {record_bytes} B in "
+    "{shards} shards, moto server",
+    (
+        Panel(
+            "throughput (availableNow)",
+            "records/s (higher is better)",
+            (
+                Bar("streaming source", "source_rps"),
+                Bar("Spark job, driver reads", "driver_mode_job_rps", baseline=True),
+                Bar("Spark job, executor reads", "executor_reads_job_rps", baseline=True),
+            ),
+        ),
+        Panel(
+            "latency (p50)",
+            "ms (lower is better)",
+            (
+                Bar("a batch with no new data", "idle_batch_ms_p50"),
+                Bar("put to row", "put_to_row_ms_p50"),
+            ),
+        ),
+    ),
+    note="source / driver-mode job {source_vs_driver:.2f}x (goal >= 1.5); "
+    "{fetches_per_record:.3f} records fetched per record (goal <= 1.05)",
+)
+"""The chart ``--plot FILE`` draws."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +207,7 @@ def fetches_per_record(
     return fetched / records, fetched
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=200, help="bytes per record")
@@ -182,7 +219,10 @@ def parse_args() -> argparse.Namespace:
         help="the source's maxRecordsPerShard (default: the option's default)",
     )
     parser.add_argument("--json", action="store_true", help="last line: one JSON object")
-    return parser.parse_args()
+    add_plot_argument(parser)
+    args = parser.parse_args(argv)
+    check_plot_argument(parser, args.plot)
+    return args
 
 
 def rounds(spark: Any, endpoint: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -208,8 +248,8 @@ def rounds(spark: Any, endpoint: str, args: argparse.Namespace, workdir: Path) -
     }
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     # A SIGTERM unwinds the with-blocks below, so the moto server is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -266,10 +306,12 @@ def main() -> None:
         f"executor-read job; fetches per record {fetches:.3f} (goal <= 1.05); idle batch "
         f"{latency['idle_batch_ms_p50']} ms (goal <= 500)"
     )
+    drawn = save_bench_chart(CHART, result, args.plot)
     if args.json:
         print(json.dumps(result))
     sys.stdout.flush()
+    return 0 if drawn else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

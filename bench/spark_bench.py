@@ -27,8 +27,9 @@ Starts a moto server, puts ``--records`` records of ``--size`` bytes into a
 Spark starts once and is warmed up before the timed runs. Each job run uses
 a fresh job name (fresh checkpoints). With ``--json`` the last line is one
 JSON object (``job_rps_10k``, ``boto3_rps``, ``ratio_vs_boto3_10k`` ...).
+``--plot FILE`` also draws the figures as a PNG bar chart (the ``plots`` extra).
 
-    python bench/spark_bench.py [--records 100000] [--size 200] [--cluster] [--json]
+    python bench/spark_bench.py [--records 100000] [--size 200] [--cluster] [--json] [--plot FILE]
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ from kinesis_spout.spark.build import run_job  # noqa: E402
 from kinesis_spout.spark.driver import BatchReport  # noqa: E402
 from kinesis_spout.spark.processing import InputRecord, per_record  # noqa: E402
 from kinesis_spout.spark.runner import SparkRunner  # noqa: E402
+from kinesis_spout.testing.plots import (  # noqa: E402
+    Bar,
+    BarChart,
+    Panel,
+    Series,
+    add_plot_argument,
+    check_plot_argument,
+    save_bench_chart,
+)
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
 from kinesis_spout.testing.spark import local_spark_session  # noqa: E402
 from kinesis_spout.testing.streams import (  # noqa: E402
@@ -76,6 +86,64 @@ SHARDS = 4
 STREAM = "bench-spark"
 CPU_STREAM = "bench-spark-cpu"
 BATCH_SIZES = (1_000, 10_000, 50_000)
+
+
+_MODES = (Bar("executor reads", ""), Bar("driver reads", "driver_mode."))
+CHART = BarChart(
+    "spark_bench: the Spark job, {records:,} records of {record_bytes} B in {shards} shards, "
+    "moto server",
+    (
+        Panel(
+            "throughput, local[2]",
+            "records/s (higher is better)",
+            (
+                Bar("boto3 GetRecords loop", "boto3_rps", baseline=True),
+                Bar("driver reads, batch 1,000", "job_rps_1k"),
+                Bar("driver reads, batch 10,000", "job_rps_10k"),
+                Bar("driver reads, batch 50,000", "job_rps_50k"),
+                Bar("executor reads, batch 10,000", "job_rps_executors_10k"),
+            ),
+        ),
+        Panel(
+            "standalone cluster, 2 workers",
+            "µs of driver CPU per record (lower is better)",
+            _MODES,
+            (Series("", "{}driver_cpu_us_per_record"),),
+            optional=True,
+        ),
+        Panel(
+            "scaling, 2 workers vs 1",
+            "records/s with 2 workers ÷ with 1",
+            _MODES,
+            (Series("", "{}scaling_2_vs_1"),),
+            optional=True,
+        ),
+    ),
+    note="executor reads at batch 10,000: {vs_boto3:.2f}x the boto3 loop; "
+    "per-batch overhead {batch_overhead_ms:g} ms",
+)
+"""The chart ``--plot FILE`` draws (the cluster panels with ``--cluster``)."""
+POISON_CHART = BarChart(
+    "spark_bench --poison-rate {poison_rate:g}: {records:,} records, {poison_records:,} poison",
+    (
+        Panel(
+            "throughput, clean stream vs with poison records",
+            "records done/s (higher is better)",
+            tuple(
+                Bar(f"{mode} reads, {name}", f"{mode}_{name}")
+                for mode in ("driver", "executors")
+                for name in ("default", "small")
+            ),
+            (
+                Series("clean", "{}.clean_rps", baseline=True),
+                Series("with poison", "{}.poison_rps"),
+            ),
+        ),
+    ),
+    note="worst poison_vs_clean {poison_vs_clean:.2f} (goal >= 0.8); dead letter within "
+    "{dead_letter_latency_batches_max} batch(es); default = batch 10,000, small = batch 2,000",
+)
+"""The chart of ``--poison-rate R --plot FILE``."""
 
 
 def noop(record: InputRecord) -> None:
@@ -181,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         help="instead: throughput with this fraction of poison records vs none "
         "(bench/poison_bench.py; --records defaults to 20,000 there)",
     )
+    add_plot_argument(parser)
     args = parser.parse_args(argv)
+    check_plot_argument(parser, args.plot)
     logging.basicConfig(level=logging.WARNING)
     if args.poison_rate is not None:
         return poison_main(args)
@@ -265,9 +335,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{figures['scaling_2_vs_1']:.2f}x (goal >= 1.5), lost {figures['lost']}, "
                 f"duplicates {figures['duplicates']} of {figures['records']} records"
             )
+    drawn = save_bench_chart(CHART, result, args.plot)
     if args.json:
         print(json.dumps(result))
-    return 0
+    return 0 if drawn else 1
 
 
 def poison_main(args: argparse.Namespace) -> int:
@@ -294,9 +365,10 @@ def poison_main(args: argparse.Namespace) -> int:
         f"worst poison_vs_clean {result['poison_vs_clean']:.2f} (goal >= 0.8), worst dead-letter "
         f"latency {result['dead_letter_latency_batches_max']} batches (goal <= 2)"
     )
+    drawn = save_bench_chart(POISON_CHART, result, args.plot)
     if args.json:
         print(json.dumps(result))
-    return 0
+    return 0 if drawn else 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Benchmark: InflightRecordTracker against a sorted-set tracker in storm-kafka's style.
 
-Usage: ``python bench/tracker_bench.py [--json] [--quick] [--cpu-time]``
+Usage: ``python bench/tracker_bench.py [--json] [--quick] [--cpu-time] [--plot FILE]``
 
 Workload, for N = 1,000, 10,000 and 100,000 records in flight: emit N keys,
 then ack them all (in emit order, or shuffled), reading ``checkpoint`` after
@@ -23,7 +23,8 @@ key is simply removed.  Its bulk path is the same loop with locals bound.
 Memory: bytes per in-flight record with tracemalloc, 100,000 records emitted
 and none acked, keys created before measuring (so not counted).
 
-Figures are printed, never asserted.
+Figures are printed, never asserted. ``--plot FILE`` also draws them as a PNG bar chart
+(needs matplotlib, the ``plots`` extra).
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 
 from sortedcontainers import SortedList  # noqa: E402
 
+from kinesis_spout.testing.plots import (  # noqa: E402
+    Bar,
+    BarChart,
+    Panel,
+    Series,
+    add_plot_argument,
+    check_plot_argument,
+    save_bench_chart,
+)
 from tracker import Acker, InflightRecordTracker, SequenceKey  # noqa: E402
 
 SIZES = (1_000, 10_000, 100_000)
@@ -225,6 +235,48 @@ def label(size: int) -> str:
     return f"{size // 1000}k"
 
 
+_CASES = tuple(
+    Bar(f"{label(size)} {'in order' if order == 'inorder' else order}", f"{order}_{label(size)}")
+    for size in SIZES
+    for order in ("inorder", "random")
+)
+CHART = BarChart(
+    "tracker_bench: emit + ack per record, in-flight tracker vs sorted set",
+    (
+        Panel(
+            "one ack at a time",
+            "µs per record (lower is better)",
+            _CASES,
+            (
+                Series("in-flight tracker", "us_per_record_{}"),
+                Series("sorted set (storm-kafka)", "sorted_us_per_record_{}", baseline=True),
+            ),
+        ),
+        Panel(
+            "bulk ack_many",
+            "µs per record (lower is better)",
+            _CASES,
+            (
+                Series("in-flight tracker", "bulk_us_per_record_{}"),
+                Series("sorted set (storm-kafka)", "sorted_bulk_us_per_record_{}", baseline=True),
+            ),
+        ),
+        Panel(
+            "memory, 100k in flight",
+            "bytes per in-flight record",
+            (
+                Bar("tracker", "bytes_per_inflight"),
+                Bar("tracker + message timeout", "bytes_per_inflight_with_timeout"),
+                Bar("sorted set", "sorted_bytes_per_inflight", baseline=True),
+                Bar("acker (per open root)", "acker_bytes_per_root"),
+            ),
+        ),
+    ),
+    note="Python {python}, time.{clock}, best of {trials} trials; in flight: 1k = 1,000 records",
+)
+"""The chart ``--plot FILE`` draws."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
@@ -234,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="time with time.process_time instead of time.perf_counter (for a busy machine)",
     )
+    add_plot_argument(parser)
     args = parser.parse_args(argv)
+    check_plot_argument(parser, args.plot)
     clock: Clock = time.process_time if args.cpu_time else time.perf_counter
 
     target = 100_000 if args.quick else 1_000_000
@@ -306,9 +360,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{ours_bytes:.1f} B/record ours, {timeout_bytes:.1f} B with a message timeout, "
         f"{sorted_bytes:.1f} B sorted-set baseline; acker {acker_bytes:.1f} B/open root"
     )
+    drawn = save_bench_chart(CHART, figures, args.plot)
     if args.json:
         print(json.dumps(figures, sort_keys=True))
-    return 0
+    return 0 if drawn else 1
 
 
 if __name__ == "__main__":

@@ -14,12 +14,17 @@ change). The pieces, each usable alone:
 * :class:`JobProcess`: ``spark-submit`` in a session of its own, killed as a
   group with SIGKILL, with a check that nothing of it survived;
 * :func:`tally` and :func:`replay_windows`: the auditor's arithmetic;
-* :func:`run_chaos`: all of it against real local servers.
+* :func:`run_chaos`: all of it against real local servers;
+* :class:`Timeline`: the run over time (sink rows and dead letters per poll, every stored
+  checkpoint, the kills, restarts and ZooKeeper's outage), recorded by the run loop into
+  :attr:`ChaosResult.timeline`; :func:`timeline_figure` turns it into what
+  :func:`draw_timeline` draws (``bench/chaos.py --plot FILE``, needs matplotlib).
 
 Modules: ``plan`` (plan, records, schedule, job config), ``watch`` (sink progress,
-checkpoint watcher), ``process`` (the job process), ``auditor`` (sink and dead-letter
-reading, tally, replay windows), ``report`` (figures, problems) and ``runner`` (the
-run loop and :func:`run_chaos`).
+checkpoint watcher), ``process`` (the job process), ``zkrestart`` (ZooKeeper stopped and
+started), ``auditor`` (sink and dead-letter reading, tally, replay windows), ``report``
+(figures, problems), ``runner`` (the run loop and :func:`run_chaos`), ``timeline`` and
+``timeline_figure`` (the run over time, pure) and ``chart`` (drawing it).
 
 What the auditor checks (:attr:`ChaosResult.problems` lists the guarantees that
 did not hold, :attr:`ChaosResult.missed` the issue's stricter criteria that were
@@ -54,6 +59,7 @@ from kinesis_spout.testing.chaos.auditor import (
     replay_windows,
     tally,
 )
+from kinesis_spout.testing.chaos.chart import draw_chaos_result, draw_timeline
 from kinesis_spout.testing.chaos.plan import (
     JOB_KEYS,
     JOB_NAME,
@@ -71,6 +77,24 @@ from kinesis_spout.testing.chaos.plan import (
 from kinesis_spout.testing.chaos.process import JobProcess, job_command, session_members
 from kinesis_spout.testing.chaos.report import ChaosResult, RunFacts, build_result, figures_json
 from kinesis_spout.testing.chaos.runner import run_chaos
+from kinesis_spout.testing.chaos.timeline import (
+    CheckpointPoint,
+    Event,
+    EventKind,
+    Sample,
+    Timeline,
+    TimelineRecorder,
+    checkpoint_points,
+)
+from kinesis_spout.testing.chaos.timeline_figure import (
+    Line,
+    Marker,
+    Span,
+    TimelineFigure,
+    chaos_titles,
+    throughput,
+    timeline_figure,
+)
 from kinesis_spout.testing.chaos.watch import (
     CheckpointSeen,
     CheckpointWatcher,
@@ -92,19 +116,33 @@ __all__ = [
     "ChaosPlan",
     "ChaosRecords",
     "ChaosResult",
+    "CheckpointPoint",
     "CheckpointSeen",
     "CheckpointWatcher",
     "DeadLetter",
+    "Event",
+    "EventKind",
     "JobProcess",
     "KillSnapshot",
+    "Line",
+    "Marker",
     "MonotonicReport",
     "ReplayReport",
+    "Sample",
     "Schedule",
     "SinkProgress",
     "SinkRow",
+    "Span",
     "Tally",
+    "Timeline",
+    "TimelineFigure",
+    "TimelineRecorder",
+    "chaos_titles",
     "check_monotonic",
+    "checkpoint_points",
     "dead_letter_lines",
+    "draw_chaos_result",
+    "draw_timeline",
     "figures_json",
     "job_command",
     "job_config",
@@ -116,4 +154,6 @@ __all__ = [
     "run_chaos",
     "session_members",
     "tally",
+    "throughput",
+    "timeline_figure",
 ]

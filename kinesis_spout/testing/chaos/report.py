@@ -18,6 +18,7 @@ from kinesis_spout.testing.chaos.auditor import (
     tally,
 )
 from kinesis_spout.testing.chaos.plan import ChaosPlan, ChaosRecords
+from kinesis_spout.testing.chaos.timeline import Timeline
 from kinesis_spout.testing.chaos.watch import CheckpointSeen, MonotonicReport
 from kinesis_spout.testing.faultproxy import InjectedFaults
 
@@ -34,6 +35,9 @@ class ChaosResult:
     missed: list[str] = field(default_factory=list)
     """The issue's criterion beyond the guarantee that the run did not meet: each
     poison record dead-lettered exactly once (a replay may dead-letter it again)."""
+
+    timeline: Timeline | None = None
+    """The run over time (what ``bench/chaos.py --plot`` draws)."""
 
     @property
     def guarantees_held(self) -> bool:
@@ -65,6 +69,8 @@ class RunFacts:
     faults: InjectedFaults
     requests: int
     """Kinesis calls through the fault proxy."""
+    timeline: Timeline | None = None
+    """Throughput, checkpoints and events over time (for ``bench/chaos.py --plot``)."""
 
 
 def build_result(plan: ChaosPlan, facts: RunFacts, phases: dict[str, float]) -> ChaosResult:
@@ -84,6 +90,7 @@ def build_result(plan: ChaosPlan, facts: RunFacts, phases: dict[str, float]) -> 
         figures,
         _problems(plan, figures, counts, facts.monotonic, bad_lines, facts.last_seq, facts.final),
         _missed(figures),
+        facts.timeline,
     )
     figures["guarantees_held"] = result.guarantees_held
     figures["ok"] = result.ok

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 from kinesis_spout.testing.chaos.auditor import KillSnapshot, read_dead_letter_dir, read_sink
 from kinesis_spout.testing.chaos.plan import (
@@ -25,52 +24,14 @@ from kinesis_spout.testing.chaos.plan import (
 )
 from kinesis_spout.testing.chaos.process import JobProcess, job_command
 from kinesis_spout.testing.chaos.report import ChaosResult, RunFacts, build_result
+from kinesis_spout.testing.chaos.timeline import EventKind, TimelineRecorder
 from kinesis_spout.testing.chaos.watch import (
     CheckpointWatcher,
     SinkProgress,
     check_monotonic,
     dead_letter_lines,
 )
-
-
-class _ZooKeeperRestart:
-    """Stops ZooKeeper, waits, starts it again on the same port and data, in a thread
-    (the job keeps running and kills keep coming meanwhile)."""
-
-    def __init__(self, zk: Any, down_seconds: float, origin: float) -> None:
-        self.zk = zk
-        self.down_seconds = down_seconds
-        self.origin = origin
-        self.stopped_at = 0.0
-        self.unreachable = 0.0
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="chaos-zk-restart", daemon=True)
-
-    def start(self) -> Self:
-        self._thread.start()
-        return self
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-    def join(self, timeout: float = 120.0) -> None:
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise ChaosError(f"ZooKeeper did not come back within {timeout:.0f}s")
-        if self.error is not None:
-            raise ChaosError(f"ZooKeeper did not restart: {self.error}") from self.error
-
-    def _run(self) -> None:
-        t = time.monotonic()
-        self.stopped_at = round(t - self.origin, 1)
-        try:
-            self.zk.stop()
-            time.sleep(self.down_seconds)
-            self.zk.start()
-        except BaseException as exc:  # reported by join()
-            self.error = exc
-        self.unreachable = round(time.monotonic() - t, 1)
+from kinesis_spout.testing.chaos.zkrestart import ZooKeeperRestart
 
 
 class _ChaosLoop:
@@ -115,10 +76,13 @@ class _ChaosLoop:
         self.kills: list[KillSnapshot] = []
         self.failures: list[str] = []
         """Runs that exited with code 1 on their own (restarted, like a supervisor would)."""
-        self.zk_restarts: list[_ZooKeeperRestart] = []
+        self.zk_restarts: list[ZooKeeperRestart] = []
         self.drain_reruns = 0
         """Runs started after a clean exit that left a checkpoint behind (ZooKeeper was down)."""
         self.last_start = origin
+        self.timeline = TimelineRecorder()
+        """Sink rows and dead letters per poll, and the events (for ``--plot``)."""
+        self._run_wrote = False
         self.job = self._launch()
         self._files_at_start = self.progress.files
 
@@ -132,21 +96,28 @@ class _ChaosLoop:
                 )
             time.sleep(POLL_SECONDS)
             rows = self.progress.refresh()
+            dead = sum(dead_letter_lines(self.work / "dead-letter").values())
+            self.timeline.sample(time.monotonic() - self.origin, rows, dead)
             code = self.job.poll()
             if code is not None:
                 if self._exited(code):
                     break
                 continue
             wrote = bool(self.progress.files - self._files_at_start)
+            if wrote and not self._run_wrote:
+                self._run_wrote = True
+                self.timeline.event(self.timeline.last_at, EventKind.FIRST_ROWS, f"run {self.runs}")
             if self.kills_due and rows >= self.kills_due[0][0] and wrote:
                 self._kill(self.kills_due.pop(0)[1])
             elif self.zk_due and rows >= self.zk_due[0] and wrote and not self._zk_down:
                 self.zk_due.pop(0)
-                restart = _ZooKeeperRestart(self.zk, self.plan.zk_down_seconds, self.origin)
+                restart = ZooKeeperRestart(self.zk, self.plan.zk_down_seconds, self.origin)
                 self.zk_restarts.append(restart.start())
                 self.say(f"ZooKeeper stopped at {rows} sink rows")
         for restart in self.zk_restarts:
             restart.join()
+            self.timeline.event(restart.stopped_at, EventKind.ZK_STOP)
+            self.timeline.event(restart.stopped_at + restart.unreachable, EventKind.ZK_START)
 
     @property
     def _zk_down(self) -> bool:
@@ -158,6 +129,9 @@ class _ChaosLoop:
         self.stack.callback(_kill_quietly, job)
         self.last_start = time.monotonic()
         self._files_at_start = self.progress.files
+        self._run_wrote = False
+        kind = EventKind.START if self.runs == 1 else EventKind.RESTART
+        self.timeline.event(self.last_start - self.origin, kind, f"run {self.runs}")
         return job
 
     def _exited(self, code: int) -> bool:
@@ -167,6 +141,7 @@ class _ChaosLoop:
                 restart.join()
             stored = {s: v.sequence for s, v in self.watcher.read_now().items()}
             if stored == self.last_seq or self.drain_reruns >= 2:
+                self.timeline.event(time.monotonic() - self.origin, EventKind.DRAINED, "drained")
                 return True
             # It stopped idle while ZooKeeper was away: its last checkpoint was not written.
             self.drain_reruns += 1
@@ -175,6 +150,7 @@ class _ChaosLoop:
             return False
         note = f"run {self.runs} exited with {code}: {_last_error(self.job)}"
         self.failures.append(note)
+        self.timeline.event(time.monotonic() - self.origin, EventKind.FAILURE, f"run {self.runs}")
         self.say(f"job {note}; restarting")
         if code == 2 or len(self.failures) > self.plan.max_job_failures:
             raise ChaosError(f"the job keeps failing; log {self.job.log_path}:\n{self.job.tail()}")
@@ -183,6 +159,7 @@ class _ChaosLoop:
 
     def _kill(self, delay: float) -> None:
         time.sleep(delay)
+        killed_at = time.monotonic() - self.origin
         self.job.kill()
         time.sleep(0.2)  # let ZooKeeper apply a write that was on the wire
         snap = KillSnapshot(
@@ -198,6 +175,7 @@ class _ChaosLoop:
             },
         )
         self.kills.append(snap)
+        self.timeline.event(killed_at, EventKind.KILL, f"kill {snap.index}")
         self.say(
             f"kill {snap.index}: SIGKILL to run {self.runs} at {snap.at:.1f}s, "
             f"{snap.rows} sink rows; restarting"
@@ -237,7 +215,8 @@ def run_chaos(
         clock.lap("setup")
         say(f"moto {moto.endpoint_url}, ZooKeeper {zk.hosts}, fault proxy {proxy.endpoint_url}")
         stream = f"chaos-{plan.seed}"
-        records, last_seq = _produce(plan, moto.endpoint_url, stream, clock, say)
+        records, sequences = _produce(plan, moto.endpoint_url, stream, clock, say)
+        last_seq = {shard: max(seqs) for shard, seqs in sequences.items()}
         config_path = work / "chaos-job.toml"
         config_path.write_text(
             job_config(
@@ -253,7 +232,7 @@ def run_chaos(
         )
         watcher = stack.enter_context(CheckpointWatcher(zk.hosts, f"{ZK_ROOT}/{JOB_NAME}/{stream}"))
         loop = _run_loop(plan, records, last_seq, config_path, zk, watcher, stack, clock, say)
-        facts = _facts(plan, work, records, last_seq, loop, watcher, proxy)
+        facts = _facts(work, records, sequences, loop, watcher, proxy, clock.origin)
         clock.lap("audit")
     clock.phases["total"] = round(time.monotonic() - clock.origin, 1)
     return build_result(plan, facts, clock.phases)
@@ -275,22 +254,23 @@ class _Laps:
 
 def _produce(
     plan: ChaosPlan, endpoint: str, stream: str, clock: _Laps, say: Callable[[str], None]
-) -> tuple[ChaosRecords, dict[str, int]]:
-    """Create the stream, put the plan's records; returns them and the last sequence per shard."""
+) -> tuple[ChaosRecords, dict[str, list[int]]]:
+    """Create the stream, put the plan's records; returns them and the sequence numbers put
+    per shard, in put order."""
     from kinesis_spout.testing.streams import create_stream, emulator_client, put_records
 
     records = make_records(plan)
     client = emulator_client(endpoint)
     create_stream(client, stream, plan.shards)
-    last_seq: dict[str, int] = {}
+    sequences: dict[str, list[int]] = {}
     for shard, seq in put_records(client, stream, records.items(plan.record_bytes)):
-        last_seq[shard] = max(last_seq.get(shard, -1), int(seq))
+        sequences.setdefault(shard, []).append(int(seq))
     clock.lap("produce")
     say(
         f"put {plan.records} records ({len(records.poison)} poison) into {plan.shards} "
         f"shards of {stream} in {clock.phases['produce']:.1f}s"
     )
-    return records, last_seq
+    return records, sequences
 
 
 def _run_loop(
@@ -330,22 +310,23 @@ def _run_loop(
 
 
 def _facts(
-    plan: ChaosPlan,
     work: Path,
     records: ChaosRecords,
-    last_seq: Mapping[str, int],
+    sequences: Mapping[str, Sequence[int]],
     loop: _ChaosLoop,
     watcher: CheckpointWatcher,
     proxy: Any,
+    origin: float,
 ) -> RunFacts:
     """Gather what the run did and left behind (the watcher is stopped here)."""
     final = watcher.read_now()
     watcher.stop()
+    seen = watcher.observations()
     return RunFacts(
         records=records,
-        last_seq=dict(last_seq),
+        last_seq={shard: max(seqs) for shard, seqs in sequences.items()},
         final=final,
-        monotonic=check_monotonic(watcher.observations(), watcher.corrupt),
+        monotonic=check_monotonic(seen, watcher.corrupt),
         rows=read_sink(work / "sink"),
         dead_letters=read_dead_letter_dir(work / "dead-letter"),
         kills=tuple(loop.kills),
@@ -355,6 +336,12 @@ def _facts(
         drain_reruns=loop.drain_reruns,
         faults=proxy.injected,
         requests=sum(proxy.requests.values()),
+        timeline=loop.timeline.timeline(
+            checkpoints=seen,
+            watch_offset=watcher.started_at - origin,
+            sequences=sequences,
+            poison=len(records.poison),
+        ),
     )
 
 

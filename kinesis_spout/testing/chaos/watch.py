@@ -159,6 +159,11 @@ class CheckpointWatcher:
         self._thread.start()
         return self
 
+    @property
+    def started_at(self) -> float:
+        """``time.monotonic()`` when the watcher started: ``seen_at`` counts from here."""
+        return self._started
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:

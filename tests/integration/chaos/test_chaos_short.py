@@ -3,17 +3,30 @@ Kinesis faults through the proxy, 1% poison records. One run per session
 (module fixture); each test checks one promise against its audit.
 
 The full run is ``python bench/chaos.py`` (100,000 records, 5 kills); its
-figures are in ``docs/guarantees.md``.
+figures are in ``docs/guarantees.md``. The last test draws this run's timeline
+the way ``bench/chaos.py --plot FILE`` does.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kinesis_spout.testing.chaos import ChaosPlan, ChaosResult, figures_json, run_chaos
+from kinesis_spout.testing.chaos import (
+    ChaosPlan,
+    ChaosResult,
+    EventKind,
+    chaos_titles,
+    figures_json,
+    run_chaos,
+    timeline_figure,
+)
+from kinesis_spout.testing.plots import png_size
+
+BENCH_CHAOS = Path(__file__).resolve().parents[3] / "bench" / "chaos.py"
 
 pytestmark = [
     pytest.mark.integration,
@@ -94,3 +107,38 @@ def test_duplicates_within_kills_x_max_in_flight_x_shards(figures: dict[str, Any
     # so one kill replays at most that many records of one shard.
     assert figures["replay_window_max_per_shard"] <= figures["max_in_flight"]
     assert figures["duplicates"] <= figures["duplicate_bound"] == 2 * 100 * 4
+
+
+def test_the_run_over_time_is_recorded_and_drawn_as_bench_chaos_plot_does(
+    chaos: ChaosResult, figures: dict[str, Any], tmp_path: Path
+) -> None:
+    timeline = chaos.timeline
+    assert timeline is not None
+    data = timeline_figure(timeline, *chaos_titles(figures))
+    kills = [m for m in data.markers if m.kind is EventKind.KILL]
+    restarts = [m for m in data.markers if m.kind is EventKind.RESTART]
+    assert [m.label for m in kills] == ["kill 1", "kill 2"]
+    for marker, logged in zip(kills, figures["kill_log"], strict=True):
+        assert marker.at <= logged["at"] + 0.05  # the SIGKILL, then the snapshot of the log
+    assert len(restarts) == figures["job_runs"] - 1
+    for kill in kills:  # each kill is followed at once by a restart
+        assert any(0 <= r.at - kill.at < 60 for r in restarts)
+    (zk,) = [s for s in data.spans if s.kind == "zookeeper"]
+    assert zk.end - zk.start == pytest.approx(figures["zk_unreachable_seconds"][0], abs=0.2)
+    starting = [s for s in data.spans if s.kind == "starting"]
+    assert len(starting) >= 3  # the first run and the run after each kill wrote rows
+    # The samples saw every sink row and dead letter; every shard's checkpoint reached its end.
+    last = timeline.samples[-1]
+    assert last.rows == figures["records"] - figures["poison"] + figures["duplicates"]
+    assert data.dead_letters.points[-1][1] == figures["dead_letter_entries"]
+    assert [line.points[-1][1] for line in data.checkpoints] == [100.0] * figures["shards"]
+    assert max(v for _, v in data.throughput.points) > 0
+
+    spec = importlib.util.spec_from_file_location("bench_chaos", BENCH_CHAOS)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    path = tmp_path / "chaos.png"
+    assert bench.plot_result(chaos, path)
+    assert png_size(path) == (1100, 850)
+    assert 20_000 < path.stat().st_size < 300_000

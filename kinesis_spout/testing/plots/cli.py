@@ -1,0 +1,66 @@
+"""``--plot FILE`` for the benches: the option, its check before the bench runs, and the
+chart drawn from the bench's figures at the end."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kinesis_spout.testing.plots.bars import BarChart, chart_data
+from kinesis_spout.testing.plots.errors import PlotError
+from kinesis_spout.testing.plots.render import draw_bar_chart, png_size, require_matplotlib
+
+
+def add_plot_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--plot FILE`` (a PNG chart of the run's figures; needs the ``plots`` extra)."""
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="also draw the run's figures as a PNG chart into FILE "
+        "(needs matplotlib: the 'plots' extra)",
+    )
+
+
+def check_plot_argument(parser: argparse.ArgumentParser, path: Path | None) -> None:
+    """Before the bench runs: ``--plot FILE`` must name a ``.png`` in an existing directory,
+    and matplotlib must import; else ``parser.error`` (exit 2) says what is wrong."""
+    if path is None:
+        return
+    if path.suffix.lower() != ".png":
+        parser.error(f"--plot {path}: the file name must end in .png")
+    if not path.absolute().parent.is_dir():
+        parser.error(f"--plot {path}: directory {path.absolute().parent} does not exist")
+    try:
+        require_matplotlib()
+    except PlotError as exc:
+        parser.error(f"--plot {path}: {exc}")
+
+
+def describe_png(path: Path) -> str:
+    """``FILE (W x H px, N KB)``."""
+    width, height = png_size(path)
+    return f"{path} ({width} x {height} px, {path.stat().st_size / 1024:.0f} KB)"
+
+
+def save_bench_chart(
+    chart: BarChart,
+    figures: Mapping[str, Any],
+    path: Path | None,
+    say: Callable[[str], None] = print,
+) -> bool:
+    """Draw ``chart`` from ``figures`` into ``path`` (nothing when ``path`` is None).
+    False, after saying why on stderr, when it cannot be drawn: the bench's figures are
+    still printed (a long run is not lost to a chart)."""
+    if path is None:
+        return True
+    try:
+        draw_bar_chart(chart_data(chart, figures), path)
+    except PlotError as exc:
+        print(f"chart not drawn: {exc}", file=sys.stderr)
+        return False
+    say(f"chart: {describe_png(path)}")
+    return True
