@@ -141,7 +141,7 @@ def _run_on_emulator(
         say(f"started the Kinesis emulator (moto server) at {moto.endpoint_url}")
         client = emulator_client(moto.endpoint_url)
         create_stream(client, STREAM, args.shards)
-        put_records(client, STREAM, everything)
+        put = put_records(client, STREAM, everything)
         earlier = len(everything) - len(chunks[-1])
         say(
             f"stream {STREAM!r} ({args.shards} shards): put {len(everything)} records = "
@@ -150,8 +150,40 @@ def _run_on_emulator(
         )
         _print_checkpoints(store_url, "checkpoints before this run")
         code = _run_job(args, out, moto.endpoint_url, store_url)
+        if code == 0 and not _print_status(client, out, moto.endpoint_url, store_url, put):
+            code = 1
     say("stopped the emulator")
     return code, everything
+
+
+def _print_status(
+    client: Any, out: Path, endpoint: str, store_url: str, put: list[tuple[str, str]]
+) -> bool:
+    """``kinesis-spout status`` of the job, while the emulator still runs; True when every
+    shard's checkpoint is at the last record put into it."""
+    from kinesis_spout.config import SpoutConfig
+    from kinesis_spout.status.command import gather
+    from kinesis_spout.status.table import to_table
+
+    config = SpoutConfig(
+        stream_name=STREAM,
+        job_name=JOB,
+        endpoint_url=endpoint,
+        checkpoint_store=store_url,
+        dead_letter=str(out / "dead-letter"),
+    )
+    report = gather(config, client=client)
+    say("kinesis-spout status of the job, while the emulator still runs:")
+    print(to_table(report), flush=True)
+    last = dict(put)  # shard -> its last sequence (put returns them in order)
+    saved = {s.shard_id: s.checkpoint.sequence_number for s in report.shards if s.checkpoint}
+    ok = saved == last
+    say(
+        "status: every shard's checkpoint is at the last record put into it"
+        if ok
+        else f"status: checkpoints {saved} != last records {last}: MISMATCH"
+    )
+    return ok
 
 
 def _run_job(args: argparse.Namespace, out: Path, endpoint: str, store_url: str) -> int:

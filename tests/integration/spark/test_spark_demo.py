@@ -44,6 +44,9 @@ def test_the_demo_command_runs_and_a_second_run_resumes_from_the_checkpoints(
     assert re.search(r"^batch 0: \d+ records \| ok \d+ \| failed", text, re.M)  # progress lines
     assert str(out / "checkpoints") in text and str(out / "dead-letter") in text
     assert "stopped the emulator" in text
+    # the status command's table, every shard caught up at the last record put into it
+    assert "status: every shard's checkpoint is at the last record put into it" in text
+    assert re.search(r"^shardId-000000000000\s+open\s.*caught up", text, re.M), text[-3000:]
     poison = sum(is_poison(d) for _, d in sample_records(1, SENTENCES))
     # delivered: every record once, each poison record retry_limit (2) more times
     assert summary_records(text) == SENTENCES + 2 * sum(
