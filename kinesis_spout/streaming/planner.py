@@ -144,7 +144,9 @@ class Planner:
         if end.throttled:
             self._rest_until[shard] = end.at + THROTTLE_REST
         elif end.caught_up:
-            if self.cutoff is not None:
+            if self.cutoff is not None and end.at >= self.cutoff.timestamp():
+                # At its tip after the cutoff: everything that arrived before is read. (A
+                # batch of an earlier query that caught up says nothing about this cutoff.)
                 self._done.add(shard)
             self._rest_until[shard] = end.at + self.options.idle_poll_interval
         else:
