@@ -42,7 +42,6 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -51,10 +50,11 @@ from kinesis_spout.checkpoint.factory import open_store
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.core.acks import AckRouter, MessageRef
 from kinesis_spout.core.committer import Committer
+from kinesis_spout.core.getters import GetterFactory
 from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.core.rotation import RoundRobin
 from kinesis_spout.core.shardset import ShardSet
-from kinesis_spout.core.startup import describe_stream
+from kinesis_spout.core.startup import describe_stream, load_and_adopt
 from kinesis_spout.core.stats import SpoutStats, spout_stats
 from kinesis_spout.deadletter import DeadLetterSink, open_dead_letter_sink
 from kinesis_spout.errors import (
@@ -62,9 +62,6 @@ from kinesis_spout.errors import (
 )
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
-from kinesis_spout.kinesis.getter import (
-    LATEST_MARGIN,
-)
 from kinesis_spout.metrics import MetricsCollector, NoopMetrics
 from kinesis_spout.records import Checkpoint, Record, ShardInfo, ShardState
 from tracker import (
@@ -166,6 +163,10 @@ class KinesisSpout:
         status, shards = describe_stream(
             self._api, cfg, endpoint, backoff=self._throttle_backoff, sleep=self._sleep
         )
+        getters = self._set.getters = GetterFactory(
+            cfg, self._api, self._throttle_backoff, subscribe=self._subscribes
+        )
+        getters.open()  # consumer = "efo": registered if absent, ACTIVE
         if self._store is None:
             self._store = open_store(
                 cfg.checkpoint_store,
@@ -199,26 +200,18 @@ class KinesisSpout:
 
     def _load_and_adopt(self, shards: list[ShardInfo]) -> dict[str, Checkpoint]:
         """Load (and pin) the checkpoints, adopt the owned shards, start the ready ones."""
-        assert self._store is not None
-        checkpoints = self._store.load(self.config.stream_name)
-        self._set.map.update(shards)
-        assert self._api is not None  # pinned starts of a first open at LATEST/AT_TIMESTAMP
-        latest = (self._api.server_time or datetime.now(UTC)) - LATEST_MARGIN
-        owned = [s for s in self._set.map.ids() if self._set.owns(s)]
-        checkpoints = self._committer.pin_start(
-            checkpoints, owned, self._set.map.has_known_parent, latest
-        )
-        for cp in checkpoints.values():
-            if cp.shard_end:
-                self._set.map.mark_ended(cp.shard_id)
-        for shard_id in self._set.map.ids():
-            if self._set.owns(shard_id):
-                self._set.adopt(shard_id, checkpoints.get(shard_id))
-        self._set.start_ready()
-        return checkpoints
+        assert self._store is not None and self._api is not None
+        return load_and_adopt(self._store, self._api, self._set, self._committer, shards)
+
+    #: Read shards by subscriptions here when ``consumer = "efo"`` (executor reads: no).
+    _subscribes = True
 
     def _close_own(self) -> None:
-        """Close the store and the dead-letter sink this spout opened itself."""
+        """Stop the subscriptions; close the store and the dead-letter sink this spout
+        opened itself; deregister the consumer if asked to."""
+        self._set.close_getters()
+        if self._set.getters is not None:
+            self._set.getters.close()
         if self._own_store and self._store is not None:
             self._store.close()
             self._store = None
@@ -231,8 +224,10 @@ class KinesisSpout:
         self._active = True
 
     def deactivate(self) -> None:
-        """Stop emitting (acks and fails are still taken; checkpoints continue)."""
+        """Stop emitting (acks and fails are still taken; checkpoints continue).
+        Subscriptions stop too; ``activate`` and the next batch resume them."""
         self._active = False
+        self._set.close_getters()
 
     def close(self) -> None:
         """End drained shards, write every checkpoint, close what the spout opened."""

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TypeVar
 
+from kinesis_spout.checkpoint.base import CheckpointStore
 from kinesis_spout.config import SpoutConfig
+from kinesis_spout.core.committer import Committer
+from kinesis_spout.core.shardset import ShardSet
 from kinesis_spout.errors import EndpointUnreachableError, ThrottledError, TransientKinesisError
 from kinesis_spout.kinesis.api import KinesisApi
-from kinesis_spout.records import ShardInfo
+from kinesis_spout.kinesis.getter import LATEST_MARGIN
+from kinesis_spout.records import Checkpoint, ShardInfo
 from tracker import Backoff
 
 log = logging.getLogger(__name__)
@@ -56,3 +61,28 @@ def startup_call(
             log.warning("opening %s: %s; trying again in %.2fs", stream, exc, delay)
             sleep(delay)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def load_and_adopt(
+    store: CheckpointStore,
+    api: KinesisApi,
+    shard_set: ShardSet,
+    committer: Committer,
+    shards: list[ShardInfo],
+) -> dict[str, Checkpoint]:
+    """Load the checkpoints (pinning the start of owned shards without one, at a
+    first open at LATEST or AT_TIMESTAMP), adopt the owned shards, start the ready ones."""
+    stream = shard_set.config.stream_name
+    checkpoints = store.load(stream)
+    shard_set.map.update(shards)
+    latest = (api.server_time or datetime.now(UTC)) - LATEST_MARGIN
+    owned = [s for s in shard_set.map.ids() if shard_set.owns(s)]
+    checkpoints = committer.pin_start(checkpoints, owned, shard_set.map.has_known_parent, latest)
+    for cp in checkpoints.values():
+        if cp.shard_end:
+            shard_set.map.mark_ended(cp.shard_id)
+    for shard_id in shard_set.map.ids():
+        if shard_set.owns(shard_id):
+            shard_set.adopt(shard_id, checkpoints.get(shard_id))
+    shard_set.start_ready()
+    return checkpoints

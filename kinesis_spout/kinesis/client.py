@@ -11,7 +11,8 @@ client CPU per record of a GetRecords answer on this project's machines.
 A successful GetRecords answer is parsed by :class:`_FastParsers` with one
 ``json.loads`` and a base64 decode per record (the same result as botocore's
 shape-driven parser, which walks every field of every record: ~11 µs per
-record); every other answer goes to botocore's parser.
+record); so is each ``SubscribeToShardEvent`` of an enhanced fan-out event stream;
+every other answer and event goes to botocore's parser.
 """
 
 from __future__ import annotations
@@ -102,6 +103,36 @@ def _session() -> boto3.session.Session:
     return _SESSION
 
 
+def _decode_records(records: Any) -> None:
+    """Base64 ``Data`` and epoch ``ApproximateArrivalTimestamp`` of parsed JSON records."""
+    decode = base64.b64decode
+    for rec in records:
+        rec["Data"] = decode(rec["Data"])
+        arrival = rec.get("ApproximateArrivalTimestamp")
+        if arrival is not None:
+            rec["ApproximateArrivalTimestamp"] = utc_timestamp(arrival)
+
+
+class _FastEvents:
+    """botocore's event-stream parser, but one ``json.loads`` per ``SubscribeToShardEvent``."""
+
+    def __init__(self, parser: Any) -> None:
+        self._parser = parser
+
+    def parse(self, response: dict[str, Any], shape: Any) -> dict[str, Any]:
+        headers = response.get("headers") or {}
+        if (
+            response.get("status_code") != 200
+            or headers.get(":message-type") != "event"
+            or headers.get(":event-type") != "SubscribeToShardEvent"
+            or not response.get("body")
+        ):
+            return dict(self._parser.parse(response, shape))
+        event: dict[str, Any] = json.loads(response["body"])
+        _decode_records(event.get("Records", ()))
+        return {"SubscribeToShardEvent": event}
+
+
 class _FastGetRecords:
     """botocore's parser, but one ``json.loads`` for a successful GetRecords answer."""
 
@@ -117,12 +148,7 @@ class _FastGetRecords:
         ):
             return dict(self._parser.parse(response, shape))
         out: dict[str, Any] = json.loads(response["body"])
-        decode = base64.b64decode
-        for rec in out.get("Records", ()):
-            rec["Data"] = decode(rec["Data"])
-            arrival = rec.get("ApproximateArrivalTimestamp")
-            if arrival is not None:
-                rec["ApproximateArrivalTimestamp"] = utc_timestamp(arrival)
+        _decode_records(out.get("Records", ()))
         headers = response.get("headers", {})
         out["ResponseMetadata"] = {
             "RequestId": headers.get("x-amzn-requestid", ""),
@@ -136,4 +162,9 @@ class _FastGetRecords:
 class _FastParsers(ResponseParserFactory):  # type: ignore[misc]
     def create_parser(self, protocol_name: str) -> Any:
         parser = super().create_parser(protocol_name)
-        return _FastGetRecords(parser) if protocol_name == "json" else parser
+        if protocol_name != "json":
+            return parser
+        events = getattr(parser, "_event_stream_parser", None)
+        if events is not None:  # botocore keeps it there (JSON protocol parsers)
+            parser._event_stream_parser = _FastEvents(events)
+        return _FastGetRecords(parser)

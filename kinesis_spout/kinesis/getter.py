@@ -296,6 +296,9 @@ class KinesisShardGetter:
             **extra,
         )
 
+    def close(self) -> None:
+        """Nothing to free: a polling getter holds no connection or thread."""
+
     def open_now(self) -> None:
         """Get the shard iterator now rather than at the first poll (so LATEST means
         "from this call on", not "from the first poll on")."""
