@@ -183,9 +183,7 @@ class EfoShardGetter:
             millis_behind_latest=self.millis_behind_latest,
             child_shards=taken.children,
             error=notice,
-            aggregates=tuple(r.key.sequence for r in out if r.key.sub_sequence == 1)
-            if taken.subs
-            else (),
+            aggregates=tuple(taken.aggregates),
             skipped=taken.skipped,
             skipped_tail=taken.skipped_tail,
             corrupt_aggregates=taken.corrupt,
@@ -203,10 +201,14 @@ class EfoShardGetter:
         if chunk:
             out.extend(chunk)
             self._after = chunk[-1].key
+            if len(recs) > event.raw_count or event.skipped:  # name each aggregate touched
+                multi = {r.key.sequence for r in recs if r.key.sub_sequence == 1}
+                for r in chunk:
+                    if r.key.sequence in multi:
+                        taken.aggregates[r.key.sequence] = None
         taken.events += 1
         if first == 0:
             self.calls += 1
-            taken.subs = taken.subs or len(recs) > event.raw_count
         if end < len(recs):  # cut inside the event: the rest waits
             self._head, self._head_pos = event, end
             if chunk:
@@ -244,11 +246,12 @@ class EfoShardGetter:
 class _Taken:
     """What one poll took besides records."""
 
-    __slots__ = ("events", "subs", "skipped", "skipped_tail", "corrupt", "children")
+    __slots__ = ("events", "aggregates", "skipped", "skipped_tail", "corrupt", "children")
 
     def __init__(self) -> None:
         self.events = 0
-        self.subs = False
+        self.aggregates: dict[int, None] = {}
+        """Sequence numbers of the multi-record KPL aggregates records were taken from."""
         self.skipped = 0
         self.skipped_tail: SequenceKey | None = None
         self.corrupt = 0

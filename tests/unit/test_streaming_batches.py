@@ -4,8 +4,8 @@ file store, with a fake shard listing (no Kinesis, no Spark)."""
 from __future__ import annotations
 
 import dataclasses
-import time
 import json
+import time
 from pathlib import Path
 from typing import Any
 
