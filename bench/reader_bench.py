@@ -18,6 +18,11 @@ and (c) of the same run. ``--rounds N`` repeats the three readers N times and
 reports the median of each. With ``--json`` the last line is one JSON object.
 
     python bench/reader_bench.py [--records 100000] [--rounds 3] [--json]
+
+``--consumer efo`` measures the spout by enhanced fan-out against polling instead,
+on LocalStack in host mode (``bench/reader_efo.py``; default 20,000 records, 3 rounds):
+
+    python bench/reader_bench.py --consumer efo [--records 20000] [--rounds 3] [--json]
 """
 
 from __future__ import annotations
@@ -178,12 +183,32 @@ READERS: dict[str, Callable[[str, str, int], int]] = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument(
+        "--consumer",
+        choices=("peers", "efo"),
+        default="peers",
+        help="peers: the spout against boto3 loops and async-kinesis (moto); efo: the spout "
+        "by enhanced fan-out against polling (LocalStack)",
+    )
+    parser.add_argument("--records", type=int, default=None, help="default 100000 (efo: 20000)")
     parser.add_argument("--size", type=int, default=200, help="bytes per record")
-    parser.add_argument("--rounds", type=int, default=1, help="repeat the readers, report medians")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="repeat the readers, report medians "
+        "(default 1; efo: 3)"
+    )
     parser.add_argument("--json", action="store_true", help="last line: one JSON object")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.consumer == "efo":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from reader_efo import run_efo
+
+        efo = run_efo(args.records or 20_000, args.size, args.rounds or 3)
+        if args.json:
+            print(json.dumps(efo, sort_keys=True))
+        return 0
+    args.records = args.records or 100_000
+    args.rounds = args.rounds or 1
 
     with MotoServer() as moto:
         client = make_client(moto.endpoint_url)

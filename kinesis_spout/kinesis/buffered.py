@@ -20,9 +20,12 @@ class ShardGetter(Protocol):
 
     shard_id: str
     limit: int
-    caught_up: bool
     millis_behind_latest: int | None
     calls: int
+
+    @property
+    def caught_up(self) -> bool:
+        """The last read found nothing new and was not behind: the shard's tip."""
 
     @property
     def ended(self) -> bool: ...

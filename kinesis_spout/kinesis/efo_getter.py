@@ -97,8 +97,7 @@ class EfoShardGetter:
         self._head_pos = 0
         self._next_poll_at = -NEVER
         self._ended = False
-        self.caught_up = False
-        """The last event had no records and was not behind: the shard's tip is reached."""
+        self._caught_up = False
         self.at_tip = False
         """The last event taken whole was not behind (MillisBehindLatest 0)."""
         self.millis_behind_latest: int | None = None
@@ -115,6 +114,11 @@ class EfoShardGetter:
     def ended(self) -> bool:
         """The shard is closed and every record in it was returned."""
         return self._ended
+
+    @property
+    def caught_up(self) -> bool:
+        """The last event taken had no records and was not behind, and none waits."""
+        return self._caught_up and not self.buffered
 
     @property
     def errors(self) -> int:
@@ -235,7 +239,7 @@ class EfoShardGetter:
         behind = event.millis_behind_latest
         self.millis_behind_latest = behind
         self.at_tip = not behind
-        self.caught_up = event.raw_count == 0 and not behind
+        self._caught_up = event.raw_count == 0 and not behind
         if event.child_shards:
             taken.children = event.child_shards
         if event.ended:

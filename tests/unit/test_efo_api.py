@@ -193,3 +193,35 @@ def test_source_options_of_the_consumer() -> None:
         parse_options({**base, "consumer": "push"}, env={})
     with pytest.raises(ConfigError, match="consumerName"):
         parse_options({**base, "consumer": "efo", "consumerName": "a b"}, env={})
+
+
+def test_the_linear_buffer_frames_messages_as_botocore_does() -> None:
+    import binascii
+    import random
+    import struct
+
+    from botocore.eventstream import EventStreamBuffer
+
+    from kinesis_spout.kinesis.client import _LinearBuffer
+
+    def message(payload: bytes) -> bytes:
+        name = b":event-type"
+        headers = bytes([len(name)]) + name + b"\x07" + struct.pack(">H", 5) + b"Event"
+        total = 12 + len(headers) + len(payload) + 4
+        prelude = struct.pack(">II", total, len(headers))
+        head = prelude + struct.pack(">I", binascii.crc32(prelude))
+        body = head + headers + payload
+        return body + struct.pack(">I", binascii.crc32(body))
+
+    rng = random.Random(4)
+    stream = b"".join(message(bytes(rng.randrange(256) for _ in range(n))) for n in (0, 5, 300, 70))
+    for size in (1, 7, 100, len(stream)):
+        ours, theirs = _LinearBuffer(), EventStreamBuffer()
+        got: list[Any] = []
+        want: list[Any] = []
+        for i in range(0, len(stream), size):
+            ours.add_data(stream[i : i + size])
+            theirs.add_data(stream[i : i + size])
+            got += [(m.headers, bytes(m.payload)) for m in ours]
+            want += [(m.headers, m.payload) for m in theirs]
+        assert got == want and len(got) == 4

@@ -3,11 +3,14 @@ executors subscribe for each batch's first read of a shard."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from streaming_helpers import BatchSink, assert_exactly_once, assert_shard_order, fill, start_query
+from test_streaming_source import shard_max
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.testing.localstack import LocalStackServer
@@ -43,6 +46,16 @@ def test_efo_reads_every_record_once_in_order_and_commits(
     arn = client.describe_stream_summary(StreamName=unique_name)["StreamDescriptionSummary"]
     consumers = client.list_stream_consumers(StreamARN=arn["StreamARN"])["Consumers"]
     assert [c["ConsumerName"] for c in consumers] == [f"spark-{unique_name}"]
+    job = f"spark-{unique_name}"
+    readers = [
+        json.loads(p.read_text())["reader"]
+        for p in (tmp_path / "store" / job).glob(f"{unique_name}.batches/*/*.json")
+    ]
+    assert readers and all(int(r.rsplit(":", 1)[1]) != os.getpid() for r in readers)  # executors
+    # commit() runs one batch late: the store holds the end of one of the last two batches
+    stored = checkpoints(store_url, job, unique_name)
+    last = len(batches) - 1
+    assert stored in (shard_max(batches, last - 1), shard_max(batches, last - 2))
 
     # More records, and the same query resumed with polling: it goes on after EFO's end.
     more = fill(client, unique_name, 80, "b")
@@ -55,9 +68,17 @@ def test_efo_reads_every_record_once_in_order_and_commits(
     assert q.exception() is None
     assert_exactly_once(resumed.rows(), expected + more)
     assert_shard_order(resumed.batches())
-    store = open_store(store_url, f"spark-{unique_name}")
+    assert set(checkpoints(store_url, job, unique_name)) == {
+        "shardId-000000000000", "shardId-000000000001",
+    }  # fmt: skip
+
+
+def checkpoints(url: str, job: str, stream: str) -> dict[str, tuple[int, int]]:
+    store = open_store(url, job)
     try:
-        stored = store.load(unique_name)
+        return {
+            s: (int(c.sequence_number or -1), c.sub_sequence_number)
+            for s, c in store.load(stream).items()
+        }
     finally:
         store.close()
-    assert set(stored) == {"shardId-000000000000", "shardId-000000000001"}
