@@ -7,9 +7,10 @@ the next task subscribes after it. :func:`subscribed_getter` builds the getter
 (one boto3 client per process and endpoint) and :func:`read_until` runs that loop
 over it; the Spark job's read tasks and the streaming source's first reads share them.
 
-A task that got no event within its budget counts as caught up (nothing arrived);
-one that Kinesis refused (throttling, another subscription to the shard still
-active) reports the error instead, so its owner backs off.
+A task that subscribed but got no event within its budget counts as caught up (nothing
+arrived); one whose subscription did not even start in time does not; one that Kinesis
+refused (throttling, another subscription to the shard still active) reports the error
+instead, so its owner backs off.
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ def read_until(
     end = ReadEnd()
     deadline = clock() + seconds
     remaining = limit
+    subscribed = False
     try:
         while remaining > 0 and not getter.ended:
             now = clock()
@@ -136,8 +138,11 @@ def read_until(
             if batch.ended or (getter.at_tip and not getter.buffered):
                 end.caught_up = not batch.ended
                 break
+        subscribed = getter.pump.subscriptions > 0
     finally:
         getter.close()
     if not end.events and not end.errors:
-        end.caught_up = True  # nothing arrived within the budget
+        # Subscribed and nothing arrived within the budget: at the tip. (Not subscribed
+        # yet within it: a slow start, which says nothing about the shard.)
+        end.caught_up = subscribed
     return end

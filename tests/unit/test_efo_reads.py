@@ -82,6 +82,21 @@ def test_a_task_stops_at_the_tip_or_when_nothing_came_in_its_budget(fake: Any) -
     assert end.caught_up and end.events == 0 and no_threads()  # nothing within the budget
 
 
+def test_a_subscription_that_did_not_start_in_the_budget_is_not_caught_up(fake: Any) -> None:
+    fanout = fake(["hang"])
+    slow = threading.Event()
+    subscribe = fanout.subscribe
+
+    def slow_subscribe(*args: Any) -> Any:
+        slow.wait(1.0)  # an emulator slow to answer SubscribeToShard
+        return subscribe(*args)
+
+    fanout.subscribe = slow_subscribe
+    end = read_until(getter(), 100, 0.1, lambda b: len(b.records))
+    assert not end.caught_up and end.events == 0
+    slow.set()
+
+
 def test_a_refused_subscription_is_reported_not_taken_as_caught_up(fake: Any) -> None:
     fake(*[ResourceInUseError("in use")] * 50)
     end = read_until(getter(), 100, 0.3, lambda b: len(b.records))
