@@ -328,7 +328,6 @@ class ShardSet:
             sh.tracker.in_flight if sh.tracker is not None else 0,
         )
 
-
     def close_getters(self) -> None:
         """Stop every getter's subscription thread (a later poll starts it again)."""
         for sh in self.shards.values():

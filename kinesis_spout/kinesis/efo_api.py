@@ -257,9 +257,7 @@ class FanOutApi:
             return False
         return True
 
-    def subscribe(
-        self, consumer_arn: str, shard_id: str, start: StartingPosition
-    ) -> Subscription:
+    def subscribe(self, consumer_arn: str, shard_id: str, start: StartingPosition) -> Subscription:
         """``SubscribeToShard``: the open event stream (nothing read yet)."""
         what = f"SubscribeToShard {self.stream_name}/{shard_id} at {start}"
         try:

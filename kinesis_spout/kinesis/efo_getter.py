@@ -143,9 +143,7 @@ class EfoShardGetter:
     @property
     def position(self) -> GetterPosition:
         """Where the next read starts (no iterator: a subscription starts from a key)."""
-        return GetterPosition(
-            None, self._after, self._after_whole, self._position, self._timestamp
-        )
+        return GetterPosition(None, self._after, self._after_whole, self._position, self._timestamp)
 
     # --- lifecycle -----------------------------------------------------------
     def open_now(self) -> None:

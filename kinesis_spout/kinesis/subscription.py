@@ -240,8 +240,10 @@ class SubscriptionPump:
         self.subscriptions += 1
         if not self._ever_subscribed:
             self._ever_subscribed = True
-            if resume.after is None and resume.at is None and (
-                resume.initial is InitialPosition.LATEST
+            if (
+                resume.after is None
+                and resume.at is None
+                and (resume.initial is InitialPosition.LATEST)
             ):
                 # Renewals before any record start where this one did, not at a later LATEST.
                 opened = (sub.server_time or datetime.now(UTC)) - LATEST_MARGIN
@@ -329,7 +331,7 @@ class SubscriptionPump:
             exc = KinesisError(
                 f"{exc} (SubscribeToShard failed {self._failures} times and never succeeded: "
                 f"does {self.fanout.api.client.meta.endpoint_url} support enhanced fan-out? "
-                "moto does not; use consumer = \"polling\" there)"
+                'moto does not; use consumer = "polling" there)'
             )
         self.error = exc
         log.error("%s: subscription failed: %s", self.shard_id, exc)
