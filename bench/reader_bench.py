@@ -19,6 +19,11 @@ reports the median of each. With ``--json`` the last line is one JSON object;
 ``--plot FILE`` also draws the figures as a PNG bar chart (the ``plots`` extra).
 
     python bench/reader_bench.py [--records 100000] [--rounds 3] [--json] [--plot FILE]
+
+``--consumer efo`` measures the spout by enhanced fan-out against polling instead,
+on LocalStack in host mode (``bench/reader_efo.py``; default 20,000 records, 3 rounds):
+
+    python bench/reader_bench.py --consumer efo [--records 20000] [--json] [--plot FILE]
 """
 
 from __future__ import annotations
@@ -208,17 +213,53 @@ CHART = BarChart(
 )
 """The chart ``--plot FILE`` draws."""
 
+_CONSUMERS = (Bar("polling (GetRecords)", "polling", baseline=True), Bar("EFO", "efo"))
+EFO_CHART = BarChart(
+    "reader_bench --consumer efo: {records:,} records of {record_bytes} B in {shards} shards, "
+    "LocalStack",
+    (
+        Panel("read throughput", "records/s (higher is better)", _CONSUMERS,
+              (Series("", "{}_rps"),)),
+        Panel("client CPU", "µs CPU per record (lower is better)", _CONSUMERS,
+              (Series("", "{}_cpu_us_per_record"),)),
+    ),
+    note="efo / polling {efo_vs_polling:.2f}x records/s, {efo_cpu_vs_polling:.2f}x CPU per record; "
+    "median of {rounds} round(s)",
+)  # fmt: skip
+"""The chart ``--plot FILE`` draws with ``--consumer efo``."""
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument(
+        "--consumer",
+        choices=("peers", "efo"),
+        default="peers",
+        help="peers: the spout against boto3 loops and async-kinesis (moto); efo: the spout "
+        "by enhanced fan-out against polling (LocalStack)",
+    )
+    parser.add_argument("--records", type=int, default=None, help="default 100000 (efo: 20000)")
     parser.add_argument("--size", type=int, default=200, help="bytes per record")
-    parser.add_argument("--rounds", type=int, default=1, help="repeat the readers, report medians")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="repeat the readers, report medians "
+        "(default 1; efo: 3)"
+    )
     parser.add_argument("--json", action="store_true", help="last line: one JSON object")
     add_plot_argument(parser)
     args = parser.parse_args(argv)
     check_plot_argument(parser, args.plot)
     logging.basicConfig(level=logging.WARNING)
+    if args.consumer == "efo":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from reader_efo import run_efo
+
+        efo = run_efo(args.records or 20_000, args.size, args.rounds or 3)
+        drawn = save_bench_chart(EFO_CHART, efo, args.plot)
+        if args.json:
+            print(json.dumps(efo, sort_keys=True))
+        return 0 if drawn else 1
+    args.records = args.records or 100_000
+    args.rounds = args.rounds or 1
 
     with MotoServer() as moto:
         client = make_client(moto.endpoint_url)

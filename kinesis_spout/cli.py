@@ -28,10 +28,10 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
     """Print the stored checkpoints of the configured stream."""
-    from kinesis_spout.checkpoint import open_store
+    from kinesis_spout.checkpoint.factory import open_config_store
 
     cfg = config_from_args(args)
-    store = open_store(cfg.checkpoint_store, cfg.job_name, owner=cfg.worker_id, zk_auth=cfg.zk_auth)
+    store = open_config_store(cfg)
     try:
         cps = store.load(cfg.stream_name)
     finally:

@@ -25,8 +25,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kinesis_spout.config_checks import check as _check
-from kinesis_spout.config_checks import check_names, check_numbers, check_targets
+from kinesis_spout.config_checks import check_consumer, check_names, check_numbers, check_targets
 from kinesis_spout.config_values import (
+    CONSUMERS,
     DEAD_LETTER_REASONS,
     ENV_PREFIX,
     MAX_RECORDS_PER_CALL,
@@ -36,6 +37,7 @@ from kinesis_spout.config_values import (
 from kinesis_spout.errors import ConfigError
 
 __all__ = [
+    "CONSUMERS",
     "DEAD_LETTER_REASONS",
     "ENV_PREFIX",
     "FIELD_DOCS",
@@ -88,6 +90,17 @@ class SpoutConfig:
     """Cap of that wait."""
     shard_refresh_interval: float = 30.0
     """How often ListShards is called again to see resharding."""
+    consumer: str = "polling"
+    """How shards are read: ``polling`` (GetRecords; a shard's 2 MB/s and 5 calls/s are
+    shared by every consumer) or ``efo`` (enhanced fan-out: SubscribeToShard pushes
+    2 MB/s per shard to this consumer alone)."""
+    consumer_name: str | None = None
+    """The enhanced fan-out consumer (default: ``job_name``); registered if absent."""
+    deregister_on_close: bool = False
+    """Deregister that consumer when the reader closes (it costs money while registered)."""
+    subscription_renewal: float = 280.0
+    """Seconds after which a subscription is renewed from its last position (Kinesis
+    ends each after 300)."""
 
     # --- reliability ----------------------------------------------------------
     retry_limit: int = 3
@@ -169,6 +182,11 @@ class SpoutConfig:
     def dead_letter_reasons(self) -> frozenset[str]:
         """``dead_letter_on`` as a set of reasons."""
         return frozenset(r.strip() for r in self.dead_letter_on.split(",") if r.strip())
+
+    @property
+    def efo_consumer_name(self) -> str:
+        """The enhanced fan-out consumer's name: ``consumer_name``, else ``job_name``."""
+        return self.consumer_name or self.job_name
 
     @property
     def message_timeout_or_none(self) -> float | None:
@@ -306,6 +324,7 @@ def _validate(c: SpoutConfig) -> None:
     _check_types(c)  # first: a dataclass does not check them
     check_names(c)
     check_numbers(c)
+    check_consumer(c)
     check_targets(c)
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.config_values import (
+    CONSUMERS,
     DEAD_LETTER_REASONS,
     MAX_RECORDS_PER_CALL,
     READ_ON,
@@ -46,6 +48,23 @@ def check_names(c: SpoutConfig) -> None:
             c.initial_timestamp,
             "required when initial_position is AT_TIMESTAMP",
         )
+
+
+_CONSUMER_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+
+
+def check_consumer(c: SpoutConfig) -> None:
+    """``consumer``, the consumer's name and the subscription renewal."""
+    check(c.consumer in CONSUMERS, "consumer", c.consumer, " or ".join(CONSUMERS))
+    name_ok = "1..128 characters of a-z, A-Z, 0-9, _ . -"
+    if c.consumer_name is not None:
+        check(bool(_CONSUMER_NAME.fullmatch(c.consumer_name)), "consumer_name",
+              c.consumer_name, name_ok)  # fmt: skip
+    elif c.consumer == "efo":
+        check(bool(_CONSUMER_NAME.fullmatch(c.job_name)), "consumer_name", None,
+              f"{name_ok}; the default, job_name {c.job_name!r}, is not one: set it")  # fmt: skip
+    check(0 < c.subscription_renewal <= 300, "subscription_renewal", c.subscription_renewal,
+          "seconds, > 0 and <= 300 (Kinesis ends a subscription after 300)")  # fmt: skip
 
 
 def check_numbers(c: SpoutConfig) -> None:

@@ -22,3 +22,6 @@ READ_ON = ("executors", "driver")
 DEAD_LETTER_REASONS = ("exhausted", "expired")
 """Why a record is given up (``dead_letter_on``): its retries ran out, or it grew
 older than ``max_record_age``."""
+
+CONSUMERS = ("polling", "efo")
+"""How shards are read (``consumer``): GetRecords polling, or enhanced fan-out."""

@@ -68,6 +68,13 @@ class ExpiredIteratorError(KinesisError):
     retriable = True
 
 
+class ResourceInUseError(KinesisError):
+    """The resource is busy: another subscription to the shard is active, or the
+    consumer or stream is being created, updated or deleted. Retried after a backoff."""
+
+    retriable = True
+
+
 class InvalidPositionError(KinesisError):
     """Kinesis refused to open a shard at a stored position (never skipped silently)."""
 

@@ -46,10 +46,11 @@ from types import MappingProxyType
 from typing import Any
 
 from kinesis_spout.checkpoint.base import CheckpointStore
-from kinesis_spout.checkpoint.factory import open_store
+from kinesis_spout.checkpoint.factory import open_config_store
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.core.acks import AckRouter, MessageRef
 from kinesis_spout.core.committer import Committer
+from kinesis_spout.core.getters import GetterFactory
 from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.core.rotation import RoundRobin
 from kinesis_spout.core.shardset import ShardSet
@@ -181,14 +182,12 @@ class KinesisSpout:
         status, shards = describe_stream(
             self._api, cfg, endpoint, backoff=self._throttle_backoff, sleep=self._sleep
         )
+        getters = self._set.getters = GetterFactory(
+            cfg, self._api, self._throttle_backoff, subscribe=self._subscribes
+        )
+        getters.open()  # consumer = "efo": registered if absent, ACTIVE
         if self._store is None:
-            self._store = open_store(
-                cfg.checkpoint_store,
-                cfg.job_name,
-                owner=cfg.worker_id,
-                zk_auth=cfg.zk_auth,
-                zk_session_timeout=cfg.zk_session_timeout,
-            )
+            self._store = open_config_store(cfg)
         self._committer.store = self._store
         if self._acks.sink is None:
             self._acks.sink = _dead_letter_sink(cfg)
@@ -203,8 +202,12 @@ class KinesisSpout:
             len(checkpoints),
         )
 
+    #: Read shards by subscriptions here when ``consumer = "efo"`` (executor reads: no).
+    _subscribes = True
+
     def _close_own(self) -> None:
-        """Close the store, the dead-letter sink and the endpoint this spout opened itself."""
+        """Stop the subscriptions (``ShardSet.close``); close what this spout opened itself."""
+        self._set.close()
         if self._endpoint is not None:
             self._endpoint.close()
         if self._own_store and self._store is not None:
@@ -219,8 +222,10 @@ class KinesisSpout:
         self._active = True
 
     def deactivate(self) -> None:
-        """Stop emitting (acks and fails are still taken; checkpoints continue)."""
+        """Stop emitting (acks and fails are still taken; checkpoints continue).
+        Subscriptions stop too; ``activate`` and the next batch resume them."""
         self._active = False
+        self._set.close_getters()
 
     def close(self) -> None:
         """End drained shards, write every checkpoint, close what the spout opened."""
@@ -365,9 +370,7 @@ class KinesisSpout:
     @property
     def shards(self) -> Mapping[str, ShardInfo]:
         """Every shard of the stream known to this spout (owned or not)."""
-        return MappingProxyType(
-            {s: info for s in self._set.map.ids() if (info := self._set.map.get(s))}
-        )
+        return MappingProxyType(self._set.map.infos())
 
     def stats(self) -> SpoutStats:
         return spout_stats(self._set.shards, self._rr, self._acks, self._committer, self._clock())

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from kinesis_spout.testing.localstack import LocalStackServer
 from kinesis_spout.testing.servers import (
+    REPO_ROOT,
     KinesisEmulator,
     KinesisMock,
     MotoServer,
@@ -36,6 +38,23 @@ def moto_server() -> Iterator[MotoServer]:
 @pytest.fixture(scope="session")
 def kinesis_mock() -> Iterator[KinesisMock]:
     with KinesisMock() as server:
+        yield server
+
+
+LOCALSTACK_DEMO_STREAMS = "demo:2,demo-single"
+"""Streams the repo's init hook (``localstack/init``) makes in the session's LocalStack."""
+
+
+@pytest.fixture(scope="session")
+def localstack() -> Iterator[LocalStackServer]:
+    """One LocalStack (host mode, no docker) per session, with the repo's init hooks
+    (it takes ~10 s to start); it fails, never skips, when its virtualenv or its
+    pre-installed Kinesis engine is missing. The enhanced fan-out tests use it too."""
+    server = LocalStackServer(
+        init_dir=REPO_ROOT / "localstack" / "init",
+        extra_env={"KINESIS_DEMO_STREAMS": LOCALSTACK_DEMO_STREAMS},
+    )
+    with server:
         yield server
 
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kinesis_spout.checkpoint.base import CheckpointStore, MemoryCheckpointStore
 from kinesis_spout.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kinesis_spout.config import SpoutConfig
 
 
 def open_store(
@@ -29,4 +34,16 @@ def open_store(
         )
     raise ConfigError(
         "checkpoint_store", url, "a URL: memory://, file://DIR or zk://host:port[,host:port]/root"
+    )
+
+
+def open_config_store(cfg: SpoutConfig) -> CheckpointStore:
+    """The store of a config: its URL and job, owned by its worker id, with its
+    ZooKeeper auth and session timeout."""
+    return open_store(
+        cfg.checkpoint_store,
+        cfg.job_name,
+        owner=cfg.worker_id,
+        zk_auth=cfg.zk_auth,
+        zk_session_timeout=cfg.zk_session_timeout,
     )

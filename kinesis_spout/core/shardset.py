@@ -20,8 +20,9 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 
-from kinesis_spout.config import InitialPosition, SpoutConfig
+from kinesis_spout.config import SpoutConfig
 from kinesis_spout.core.committer import Committer
+from kinesis_spout.core.getters import GetterFactory
 from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.errors import (
     CheckpointError,
@@ -32,7 +33,7 @@ from kinesis_spout.errors import (
 )
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.buffered import BufferedShardGetter
-from kinesis_spout.kinesis.getter import KinesisShardGetter, ShardBatch
+from kinesis_spout.kinesis.getter import ShardBatch
 from kinesis_spout.kinesis.shards import ShardMap, check_transition
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.records import Checkpoint, ShardState
@@ -71,6 +72,8 @@ class ShardSet:
         self._throttle_backoff = throttle_backoff
         self._retry_backoff = retry_backoff
         self.api: KinesisApi | None = None
+        self.getters: GetterFactory | None = None
+        """Makes each started shard's getter (polling or subscription); set on open."""
         self.map = ShardMap()
         self.owned: frozenset[str] | None = None
         self.shards: dict[str, ShardPartition] = {}
@@ -104,34 +107,9 @@ class ShardSet:
 
     def start(self, sh: ShardPartition) -> None:
         cfg = self.config
-        assert self.api is not None
-        stored = sh.stored
-        start = stored.key if stored is not None else None
-        position, timestamp = cfg.initial_position, cfg.initial_timestamp
-        if stored is not None and stored.is_pin:
-            fresh = sh.shard_id in self._committer.fresh_pins and not self.map.has_known_parent(
-                sh.shard_id
-            )
-            if not (fresh and position is InitialPosition.LATEST):
-                # A resumed pin, or a child at the first open: from the pinned moment. (A
-                # shard pinned just now reads from the exact LATEST; the pin is its fallback.)
-                position, timestamp = InitialPosition.AT_TIMESTAMP, stored.start_at
-        elif position is InitialPosition.LATEST and self.map.has_known_parent(sh.shard_id):
-            # Its parents were read to their end: the child continues them from its start.
-            position = InitialPosition.TRIM_HORIZON
-        getter = KinesisShardGetter(
-            self.api,
-            sh.shard_id,
-            backoff=self._throttle_backoff,
-            start=start,
-            position=position,
-            timestamp=timestamp,
-            limit=cfg.records_per_call,
-            max_calls_per_second=cfg.max_calls_per_second,
-            empty_shard_backoff=cfg.empty_shard_backoff,
-        )
-        if position is InitialPosition.LATEST:
-            getter.open_now()  # LATEST as of the open, not of the first poll
+        assert self.getters is not None
+        fresh = sh.shard_id in self._committer.fresh_pins
+        getter, start, position = self.getters.for_shard(sh.shard_id, sh.stored, fresh, self.map)
         sh.reader = BufferedShardGetter(getter)
         sh.tracker = InflightRecordTracker(
             cfg.retry_limit,
@@ -177,6 +155,8 @@ class ShardSet:
             sh.state = check_transition(sh.shard_id, sh.state, ShardState.ENDED)
             self.draining.remove(sh)
             self.drop_from_rotation(sh)
+            if sh.reader is not None:
+                sh.reader.getter.close()
             sh.reader = None
             self.map.mark_ended(sh.shard_id)
             log.info("shard %s ended; children: %s", sh.shard_id, self.map.children(sh.shard_id))
@@ -328,6 +308,8 @@ class ShardSet:
             self._save(sh, now)
         self.shards.pop(sh.shard_id, None)
         self.drop_from_rotation(sh)
+        if sh.reader is not None:
+            sh.reader.getter.close()
         if sh in self.draining:
             self.draining.remove(sh)
         log.info(
@@ -335,6 +317,19 @@ class ShardSet:
             sh.shard_id,
             sh.tracker.in_flight if sh.tracker is not None else 0,
         )
+
+    def close_getters(self) -> None:
+        """Stop every getter's subscription thread (a later poll starts it again)."""
+        for sh in self.shards.values():
+            if sh.reader is not None:
+                sh.reader.getter.close()
+
+    def close(self) -> None:
+        """Stop every subscription and close the getter factory (which deregisters the
+        consumer if the config asks it to)."""
+        self.close_getters()
+        if self.getters is not None:
+            self.getters.close()
 
 
 def count_call(metrics: MetricsCollector, shard_id: str, batch: ShardBatch) -> None:

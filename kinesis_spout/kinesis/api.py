@@ -32,6 +32,7 @@ from kinesis_spout.errors import (
     EndpointUnreachableError,
     ExpiredIteratorError,
     KinesisError,
+    ResourceInUseError,
     StreamNotFoundError,
     ThrottledError,
     TransientKinesisError,
@@ -109,6 +110,8 @@ def translate(exc: Exception, what: str) -> Exception:
             code, msg = _xml_error(msg, code)
         if code == "ResourceNotFoundException":
             return StreamNotFoundError(f"{what}: {msg}")
+        if code == "ResourceInUseException":
+            return ResourceInUseError(f"{what}: {msg}")
         if code in _THROTTLE_CODES:
             return ThrottledError(f"{what}: {code}: {msg}")
         if code == "ExpiredIteratorException":
@@ -140,6 +143,11 @@ class KinesisApi:
         self.server_time: datetime | None = None
         """The ``Date`` header of the last GetShardIterator or DescribeStreamSummary answer
         (whole seconds), if any."""
+
+    def call(self, what: str, fn: Callable[..., T], **kwargs: Any) -> T:
+        """``fn(**kwargs)``, counted, with botocore errors translated (``what`` names
+        the call in messages)."""
+        return self._call(what, fn, **kwargs)
 
     def _call(self, what: str, fn: Callable[..., T], **kwargs: Any) -> T:
         self.calls += 1

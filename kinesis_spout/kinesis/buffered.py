@@ -1,15 +1,53 @@
-"""A :class:`KinesisShardGetter` that keeps one GetRecords page for its owner."""
+"""A shard getter that keeps one page for its owner: :class:`BufferedShardGetter`.
+
+:class:`ShardGetter` is what every getter offers: the polling
+:class:`~kinesis_spout.kinesis.getter.KinesisShardGetter` and the enhanced fan-out
+:class:`~kinesis_spout.kinesis.efo_getter.EfoShardGetter`.
+"""
 
 from __future__ import annotations
 
-from kinesis_spout.kinesis.getter import NEVER, KinesisShardGetter, ShardBatch
+from typing import Protocol
+
+from kinesis_spout.kinesis.getter import NEVER, GetterPosition, ShardBatch
 from kinesis_spout.records import Record
 
-__all__ = ["BufferedShardGetter"]
+__all__ = ["BufferedShardGetter", "ShardGetter"]
+
+
+class ShardGetter(Protocol):
+    """One shard's reader: ``poll(now)`` never blocks (see :mod:`.getter`)."""
+
+    shard_id: str
+    limit: int
+    millis_behind_latest: int | None
+    calls: int
+
+    @property
+    def caught_up(self) -> bool:
+        """The last read found nothing new and was not behind: the shard's tip."""
+
+    @property
+    def ended(self) -> bool: ...
+
+    @property
+    def next_poll_at(self) -> float: ...
+
+    @property
+    def position(self) -> GetterPosition: ...
+
+    def due(self, now: float) -> bool: ...
+
+    def poll(self, now: float) -> ShardBatch: ...
+
+    def open_now(self) -> None: ...
+
+    def close(self) -> None:
+        """Free what the getter holds (a subscription thread); a later poll reopens."""
 
 
 class BufferedShardGetter:
-    """A :class:`KinesisShardGetter` that keeps one GetRecords batch.
+    """A :class:`ShardGetter` that keeps one batch.
 
     ``take(n, now)`` hands out up to ``n`` buffered records and fetches a new
     batch only when the buffer is empty and the getter is due, so a caller
@@ -20,7 +58,7 @@ class BufferedShardGetter:
 
     __slots__ = ("getter", "_buf", "_pos", "_polled")
 
-    def __init__(self, getter: KinesisShardGetter) -> None:
+    def __init__(self, getter: ShardGetter) -> None:
         self.getter = getter
         self._buf: list[Record] = []
         self._pos = 0

@@ -268,7 +268,7 @@ class KinesisShardGetter:
             last = records[-1].key
             self._after = last
             self._after_whole = True
-            if len(result.records) > result.raw_count:
+            if len(result.records) > result.raw_count or result.skipped:
                 aggregates = tuple(r.key.sequence for r in records if r.key.sub_sequence == 1)
         tail = self._skipped_tail(result)
         extra: dict[str, Any] = {}
@@ -308,6 +308,9 @@ class KinesisShardGetter:
             seconds=seconds,
             **extra,
         )
+
+    def close(self) -> None:
+        """Nothing to free: a polling getter holds no connection or thread."""
 
     def open_now(self) -> None:
         """Get the shard iterator now rather than at the first poll (so LATEST means

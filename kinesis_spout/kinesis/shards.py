@@ -123,6 +123,10 @@ class ShardMap:
     def get(self, shard_id: str) -> ShardInfo | None:
         return self._info.get(shard_id)
 
+    def infos(self) -> dict[str, ShardInfo]:
+        """Every known shard, by id, in :meth:`ids` order."""
+        return {s: self._info[s] for s in self.ids()}
+
     def ids(self) -> list[str]:
         """Every shard id, in shard-number order."""
         return sorted(self._info, key=_shard_sort_key)

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kinesis_spout.config import SpoutConfig
@@ -109,6 +109,8 @@ class ExecutorDriver(StopControl):
         """Open the spout, loop, and always end with a forced checkpoint and close."""
         started = self.clock()
         self.spout.open()
+        if self.spout.consumer_arn is not None:  # consumer = "efo": the tasks subscribe
+            self.jobs.settings = replace(self.jobs.settings, consumer_arn=self.spout.consumer_arn)
         failure: BaseException | None = None
         pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="kinesis-spout-read")
         try:

@@ -98,6 +98,8 @@ class ReadWindow:
 class ExecutorReadSpout(KinesisSpout):
     """A spout read by Spark tasks; see the module docstring."""
 
+    _subscribes = False  # with consumer = "efo" the tasks subscribe, not the driver
+
     def __init__(self, config: SpoutConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
         self._windows: dict[str, ReadWindow] = {}
@@ -135,8 +137,19 @@ class ExecutorReadSpout(KinesisSpout):
                 if limit > 0:
                     assert sh.reader is not None
                     position = sh.reader.getter.position
-                    plans.append(ReadPlan(self._next_task(), sh.shard_id, position, limit))
+                    info = self._set.map.get(sh.shard_id)
+                    closed = info is not None and info.is_closed
+                    plans.append(
+                        ReadPlan(self._next_task(), sh.shard_id, position, limit, closed=closed)
+                    )
         return plans
+
+    @property
+    def consumer_arn(self) -> str | None:
+        """The ARN of the enhanced fan-out consumer (``consumer = "efo"``, once open)."""
+        getters = self._set.getters
+        consumer = getters.consumer if getters is not None else None
+        return consumer.arn if consumer is not None else None
 
     def _next_task(self) -> int:
         self._tasks += 1
@@ -259,6 +272,7 @@ class ExecutorReadSpout(KinesisSpout):
         assert sh.reader is not None and res.position is not None
         cfg = self.config
         getter = sh.reader.getter
+        assert isinstance(getter, KinesisShardGetter)  # the driver only keeps positions
         if res.ended:
             wait = math.inf
         elif len(res) == 0 and res.throttled:

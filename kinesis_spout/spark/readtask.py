@@ -10,7 +10,9 @@ the failed records to process again. On the executor :func:`run_plan`:
   as the driver mode: KPL de-aggregation, throttling, 5xx and expired
   iterators retried with backoff *inside the task*) until the limit, the end
   of the available data (an answer that is not behind), the end of a closed
-  shard, or ``read_seconds``; a throttled shard never fails the task;
+  shard, or ``read_seconds``; a throttled shard never fails the task. With
+  ``consumer = "efo"`` it subscribes instead (:mod:`kinesis_spout.kinesis.efo_read`:
+  events until the same ends, then the subscription is closed);
 * runs the user's per-record function on each record (an ``Exception`` fails
   the record; a ``BaseException`` fails the task);
 * returns a :class:`ReadResult`: per record its key and status, the error and
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kinesis_spout.config import SpoutConfig
+from kinesis_spout.kinesis.efo_read import EfoTarget, read_until, subscribed_getter
 from kinesis_spout.kinesis.getter import GetterPosition, KinesisShardGetter, ShardBatch
 from kinesis_spout.records import Record, ShardInfo
 from kinesis_spout.spark.arrow import format_error
@@ -62,6 +65,9 @@ class ReadSettings:
     sink: str = "none"
     fast: FastRetry = FastRetry()
     """Fast retries of failing records inside the task."""
+    consumer_arn: str | None = None
+    """``consumer = "efo"``: the tasks subscribe as this consumer (set once the driver
+    registered it)."""
 
     @classmethod
     def of(cls, config: SpoutConfig) -> ReadSettings:
@@ -89,6 +95,8 @@ class ReadPlan:
     position: GetterPosition | None
     limit: int = 0
     retries: tuple[Record, ...] = ()
+    closed: bool = False
+    """ListShards says the shard is closed (a subscription then probes its end)."""
 
     @property
     def is_retry(self) -> bool:
@@ -217,6 +225,9 @@ def read_shard(
 ) -> None:
     """GetRecords from the plan's position until its limit or the end of the data."""
     assert plan.position is not None
+    if settings.consumer_arn is not None:
+        read_subscribed(plan, settings, consume, res)
+        return
     from kinesis_spout.kinesis.api import KinesisApi
 
     pos = plan.position
@@ -267,12 +278,56 @@ def read_shard(
     res.calls = getter.calls
 
 
+def read_subscribed(
+    plan: ReadPlan,
+    settings: ReadSettings,
+    consume: Callable[[list[Record]], None],
+    res: ReadResult,
+) -> None:
+    """Enhanced fan-out: subscribe at the plan's position and take events until its
+    limit, the tip, the shard's end or ``read_seconds``."""
+    pos = plan.position
+    assert pos is not None and settings.consumer_arn is not None
+    target = EfoTarget(
+        settings.stream_name,
+        settings.region,
+        settings.endpoint_url,
+        settings.consumer_arn,
+        settings.throttle_backoff,
+        settings.throttle_backoff_max,
+    )
+    getter = subscribed_getter(
+        target,
+        plan.shard_id,
+        start=pos.after,
+        after_whole=pos.after_whole,
+        position=pos.initial,
+        timestamp=pos.timestamp,
+        limit=plan.limit,
+        closed=plan.closed,
+    )
+
+    def take(batch: ShardBatch) -> int:
+        _take_page(res, batch)
+        consume(batch.records)
+        return len(batch.records)
+
+    end = read_until(getter, plan.limit, settings.read_seconds, take)
+    for err in end.errors:
+        _count_error(res, ShardBatch([], 0.0, error=err))
+    res.caught_up = end.caught_up
+    res.position = getter.position
+    res.ended = getter.ended
+    res.behind = getter.millis_behind_latest
+    res.calls = end.events
+
+
 def _count_error(res: ReadResult, batch: ShardBatch) -> None:
-    from kinesis_spout.errors import ExpiredIteratorError, ThrottledError
+    from kinesis_spout.errors import ExpiredIteratorError, ResourceInUseError, ThrottledError
 
     err = batch.error
     res.last_error = format_error(err) if err is not None else None
-    if isinstance(err, ThrottledError):
+    if isinstance(err, ThrottledError | ResourceInUseError):
         res.throttled += 1
     elif isinstance(err, ExpiredIteratorError):
         res.expired += 1

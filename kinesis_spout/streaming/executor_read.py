@@ -17,14 +17,17 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 
 from kinesis_spout.kinesis.api import KinesisApi
+from kinesis_spout.kinesis.efo_read import EfoTarget
 from kinesis_spout.records import Record
 from kinesis_spout.streaming.batch_ends import BatchEnd, BatchEndStore
 from kinesis_spout.streaming.batch_offset import ShardPlan
 from kinesis_spout.streaming.offsets import ShardRange, StartPosition
 from kinesis_spout.streaming.shard_reader import ReadAhead, read_fresh, read_range
+from kinesis_spout.streaming.subscribed_read import read_fresh_subscribed
 from tracker import ExponentialBackoff
 
 log = logging.getLogger(__name__)
@@ -45,11 +48,17 @@ def read_batch_shard(
     cutoff: datetime | None = None,
     fail_on_data_loss: bool = True,
     sleep: Callable[[float], None] = time.sleep,
+    efo: EfoTarget | None = None,
+    closed: bool = False,
 ) -> Iterator[list[Record]]:
-    """The records of ``shard_id`` in ``batch``, page by page (see the module docstring)."""
+    """The records of ``shard_id`` in ``batch``, page by page (see the module docstring).
+
+    With ``efo`` the first read subscribes (``closed``: ListShards says the shard is
+    closed); a replay of a recorded range reads it with GetRecords."""
     recorded = store.get(batch, shard_id)
     if recorded is None:
-        records, ahead = _first_read(api, shard_id, plan, start, fetch, cutoff, sleep)
+        read = _Read(api, shard_id, plan, start, fetch, cutoff, efo, closed)
+        records, ahead = _first_read(read, sleep)
         mine = BatchEnd(
             ahead.position,
             caught_up=ahead.idle,
@@ -74,24 +83,41 @@ def read_batch_shard(
     yield from read_range(api, rng, fetch=fetch, fail_on_data_loss=fail_on_data_loss)
 
 
-def _first_read(
-    api: KinesisApi,
-    shard_id: str,
-    plan: ShardPlan,
-    start: StartPosition,
-    fetch: int,
-    cutoff: datetime | None,
-    sleep: Callable[[float], None],
-) -> tuple[list[Record], ReadAhead]:
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A first read's parameters."""
+
+    api: KinesisApi
+    shard_id: str
+    plan: ShardPlan
+    start: StartPosition
+    fetch: int
+    cutoff: datetime | None
+    efo: EfoTarget | None
+    closed: bool
+
+    def once(self) -> tuple[list[Record], ReadAhead]:
+        plan = self.plan
+        if self.efo is not None:
+            return read_fresh_subscribed(
+                self.efo, self.shard_id, plan.position, self.start, plan.quota,
+                cutoff=self.cutoff, closed=self.closed,
+            )  # fmt: skip
+        return read_fresh(
+            self.api, self.shard_id, plan.position, self.start, plan.quota,
+            fetch=self.fetch, cutoff=self.cutoff,
+        )  # fmt: skip
+
+
+def _first_read(read: _Read, sleep: Callable[[float], None]) -> tuple[list[Record], ReadAhead]:
     """Read up to the quota; a throttled or failing read is tried again with backoff
     while it got nothing (what it got is exact and kept)."""
     backoff = ExponentialBackoff(0.2, cap=2.0)
     for attempt in range(1, READ_ATTEMPTS + 1):
-        records, ahead = read_fresh(
-            api, shard_id, plan.position, start, plan.quota, fetch=fetch, cutoff=cutoff
-        )
+        records, ahead = read.once()
         if ahead.error is None or records or attempt == READ_ATTEMPTS:
             return records, ahead
-        log.info("read of %s/%s: %s; try %d", api.stream_name, shard_id, ahead.error, attempt + 1)
+        log.info("read of %s/%s: %s; try %d", read.api.stream_name, read.shard_id, ahead.error,
+                 attempt + 1)  # fmt: skip
         sleep(backoff.delay(attempt))
     raise AssertionError("unreachable")  # pragma: no cover

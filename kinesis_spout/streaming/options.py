@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kinesis_spout.config import MAX_RECORDS_PER_CALL, InitialPosition
+from kinesis_spout.config import CONSUMERS, MAX_RECORDS_PER_CALL, InitialPosition
 from kinesis_spout.errors import ConfigError
 
 DEFAULT_MAX_RECORDS_PER_SHARD = 10_000
@@ -40,6 +41,9 @@ OPTIONS: dict[str, str] = {
     "jobName": "job name of those checkpoints (default: spark-<streamName>)",
     "zkAuth": "user:password for ZooKeeper digest ACLs",
     "failOnDataLoss": "true (default): fail when planned records are gone; false: log and go on",
+    "consumer": "polling (default: GetRecords) or efo (enhanced fan-out: the executors "
+    "subscribe with SubscribeToShard)",
+    "consumerName": "the enhanced fan-out consumer, registered if absent (default: jobName)",
 }
 _BY_LOWER = {k.lower(): k for k in OPTIONS}
 _STORE_NEEDED = (
@@ -72,6 +76,9 @@ class SourceOptions:
     job_name: str = ""
     zk_auth: str | None = None
     fail_on_data_loss: bool = True
+    consumer: str = "polling"
+    consumer_name: str = ""
+    """The enhanced fan-out consumer (``consumer = "efo"``)."""
     # Not options: pacing of the offset process (Kinesis allows 5 GetRecords/s per shard).
     idle_poll_interval: float = 0.25
     """Seconds a shard whose last read reached its tip waits for its next batch."""
@@ -146,6 +153,7 @@ def parse_options(
     region, endpoint = _location(given, env)
     position, timestamp = _start(given)
     store, job, zk_auth = _store(given, stream)
+    consumer, consumer_name = _consumer(given, job)
     per_trigger = given.get("maxRecordsPerTrigger")
     opts = SourceOptions(
         stream_name=stream,
@@ -171,6 +179,8 @@ def parse_options(
         job_name=job,
         zk_auth=zk_auth,
         fail_on_data_loss=_bool("failOnDataLoss", given.get("failOnDataLoss", "true")),
+        consumer=consumer,
+        consumer_name=consumer_name,
     )
     if store is None:
         raise ConfigError("checkpointStore", None, _STORE_NEEDED)
@@ -234,6 +244,21 @@ def _start(given: Mapping[str, str]) -> tuple[InitialPosition, datetime | None]:
             "initialTimestamp", None, "required with initialPosition=at_timestamp (ISO 8601)"
         )
     return position, timestamp
+
+
+_CONSUMER_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+
+
+def _consumer(given: Mapping[str, str], job: str) -> tuple[str, str]:
+    """How shards are read, and the enhanced fan-out consumer's name."""
+    consumer = given.get("consumer", "polling").strip().lower()
+    if consumer not in CONSUMERS:
+        raise ConfigError("consumer", given.get("consumer"), " or ".join(CONSUMERS))
+    name = given.get("consumerName", "").strip() or job
+    if (consumer == "efo" or given.get("consumerName")) and not _CONSUMER_NAME.fullmatch(name):
+        which = "consumerName" if given.get("consumerName") else "consumerName (default: jobName)"
+        raise ConfigError(which, name, "1..128 characters of a-z, A-Z, 0-9, _ . -")
+    return consumer, name
 
 
 def _store(given: Mapping[str, str], stream: str) -> tuple[str | None, str, str | None]:

@@ -20,6 +20,7 @@ from typing import Any
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
+from kinesis_spout.kinesis.efo_read import EfoTarget
 from kinesis_spout.records import ShardInfo
 from kinesis_spout.streaming.batch_ends import BatchEnd, BatchEndError, BatchEndStore
 from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
@@ -53,6 +54,7 @@ class Planner:
         self._done: set[str] = set()
         """availableNow: shards read up to the cutoff."""
         self._turn = 0
+        self._efo: EfoTarget | None = None
 
     @property
     def api(self) -> KinesisApi:
@@ -72,6 +74,24 @@ class Planner:
                 opts.checkpoint_store, opts.job_name, opts.stream_name, opts.zk_auth
             )
         return self._store
+
+    def efo_target(self) -> EfoTarget | None:
+        """``consumer=efo``: where the tasks subscribe (the consumer registered if absent
+        and ACTIVE, once per process); None for polling."""
+        opts = self.options
+        if opts.consumer != "efo":
+            return None
+        if self._efo is None:
+            from kinesis_spout.kinesis.consumer import ensure_consumer
+            from kinesis_spout.kinesis.efo_api import FanOutApi
+
+            consumer = ensure_consumer(FanOutApi(self.api), opts.consumer_name)
+            self._efo = EfoTarget(opts.stream_name, opts.region, opts.endpoint_url, consumer.arn)
+        return self._efo
+
+    def closed_shards(self) -> frozenset[str]:
+        """The shards the last ListShards answer gave an ending sequence number."""
+        return frozenset(s.shard_id for s in self._listed if s.is_closed)
 
     def parse(self, doc: Any) -> BatchOffset:
         offset = BatchOffset.from_json(doc)
@@ -144,7 +164,9 @@ class Planner:
         if end.throttled:
             self._rest_until[shard] = end.at + THROTTLE_REST
         elif end.caught_up:
-            if self.cutoff is not None:
+            if self.cutoff is not None and end.at >= self.cutoff.timestamp():
+                # At its tip after the cutoff: everything that arrived before is read. (A
+                # batch of an earlier query that caught up says nothing about this cutoff.)
                 self._done.add(shard)
             self._rest_until[shard] = end.at + self.options.idle_poll_interval
         else:

@@ -32,6 +32,7 @@ from kinesis_spout.errors import (
 )
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
+from kinesis_spout.kinesis.efo_read import EfoTarget
 from kinesis_spout.streaming.batch_ends import BatchEndStore, open_batch_ends
 from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
 from kinesis_spout.streaming.errors import MissingDependencyError
@@ -132,10 +133,14 @@ class BatchShardPartition(InputPartition):
         plan: ShardPlan,
         start: StartPosition,
         cutoff: datetime | None,
+        efo: EfoTarget | None = None,
+        closed: bool = False,
     ) -> None:
         super().__init__(f"{batch}:{shard_id}")
         self.batch, self.shard_id, self.plan = batch, shard_id, plan
         self.start, self.cutoff = start, cutoff
+        self.efo, self.closed = efo, closed
+        """``consumer=efo``: subscribe as this consumer; ListShards says it is closed."""
 
     def __repr__(self) -> str:
         pos = self.plan.position
@@ -229,8 +234,12 @@ class KinesisStreamReader(DataSourceStreamReader):
         if first.batch == last.batch:
             return []  # no batch between them (PySpark 4.0 asks after a restart)
         log.debug("batch %d: %d shards", last.batch, len(last.reads))
+        efo = self.planner.efo_target()
+        closed = self.planner.closed_shards()
         return [
-            BatchShardPartition(last.batch, shard, plan, last.start, last.cutoff)
+            BatchShardPartition(
+                last.batch, shard, plan, last.start, last.cutoff, efo, shard in closed
+            )
             for shard, plan in last.reads.items()
         ]
 
@@ -254,7 +263,7 @@ class KinesisStreamReader(DataSourceStreamReader):
         for page in read_batch_shard(
             api, store, p.batch, p.shard_id, p.plan, p.start,
             fetch=opts.max_records_per_fetch, cutoff=p.cutoff,
-            fail_on_data_loss=opts.fail_on_data_loss,
+            fail_on_data_loss=opts.fail_on_data_loss, efo=p.efo, closed=p.closed,
         ):  # fmt: skip
             yield to_arrow(page)
 

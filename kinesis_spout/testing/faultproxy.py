@@ -23,13 +23,17 @@ sum must be <= 1; rates can be changed while it runs):
 * ``expire``: GetRecords only: a 400 ``ExpiredIteratorException``.
 
 ``operations`` limits injection to those API calls (names such as
-``"GetRecords"``); others are always forwarded. With one client thread the
+``"GetRecords"``); others are always forwarded. ``SubscribeToShard`` answers
+(event streams) are passed through as they come; :meth:`FaultProxy.cut_streams`
+cuts the open ones (a connection dropping mid-subscription), and the request
+bodies of those calls are kept (:meth:`FaultProxy.bodies`). With one client thread the
 sequence of faults is a function of the seed. Counters of what was injected
 are in :attr:`FaultProxy.injected`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -109,6 +113,7 @@ class FaultProxy:
         )
         self._counts: Counter[str] = Counter()
         self._requests: Counter[str] = Counter()
+        self._bodies: list[tuple[str, bytes]] = []
         self._port = port
         self._server: ProxyServer | None = None
         self._thread: threading.Thread | None = None
@@ -214,6 +219,22 @@ class FaultProxy:
         de-aggregation): what the readers fetched."""
         with self._lock:
             return self._counts["records_returned"]
+
+    def bodies(self, operation: str) -> list[dict[str, object]]:
+        """The JSON bodies of the ``SubscribeToShard`` requests received, oldest first."""
+        with self._lock:
+            return [json.loads(b) for op, b in self._bodies if op == operation]
+
+    def cut_streams(self) -> int:
+        """Cut every event stream passing through now; the number cut."""
+        if self._server is None:
+            raise RuntimeError("FaultProxy is not started")
+        return self._server.cut_streams()
+
+    def _record(self, operation: str, body: bytes) -> None:
+        if operation == "SubscribeToShard":
+            with self._lock:
+                self._bodies.append((operation, body))
 
     def _count(self, what: str, n: int = 1) -> None:
         with self._lock:

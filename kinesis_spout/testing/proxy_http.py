@@ -28,11 +28,15 @@ class FaultPlan(Protocol):
 
     def _count(self, what: str, n: int = 1) -> None: ...
 
+    def _record(self, operation: str, body: bytes) -> None: ...
+
 
 log = logging.getLogger("kinesis_spout.testing.faultproxy")
 
 _JSON = "application/x-amz-json-1.1"
 _DATA_PLANE = frozenset({"GetRecords", "GetShardIterator", "PutRecord", "PutRecords"})
+_STREAMED = frozenset({"SubscribeToShard"})
+"""Answers passed through as they come (an event stream), not read whole first."""
 _HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -65,6 +69,7 @@ class ProxyHandler(BaseHTTPRequestHandler):
         target = self.headers.get("X-Amz-Target", "")
         operation = target.rsplit(".", 1)[-1] if target else ""
         proxy = self.server.proxy
+        proxy._record(operation, body)
         fault = proxy._decide(operation)
         if fault == "throttle":
             code = (
@@ -83,6 +88,8 @@ class ProxyHandler(BaseHTTPRequestHandler):
             )
         elif fault == "drop_before":
             self._drop()
+        elif operation in _STREAMED and fault != "drop_after":
+            self._forward_stream(body)
         else:
             self._forward(body, drop_after=fault == "drop_after")
 
@@ -145,6 +152,41 @@ class ProxyHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+    def _forward_stream(self, body: bytes) -> None:
+        """Pass an event stream through as it comes; :meth:`ProxyServer.cut_streams`
+        cuts it (a connection that drops mid-subscription)."""
+        proxy = self.server.proxy
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers["Host"] = proxy._upstream_netloc
+        headers["Content-Length"] = str(len(body))
+        conn = http.client.HTTPConnection(proxy._upstream_host, proxy._upstream_port, timeout=60)
+        self.server.streams_opened(self.connection, conn)
+        try:
+            conn.request(self.command, self.path, body=body, headers=headers)
+            resp = conn.getresponse()
+            self.send_response(resp.status)
+            for k, v in resp.getheaders():
+                if k.lower() not in _HOP_BY_HOP:
+                    self.send_header(k, v)
+            # Chunked, as Kinesis sends it: a cut shows as a body ended too early.
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            proxy._count("forwarded")
+            while chunk := resp.read1(65536):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+                proxy._count("stream_bytes", len(chunk))
+            if self.server.was_cut(self.connection):
+                raise OSError("cut by the fault proxy")
+            self.wfile.write(b"0\r\n\r\n")
+        except (OSError, http.client.HTTPException) as exc:
+            self.close_connection = True
+            log.debug("fault proxy: stream from %s ended: %s", proxy.upstream_url, exc)
+        finally:
+            self.server.streams_closed(self.connection)
+            conn.close()
+
+
 class ProxyServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -153,6 +195,8 @@ class ProxyServer(ThreadingHTTPServer):
         self.proxy = proxy
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
+        self._streams: dict[socket.socket, http.client.HTTPConnection] = {}
+        self._cut: set[socket.socket] = set()
         super().__init__(address, ProxyHandler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -164,6 +208,36 @@ class ProxyServer(ThreadingHTTPServer):
         with self._conns_lock:
             self._conns.discard(request)
         super().shutdown_request(request)
+
+    def streams_opened(self, client: socket.socket, upstream: http.client.HTTPConnection) -> None:
+        with self._conns_lock:
+            self._streams[client] = upstream
+
+    def streams_closed(self, client: socket.socket) -> None:
+        with self._conns_lock:
+            self._streams.pop(client, None)
+            self._cut.discard(client)
+
+    def was_cut(self, client: socket.socket) -> bool:
+        with self._conns_lock:
+            return client in self._cut
+
+    def cut_streams(self) -> int:
+        """Cut every event stream being passed through (RST to the client, the upstream
+        connection closed); the number cut."""
+        with self._conns_lock:
+            streams = list(self._streams.items())
+            self._cut.update(self._streams)
+        for client, upstream in streams:
+            with contextlib.suppress(OSError):
+                client.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                )
+                client.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                if upstream.sock is not None:
+                    upstream.sock.shutdown(socket.SHUT_RDWR)
+        return len(streams)
 
     def close_connections(self) -> None:
         """Cut every open client connection (keep-alive ones included)."""

@@ -65,3 +65,24 @@ def test_the_spout_reads_past_an_empty_aggregate_and_checkpoints_it() -> None:
     # Everything is done, the trailing empty aggregate included: no re-read on resume.
     assert cp is not None and cp.sequence_number == tail
     assert r.metrics.counters.get(("empty_aggregates_skipped", S[0]), 0) == 2
+
+
+def test_an_aggregate_followed_by_empty_ones_still_holds_its_first_record_back() -> None:
+    """A page of one 2-record aggregate and two empty ones has no more records than
+    Kinesis records: the aggregate must still be known, or a checkpoint at its first
+    user record would resume after the whole aggregate and skip the second."""
+    r = Rig(shards=1)
+    pk, payload = kpl([("x", b"u0"), ("y", b"u1")])
+    seq = r.kinesis.put(S[0], payload)
+    r.kinesis.put(S[0], EMPTY_AGGREGATE)
+    r.kinesis.put(S[0], EMPTY_AGGREGATE)
+    r.open()
+    first, second = r.spout.next_batch(10)
+    assert (first.sequence_number, first.sub_sequence_number) == (seq, 0)
+    r.spout.ack(first)
+    r.spout.checkpoint(force=True)
+    assert r.cp(S[0]) is None  # (seq, 0) would mean "the whole aggregate is done"
+    r.spout.ack(second)
+    r.spout.close()
+    cp = r.cp(S[0])
+    assert cp is not None and int(cp.sequence_number or 0) > int(seq)

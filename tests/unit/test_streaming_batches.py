@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,12 @@ def pos(seq: int, n: int = 1, ended: bool = False) -> ShardPosition:
     return ShardPosition(str(seq), 0, False, ended, n)
 
 
-def end(seq: int | None, n: int = 1, *, caught_up: bool = False, ended: bool = False) -> BatchEnd:
+def end(
+    seq: int | None, n: int = 1, *, caught_up: bool = False, ended: bool = False,
+    at: float | None = None,
+) -> BatchEnd:  # fmt: skip
     position = None if seq is None else pos(seq, n, ended)
-    return BatchEnd(position, caught_up=caught_up, at=0.0)
+    return BatchEnd(position, caught_up=caught_up, at=time.time() if at is None else at)
 
 
 # ------------------------------------------------------------------ offsets
@@ -200,3 +204,17 @@ def test_available_now_ends_once_every_shard_reached_the_cutoff(tmp_path: Path) 
     p.store.record(2, A, end(7, 2, caught_up=True))
     p._rest_until.clear()  # noqa: SLF001 - even after any rest
     assert p.latest(second.to_json(), None) == second  # no new batch: the query stops
+
+
+def test_available_now_reads_on_after_an_earlier_query_caught_up(tmp_path: Path) -> None:
+    """A restarted availableNow query: the last batch of the earlier query reached the
+    tip before this query's cutoff, so records may have arrived since; it reads on."""
+    from datetime import UTC, datetime
+
+    p = planner(tmp_path, [ShardInfo(A)], maxRecordsPerShard="5")
+    first = p.latest(p.initial_offset().to_json(), None)
+    p.store.record(1, A, end(5, 5, caught_up=True, at=time.time() - 60))  # a minute ago
+    p._rest_until.clear()  # noqa: SLF001 - its rest is long over
+    p.cutoff = datetime.now(UTC)  # the new query's prepareForTriggerAvailableNow
+    second = p.latest(first.to_json(), None)
+    assert second.batch == first.batch + 1 and set(second.reads) == {A}  # not taken as done

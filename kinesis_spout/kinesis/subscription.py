@@ -1,0 +1,338 @@
+"""One shard's enhanced fan-out subscriptions, read by a thread into a small buffer.
+
+:class:`SubscriptionPump` keeps a ``SubscribeToShard`` event stream open for one
+shard and puts its events into a buffer of at most ``capacity`` events; its owner
+(:class:`~kinesis_spout.kinesis.efo_getter.EfoShardGetter`) takes them without
+blocking. States of the pump::
+
+    NEW --start()--> RUNNING --end of a closed shard--> ENDED
+                     RUNNING --an error that needs a human--> FAILED  (``error`` set)
+    NEW | RUNNING --stop()--> STOPPED                  (start() again resumes)
+
+While RUNNING it loops: subscribe at the resume point, read events, subscribe
+again. The resume point is ``AFTER_SEQUENCE_NUMBER`` of the last Kinesis record
+received or of a larger ``ContinuationSequenceNumber`` (once a record or a
+sequence number anchors it), else the start (a checkpoint, or the initial
+position; ``LATEST`` turns into ``AT_TIMESTAMP`` of the first subscription).
+
+* **Back-pressure**: a full buffer stops the thread before it reads the next event,
+  so the subscription pauses (the server's pushes wait in the socket) instead of
+  growing memory; an owner whose replay window is full stops taking, which fills
+  the buffer.
+* **Renewal**: a subscription is given up and renewed from the resume point at the
+  first event after ``renew_after`` seconds (Kinesis ends each after 5 minutes);
+  one that Kinesis ends is renewed at once.
+* **Shard end**: an event with ``ChildShards`` (or no continuation) is the last.
+  Some emulators end a closed shard's subscription without them: a subscription
+  that ends after an event with no records (or, with ``closed_hint``, any such
+  event) is followed by one GetRecords page from the resume point (the *probe*),
+  which says whether the shard is closed and names its children.
+* **Errors**: throttling (``LimitExceededException``), ``ResourceInUseException``
+  (another subscription to the shard is active), 5xx and dropped connections are
+  retried after a jittered backoff; anything else, or a first subscription that
+  never succeeds in ``FIRST_TRIES`` tries (an endpoint without enhanced fan-out),
+  is kept in ``error`` for the owner to raise.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+
+from kinesis_spout.config import InitialPosition
+from kinesis_spout.errors import (
+    EndpointUnreachableError,
+    KinesisError,
+    TransientKinesisError,
+)
+from kinesis_spout.kinesis.efo_api import (
+    FanOutApi,
+    StartingPosition,
+    Subscription,
+    SubscriptionEvent,
+)
+from tracker import Backoff
+
+log = logging.getLogger(__name__)
+
+#: Tries of a shard's first subscription that fail with 5xx or no connection before
+#: the endpoint is taken not to support enhanced fan-out.
+FIRST_TRIES = 6
+#: How far before the first LATEST subscription a renewal without any record starts.
+LATEST_MARGIN = timedelta(seconds=1)
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """Where the next subscription starts (see the module docstring)."""
+
+    after: str | None = None
+    """``AFTER_SEQUENCE_NUMBER`` this (whole records up to it were received)."""
+    at: str | None = None
+    """``AT_SEQUENCE_NUMBER`` this (a checkpoint inside a KPL aggregate)."""
+    initial: InitialPosition = InitialPosition.TRIM_HORIZON
+    timestamp: datetime | None = None
+
+    def starting_position(self) -> StartingPosition:
+        if self.after is not None:
+            return StartingPosition("AFTER_SEQUENCE_NUMBER", self.after)
+        if self.at is not None:
+            return StartingPosition("AT_SEQUENCE_NUMBER", self.at)
+        if self.initial is InitialPosition.AT_TIMESTAMP:
+            return StartingPosition("AT_TIMESTAMP", timestamp=self.timestamp)
+        return StartingPosition(self.initial.value)
+
+    def past(self, event: SubscriptionEvent) -> ResumePoint:
+        """The resume point once ``event`` was received."""
+        after = self.after
+        if event.last_sequence is not None:
+            after = event.last_sequence
+        anchor = after if after is not None else self.at
+        cont = event.continuation
+        if cont is not None and anchor is not None and int(cont) > int(anchor):
+            after = cont  # an anchored continuation beyond the records: skip the gap
+        return self if after == self.after else replace(self, after=after, at=None)
+
+
+class _Outcome(enum.Enum):
+    RENEW = "renew"
+    PROBE = "probe"
+    ENDED = "ended"
+    STOPPED = "stopped"
+
+
+class SubscriptionPump:
+    """The subscriptions of one shard and their event buffer; see the module docstring."""
+
+    def __init__(
+        self,
+        fanout: FanOutApi,
+        consumer_arn: str,
+        shard_id: str,
+        resume: ResumePoint,
+        *,
+        backoff: Backoff,
+        capacity: int = 2,
+        renew_after: float = 280.0,
+        probe_limit: int = 10_000,
+        closed_hint: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.fanout = fanout
+        self.consumer_arn = consumer_arn
+        self.shard_id = shard_id
+        self.capacity = max(1, capacity)
+        self.renew_after = renew_after
+        self.probe_limit = probe_limit
+        self.closed_hint = closed_hint
+        self._backoff = backoff
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._buffer: deque[SubscriptionEvent] = deque()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sub: Subscription | None = None
+        self._resume = resume
+        self._failures = 0
+        self._ever_subscribed = False
+        self.ended = False
+        """The last event of the closed shard is in the buffer (or was taken)."""
+        self.error: KinesisError | None = None
+        """An error that needs a human: the owner raises it."""
+        self._notice: KinesisError | None = None
+        self.subscriptions = self.events = self.received = self.probes = self.errors = 0
+
+    # --- the owner's side ----------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def resume(self) -> ResumePoint:
+        with self._cond:
+            return self._resume
+
+    def start(self, *, subscribe_now: bool = False) -> None:
+        """Start the thread (idempotent). ``subscribe_now`` makes the first
+        subscription in this thread (LATEST means "from this call on")."""
+        if self.running or self.ended or self.error is not None:
+            return
+        self._stop.clear()
+        first: Subscription | None = None
+        if subscribe_now:
+            try:
+                first = self._subscribe()
+            except KinesisError as exc:
+                if not self._failed(exc):
+                    return
+        thread = threading.Thread(
+            target=self._run, args=(first,), name=f"kinesis-efo-{self.shard_id}", daemon=True
+        )
+        self._thread = thread
+        thread.start()
+
+    def take(self) -> SubscriptionEvent | None:
+        """The oldest buffered event, or None (never blocks)."""
+        with self._cond:
+            if not self._buffer:
+                return None
+            event = self._buffer.popleft()
+            self._cond.notify_all()
+            return event
+
+    def __len__(self) -> int:
+        return len(self._buffer)
+
+    def take_notice(self) -> KinesisError | None:
+        """The last retriable error since the previous call (for logs and metrics)."""
+        notice, self._notice = self._notice, None
+        return notice
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the thread and close its subscription; buffered events stay."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+            sub = self._sub
+        if sub is not None:
+            sub.close()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning("%s: subscription thread still running after %.0fs", self.shard_id,
+                            timeout)  # fmt: skip
+        self._thread = None
+
+    # --- the thread ----------------------------------------------------------------
+    def _run(self, first: Subscription | None) -> None:
+        sub = first
+        while not self._stop.is_set():
+            try:
+                if sub is None:
+                    sub = self._subscribe()
+                outcome = self._drain(sub)
+                sub = None
+                if outcome is _Outcome.PROBE:
+                    outcome = self._probe()
+                if outcome in (_Outcome.ENDED, _Outcome.STOPPED):
+                    return
+            except KinesisError as exc:
+                sub = None
+                if self._stop.is_set() or not self._failed(exc):
+                    return
+                self._stop.wait(self._backoff.delay(self._failures))
+            except Exception as exc:  # a bug or an unexpected library error: surface it
+                log.exception("%s: subscription thread failed", self.shard_id)
+                self.error = KinesisError(f"subscription of {self.shard_id} failed: {exc!r}")
+                return
+
+    def _subscribe(self) -> Subscription:
+        with self._cond:
+            resume = self._resume
+        sub = self.fanout.subscribe(self.consumer_arn, self.shard_id, resume.starting_position())
+        self.subscriptions += 1
+        if not self._ever_subscribed:
+            self._ever_subscribed = True
+            if (
+                resume.after is None
+                and resume.at is None
+                and (resume.initial is InitialPosition.LATEST)
+            ):
+                # Renewals before any record start where this one did, not at a later LATEST.
+                opened = (sub.server_time or datetime.now(UTC)) - LATEST_MARGIN
+                with self._cond:
+                    self._resume = replace(
+                        resume, initial=InitialPosition.AT_TIMESTAMP, timestamp=opened
+                    )
+        with self._cond:
+            self._sub = sub
+        if self._stop.is_set():
+            sub.close()
+        log.debug("%s: subscribed at %s", self.shard_id, resume.starting_position())
+        return sub
+
+    def _drain(self, sub: Subscription) -> _Outcome:
+        """Read ``sub`` until it ends, must be renewed, or the pump stops."""
+        started = self._clock()
+        idle = True  # no event yet, or the last one had no records
+        try:
+            for event in sub.events():
+                if not self._push(event):
+                    return _Outcome.STOPPED
+                self._failures = 0
+                if event.ended:
+                    return _Outcome.ENDED
+                idle = event.raw_count == 0
+                if idle and self.closed_hint:
+                    return _Outcome.PROBE
+                if self._clock() - started >= self.renew_after:
+                    log.debug("%s: renewing the subscription", self.shard_id)
+                    return _Outcome.RENEW
+        except KinesisError:
+            if self._stop.is_set():
+                return _Outcome.STOPPED
+            raise
+        finally:
+            sub.close()
+            with self._cond:
+                if self._sub is sub:
+                    self._sub = None
+        if self._stop.is_set():
+            return _Outcome.STOPPED
+        return _Outcome.PROBE if idle else _Outcome.RENEW
+
+    def _probe(self) -> _Outcome:
+        """One GetRecords page from the resume point: is the shard closed?"""
+        with self._cond:
+            start = self._resume.starting_position()
+        self.probes += 1
+        event = self.fanout.probe(self.shard_id, start, self.probe_limit)
+        if (event.raw_count or event.ended) and not self._push(event):
+            return _Outcome.STOPPED
+        if event.ended:
+            log.info("%s: the shard is closed (found by a GetRecords probe)", self.shard_id)
+        return _Outcome.ENDED if event.ended else _Outcome.RENEW
+
+    def _push(self, event: SubscriptionEvent) -> bool:
+        """Buffer ``event`` once there is room (the subscription pauses meanwhile);
+        False if the pump stopped first."""
+        with self._cond:
+            while len(self._buffer) >= self.capacity and not self._stop.is_set():
+                self._cond.wait()
+            if self._stop.is_set():
+                return False
+            self._buffer.append(event)
+            self._resume = self._resume.past(event)
+            self.events += 1
+            self.received += len(event.records)
+            if event.ended:
+                self.ended = True
+            self._cond.notify_all()
+        return True
+
+    def _failed(self, exc: KinesisError) -> bool:
+        """Count an error; True if it is retried (after a backoff), False if fatal."""
+        self.errors += 1
+        self._failures += 1
+        first = not self._ever_subscribed
+        down = isinstance(exc, TransientKinesisError | EndpointUnreachableError)
+        if exc.retriable and not (first and down and self._failures >= FIRST_TRIES):
+            self._notice = exc
+            log.info("%s: %s; subscribing again after a backoff", self.shard_id, exc)
+            return True
+        if exc.retriable:
+            exc = KinesisError(
+                f"{exc} (SubscribeToShard failed {self._failures} times and never succeeded: "
+                f"does {self.fanout.api.client.meta.endpoint_url} support enhanced fan-out? "
+                'moto does not; use consumer = "polling" there)'
+            )
+        self.error = exc
+        log.error("%s: subscription failed: %s", self.shard_id, exc)
+        return False
