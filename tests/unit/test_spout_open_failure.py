@@ -29,11 +29,11 @@ def test_a_failed_open_closes_the_store_and_sink_it_opened(monkeypatch: pytest.M
     r.kinesis.put(S[0], b"x")
     opened: list[CorruptStore] = []
 
-    def open_store(*a: Any, **kw: Any) -> CorruptStore:
+    def open_config_store(*a: Any, **kw: Any) -> CorruptStore:
         opened.append(CorruptStore("j"))
         return opened[-1]
 
-    monkeypatch.setattr(spout_module, "open_store", open_store)
+    monkeypatch.setattr(spout_module, "open_config_store", open_config_store)
     sp = KinesisSpout(r.config, client=r.kinesis, clock=r.clock)  # opens its own store
     with pytest.raises(CorruptCheckpointError):
         sp.open()
