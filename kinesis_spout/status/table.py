@@ -81,8 +81,6 @@ def _grid(rows: Sequence[tuple[str, ...]]) -> list[str]:
 def _job_lease(lease: JobLeaseStatus, report: StatusReport) -> str:
     if lease.state is LeaseState.FREE:
         return f"job lease: free (no driver of job {report.job!r} is running) [{lease.where}]"
-    if lease.state is LeaseState.NONE:
-        return "job lease: none for this store"
     since = ""
     if lease.since is not None:
         age = (report.generated_at - lease.since).total_seconds()
