@@ -46,11 +46,17 @@ def count_directory(directory: Path, job: str, stream: str) -> dict[str, int]:
 
 def count_s3(target: str, job: str, stream: str, client: object = None) -> dict[str, int]:
     """``{shard: entries}`` of an ``s3://bucket/prefix`` dead-letter target."""
-    from kinesis_spout.deadletter_s3 import iter_s3_keys, parse_s3_url, read_s3_object, s3_client
+    from kinesis_spout.deadletter_s3 import (
+        iter_s3_keys,
+        key_prefix,
+        parse_s3_url,
+        read_s3_object,
+        s3_client,
+    )
 
     bucket, prefix = parse_s3_url(target)
     s3 = client if client is not None else s3_client()
-    base = "/".join(p for p in (prefix, job, stream) if p) + "/"
+    base = key_prefix(prefix, job, stream)
     ids: dict[str, set[str]] = {}
     for key in iter_s3_keys(s3, bucket, base):
         shard = key[len(base) :].split("/", 1)[0]
