@@ -11,25 +11,10 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
 from pathlib import Path
 
+from kinesis_spout.deadletter import entry_ids
 from kinesis_spout.errors import KinesisSpoutError
-
-
-def _ids(lines: Iterable[bytes]) -> set[str]:
-    ids: set[str] = set()
-    for line in lines:
-        if not line.endswith(b"\n") or not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and "message_id" in entry:
-            ids.add(str(entry["message_id"]))
-    return ids
 
 
 def count_directory(directory: Path, job: str, stream: str) -> dict[str, int]:
@@ -40,7 +25,7 @@ def count_directory(directory: Path, job: str, stream: str) -> dict[str, int]:
         return out
     for path in sorted(base.glob("*.jsonl")):
         with path.open("rb") as fh:
-            out[path.stem] = len(_ids(fh))
+            out[path.stem] = len(entry_ids(fh, path)[0])
     return out
 
 
