@@ -44,7 +44,7 @@ from kinesis_spout.testing.chaos import (
     figures_json,
     run_chaos,
 )
-from kinesis_spout.testing.plots import add_plot_argument, check_plot_argument, describe_png
+from kinesis_spout.testing.plots import add_plot_argument, check_plot_argument, save_chart
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -178,13 +178,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def plot_result(result: ChaosResult, path: Path) -> bool:
     """Draw the run's chart into ``path``; False (after saying why) when it cannot be drawn."""
-    try:
-        draw_chaos_result(result, path)
-    except KinesisSpoutError as exc:
-        print(f"chaos: the chart could not be drawn: {exc}", file=sys.stderr)
-        return False
-    print(f"chart: {describe_png(path)}")
-    return True
+    return save_chart(lambda p: draw_chaos_result(result, p), path)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,23 @@ def dead_letter_entry(
     }
 
 
+def entry_ids(lines: Iterable[bytes], where: Path) -> tuple[set[str], bool]:
+    """The message ids of the entries of a dead-letter file (``where``, for the log), and
+    whether its last line was cut short by a crash. An entry is a complete line with a
+    ``message_id``; a torn line is none, a malformed one is logged and skipped."""
+    ids: set[str] = set()
+    torn = False
+    for line in lines:
+        if not line.endswith(b"\n"):
+            torn = True  # a write cut short by a crash: not an entry
+            continue
+        try:
+            ids.add(str(json.loads(line)["message_id"]))
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignoring a malformed line in %s", where)
+    return ids, torn
+
+
 class JsonlDeadLetterSink:
     """Appends one JSON line per record, one file per shard, fsynced.
 
@@ -101,14 +118,7 @@ class JsonlDeadLetterSink:
         torn = False
         if p.exists():
             with p.open("rb") as raw:
-                for line in raw:
-                    if not line.endswith(b"\n"):
-                        torn = True  # a write cut short by a crash: not an entry
-                        continue
-                    try:
-                        seen.add(str(json.loads(line)["message_id"]))
-                    except (ValueError, KeyError, TypeError):
-                        log.warning("ignoring a malformed line in %s", p)
+                seen, torn = entry_ids(raw, p)
         fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         if torn:
             _write_all(fd, b"\n")

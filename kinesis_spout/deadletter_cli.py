@@ -68,12 +68,17 @@ def load_sources(cfg: SpoutConfig) -> list[Source]:
             "dead_letter", target, "a directory or s3:// target (none keeps no dead letters)"
         )
     if target.startswith("s3://"):
-        from kinesis_spout.deadletter_s3 import iter_s3_keys, parse_s3_url, read_s3_object
+        from kinesis_spout.deadletter_s3 import (
+            iter_s3_keys,
+            key_prefix,
+            parse_s3_url,
+            read_s3_object,
+        )
         from kinesis_spout.deadletter_s3 import s3_client as make
 
         bucket, prefix = parse_s3_url(target)
         client = make()
-        base = "/".join(p for p in (prefix, cfg.job_name, cfg.stream_name) if p) + "/"
+        base = key_prefix(prefix, cfg.job_name, cfg.stream_name)
         return [
             Source(f"s3://{bucket}/{k}", read_s3_object(client, bucket, k))
             for k in iter_s3_keys(client, bucket, base)

@@ -50,6 +50,12 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     return bucket, prefix.strip("/")
 
 
+def key_prefix(prefix: str, *parts: str) -> str:
+    """``prefix/part/.../`` of the dead-letter layout (an empty prefix, the bucket's root,
+    is left out): ``<prefix>/<job>/<stream>/`` and ``<prefix>/<job>/<stream>/<shard>/``."""
+    return "/".join(p for p in (prefix, *parts) if p) + "/"
+
+
 def s3_client() -> Any:
     """An S3 client with short timeouts and few retries (a failed write is tried
     again before each checkpoint save anyway)."""
@@ -83,8 +89,7 @@ class S3DeadLetterSink:
         self.objects = 0
 
     def shard_prefix(self, stream_name: str, shard_id: str) -> str:
-        parts = [p for p in (self.prefix, self.job_name, stream_name, shard_id) if p]
-        return "/".join(parts) + "/"
+        return key_prefix(self.prefix, self.job_name, stream_name, shard_id)
 
     def key_for(self, letter: DeadLetter) -> str:
         r = letter.record

@@ -68,8 +68,15 @@ class AckRouter:
         if sh is None or key is None or sh.tracker is None or not sh.tracker.ack(key):
             self.ignored += 1
             return
-        self.acked += 1
+        self.acked += 1  # count_acked inline: this is the per-record path
         self._metrics.increment("records_acked", shard=sh.shard_id)
+
+    def count_acked(self, shard_id: str, n: int) -> None:
+        """``n`` acks of ``shard_id`` took effect (here or in a read task): counted in
+        :attr:`acked` and as ``records_acked``."""
+        self.acked += n
+        if n:
+            self._metrics.increment("records_acked", n, shard=shard_id)
 
     def ack_many(self, ids: Iterable[MessageRef]) -> None:
         """``ack`` for each id (one tracker call per shard)."""
@@ -89,18 +96,11 @@ class AckRouter:
             if keys is None:
                 keys = by_shard[shard_id] = []
             keys.append(key)
-        acked = 0
-        total = 0
         for shard_id, keys in by_shard.items():
-            total += len(keys)
             sh = self.shards.get(shard_id)
-            if sh is not None and sh.tracker is not None:
-                n = sh.tracker.ack_many(keys)
-                acked += n
-                if n:
-                    self._metrics.increment("records_acked", n, shard=shard_id)
-        self.acked += acked
-        self.ignored += total - acked
+            n = sh.tracker.ack_many(keys) if sh is not None and sh.tracker is not None else 0
+            self.count_acked(shard_id, n)
+            self.ignored += len(keys) - n
 
     def fail(self, message_id: MessageRef, error: str | None = None) -> None:
         """The record failed: retried later, or dead-lettered once out of retries."""

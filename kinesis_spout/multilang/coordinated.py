@@ -64,13 +64,18 @@ class CoordinatedSpout:
         # First: a taken metrics port fails before ZooKeeper is even connected.
         self.endpoint = MetricsEndpoint.of(config)
         metrics = self.endpoint.start().metrics if self.endpoint is not None else NoopMetrics()
-        self.store = ZooKeeperCheckpointStore.from_url(
-            config.checkpoint_store,
-            config.job_name,
-            owner=config.worker_id,
-            auth=config.zk_auth,
-            session_timeout=config.zk_session_timeout,
-        )
+        try:  # a bad zk_auth, an unreachable ZooKeeper: the port is let go
+            self.store = ZooKeeperCheckpointStore.from_url(
+                config.checkpoint_store,
+                config.job_name,
+                owner=config.worker_id,
+                auth=config.zk_auth,
+                session_timeout=config.zk_session_timeout,
+            )
+        except BaseException:
+            if self.endpoint is not None:
+                self.endpoint.close()
+            raise
         client = make_client(config.endpoint_url, config.region)
         api = KinesisApi(client, config.stream_name)
         self.spout = KinesisSpout(config, store=self.store, client=client, metrics=metrics)

@@ -145,15 +145,16 @@ class MetricsEndpoint:
 
     def close(self) -> None:
         """Stop serving and free the port (safe to call twice)."""
-        server, self._server = self._server, None
-        if server is None:
+        if self._server is None:
             return
+        port, server, self._server = self.port, self._server, None
         with contextlib.suppress(OSError):
             server.shutdown()
+        with contextlib.suppress(OSError):  # apart: the port is let go whatever shutdown did
             server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
-        log.info("stopped the metrics endpoint on port %d", self.requested_port)
+        log.info("stopped the metrics endpoint on port %d", port)
 
     def __enter__(self) -> Self:
         return self.start()

@@ -61,7 +61,9 @@ class PrometheusMetrics:
         self._lock = threading.Lock()
         self._specs: dict[str, MetricSpec] = {s.name: s for s in SPECS}
         self._families: dict[str, Any] = {}
-        self._children: dict[tuple[str, str | None], Any] = {}
+        self._children: dict[tuple[str, Kind, str | None], Any] = {}
+        """Per (name, kind used, shard): its series. The kind is in the key, so a name used
+        with the wrong kind after its series exists is still dropped (not set on it)."""
         self._since: dict[str, float] = {}
         self._warned: set[str] = set()
         for spec in SPECS:
@@ -103,7 +105,7 @@ class PrometheusMetrics:
         return family
 
     def _child(self, name: str, kind: Kind, shard: str | None) -> Any:
-        key = (name, shard)
+        key = (name, kind, shard)
         child = self._children.get(key)
         if child is not None:
             return child

@@ -106,10 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(
                 PROCESS_KEY, None, "--process module:function, or process = ... in the config file"
             )
-    except KinesisSpoutError as exc:
-        print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
-        return 2
-    try:  # before the job lease and Spark: a taken port stops the job before it starts
+        # Before the job lease and Spark: a taken port stops the job before it starts.
         endpoint = MetricsEndpoint.of(config)
         if endpoint is not None:
             endpoint.start()
@@ -117,9 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
         return 2
     pidfile = os.environ.get(PIDFILE_ENV)
-    if pidfile:
-        Path(pidfile).write_text(str(os.getpid()))
     try:
+        if pidfile:
+            Path(pidfile).write_text(str(os.getpid()))
         return run_tied_to_launcher(config, process, endpoint.metrics if endpoint else None)
     finally:
         if pidfile:  # the launcher may be gone (kill -9) and cannot remove it

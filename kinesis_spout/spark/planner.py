@@ -234,8 +234,7 @@ class ExecutorReadSpout(KinesisSpout):
         for i, ok in enumerate(res.ok):
             if ok and tracker.ack(res.key(i)):
                 acked += 1
-        self._acks.acked += acked
-        self._metrics.increment("records_acked", acked, shard=sh.shard_id)
+        self._acks.count_acked(sh.shard_id, acked)
         for i, rec in sorted(res.failed.items()):
             self._acks.fail_record(sh, rec.key, rec, res.errors.get(i), now)
         return acked, len(res.failed)
@@ -260,8 +259,7 @@ class ExecutorReadSpout(KinesisSpout):
             self._rr.read += n
             self._metrics.increment("records_read", n, shard=sh.shard_id)
         acked = n - len(fails)
-        self._acks.acked += acked
-        self._metrics.increment("records_acked", acked, shard=sh.shard_id)
+        self._acks.count_acked(sh.shard_id, acked)
         for rec, error in fails:
             self._acks.fail_record(sh, rec.key, rec, error, now)
         self._take_end(sh, res, now)

@@ -108,7 +108,8 @@ def probe_starts(
     return out
 
 
-def _age(now: datetime, then: datetime | None) -> float | None:
+def age(now: datetime, then: datetime | None) -> float | None:
+    """Seconds from ``then`` to ``now`` (never negative: clocks of other hosts), or None."""
     return None if then is None else max(0.0, (now - then).total_seconds())
 
 
@@ -124,11 +125,11 @@ def _row(
         phase=phase,
         parents=parents,
         checkpoint=cp,
-        checkpoint_age=_age(now, cp.updated_at) if cp else None,
+        checkpoint_age=age(now, cp.updated_at) if cp else None,
         lease=lease,
-        lease_age=_age(now, lease.acquired_at) if lease else None,
+        lease_age=age(now, lease.acquired_at) if lease else None,
         lag=lag,
-        next_record_age=_age(now, lag.next_arrival) if lag else None,
+        next_record_age=age(now, lag.next_arrival) if lag else None,
         dead_letters=dead,
     )
 

@@ -10,8 +10,10 @@ the store or the stream is missing or unreachable; 2 for a bad config value.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -106,19 +108,35 @@ def gather(
     return collect(inputs, now or datetime.now(UTC))
 
 
+@contextlib.contextmanager
+def _quiet(verbose: bool) -> Iterator[None]:
+    """Without ``--verbose``, only the report speaks: connection chatter would bury what
+    it says went wrong. The logging levels are put back afterwards (``cli.main`` may run
+    in a process that goes on)."""
+    if verbose:
+        yield
+        return
+    root, ours = logging.getLogger(), logging.getLogger("kinesis_spout")
+    levels = root.level, ours.level
+    root.setLevel(logging.WARNING)
+    ours.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        root.setLevel(levels[0])
+        ours.setLevel(levels[1])
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """Print the status; see the module docstring for the exit status."""
-    if not getattr(args, "verbose", False):
-        # The report says what went wrong; connection chatter would only bury it.
-        logging.getLogger().setLevel(logging.WARNING)
-        logging.getLogger("kinesis_spout").setLevel(logging.CRITICAL)
-    config = config_from_args(args)
-    try:
-        report = gather(config, lag=not args.no_lag, timeout=args.timeout)
-    except ConfigError:
-        raise
-    except KinesisSpoutError as exc:
-        print(f"kinesis-spout status: error: {exc}", file=sys.stderr)
-        return 1
+    with _quiet(getattr(args, "verbose", False)):
+        config = config_from_args(args)
+        try:
+            report = gather(config, lag=not args.no_lag, timeout=args.timeout)
+        except ConfigError:
+            raise
+        except KinesisSpoutError as exc:
+            print(f"kinesis-spout status: error: {exc}", file=sys.stderr)
+            return 1
     print(to_json(report) if args.json else to_table(report))
     return 0

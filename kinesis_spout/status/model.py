@@ -47,12 +47,10 @@ class ShardPhase(enum.Enum):
 
 
 class LeaseState(enum.Enum):
-    """The job lease: ``HELD`` by a running driver, ``FREE``, or ``NONE`` (no
-    lease exists for this kind of store)."""
+    """The job lease: ``HELD`` by a running driver, or ``FREE``."""
 
     HELD = "held"
     FREE = "free"
-    NONE = "none"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from kinesis_spout.records import Checkpoint
+from kinesis_spout.status.collect import age
 from kinesis_spout.status.model import (
     JobLeaseStatus,
     LagProbe,
@@ -86,13 +87,12 @@ def _shard(s: ShardStatus) -> dict[str, Any]:
 
 
 def _job_lease(j: JobLeaseStatus, now: datetime) -> dict[str, Any]:
-    age = None if j.since is None else max(0.0, (now - j.since).total_seconds())
     return {
         "state": j.state.value,
         "where": j.where,
         "holder": j.holder,
         "since": _iso(j.since),
-        "age_seconds": _secs(age),
+        "age_seconds": _secs(age(now, j.since)),
         "holder_gone": j.holder_gone,
     }
 

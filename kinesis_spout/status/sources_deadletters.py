@@ -11,25 +11,10 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
 from pathlib import Path
 
+from kinesis_spout.deadletter import entry_ids
 from kinesis_spout.errors import KinesisSpoutError
-
-
-def _ids(lines: Iterable[bytes]) -> set[str]:
-    ids: set[str] = set()
-    for line in lines:
-        if not line.endswith(b"\n") or not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and "message_id" in entry:
-            ids.add(str(entry["message_id"]))
-    return ids
 
 
 def count_directory(directory: Path, job: str, stream: str) -> dict[str, int]:
@@ -40,17 +25,23 @@ def count_directory(directory: Path, job: str, stream: str) -> dict[str, int]:
         return out
     for path in sorted(base.glob("*.jsonl")):
         with path.open("rb") as fh:
-            out[path.stem] = len(_ids(fh))
+            out[path.stem] = len(entry_ids(fh, path)[0])
     return out
 
 
 def count_s3(target: str, job: str, stream: str, client: object = None) -> dict[str, int]:
     """``{shard: entries}`` of an ``s3://bucket/prefix`` dead-letter target."""
-    from kinesis_spout.deadletter_s3 import iter_s3_keys, parse_s3_url, read_s3_object, s3_client
+    from kinesis_spout.deadletter_s3 import (
+        iter_s3_keys,
+        key_prefix,
+        parse_s3_url,
+        read_s3_object,
+        s3_client,
+    )
 
     bucket, prefix = parse_s3_url(target)
     s3 = client if client is not None else s3_client()
-    base = "/".join(p for p in (prefix, job, stream) if p) + "/"
+    base = key_prefix(prefix, job, stream)
     ids: dict[str, set[str]] = {}
     for key in iter_s3_keys(s3, bucket, base):
         shard = key[len(base) :].split("/", 1)[0]

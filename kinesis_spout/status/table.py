@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kinesis_spout.status.collect import age
 from kinesis_spout.status.model import (
     JobLeaseStatus,
     LeaseState,
@@ -81,12 +82,10 @@ def _grid(rows: Sequence[tuple[str, ...]]) -> list[str]:
 def _job_lease(lease: JobLeaseStatus, report: StatusReport) -> str:
     if lease.state is LeaseState.FREE:
         return f"job lease: free (no driver of job {report.job!r} is running) [{lease.where}]"
-    if lease.state is LeaseState.NONE:
-        return "job lease: none for this store"
     since = ""
     if lease.since is not None:
-        age = (report.generated_at - lease.since).total_seconds()
-        since = f" since {lease.since.isoformat(timespec='seconds')} ({duration(max(age, 0.0))})"
+        held = duration(age(report.generated_at, lease.since))
+        since = f" since {lease.since.isoformat(timespec='seconds')} ({held})"
     gone = "; its process is gone, the session not yet expired" if lease.holder_gone else ""
     return f"job lease: held by {lease.holder}{since}{gone} [{lease.where}]"
 

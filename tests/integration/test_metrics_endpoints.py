@@ -23,7 +23,9 @@ import pytest
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.coordination.worker import run_worker
+from kinesis_spout.errors import ConfigError
 from kinesis_spout.kinesis.client import make_client
+from kinesis_spout.multilang.coordinated import CoordinatedSpout
 from kinesis_spout.observability import MetricsPortInUseError, check_port_free
 from kinesis_spout.records import Record
 from kinesis_spout.spark import job
@@ -143,6 +145,22 @@ def test_a_taken_port_fails_the_spout_before_it_reads_anything(
     )
     assert info.value.field == "metrics_port"
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_storm_task_that_cannot_reach_zookeeper_lets_its_metrics_port_go(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    cfg = SpoutConfig(
+        stream_name="orders",
+        checkpoint_store="zk://127.0.0.1:1/kinesis-spout",
+        zk_auth="user:",  # refused before any connection: no password
+        metrics_port=port,
+    )
+    with pytest.raises(ConfigError) as info:
+        CoordinatedSpout(cfg)
+    assert info.value.field == "zk_auth"
+    check_port_free(cfg)  # the endpoint it had started is closed
 
 
 def test_the_coordination_worker_serves_the_spout_and_lease_metrics(

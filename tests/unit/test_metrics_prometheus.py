@@ -143,6 +143,20 @@ def test_other_names_are_exported_by_name_and_misuse_is_dropped(
     assert "metric records_acked: a negative increment (-1)" in caplog.text
 
 
+def test_misuse_after_the_series_exists_is_dropped_too(
+    prom: PrometheusMetrics, reg: CollectorRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    prom.increment("records_read", 4, shard="s0")
+    prom.gauge("in_flight", 3, shard="s0")
+    prom.gauge("records_read", 1, shard="s0")  # a counter's series exists: still not set
+    prom.increment("in_flight", 2, shard="s0")  # nor is a gauge's series counted up
+    prom.observe("records_read", 9.0, shard="s0")
+    assert value(reg, "kinesis_spout_records_total", shard="s0", outcome="read") == 4
+    assert value(reg, "kinesis_spout_in_flight_records", shard="s0") == 3
+    assert "metric records_read: gauge use of a counter is not exported" in caplog.text
+    assert "metric in_flight: counter use of a gauge is not exported" in caplog.text
+
+
 def test_every_name_the_code_reports_is_mapped_and_documented() -> None:
     used: set[str] = set()
     pattern = re.compile(r"\.(?:increment|gauge|observe)\(\s*\"([a-z_]+)\"")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -201,3 +202,15 @@ def test_a_bad_timeout_is_a_config_error_before_anything_is_read(
     code = main(["status", "--checkpoint-store", f"file://{tmp_path}/x", "--timeout", "0"])
     assert code == 2
     assert "invalid config timeout=0.0: a number of seconds > 0" in capsys.readouterr().err
+
+
+def test_status_puts_the_logging_levels_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, ours = logging.getLogger(), logging.getLogger("kinesis_spout")
+    before = root.level, ours.level
+    code = main(["status", "--checkpoint-store", f"file://{tmp_path}/missing", "--no-lag"])
+    assert code == 1 and "does not exist" in capsys.readouterr().err
+    assert (root.level, ours.level) == before  # quiet while it ran, not for the process
+    logging.getLogger("kinesis_spout.status").warning("still heard")
+    assert "still heard" in caplog.text

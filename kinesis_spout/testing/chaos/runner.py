@@ -324,7 +324,7 @@ def _facts(
     seen = watcher.observations()
     return RunFacts(
         records=records,
-        last_seq={shard: max(seqs) for shard, seqs in sequences.items()},
+        last_seq=dict(loop.last_seq),
         final=final,
         monotonic=check_monotonic(seen, watcher.corrupt),
         rows=read_sink(work / "sink"),

@@ -26,6 +26,7 @@ from kinesis_spout.testing.plots.cli import (
     check_plot_argument,
     describe_png,
     save_bench_chart,
+    save_chart,
 )
 from kinesis_spout.testing.plots.errors import PLOTS_EXTRA, PlotError
 from kinesis_spout.testing.plots.render import (
@@ -57,6 +58,7 @@ __all__ = [
     "png_size",
     "require_matplotlib",
     "save_bench_chart",
+    "save_chart",
     "save_png",
     "value_label",
 ]

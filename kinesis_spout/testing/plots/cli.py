@@ -46,21 +46,28 @@ def describe_png(path: Path) -> str:
     return f"{path} ({width} x {height} px, {path.stat().st_size / 1024:.0f} KB)"
 
 
+def save_chart(
+    draw: Callable[[Path], object], path: Path | None, say: Callable[[str], None] = print
+) -> bool:
+    """``draw(path)`` and say where the chart is (nothing when ``path`` is None). False,
+    after saying why on stderr, when it cannot be drawn: the bench's figures are still
+    printed (a long run is not lost to a chart)."""
+    if path is None:
+        return True
+    try:
+        draw(path)
+    except PlotError as exc:
+        print(f"chart not drawn: {exc}", file=sys.stderr)
+        return False
+    say(f"chart: {describe_png(path)}")
+    return True
+
+
 def save_bench_chart(
     chart: BarChart,
     figures: Mapping[str, Any],
     path: Path | None,
     say: Callable[[str], None] = print,
 ) -> bool:
-    """Draw ``chart`` from ``figures`` into ``path`` (nothing when ``path`` is None).
-    False, after saying why on stderr, when it cannot be drawn: the bench's figures are
-    still printed (a long run is not lost to a chart)."""
-    if path is None:
-        return True
-    try:
-        draw_bar_chart(chart_data(chart, figures), path)
-    except PlotError as exc:
-        print(f"chart not drawn: {exc}", file=sys.stderr)
-        return False
-    say(f"chart: {describe_png(path)}")
-    return True
+    """:func:`save_chart` of ``chart`` drawn from ``figures``."""
+    return save_chart(lambda p: draw_bar_chart(chart_data(chart, figures), p), path, say)

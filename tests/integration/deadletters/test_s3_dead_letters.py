@@ -21,10 +21,12 @@ import pytest
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.deadletter import DeadLetter
+from kinesis_spout.deadletter_cli import load_sources
 from kinesis_spout.deadletter_s3 import DeadLetterWriteError, S3DeadLetterSink
 from kinesis_spout.metrics import InMemoryMetrics
 from kinesis_spout.records import Record
 from kinesis_spout.spout import KinesisSpout
+from kinesis_spout.status.sources_deadletters import count_dead_letters
 from kinesis_spout.testing.processes import free_port
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, put_records
@@ -95,6 +97,14 @@ def test_one_object_per_write_with_full_entries_exactly_once_across_restarts(s3_
     assert (first["attempts"], first["error"], first["partition_key"]) == (4, "boom", "pk5")
     assert {"approximate_arrival", "dead_lettered_at", "message_id"} <= set(first)
     assert (sink.written, again.written, again.objects) == (2, 1, 1)
+    # `kinesis-spout status` and `dead-letters list` find them under the same layout.
+    assert count_dead_letters(f"s3://{BUCKET}/dl", "job-a", "orders") == (
+        {"shardId-000000000001": 3}, None
+    )  # fmt: skip
+    cfg = SpoutConfig(stream_name="orders", job_name="job-a", dead_letter=f"s3://{BUCKET}/dl")
+    assert [(s.name, len(s.entries)) for s in load_sources(cfg)] == [
+        (f"s3://{BUCKET}/{prefix}{names[0]}", 2), (f"s3://{BUCKET}/{prefix}{names[1]}", 1)
+    ]  # fmt: skip
 
 
 def test_a_missing_bucket_and_an_unreachable_endpoint_are_named_in_the_error(

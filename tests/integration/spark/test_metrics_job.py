@@ -70,6 +70,22 @@ def scrape_rounds(url: str, client: Any, stream: str) -> tuple[Scrape, Scrape]:
     return first, second
 
 
+BATCH_LINE = re.compile(r"^batch \d+: .*? \| ok (\d+) \| .*? \| dead-lettered (\d+)", re.M)
+
+
+def settled(s: Scrape, log_path: Path) -> bool:
+    """Every record is done and in a progress line of the job's log, the scrape counts as
+    many batches as there are lines, and a checkpoint round has run: the job's final state
+    (the last batch's line and the checkpoint round may come just after the last ack)."""
+    lines = BATCH_LINE.findall(log_path.read_text(errors="replace"))
+    reported = sum(int(ok) + int(dead) for ok, dead in lines)
+    return (
+        done(s) == reported == 150
+        and s.sum("kinesis_spout_batches_total") == len(lines)
+        and bool(s.select("kinesis_spout_checkpoint_age_seconds"))
+    )
+
+
 def assert_matches_summary(s: Scrape, summary: JobSummary, shards: int) -> None:
     """The scrape's figures are the summary line's."""
     by = s.by("outcome", RECORDS)
@@ -129,7 +145,10 @@ def test_the_job_serves_metrics_that_rise_and_end_at_its_summary(
         )  # fmt: skip
         try:
             url = f"http://127.0.0.1:{port}/metrics"
-            _, last = scrape_rounds(url, moto_client, unique_name)
+            scrape_rounds(url, moto_client, unique_name)
+            last = wait_for_scrape(
+                url, lambda s: settled(s, log_path), timeout=60, what="the job's final state"
+            )
             # Everything is done: a graceful stop now changes none of these figures.
             os.kill(proc.pid, signal.SIGTERM)
             code = proc.wait(120)
