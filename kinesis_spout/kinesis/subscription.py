@@ -206,8 +206,11 @@ class SubscriptionPump:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
             if thread.is_alive():
+                # Kept: ``start`` does not run a second thread beside it (this one ends
+                # when its call returns, as it sees the stop).
                 log.warning("%s: subscription thread still running after %.0fs", self.shard_id,
                             timeout)  # fmt: skip
+                return
         self._thread = None
 
     # --- the thread ----------------------------------------------------------------

@@ -313,3 +313,27 @@ def test_the_thread_waits_while_the_buffer_is_full_and_close_stops_it() -> None:
     assert fanout.starts[1] == StartingPosition("AFTER_SEQUENCE_NUMBER", str(received))
     g.close()
     assert efo_threads() == []
+
+
+def test_a_thread_that_outlives_its_stop_is_not_doubled_by_the_next_poll() -> None:
+    release = threading.Event()
+
+    class SlowFanOut(FakeFanOut):
+        def subscribe(self, arn: str, shard_id: str, start: StartingPosition) -> FakeSubscription:
+            release.wait(30)  # a SubscribeToShard call still waiting for its answer
+            return super().subscribe(arn, shard_id, start)
+
+    fanout = SlowFanOut([event(10), "hang"], [event(10), event(20), "hang"])
+    g = getter(fanout)
+    g.poll(time.monotonic())  # starts the thread, which blocks in its call
+    wait_for(lambda: len(efo_threads()) == 1)
+    g.pump.stop(timeout=0.05)  # the join gives up: the call cannot be interrupted
+    g.poll(time.monotonic())  # no second thread beside the one still stopping
+    assert len(efo_threads()) == 1
+    release.set()
+    wait_for(lambda: efo_threads() == [])  # it sees the stop once its call returns
+    got = drain(g, lambda out: len(out) >= 2)  # a later poll subscribes again
+    assert [r.key.sequence for r in got] == [10, 20]
+    assert fanout.starts == [StartingPosition("TRIM_HORIZON")] * 2
+    g.close()
+    assert efo_threads() == []
