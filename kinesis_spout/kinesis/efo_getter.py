@@ -203,6 +203,7 @@ class EfoShardGetter:
         if chunk:
             out.extend(chunk)
             self._after = chunk[-1].key
+            taken.skipped_tail = None  # a skipped aggregate before them is covered by them
             if len(recs) > event.raw_count or event.skipped:  # name each aggregate touched
                 multi = {r.key.sequence for r in recs if r.key.sub_sequence == 1}
                 for r in chunk:
@@ -232,8 +233,6 @@ class EfoShardGetter:
                 taken.skipped_tail = tail
             else:
                 taken.skipped_tail = None
-        elif event.records:
-            taken.skipped_tail = None
         behind = event.millis_behind_latest
         self.millis_behind_latest = behind
         self.at_tip = not behind

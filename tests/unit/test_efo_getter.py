@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -337,3 +338,28 @@ def test_a_thread_that_outlives_its_stop_is_not_doubled_by_the_next_poll() -> No
     assert fanout.starts == [StartingPosition("TRIM_HORIZON")] * 2
     g.close()
     assert efo_threads() == []
+
+
+def test_a_skipped_empty_aggregate_is_no_tail_once_records_after_it_are_taken() -> None:
+    # Event 1: record 10, then an empty KPL aggregate 15 (skipped); event 2: 20, 30.
+    empty = SequenceKey(15, 0)
+    first = replace(event(10, continuation="15"), skipped=(empty,), raw_count=2,
+                    last_sequence="15")  # fmt: skip
+    fanout = FakeFanOut([first, event(20, 30), "hang"])
+    g = getter(fanout, limit=2)
+    g.pump.start()
+    wait_for(lambda: len(g.pump) == 2)
+    b = g.poll(time.monotonic())  # all of event 1, and event 2 cut after its first record
+    assert [r.key.sequence for r in b.records] == [10, 20] and b.skipped == 1
+    assert b.skipped_tail is None  # record 20 covers it: no tail for the owner to pass
+    b = g.poll(time.monotonic())
+    assert [r.key.sequence for r in b.records] == [30] and b.skipped_tail is None
+    g.close()
+    fanout = FakeFanOut([event(5), first, "hang"])
+    g = getter(fanout)
+    g.pump.start()
+    wait_for(lambda: len(g.pump) == 2)
+    b = g.poll(time.monotonic())  # after every record taken: the owner passes it itself
+    assert [r.key.sequence for r in b.records] == [5, 10] and b.skipped_tail == empty
+    assert g.after == empty and g.position.after_whole
+    g.close()
