@@ -363,3 +363,41 @@ def test_a_skipped_empty_aggregate_is_no_tail_once_records_after_it_are_taken() 
     assert [r.key.sequence for r in b.records] == [5, 10] and b.skipped_tail == empty
     assert g.after == empty and g.position.after_whole
     g.close()
+
+
+class ReadAfterClose:
+    """A botocore event stream whose read after ``close`` fails as urllib3's does when
+    the response is closed between two reads of a busy stream (an AttributeError)."""
+
+    def __init__(self, *seqs: int) -> None:
+        self.seqs = seqs
+        self.closed = threading.Event()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for s in self.seqs:
+            rec = {"SequenceNumber": str(s), "Data": b"d", "PartitionKey": "pk"}
+            yield {"SubscribeToShardEvent": {"Records": [rec], "ContinuationSequenceNumber":
+                                             str(s), "MillisBehindLatest": 0}}  # fmt: skip
+        self.closed.wait(30)
+        raise AttributeError("'NoneType' object has no attribute 'read'")
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def test_a_read_that_fails_because_stop_closed_the_stream_is_no_error() -> None:
+    from kinesis_spout.kinesis.efo_api import Subscription
+
+    class StreamFanOut(FakeFanOut):
+        def subscribe(self, arn: str, shard_id: str, start: StartingPosition) -> Any:
+            self.starts.append(start)
+            return Subscription("s", shard_id, ReadAfterClose(*self.scripts.pop(0)), None)
+
+    fanout = StreamFanOut((10,), (20,))
+    g = getter(fanout)
+    assert [r.key.sequence for r in drain(g, lambda out: len(out) >= 1)] == [10]
+    g.close()  # deactivate: the thread's read fails on the stream closed under it
+    assert efo_threads() == [] and g.pump.error is None
+    assert [r.key.sequence for r in drain(g, lambda out: len(out) >= 1)] == [20]
+    assert fanout.starts[1] == StartingPosition("AFTER_SEQUENCE_NUMBER", "10")
+    g.close()
