@@ -18,17 +18,15 @@ retriable ones are reported once in ``ShardBatch.error`` (the pump retries them)
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.kinesis.efo_api import FanOutApi, SubscriptionEvent
-from kinesis_spout.kinesis.getter import GetterPosition, ShardBatch
+from kinesis_spout.kinesis.getter import NEVER, GetterPosition, ShardBatch
 from kinesis_spout.kinesis.subscription import ResumePoint, SubscriptionPump
 from kinesis_spout.records import Record, ShardInfo
 from tracker import Backoff, SequenceKey
 
-NEVER = math.inf
 #: Seconds between polls of a shard whose buffer is empty (a buffer check, no I/O).
 POLL_INTERVAL = 0.05
 

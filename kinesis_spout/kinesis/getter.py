@@ -75,7 +75,8 @@ __all__ = [
 ]
 
 NEVER = math.inf
-#: How far before the first LATEST iterator a re-open after its expiry starts.
+#: How far before the first LATEST iterator (or subscription) a re-open before any record
+#: starts: the server's Date header has whole seconds.
 LATEST_MARGIN = timedelta(seconds=1)
 _RETRIABLE = (ThrottledError, TransientKinesisError, EndpointUnreachableError)
 _NO_CHILDREN: tuple[ShardInfo, ...] = ()

@@ -43,7 +43,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.errors import (
@@ -57,6 +57,7 @@ from kinesis_spout.kinesis.efo_api import (
     Subscription,
     SubscriptionEvent,
 )
+from kinesis_spout.kinesis.getter import LATEST_MARGIN
 from tracker import Backoff
 
 log = logging.getLogger(__name__)
@@ -64,8 +65,6 @@ log = logging.getLogger(__name__)
 #: Tries of a shard's first subscription that fail with 5xx or no connection before
 #: the endpoint is taken not to support enhanced fan-out.
 FIRST_TRIES = 6
-#: How far before the first LATEST subscription a renewal without any record starts.
-LATEST_MARGIN = timedelta(seconds=1)
 
 
 @dataclass(frozen=True, slots=True)
