@@ -18,6 +18,7 @@ retriable ones are reported once in ``ShardBatch.error`` (the pump retries them)
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from kinesis_spout.config import InitialPosition
@@ -39,10 +40,11 @@ def resume_point(
 ) -> ResumePoint:
     """The first subscription's start: after a whole record, at a record whose first
     sub-records were done (the getter drops them by key), or the initial position."""
+    point = ResumePoint(initial=position, timestamp=timestamp)
     if start is not None:
         seq = str(start.sequence)
-        return ResumePoint(after=seq) if after_whole else ResumePoint(at=seq)
-    return ResumePoint(initial=position, timestamp=timestamp)
+        return replace(point, after=seq) if after_whole else replace(point, at=seq)
+    return point
 
 
 class EfoShardGetter:
@@ -79,7 +81,6 @@ class EfoShardGetter:
         self._after_whole = (
             start is not None and start.sub_sequence == 0 if after_whole is None else after_whole
         )
-        self._position, self._timestamp = position, timestamp
         self.pump = SubscriptionPump(
             fanout,
             consumer_arn,
@@ -140,8 +141,11 @@ class EfoShardGetter:
 
     @property
     def position(self) -> GetterPosition:
-        """Where the next read starts (no iterator: a subscription starts from a key)."""
-        return GetterPosition(None, self._after, self._after_whole, self._position, self._timestamp)
+        """Where the next read starts (no iterator: a subscription starts from a key).
+        Before any record, a LATEST start is the moment of its first subscription
+        (AT_TIMESTAMP), as the polling getter's is that of its first iterator."""
+        start = self.pump.resume
+        return GetterPosition(None, self._after, self._after_whole, start.initial, start.timestamp)
 
     # --- lifecycle -----------------------------------------------------------
     def open_now(self) -> None:
