@@ -103,7 +103,8 @@ class ShardBatch:
     child_shards: tuple[ShardInfo, ...] = _NO_CHILDREN
     """ChildShards of that answer (at the end of a closed shard)."""
     error: KinesisError | None = None
-    """A retriable error this poll backed off from (for logs and metrics)."""
+    """A retriable error this poll backed off from (for logs and metrics); the rest of
+    the batch stands (an enhanced fan-out poll may hand out records with it)."""
     aggregates: tuple[int, ...] = ()
     """Sequence numbers in ``records`` that are KPL aggregates of several user records."""
     skipped: int = 0

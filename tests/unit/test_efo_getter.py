@@ -401,3 +401,30 @@ def test_a_read_that_fails_because_stop_closed_the_stream_is_no_error() -> None:
     assert [r.key.sequence for r in drain(g, lambda out: len(out) >= 1)] == [20]
     assert fanout.starts[1] == StartingPosition("AFTER_SEQUENCE_NUMBER", "10")
     g.close()
+
+
+def test_records_polled_with_a_retriable_error_still_hold_their_aggregate_back() -> None:
+    """A poll hands out buffered records together with the error the thread retried
+    meanwhile: the spout must still note the batch's KPL aggregate, or a checkpoint at
+    its first user record would resume after the whole aggregate and skip the rest."""
+    from test_spout import Rig, S
+
+    from kinesis_spout.kinesis.buffered import BufferedShardGetter
+
+    r = Rig(shards=1)
+    r.open()
+    fanout = FakeFanOut(ResourceInUseError("renewal refused"), [event(10, subs={10: 2}), "hang"])
+    g = getter(fanout)
+    r.spout._set.shards[S[0]].reader = BufferedShardGetter(g)  # read by subscription
+    g.pump.start()
+    wait_for(lambda: len(g.pump) == 1)  # refused once, then the event came
+    first, second = r.spout.next_batch(10)
+    assert (first.key, second.key) == (SequenceKey(10, 0), SequenceKey(10, 1))
+    r.spout.ack(first)
+    r.spout.checkpoint(force=True)
+    assert r.cp(S[0]) is None  # (10, 0) would mean "the whole aggregate is done"
+    r.spout.ack(second)
+    r.spout.close()
+    cp = r.cp(S[0])
+    assert cp is not None and (cp.sequence_number, cp.sub_sequence_number) == ("10", 1)
+    assert efo_threads() == []
