@@ -47,10 +47,7 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 import boto3  # noqa: E402
 from botocore.config import Config as BotoConfig  # noqa: E402
 
-from kinesis_spout.checkpoint.base import MemoryCheckpointStore  # noqa: E402
-from kinesis_spout.config import SpoutConfig  # noqa: E402
 from kinesis_spout.kinesis.client import make_client  # noqa: E402
-from kinesis_spout.spout import KinesisSpout  # noqa: E402
 from kinesis_spout.testing.plots import (  # noqa: E402
     Bar,
     BarChart,
@@ -62,6 +59,9 @@ from kinesis_spout.testing.plots import (  # noqa: E402
 )
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reader_efo import read_all, run_efo  # noqa: E402
 
 SHARDS = 4
 LIMIT = 10_000
@@ -128,33 +128,8 @@ def plain_loop(client: Any, stream: str, expected: int) -> int:
 
 
 def read_spout(endpoint: str, stream: str, expected: int) -> int:
-    """The spout reads and acks everything."""
-    cfg = SpoutConfig(
-        stream_name=stream,
-        endpoint_url=endpoint,
-        job_name="bench",
-        checkpoint_store="memory://",
-        dead_letter="none",
-        records_per_call=LIMIT,
-        checkpoint_interval=5.0,
-    )
-    spout = KinesisSpout(cfg, store=MemoryCheckpointStore("bench"), client=make_client(endpoint))
-    spout.open()
-    count = 0
-    deadline = time.monotonic() + TIMEOUT
-    try:
-        while count < expected:
-            batch = spout.next_batch(LIMIT)
-            if batch:
-                spout.ack_many(batch)
-                count += len(batch)
-            else:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"spout read {count} of {expected}")
-                time.sleep(spout.poll_delay())
-    finally:
-        spout.close()
-    return count
+    """The spout reads and acks everything (polling; ``reader_efo.read_all``)."""
+    return read_all(endpoint, stream, expected, "polling").records
 
 
 def read_async_kinesis(endpoint: str, stream: str, expected: int) -> int:
@@ -250,9 +225,6 @@ def main(argv: list[str] | None = None) -> int:
     check_plot_argument(parser, args.plot)
     logging.basicConfig(level=logging.WARNING)
     if args.consumer == "efo":
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from reader_efo import run_efo
-
         efo = run_efo(args.records or 20_000, args.size, args.rounds or 3)
         drawn = save_bench_chart(EFO_CHART, efo, args.plot)
         if args.json:

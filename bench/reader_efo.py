@@ -61,7 +61,8 @@ class Run:
 
 
 def read_all(endpoint: str, stream: str, expected: int, consumer: str) -> Run:
-    """The spout reads and acks the whole stream; wall and CPU time from open to the end."""
+    """The spout reads and acks the whole stream; wall and CPU time from open to the end
+    (also the spout reader of ``reader_bench.py``)."""
     cfg = SpoutConfig(
         stream_name=stream,
         endpoint_url=endpoint,

@@ -27,6 +27,8 @@ from typing import Any
 from kinesis_spout.config_checks import check as _check
 from kinesis_spout.config_checks import check_consumer, check_names, check_numbers, check_targets
 from kinesis_spout.config_values import (
+    CONSUMER_NAME,
+    CONSUMER_NAME_RULE,
     CONSUMERS,
     DEAD_LETTER_REASONS,
     ENV_PREFIX,
@@ -37,6 +39,8 @@ from kinesis_spout.config_values import (
 from kinesis_spout.errors import ConfigError
 
 __all__ = [
+    "CONSUMER_NAME",
+    "CONSUMER_NAME_RULE",
     "CONSUMERS",
     "DEAD_LETTER_REASONS",
     "ENV_PREFIX",

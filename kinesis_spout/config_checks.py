@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.config_values import (
+    CONSUMER_NAME,
+    CONSUMER_NAME_RULE,
     CONSUMERS,
     DEAD_LETTER_REASONS,
     MAX_RECORDS_PER_CALL,
@@ -50,19 +51,16 @@ def check_names(c: SpoutConfig) -> None:
         )
 
 
-_CONSUMER_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
-
-
 def check_consumer(c: SpoutConfig) -> None:
     """``consumer``, the consumer's name and the subscription renewal."""
     check(c.consumer in CONSUMERS, "consumer", c.consumer, " or ".join(CONSUMERS))
-    name_ok = "1..128 characters of a-z, A-Z, 0-9, _ . -"
+    rule = CONSUMER_NAME_RULE
     if c.consumer_name is not None:
-        check(bool(_CONSUMER_NAME.fullmatch(c.consumer_name)), "consumer_name",
-              c.consumer_name, name_ok)  # fmt: skip
+        check(bool(CONSUMER_NAME.fullmatch(c.consumer_name)), "consumer_name",
+              c.consumer_name, rule)  # fmt: skip
     elif c.consumer == "efo":
-        check(bool(_CONSUMER_NAME.fullmatch(c.job_name)), "consumer_name", None,
-              f"{name_ok}; the default, job_name {c.job_name!r}, is not one: set it")  # fmt: skip
+        check(bool(CONSUMER_NAME.fullmatch(c.job_name)), "consumer_name", None,
+              f"{rule}; the default, job_name {c.job_name!r}, is not one: set it")  # fmt: skip
     check(0 < c.subscription_renewal <= 300, "subscription_renewal", c.subscription_renewal,
           "seconds, > 0 and <= 300 (Kinesis ends a subscription after 300)")  # fmt: skip
 

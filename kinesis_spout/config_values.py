@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 
 ENV_PREFIX = "KINESIS_SPOUT_"
 MAX_RECORDS_PER_CALL = 10_000
@@ -25,3 +26,7 @@ older than ``max_record_age``."""
 
 CONSUMERS = ("polling", "efo")
 """How shards are read (``consumer``): GetRecords polling, or enhanced fan-out."""
+
+CONSUMER_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
+"""An enhanced fan-out consumer's name as Kinesis accepts it (``consumer_name``)."""
+CONSUMER_NAME_RULE = "1..128 characters of a-z, A-Z, 0-9, _ . -"

@@ -128,8 +128,8 @@ class ShardSet:
 
     def on_batch(self, sh: ShardPartition, batch: ShardBatch) -> None:
         count_call(self._metrics, sh.shard_id, batch)
-        if batch.error is not None:
-            return
+        # No return on ``batch.error``: an enhanced fan-out poll hands out buffered records
+        # with the error its thread retried meanwhile (a polling one has none then).
         if batch.aggregates:
             for seq in batch.aggregates:
                 sh.aggregates[seq] = None

@@ -163,9 +163,11 @@ class Subscription:
                 item = next(it)
             except StopIteration:
                 return
-            except _DROPPED as exc:
-                raise TransientKinesisError(f"{what}: connection dropped: {exc!r}") from exc
             except Exception as exc:
+                if self.closed:  # by close() under the read: urllib3 may raise anything
+                    return
+                if isinstance(exc, _DROPPED):
+                    raise TransientKinesisError(f"{what}: connection dropped: {exc!r}") from exc
                 translated = translate(exc, what)
                 if translated is exc:
                     raise

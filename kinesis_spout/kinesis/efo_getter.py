@@ -18,17 +18,16 @@ retriable ones are reported once in ``ShardBatch.error`` (the pump retries them)
 
 from __future__ import annotations
 
-import math
+from dataclasses import replace
 from datetime import datetime
 
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.kinesis.efo_api import FanOutApi, SubscriptionEvent
-from kinesis_spout.kinesis.getter import GetterPosition, ShardBatch
+from kinesis_spout.kinesis.getter import NEVER, GetterPosition, ShardBatch
 from kinesis_spout.kinesis.subscription import ResumePoint, SubscriptionPump
 from kinesis_spout.records import Record, ShardInfo
 from tracker import Backoff, SequenceKey
 
-NEVER = math.inf
 #: Seconds between polls of a shard whose buffer is empty (a buffer check, no I/O).
 POLL_INTERVAL = 0.05
 
@@ -41,10 +40,11 @@ def resume_point(
 ) -> ResumePoint:
     """The first subscription's start: after a whole record, at a record whose first
     sub-records were done (the getter drops them by key), or the initial position."""
+    point = ResumePoint(initial=position, timestamp=timestamp)
     if start is not None:
         seq = str(start.sequence)
-        return ResumePoint(after=seq) if after_whole else ResumePoint(at=seq)
-    return ResumePoint(initial=position, timestamp=timestamp)
+        return replace(point, after=seq) if after_whole else replace(point, at=seq)
+    return point
 
 
 class EfoShardGetter:
@@ -81,7 +81,6 @@ class EfoShardGetter:
         self._after_whole = (
             start is not None and start.sub_sequence == 0 if after_whole is None else after_whole
         )
-        self._position, self._timestamp = position, timestamp
         self.pump = SubscriptionPump(
             fanout,
             consumer_arn,
@@ -142,8 +141,11 @@ class EfoShardGetter:
 
     @property
     def position(self) -> GetterPosition:
-        """Where the next read starts (no iterator: a subscription starts from a key)."""
-        return GetterPosition(None, self._after, self._after_whole, self._position, self._timestamp)
+        """Where the next read starts (no iterator: a subscription starts from a key).
+        Before any record, a LATEST start is the moment of its first subscription
+        (AT_TIMESTAMP), as the polling getter's is that of its first iterator."""
+        start = self.pump.resume
+        return GetterPosition(None, self._after, self._after_whole, start.initial, start.timestamp)
 
     # --- lifecycle -----------------------------------------------------------
     def open_now(self) -> None:
@@ -203,6 +205,7 @@ class EfoShardGetter:
         if chunk:
             out.extend(chunk)
             self._after = chunk[-1].key
+            taken.skipped_tail = None  # a skipped aggregate before them is covered by them
             if len(recs) > event.raw_count or event.skipped:  # name each aggregate touched
                 multi = {r.key.sequence for r in recs if r.key.sub_sequence == 1}
                 for r in chunk:
@@ -232,8 +235,6 @@ class EfoShardGetter:
                 taken.skipped_tail = tail
             else:
                 taken.skipped_tail = None
-        elif event.records:
-            taken.skipped_tail = None
         behind = event.millis_behind_latest
         self.millis_behind_latest = behind
         self.at_tip = not behind

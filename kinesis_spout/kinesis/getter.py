@@ -75,7 +75,8 @@ __all__ = [
 ]
 
 NEVER = math.inf
-#: How far before the first LATEST iterator a re-open after its expiry starts.
+#: How far before the first LATEST iterator (or subscription) a re-open before any record
+#: starts: the server's Date header has whole seconds.
 LATEST_MARGIN = timedelta(seconds=1)
 _RETRIABLE = (ThrottledError, TransientKinesisError, EndpointUnreachableError)
 _NO_CHILDREN: tuple[ShardInfo, ...] = ()
@@ -102,7 +103,8 @@ class ShardBatch:
     child_shards: tuple[ShardInfo, ...] = _NO_CHILDREN
     """ChildShards of that answer (at the end of a closed shard)."""
     error: KinesisError | None = None
-    """A retriable error this poll backed off from (for logs and metrics)."""
+    """A retriable error this poll backed off from (for logs and metrics); the rest of
+    the batch stands (an enhanced fan-out poll may hand out records with it)."""
     aggregates: tuple[int, ...] = ()
     """Sequence numbers in ``records`` that are KPL aggregates of several user records."""
     skipped: int = 0

@@ -43,7 +43,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.errors import (
@@ -57,6 +57,7 @@ from kinesis_spout.kinesis.efo_api import (
     Subscription,
     SubscriptionEvent,
 )
+from kinesis_spout.kinesis.getter import LATEST_MARGIN
 from tracker import Backoff
 
 log = logging.getLogger(__name__)
@@ -64,8 +65,6 @@ log = logging.getLogger(__name__)
 #: Tries of a shard's first subscription that fail with 5xx or no connection before
 #: the endpoint is taken not to support enhanced fan-out.
 FIRST_TRIES = 6
-#: How far before the first LATEST subscription a renewal without any record starts.
-LATEST_MARGIN = timedelta(seconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +205,11 @@ class SubscriptionPump:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
             if thread.is_alive():
+                # Kept: ``start`` does not run a second thread beside it (this one ends
+                # when its call returns, as it sees the stop).
                 log.warning("%s: subscription thread still running after %.0fs", self.shard_id,
                             timeout)  # fmt: skip
+                return
         self._thread = None
 
     # --- the thread ----------------------------------------------------------------

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kinesis_spout.config import CONSUMERS, MAX_RECORDS_PER_CALL, InitialPosition
+from kinesis_spout.config import (
+    CONSUMER_NAME,
+    CONSUMER_NAME_RULE,
+    CONSUMERS,
+    MAX_RECORDS_PER_CALL,
+    InitialPosition,
+)
 from kinesis_spout.errors import ConfigError
 
 DEFAULT_MAX_RECORDS_PER_SHARD = 10_000
@@ -246,18 +251,15 @@ def _start(given: Mapping[str, str]) -> tuple[InitialPosition, datetime | None]:
     return position, timestamp
 
 
-_CONSUMER_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
-
-
 def _consumer(given: Mapping[str, str], job: str) -> tuple[str, str]:
     """How shards are read, and the enhanced fan-out consumer's name."""
     consumer = given.get("consumer", "polling").strip().lower()
     if consumer not in CONSUMERS:
         raise ConfigError("consumer", given.get("consumer"), " or ".join(CONSUMERS))
     name = given.get("consumerName", "").strip() or job
-    if (consumer == "efo" or given.get("consumerName")) and not _CONSUMER_NAME.fullmatch(name):
+    if (consumer == "efo" or given.get("consumerName")) and not CONSUMER_NAME.fullmatch(name):
         which = "consumerName" if given.get("consumerName") else "consumerName (default: jobName)"
-        raise ConfigError(which, name, "1..128 characters of a-z, A-Z, 0-9, _ . -")
+        raise ConfigError(which, name, CONSUMER_NAME_RULE)
     return consumer, name
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -312,4 +313,118 @@ def test_the_thread_waits_while_the_buffer_is_full_and_close_stops_it() -> None:
     wait_for(lambda: len(fanout.starts) == 2)
     assert fanout.starts[1] == StartingPosition("AFTER_SEQUENCE_NUMBER", str(received))
     g.close()
+    assert efo_threads() == []
+
+
+def test_a_thread_that_outlives_its_stop_is_not_doubled_by_the_next_poll() -> None:
+    release = threading.Event()
+
+    class SlowFanOut(FakeFanOut):
+        def subscribe(self, arn: str, shard_id: str, start: StartingPosition) -> FakeSubscription:
+            release.wait(30)  # a SubscribeToShard call still waiting for its answer
+            return super().subscribe(arn, shard_id, start)
+
+    fanout = SlowFanOut([event(10), "hang"], [event(10), event(20), "hang"])
+    g = getter(fanout)
+    g.poll(time.monotonic())  # starts the thread, which blocks in its call
+    wait_for(lambda: len(efo_threads()) == 1)
+    g.pump.stop(timeout=0.05)  # the join gives up: the call cannot be interrupted
+    g.poll(time.monotonic())  # no second thread beside the one still stopping
+    assert len(efo_threads()) == 1
+    release.set()
+    wait_for(lambda: efo_threads() == [])  # it sees the stop once its call returns
+    got = drain(g, lambda out: len(out) >= 2)  # a later poll subscribes again
+    assert [r.key.sequence for r in got] == [10, 20]
+    assert fanout.starts == [StartingPosition("TRIM_HORIZON")] * 2
+    g.close()
+    assert efo_threads() == []
+
+
+def test_a_skipped_empty_aggregate_is_no_tail_once_records_after_it_are_taken() -> None:
+    # Event 1: record 10, then an empty KPL aggregate 15 (skipped); event 2: 20, 30.
+    empty = SequenceKey(15, 0)
+    first = replace(event(10, continuation="15"), skipped=(empty,), raw_count=2,
+                    last_sequence="15")  # fmt: skip
+    fanout = FakeFanOut([first, event(20, 30), "hang"])
+    g = getter(fanout, limit=2)
+    g.pump.start()
+    wait_for(lambda: len(g.pump) == 2)
+    b = g.poll(time.monotonic())  # all of event 1, and event 2 cut after its first record
+    assert [r.key.sequence for r in b.records] == [10, 20] and b.skipped == 1
+    assert b.skipped_tail is None  # record 20 covers it: no tail for the owner to pass
+    b = g.poll(time.monotonic())
+    assert [r.key.sequence for r in b.records] == [30] and b.skipped_tail is None
+    g.close()
+    fanout = FakeFanOut([event(5), first, "hang"])
+    g = getter(fanout)
+    g.pump.start()
+    wait_for(lambda: len(g.pump) == 2)
+    b = g.poll(time.monotonic())  # after every record taken: the owner passes it itself
+    assert [r.key.sequence for r in b.records] == [5, 10] and b.skipped_tail == empty
+    assert g.after == empty and g.position.after_whole
+    g.close()
+
+
+class ReadAfterClose:
+    """A botocore event stream whose read after ``close`` fails as urllib3's does when
+    the response is closed between two reads of a busy stream (an AttributeError)."""
+
+    def __init__(self, *seqs: int) -> None:
+        self.seqs = seqs
+        self.closed = threading.Event()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for s in self.seqs:
+            rec = {"SequenceNumber": str(s), "Data": b"d", "PartitionKey": "pk"}
+            yield {"SubscribeToShardEvent": {"Records": [rec], "ContinuationSequenceNumber":
+                                             str(s), "MillisBehindLatest": 0}}  # fmt: skip
+        self.closed.wait(30)
+        raise AttributeError("'NoneType' object has no attribute 'read'")
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def test_a_read_that_fails_because_stop_closed_the_stream_is_no_error() -> None:
+    from kinesis_spout.kinesis.efo_api import Subscription
+
+    class StreamFanOut(FakeFanOut):
+        def subscribe(self, arn: str, shard_id: str, start: StartingPosition) -> Any:
+            self.starts.append(start)
+            return Subscription("s", shard_id, ReadAfterClose(*self.scripts.pop(0)), None)
+
+    fanout = StreamFanOut((10,), (20,))
+    g = getter(fanout)
+    assert [r.key.sequence for r in drain(g, lambda out: len(out) >= 1)] == [10]
+    g.close()  # deactivate: the thread's read fails on the stream closed under it
+    assert efo_threads() == [] and g.pump.error is None
+    assert [r.key.sequence for r in drain(g, lambda out: len(out) >= 1)] == [20]
+    assert fanout.starts[1] == StartingPosition("AFTER_SEQUENCE_NUMBER", "10")
+    g.close()
+
+
+def test_records_polled_with_a_retriable_error_still_hold_their_aggregate_back() -> None:
+    """A poll hands out buffered records together with the error the thread retried
+    meanwhile: the spout must still note the batch's KPL aggregate, or a checkpoint at
+    its first user record would resume after the whole aggregate and skip the rest."""
+    from test_spout import Rig, S
+
+    from kinesis_spout.kinesis.buffered import BufferedShardGetter
+
+    r = Rig(shards=1)
+    r.open()
+    fanout = FakeFanOut(ResourceInUseError("renewal refused"), [event(10, subs={10: 2}), "hang"])
+    g = getter(fanout)
+    r.spout._set.shards[S[0]].reader = BufferedShardGetter(g)  # read by subscription
+    g.pump.start()
+    wait_for(lambda: len(g.pump) == 1)  # refused once, then the event came
+    first, second = r.spout.next_batch(10)
+    assert (first.key, second.key) == (SequenceKey(10, 0), SequenceKey(10, 1))
+    r.spout.ack(first)
+    r.spout.checkpoint(force=True)
+    assert r.cp(S[0]) is None  # (10, 0) would mean "the whole aggregate is done"
+    r.spout.ack(second)
+    r.spout.close()
+    cp = r.cp(S[0])
+    assert cp is not None and (cp.sequence_number, cp.sub_sequence_number) == ("10", 1)
     assert efo_threads() == []

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from test_efo_getter import SHARD, FakeFanOut, event
 
+from kinesis_spout.config import InitialPosition
 from kinesis_spout.errors import ResourceInUseError
 from kinesis_spout.kinesis import efo_read
-from kinesis_spout.kinesis.efo_api import SubscriptionEvent
+from kinesis_spout.kinesis.efo_api import StartingPosition, SubscriptionEvent
 from kinesis_spout.kinesis.efo_read import EfoTarget, read_until, subscribed_getter
 from kinesis_spout.kinesis.getter import ShardBatch
 from kinesis_spout.records import ShardInfo
@@ -129,3 +130,21 @@ def test_a_first_read_to_the_end_of_a_closed_shard_names_its_children(fake: Any)
     assert [r.key.sequence for r in records] == [30]
     assert ahead.position is not None and ahead.position.ended
     assert ahead.children == ("c1", "c2") and no_threads()
+
+
+def test_a_task_that_subscribed_at_latest_hands_on_that_moment_not_latest(fake: Any) -> None:
+    # Nothing read: the next task must start where this one did, not at a later LATEST
+    # (which would skip what was written between the two tasks).
+    fanout = fake([event(continuation="0"), "hang"])
+    g = getter(position=InitialPosition.LATEST)
+    end = read_until(g, 100, 5.0, lambda b: len(b.records))
+    assert end.caught_up and fanout.starts == [StartingPosition("LATEST")]
+    opened = datetime(2026, 1, 1, 12, tzinfo=UTC) - timedelta(seconds=1)  # its Date, - 1 s
+    pos = g.position
+    assert pos.after is None and pos.iterator is None
+    assert (pos.initial, pos.timestamp) == (InitialPosition.AT_TIMESTAMP, opened)
+    fanout = fake([event(40), "hang"])
+    again = getter(start=pos.after, position=pos.initial, timestamp=pos.timestamp)
+    read_until(again, 100, 5.0, lambda b: len(b.records))
+    assert fanout.starts == [StartingPosition("AT_TIMESTAMP", timestamp=opened)]
+    assert again.position.after == SequenceKey(40)
