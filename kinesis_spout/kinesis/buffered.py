@@ -7,12 +7,17 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from kinesis_spout.kinesis.getter import NEVER, GetterPosition, ShardBatch
 from kinesis_spout.records import Record
 
-__all__ = ["BufferedShardGetter", "ShardGetter"]
+__all__ = ["BufferedShardGetter", "ShardGetter", "close_getters"]
+
+#: The longest wait for getters' threads to stop when closing (all of them together).
+STOP_TIMEOUT = 10.0
 
 
 class ShardGetter(Protocol):
@@ -42,8 +47,34 @@ class ShardGetter(Protocol):
 
     def open_now(self) -> None: ...
 
-    def close(self) -> None:
-        """Free what the getter holds (a subscription thread); a later poll reopens."""
+    def stop_soon(self) -> None:
+        """Tell what the getter runs (a subscription thread) to stop; do not wait."""
+
+    def close(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Free what the getter holds (a subscription thread, waited for at most
+        ``timeout`` seconds); a later poll reopens."""
+
+
+class _Stoppable(Protocol):
+    def stop_soon(self) -> None: ...
+
+    def close(self, timeout: float = STOP_TIMEOUT) -> None: ...
+
+
+def close_getters(
+    getters: Iterable[_Stoppable],
+    timeout: float = STOP_TIMEOUT,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Close many getters: every one is told to stop first, then each is waited for
+    within what is left of one ``timeout``, so N threads stuck in a call cost one
+    timeout, not N."""
+    getters = list(getters)
+    for g in getters:
+        g.stop_soon()
+    deadline = clock() + timeout
+    for g in getters:
+        g.close(timeout=max(0.0, deadline - clock()))
 
 
 class BufferedShardGetter:

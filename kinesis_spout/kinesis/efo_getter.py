@@ -153,9 +153,14 @@ class EfoShardGetter:
         if not self._ended:
             self.pump.start(subscribe_now=True)
 
-    def close(self) -> None:
-        """Stop the subscription thread (a later poll starts it again)."""
-        self.pump.stop()
+    def stop_soon(self) -> None:
+        """Tell the subscription thread to stop; do not wait for it."""
+        self.pump.stop_soon()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the subscription thread, waiting at most ``timeout`` seconds for it
+        (a later poll starts it again)."""
+        self.pump.stop(timeout)
 
     # --- polling ------------------------------------------------------------
     def poll(self, now: float) -> ShardBatch:

@@ -311,7 +311,10 @@ class KinesisShardGetter:
             **extra,
         )
 
-    def close(self) -> None:
+    def stop_soon(self) -> None:
+        """Nothing runs: a polling getter holds no connection or thread."""
+
+    def close(self, timeout: float = 0.0) -> None:
         """Nothing to free: a polling getter holds no connection or thread."""
 
     def open_now(self) -> None:

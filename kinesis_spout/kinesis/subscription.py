@@ -193,14 +193,19 @@ class SubscriptionPump:
         notice, self._notice = self._notice, None
         return notice
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the thread and close its subscription; buffered events stay."""
+    def stop_soon(self) -> None:
+        """Tell the thread to stop and close its subscription; do not wait."""
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
             sub = self._sub
         if sub is not None:
             sub.close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the thread (waiting at most ``timeout`` seconds) and close its
+        subscription; buffered events stay."""
+        self.stop_soon()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
