@@ -23,7 +23,6 @@ latencies as a PNG bar chart (the ``plots`` extra).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import statistics
@@ -54,7 +53,7 @@ from kinesis_spout.testing.plots import (  # noqa: E402
     Series,
     add_plot_argument,
     check_plot_argument,
-    save_bench_chart,
+    finish_bench,
 )
 from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer  # noqa: E402
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records  # noqa: E402
@@ -216,10 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         f"checkpoint writes = {spout_figures['writes_per_100k_records']} per 100,000 records "
         "(one per record would be 100,000)"
     )
-    drawn = save_bench_chart(CHART, result, args.plot, out)
-    if args.json:
-        out(json.dumps(result, sort_keys=True))
-    return 0 if drawn else 1
+    return finish_bench(CHART, result, args.plot, args.json, sort_keys=True, say=out)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import statistics
@@ -55,10 +54,10 @@ from kinesis_spout.testing.plots import (  # noqa: E402
     Series,
     add_plot_argument,
     check_plot_argument,
-    save_bench_chart,
+    finish_bench,
 )
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
-from kinesis_spout.testing.streams import create_stream, make_payloads, put_records  # noqa: E402
+from kinesis_spout.testing.streams import fill_stream  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reader_efo import read_all, run_efo  # noqa: E402
@@ -204,7 +203,7 @@ EFO_CHART = BarChart(
 """The chart ``--plot FILE`` draws with ``--consumer efo``."""
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--consumer",
@@ -216,46 +215,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=None, help="default 100000 (efo: 20000)")
     parser.add_argument("--size", type=int, default=200, help="bytes per record")
     parser.add_argument(
-        "--rounds", type=int, default=None, help="repeat the readers, report medians "
-        "(default 1; efo: 3)"
+        "--rounds",
+        type=int,
+        default=None,
+        help="repeat the readers, report medians (default 1; efo: 3)",
     )
     parser.add_argument("--json", action="store_true", help="last line: one JSON object")
     add_plot_argument(parser)
     args = parser.parse_args(argv)
     check_plot_argument(parser, args.plot)
-    logging.basicConfig(level=logging.WARNING)
-    if args.consumer == "efo":
-        efo = run_efo(args.records or 20_000, args.size, args.rounds or 3)
-        drawn = save_bench_chart(EFO_CHART, efo, args.plot)
-        if args.json:
-            print(json.dumps(efo, sort_keys=True))
-        return 0 if drawn else 1
-    args.records = args.records or 100_000
-    args.rounds = args.rounds or 1
+    return args
 
+
+def measure(records: int, size: int, rounds: int) -> dict[str, list[Run]]:
+    """Every reader ``rounds`` times over one stream of ``records`` records; each run printed."""
     with MotoServer() as moto:
-        client = make_client(moto.endpoint_url)
         stream = "reader-bench"
-        create_stream(client, stream, SHARDS)
-        t = time.perf_counter()
-        put_records(client, stream, make_payloads(args.records, args.size))
+        put_seconds = fill_stream(make_client(moto.endpoint_url), stream, records, size, SHARDS)
         print(
-            f"moto {moto.endpoint_url}: {args.records} records of {args.size} B on {SHARDS} "
-            f"shards written in {time.perf_counter() - t:.1f}s",
+            f"moto {moto.endpoint_url}: {records} records of {size} B on {SHARDS} "
+            f"shards written in {put_seconds:.1f}s",
             flush=True,
         )
         runs: dict[str, list[Run]] = {name: [] for name in READERS}
-        for rnd in range(args.rounds):
+        for rnd in range(rounds):
             for name, reader in READERS.items():
-                run = _timed(name, lambda r=reader: r(moto.endpoint_url, stream, args.records))  # type: ignore[misc]
-                if run.records < args.records:
-                    raise SystemExit(f"{name} read {run.records} of {args.records}")
+                run = _timed(name, lambda r=reader: r(moto.endpoint_url, stream, records))  # type: ignore[misc]
+                if run.records < records:
+                    raise SystemExit(f"{name} read {run.records} of {records}")
                 runs[name].append(run)
                 print(
                     f"round {rnd + 1} {name:>14}: {run.rps:9.0f} records/s  "
                     f"{run.cpu_us:6.1f} us CPU/record  ({run.seconds:.2f}s)",
                     flush=True,
                 )
+    return runs
+
+
+def reader_figures(args: argparse.Namespace, runs: dict[str, list[Run]]) -> dict[str, Any]:
+    """The median of each reader's runs, and the spout's ratios to the others."""
 
     def med(name: str, attr: str) -> float:
         return float(statistics.median(getattr(r, attr) for r in runs[name]))
@@ -277,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         figures["spout_cpu_us_per_record"] / figures["boto3_cpu_us_per_record"], 3
     )
     figures["ratio_vs_boto3_tuned"] = round(figures["spout_rps"] / figures["boto3_tuned_rps"], 3)
+    return figures
+
+
+def print_summary(figures: dict[str, Any]) -> None:
+    """A table of the readers' medians, then the spout's ratios against the goals."""
     print()
     print(f"{'reader':>14} {'records/s':>10} {'us CPU/rec':>11}")
     for name in READERS:
@@ -289,10 +292,19 @@ def main(argv: list[str] | None = None) -> int:
         f"spout / async-kinesis: {figures['ratio_vs_async_kinesis']:.2f}x (goal >= 1.5);  "
         f"spout / boto3 loop with the spout's client: {figures['ratio_vs_boto3_tuned']:.2f}x"
     )
-    drawn = save_bench_chart(CHART, figures, args.plot)
-    if args.json:
-        print(json.dumps(figures, sort_keys=True))
-    return 0 if drawn else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    if args.consumer == "efo":
+        efo = run_efo(args.records or 20_000, args.size, args.rounds or 3)
+        return finish_bench(EFO_CHART, efo, args.plot, args.json, sort_keys=True)
+    args.records = args.records or 100_000
+    args.rounds = args.rounds or 1
+    figures = reader_figures(args, measure(args.records, args.size, args.rounds))
+    print_summary(figures)
+    return finish_bench(CHART, figures, args.plot, args.json, sort_keys=True)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from kinesis_spout.kinesis.consumer import ensure_consumer
 from kinesis_spout.kinesis.efo_api import FanOutApi
 from kinesis_spout.spout import KinesisSpout
 from kinesis_spout.testing.localstack import LocalStackServer
-from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
+from kinesis_spout.testing.streams import fill_stream
 
 SHARDS = 4
 LIMIT = 10_000
@@ -105,12 +105,10 @@ def run_efo(records: int, size: int, rounds: int) -> dict[str, Any]:
     with LocalStackServer() as ls:
         client = make_client(ls.endpoint_url, read_timeout=120)
         stream = "reader-bench-efo"
-        create_stream(client, stream, SHARDS)
-        t = time.perf_counter()
-        put_records(client, stream, make_payloads(records, size))
+        put_seconds = fill_stream(client, stream, records, size, SHARDS)
         print(
             f"LocalStack {ls.endpoint_url}: {records} records of {size} B on {SHARDS} shards "
-            f"written in {time.perf_counter() - t:.1f}s",
+            f"written in {put_seconds:.1f}s",
             flush=True,
         )
         ensure_consumer(FanOutApi(KinesisApi(client, stream)), "bench")

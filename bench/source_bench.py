@@ -26,7 +26,6 @@ figures as a PNG bar chart (the ``plots`` extra).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -44,27 +43,21 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from kinesis_spout.config import SpoutConfig  # noqa: E402
 from kinesis_spout.testing.plots import (  # noqa: E402
     Bar,
     BarChart,
     Panel,
     add_plot_argument,
     check_plot_argument,
-    save_bench_chart,
+    finish_bench,
 )
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
-from kinesis_spout.testing.spark import local_spark_session  # noqa: E402
+from kinesis_spout.testing.spark import bench_job_config, local_spark_session  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from source_latency import latency_figures  # noqa: E402
 
-from kinesis_spout.testing.streams import (  # noqa: E402
-    create_stream,
-    emulator_client,
-    make_payloads,
-    put_records,
-)
+from kinesis_spout.testing.streams import emulator_client, fill_stream  # noqa: E402
 
 SHARDS = 4
 WARMUP_RECORDS = 2_000
@@ -153,21 +146,8 @@ def run_driver(
     bench/spark_bench.py's 10,000-record batches (file checkpoints)."""
     from kinesis_spout.spark import per_record, run_job
 
-    config = SpoutConfig(
-        stream_name=stream,
-        endpoint_url=endpoint,
-        job_name=f"bench-{uuid.uuid4().hex[:8]}",
-        checkpoint_store=f"file://{workdir / 'checkpoints'}",
-        dead_letter=str(workdir / "dead-letter"),
-        batch_size=10_000,
-        batch_max_wait=1.0,
-        max_in_flight=10_000,
-        empty_shard_backoff=0.2,
-        stop_when_idle=0.5,
-        checkpoint_interval=5.0,
-        message_timeout=0.0,
-        read_on=read_on,
-    )
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    config = bench_job_config(stream, endpoint, workdir, name, read_on=read_on)
     last_batch_end = [0.0]
     seen = [0]
     batches = [0]
@@ -185,14 +165,6 @@ def run_driver(
             f"the driver loop acked {summary.ok} of {seen[0]} records, expected {expected}"
         )
     return Run(f"job_{read_on}", expected, last_batch_end[0] - started, batches[0])
-
-
-def fill(client: Any, stream: str, n: int, size: int) -> float:
-    """Create and fill ``stream``; return the seconds the writes took."""
-    create_stream(client, stream, SHARDS)
-    started = time.perf_counter()
-    put_records(client, stream, make_payloads(n, size))
-    return time.perf_counter() - started
 
 
 def fetches_per_record(
@@ -248,29 +220,42 @@ def rounds(spark: Any, endpoint: str, args: argparse.Namespace, workdir: Path) -
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    # A SIGTERM unwinds the with-blocks below, so the moto server is stopped too.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What one run measured, before rounding into figures."""
 
+    put_seconds: float
+    rps: dict[str, Any]
+    """:func:`rounds`: median records/s per reader, and ``source_batches``."""
+    fetches: float
+    """Records fetched per record in the stream (c)."""
+    fetched: int
+    latency: dict[str, Any]
+    """``bench/source_latency.py``'s figures (d)."""
+
+
+def warm_up(spark: Any, endpoint: str, args: argparse.Namespace, workdir: Path) -> None:
+    """The source and both job modes read the small ``warmup`` stream once."""
+    run_source(spark, endpoint, "warmup", WARMUP_RECORDS, args.max_records_per_shard, workdir)
+    for mode in ("driver", "executors"):
+        run_driver(spark, endpoint, "warmup", WARMUP_RECORDS, workdir, mode)
+    print("warm-up done", flush=True)
+
+
+def measure(args: argparse.Namespace) -> Measured:
+    """(a) to (d) on one moto server and one local[2] session; each step printed."""
     from kinesis_spout.streaming import register
 
     with MotoServer() as moto, tempfile.TemporaryDirectory(prefix="source-bench-") as tmp:
         client = emulator_client(moto.endpoint_url)
-        put_seconds = fill(client, "bench", args.records, args.size)
+        put_seconds = fill_stream(client, "bench", args.records, args.size, SHARDS)
         print(f"filled {args.records:,} records of {args.size} B in {put_seconds:.1f}s")
-        fill(client, "warmup", WARMUP_RECORDS, args.size)
+        fill_stream(client, "warmup", WARMUP_RECORDS, args.size, SHARDS)
 
         spark = local_spark_session("kinesis-spout source bench", "local[2]")
         register(spark)
         workdir = Path(tmp)
-        run_source(
-            spark, moto.endpoint_url, "warmup", WARMUP_RECORDS, args.max_records_per_shard, workdir
-        )
-        for mode in ("driver", "executors"):
-            run_driver(spark, moto.endpoint_url, "warmup", WARMUP_RECORDS, workdir, mode)
-        print("warm-up done", flush=True)
+        warm_up(spark, moto.endpoint_url, args, workdir)
         rps = rounds(spark, moto.endpoint_url, args, workdir)
         fetches, fetched = fetches_per_record(
             spark, moto.endpoint_url, "bench", args.records, args.max_records_per_shard, workdir
@@ -282,8 +267,13 @@ def main(argv: list[str] | None = None) -> int:
             f"batches); put to row p50 {latency['put_to_row_ms_p50']} ms"
         )
         spark.stop()
+    return Measured(put_seconds, rps, fetches, fetched, latency)
 
-    result = {
+
+def source_figures(args: argparse.Namespace, m: Measured) -> dict[str, Any]:
+    """The figures: (a) and (b)'s medians and their ratios, (c), (d) and the put time."""
+    rps = m.rps
+    return {
         "records": args.records,
         "record_bytes": args.size,
         "shards": SHARDS,
@@ -295,22 +285,27 @@ def main(argv: list[str] | None = None) -> int:
         "executor_reads_job_rps": round(rps["job_executors"], 1),
         "source_vs_driver": round(rps["source"] / rps["job_driver"], 3),
         "source_vs_executor_reads_job": round(rps["source"] / rps["job_executors"], 3),
-        "fetches_per_record": round(fetches, 4),
-        "records_fetched": fetched,
-        **latency,
-        "put_seconds": round(put_seconds, 1),
+        "fetches_per_record": round(m.fetches, 4),
+        "records_fetched": m.fetched,
+        **m.latency,
+        "put_seconds": round(m.put_seconds, 1),
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    # A SIGTERM unwinds the with-blocks of measure(), so the moto server is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    m = measure(args)
+    result = source_figures(args, m)
     print(
-        f"source {rps['source']:,.0f} records/s = {result['source_vs_driver']:.2f}x the "
+        f"source {m.rps['source']:,.0f} records/s = {result['source_vs_driver']:.2f}x the "
         f"driver-mode job (goal >= 1.5), {result['source_vs_executor_reads_job']:.2f}x the "
-        f"executor-read job; fetches per record {fetches:.3f} (goal <= 1.05); idle batch "
-        f"{latency['idle_batch_ms_p50']} ms (goal <= 500)"
+        f"executor-read job; fetches per record {m.fetches:.3f} (goal <= 1.05); idle batch "
+        f"{m.latency['idle_batch_ms_p50']} ms (goal <= 500)"
     )
-    drawn = save_bench_chart(CHART, result, args.plot)
-    if args.json:
-        print(json.dumps(result))
-    sys.stdout.flush()
-    return 0 if drawn else 1
+    return finish_bench(CHART, result, args.plot, args.json)
 
 
 if __name__ == "__main__":

@@ -35,13 +35,13 @@ JSON object (``job_rps_10k``, ``boto3_rps``, ``ratio_vs_boto3_10k`` ...).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,6 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from kinesis_spout.config import SpoutConfig  # noqa: E402
 from kinesis_spout.records import Record  # noqa: E402
 from kinesis_spout.spark.arrow import records_to_arrow  # noqa: E402
 from kinesis_spout.spark.build import run_job  # noqa: E402
@@ -64,16 +63,11 @@ from kinesis_spout.testing.plots import (  # noqa: E402
     Series,
     add_plot_argument,
     check_plot_argument,
-    save_bench_chart,
+    finish_bench,
 )
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
-from kinesis_spout.testing.spark import local_spark_session  # noqa: E402
-from kinesis_spout.testing.streams import (  # noqa: E402
-    create_stream,
-    emulator_client,
-    make_payloads,
-    put_records,
-)
+from kinesis_spout.testing.spark import bench_job_config, local_spark_session  # noqa: E402
+from kinesis_spout.testing.streams import emulator_client, fill_stream  # noqa: E402
 from tracker import SequenceKey  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -182,21 +176,8 @@ def job_run(
     spark: Any, endpoint: str, tmp: Path, batch: int, total: int, read_on: str = "driver"
 ) -> dict[str, float]:
     """One job run over the whole stream; its throughput and per-batch figures."""
-    cfg = SpoutConfig(
-        stream_name=STREAM,
-        job_name=f"bench-{batch}-{time.monotonic_ns()}",
-        endpoint_url=endpoint,
-        checkpoint_store=f"file://{tmp / 'checkpoints'}",
-        dead_letter=str(tmp / "dead-letter"),
-        batch_size=batch,
-        batch_max_wait=1.0,
-        max_in_flight=max(batch, 10_000),
-        empty_shard_backoff=0.2,
-        stop_when_idle=0.5,
-        checkpoint_interval=5.0,
-        message_timeout=0.0,
-        read_on=read_on,
-    )
+    name = f"bench-{batch}-{time.monotonic_ns()}"
+    cfg = bench_job_config(STREAM, endpoint, tmp, name, batch=batch, read_on=read_on)
     reports: list[tuple[float, BatchReport]] = []
     start = time.perf_counter()
     summary = run_job(
@@ -231,7 +212,25 @@ def batch_overhead_ms(spark: Any, repeats: int = 15) -> float:
     return 1000 * statistics.median(times)
 
 
-def main(argv: list[str] | None = None) -> int:
+Scale = dict[str, dict[str, Any]]
+"""``--cluster``: per read mode (``executors``, ``driver``), ``spark_scale``'s figures."""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalRuns:
+    """What the local[2] session measured, before rounding into figures."""
+
+    boto_before: float
+    boto_after: float
+    """The boto3 loop's records/s before and after the job runs."""
+    batches: dict[int, dict[str, float]]
+    """Per batch size: :func:`job_run` with driver reads."""
+    executors: dict[str, float]
+    """:func:`job_run` with executor reads, batch 10,000."""
+    overhead_ms: float
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=200, help="bytes per record")
@@ -252,93 +251,114 @@ def main(argv: list[str] | None = None) -> int:
     add_plot_argument(parser)
     args = parser.parse_args(argv)
     check_plot_argument(parser, args.plot)
-    logging.basicConfig(level=logging.WARNING)
-    if args.poison_rate is not None:
-        return poison_main(args)
+    return args
 
+
+def local_runs(spark: Any, endpoint: str, tmp: Path, records: int) -> LocalRuns:
+    """The boto3 loop, the job at each batch size and with executor reads, the loop again,
+    and the per-batch overhead, each printed (after a warm-up run of each read mode)."""
+    job_run(spark, endpoint, tmp, 10_000, records)  # warm-up
+    plain = stock_client(endpoint)  # boto3 as anyone makes it
+    boto_before = boto3_loop(plain, records)
+    print(f"boto3 GetRecords loop: {boto_before:,.0f} records/s")
+    runs: dict[int, dict[str, float]] = {}
+    for batch in BATCH_SIZES:
+        runs[batch] = r = job_run(spark, endpoint, tmp, batch, records)
+        print(
+            f"job, batch {batch:>6,}: {r['rps']:>8,.0f} records/s "
+            f"({r['batches']:.0f} batches, Spark {r['spark_ms_per_batch']:.0f} ms "
+            f"+ fill {r['fill_ms_per_batch']:.0f} ms per batch)"
+        )
+    job_run(spark, endpoint, tmp, 10_000, records, "executors")  # warm-up
+    executors = job_run(spark, endpoint, tmp, 10_000, records, "executors")
+    print(
+        f"job, executor reads, batch 10,000: {executors['rps']:>8,.0f} records/s "
+        f"({executors['batches']:.0f} batches)"
+    )
+    boto_after = boto3_loop(plain, records)
+    print(f"boto3 GetRecords loop again: {boto_after:,.0f} records/s")
+    overhead = batch_overhead_ms(spark)
+    print(f"per-batch overhead (1-record micro-batch): {overhead:.0f} ms")
+    return LocalRuns(boto_before, boto_after, runs, executors, overhead)
+
+
+def cluster_scale(client: Any, endpoint: str, tmp: Path, args: argparse.Namespace) -> Scale:
+    """``--cluster``: both read modes' scale-out figures (``spark_scale.scale_figures``)."""
+    from pyspark import cloudpickle
+
+    register: Any = cloudpickle.register_pickle_by_value
+    register(spark_scale)  # the executors cannot import it
+    fill_stream(client, CPU_STREAM, args.cpu_records, args.size, SHARDS)
+    return scale_figures(endpoint, tmp, STREAM, CPU_STREAM, args.records, args.cpu_records)
+
+
+def measure(args: argparse.Namespace) -> tuple[LocalRuns, Scale | None]:
+    """One moto server: the local runs, then the cluster's figures (None without --cluster)."""
     with MotoServer() as moto, tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         client = emulator_client(moto.endpoint_url)
-        create_stream(client, STREAM, SHARDS)
-        t = time.perf_counter()
-        put_records(client, STREAM, make_payloads(args.records, args.size))
-        print(f"put {args.records} records of {args.size} B in {time.perf_counter() - t:.1f}s")
-
+        put_seconds = fill_stream(client, STREAM, args.records, args.size, SHARDS)
+        print(f"put {args.records} records of {args.size} B in {put_seconds:.1f}s")
         spark = local_spark_session("spark-bench")
         try:
-            job_run(spark, moto.endpoint_url, tmp, 10_000, args.records)  # warm-up
-            plain = stock_client(moto.endpoint_url)  # boto3 as anyone makes it
-            boto_before = boto3_loop(plain, args.records)
-            print(f"boto3 GetRecords loop: {boto_before:,.0f} records/s")
-            runs = {}
-            for batch in BATCH_SIZES:
-                runs[batch] = job_run(spark, moto.endpoint_url, tmp, batch, args.records)
-                r = runs[batch]
-                print(
-                    f"job, batch {batch:>6,}: {r['rps']:>8,.0f} records/s "
-                    f"({r['batches']:.0f} batches, Spark {r['spark_ms_per_batch']:.0f} ms "
-                    f"+ fill {r['fill_ms_per_batch']:.0f} ms per batch)"
-                )
-            job_run(spark, moto.endpoint_url, tmp, 10_000, args.records, "executors")  # warm-up
-            executors = job_run(spark, moto.endpoint_url, tmp, 10_000, args.records, "executors")
-            print(
-                f"job, executor reads, batch 10,000: {executors['rps']:>8,.0f} records/s "
-                f"({executors['batches']:.0f} batches)"
-            )
-            boto_after = boto3_loop(plain, args.records)
-            print(f"boto3 GetRecords loop again: {boto_after:,.0f} records/s")
-            overhead = batch_overhead_ms(spark)
-            print(f"per-batch overhead (1-record micro-batch): {overhead:.0f} ms")
+            local = local_runs(spark, moto.endpoint_url, tmp, args.records)
         finally:
             spark.stop()
-        scale = None
-        if args.cluster:
-            from pyspark import cloudpickle
+        scale = cluster_scale(client, moto.endpoint_url, tmp, args) if args.cluster else None
+    return local, scale
 
-            register: Any = cloudpickle.register_pickle_by_value
-            register(spark_scale)  # the executors cannot import it
-            create_stream(client, CPU_STREAM, SHARDS)
-            put_records(client, CPU_STREAM, make_payloads(args.cpu_records, args.size))
-            scale = scale_figures(
-                moto.endpoint_url, tmp, STREAM, CPU_STREAM, args.records, args.cpu_records
-            )
 
-    boto = (boto_before + boto_after) / 2
+def job_figures(args: argparse.Namespace, local: LocalRuns, scale: Scale | None) -> dict[str, Any]:
+    """The figures: the job's records/s per batch size and read mode over the boto3 loop's
+    (the mean of its two runs), and the cluster's figures with ``--cluster``."""
+    boto = (local.boto_before + local.boto_after) / 2
     result: dict[str, Any] = {
         "records": args.records,
         "record_bytes": args.size,
         "shards": SHARDS,
         "master": "local[2]",
         "boto3_rps": round(boto),
-        "boto3_rps_before": round(boto_before),
-        "boto3_rps_after": round(boto_after),
-        "batch_overhead_ms": round(overhead, 1),
+        "boto3_rps_before": round(local.boto_before),
+        "boto3_rps_after": round(local.boto_after),
+        "batch_overhead_ms": round(local.overhead_ms, 1),
     }
     for batch, key in zip(BATCH_SIZES, ("1k", "10k", "50k"), strict=True):
-        r = runs[batch]
+        r = local.batches[batch]
         result[f"job_rps_{key}"] = round(r["rps"])
         result[f"ratio_vs_boto3_{key}"] = round(r["rps"] / boto, 3)
         result[f"spark_ms_per_batch_{key}"] = round(r["spark_ms_per_batch"], 1)
-    print(f"job at 10,000: {result['ratio_vs_boto3_10k']:.2f}x the boto3 loop (goal >= 0.7)")
-    result["vs_boto3"] = round(executors["rps"] / boto, 3)
-    result["job_rps_executors_10k"] = round(executors["rps"])
-    print(f"executor reads at 10,000: {result['vs_boto3']:.2f}x the boto3 loop (goal >= 1.0)")
+    result["vs_boto3"] = round(local.executors["rps"] / boto, 3)
+    result["job_rps_executors_10k"] = round(local.executors["rps"])
     if scale is not None:
         result.update(scale["executors"])
         result["vs_boto3_driver_mode"] = result["ratio_vs_boto3_10k"]
         result["driver_mode"] = scale["driver"] | {"vs_boto3": result["ratio_vs_boto3_10k"]}
-        for mode, figures in scale.items():
-            print(
-                f"{mode} reads on the cluster: driver CPU "
-                f"{figures['driver_cpu_us_per_record']:.2f} us/record (goal <= 2.0), "
-                f"{figures['reader_processes']} reader processes (goal >= 2), 2 vs 1 worker "
-                f"{figures['scaling_2_vs_1']:.2f}x (goal >= 1.5), lost {figures['lost']}, "
-                f"duplicates {figures['duplicates']} of {figures['records']} records"
-            )
-    drawn = save_bench_chart(CHART, result, args.plot)
-    if args.json:
-        print(json.dumps(result))
-    return 0 if drawn else 1
+    return result
+
+
+def print_summary(result: dict[str, Any], scale: Scale | None) -> None:
+    """The job's ratios to the boto3 loop and the cluster's figures, against their goals."""
+    print(f"job at 10,000: {result['ratio_vs_boto3_10k']:.2f}x the boto3 loop (goal >= 0.7)")
+    print(f"executor reads at 10,000: {result['vs_boto3']:.2f}x the boto3 loop (goal >= 1.0)")
+    for mode, figures in (scale or {}).items():
+        print(
+            f"{mode} reads on the cluster: driver CPU "
+            f"{figures['driver_cpu_us_per_record']:.2f} us/record (goal <= 2.0), "
+            f"{figures['reader_processes']} reader processes (goal >= 2), 2 vs 1 worker "
+            f"{figures['scaling_2_vs_1']:.2f}x (goal >= 1.5), lost {figures['lost']}, "
+            f"duplicates {figures['duplicates']} of {figures['records']} records"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    if args.poison_rate is not None:
+        return poison_main(args)
+    local, scale = measure(args)
+    result = job_figures(args, local, scale)
+    print_summary(result, scale)
+    return finish_bench(CHART, result, args.plot, args.json)
 
 
 def poison_main(args: argparse.Namespace) -> int:
@@ -365,10 +385,7 @@ def poison_main(args: argparse.Namespace) -> int:
         f"worst poison_vs_clean {result['poison_vs_clean']:.2f} (goal >= 0.8), worst dead-letter "
         f"latency {result['dead_letter_latency_batches_max']} batches (goal <= 2)"
     )
-    drawn = save_bench_chart(POISON_CHART, result, args.plot)
-    if args.json:
-        print(json.dumps(result))
-    return 0 if drawn else 1
+    return finish_bench(POISON_CHART, result, args.plot, args.json)
 
 
 if __name__ == "__main__":

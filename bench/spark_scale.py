@@ -24,12 +24,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kinesis_spout.config import SpoutConfig
 from kinesis_spout.spark.build import build_driver
 from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.processing import InputRecord
 from kinesis_spout.testing.cluster import StandaloneCluster, cluster_spark_conf
-from kinesis_spout.testing.spark import local_spark_session
+from kinesis_spout.testing.spark import bench_job_config, local_spark_session
 
 BURN_US = 200.0
 
@@ -76,31 +75,15 @@ def delivery_counts(log_dir: Path) -> Counter[str]:
     return seen
 
 
-def _config(endpoint: str, tmp: Path, stream: str, read_on: str, batch: int) -> SpoutConfig:
-    return SpoutConfig(
-        stream_name=stream,
-        job_name=f"scale-{read_on}-{time.monotonic_ns()}",
-        endpoint_url=endpoint,
-        checkpoint_store=f"file://{tmp / 'checkpoints'}",
-        dead_letter=str(tmp / "dead-letter"),
-        batch_size=batch,
-        batch_max_wait=1.0,
-        max_in_flight=max(batch, 10_000),
-        empty_shard_backoff=0.2,
-        stop_when_idle=0.5,
-        checkpoint_interval=5.0,
-        message_timeout=0.0,
-        read_on=read_on,
-    )
-
-
 def cluster_run(
     spark: Any, endpoint: str, tmp: Path, stream: str, read_on: str, spins: int, total: int
 ) -> dict[str, Any]:
     """One run over the whole stream; records/s, driver CPU, readers, deliveries."""
     log_dir = tmp / f"log-{time.monotonic_ns()}"
     log_dir.mkdir()
-    cfg = _config(endpoint, tmp, stream, read_on, 10_000)
+    cfg = bench_job_config(
+        stream, endpoint, tmp, f"scale-{read_on}-{time.monotonic_ns()}", read_on=read_on
+    )
     last: list[tuple[float, float]] = []  # (time, driver CPU) at each progress line
     driver = build_driver(
         cfg,

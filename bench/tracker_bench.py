@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import platform
 import random
 import sys
@@ -54,7 +53,7 @@ from kinesis_spout.testing.plots import (  # noqa: E402
     Series,
     add_plot_argument,
     check_plot_argument,
-    save_bench_chart,
+    finish_bench,
 )
 from tracker import Acker, InflightRecordTracker, SequenceKey  # noqa: E402
 
@@ -277,7 +276,16 @@ CHART = BarChart(
 """The chart ``--plot FILE`` draws."""
 
 
-def main(argv: list[str] | None = None) -> int:
+RUNNERS: dict[str, tuple[Callable[[], Tracker], Runner]] = {
+    "ours": (ours, run_single),
+    "sorted": (baseline, run_single),
+    "ours_bulk": (ours, run_bulk),
+    "sorted_bulk": (baseline, run_bulk),
+}
+"""Each tracker with one ack at a time and with ``ack_many``."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     parser.add_argument("--quick", action="store_true", help="~10x fewer records, 2 trials")
@@ -289,8 +297,78 @@ def main(argv: list[str] | None = None) -> int:
     add_plot_argument(parser)
     args = parser.parse_args(argv)
     check_plot_argument(parser, args.plot)
-    clock: Clock = time.process_time if args.cpu_time else time.perf_counter
+    return args
 
+
+def time_case(
+    size: int, order: str, target: int, trials: int, clock: Clock
+) -> tuple[dict[str, float], int]:
+    """µs per record of each runner at ``size`` in flight; and the records measured."""
+    rounds_count = max(1, target // size)
+    rounds = make_rounds(size, rounds_count, order == "random", random.Random(size))
+    records = size * rounds_count
+    best = best_of(trials, RUNNERS, rounds, clock)
+    return {name: seconds / records * 1e6 for name, seconds in best.items()}, records
+
+
+def case_figures(tag: str, us: dict[str, float], records: int) -> dict[str, object]:
+    """The figures of one case (``inorder_10k`` ...) from :func:`time_case`."""
+    return {
+        f"us_per_record_{tag}": round(us["ours"], 4),
+        f"sorted_us_per_record_{tag}": round(us["sorted"], 4),
+        f"bulk_us_per_record_{tag}": round(us["ours_bulk"], 4),
+        f"sorted_bulk_us_per_record_{tag}": round(us["sorted_bulk"], 4),
+        f"ratio_vs_sorted_{tag}": round(us["sorted"] / us["ours"], 3),
+        f"ratio_bulk_vs_sorted_{tag}": round(us["sorted_bulk"] / us["ours_bulk"], 3),
+        f"records_measured_{tag}": records,
+    }
+
+
+def timing_figures(target: int, trials: int, clock: Clock) -> dict[str, object]:
+    """Every size and order, one printed row each; their figures."""
+    print(
+        f"{'in flight':>10} {'order':>8} | {'ours':>8} {'sorted':>8} {'ratio':>6} |"
+        f" {'ours bulk':>9} {'sorted bulk':>11} {'ratio':>6}   (us per record, emit+ack)"
+    )
+    figures: dict[str, object] = {}
+    for size in SIZES:
+        for order in ("inorder", "random"):
+            us, records = time_case(size, order, target, trials, clock)
+            figures.update(case_figures(f"{order}_{label(size)}", us, records))
+            ratio = us["sorted"] / us["ours"]
+            ratio_bulk = us["sorted_bulk"] / us["ours_bulk"]
+            print(
+                f"{size:>10,} {order:>8} | {us['ours']:>8.3f} {us['sorted']:>8.3f} {ratio:>5.2f}x |"
+                f" {us['ours_bulk']:>9.3f} {us['sorted_bulk']:>11.3f} {ratio_bulk:>5.2f}x"
+            )
+        figures[f"ratio_vs_sorted_{label(size)}"] = figures[f"ratio_vs_sorted_random_{label(size)}"]
+    return figures
+
+
+def memory_figures(size: int) -> dict[str, object]:
+    """Bytes per in-flight record (``size`` in flight) and per open acker root, printed."""
+    ours_bytes = bytes_per_inflight(ours, size)
+    timeout_bytes = bytes_per_inflight(
+        lambda: InflightRecordTracker(retry_limit=3, message_timeout=30.0), size
+    )
+    sorted_bytes = bytes_per_inflight(baseline, size)
+    acker_bytes = acker_bytes_per_root(size)
+    print(
+        f"memory at {size:,} in flight (tracemalloc, keys created before measuring): "
+        f"{ours_bytes:.1f} B/record ours, {timeout_bytes:.1f} B with a message timeout, "
+        f"{sorted_bytes:.1f} B sorted-set baseline; acker {acker_bytes:.1f} B/open root"
+    )
+    return {
+        "bytes_per_inflight": round(ours_bytes, 1),
+        "bytes_per_inflight_with_timeout": round(timeout_bytes, 1),
+        "sorted_bytes_per_inflight": round(sorted_bytes, 1),
+        "acker_bytes_per_root": round(acker_bytes, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    clock: Clock = time.process_time if args.cpu_time else time.perf_counter
     target = 100_000 if args.quick else 1_000_000
     trials = 2 if args.quick else 5
     figures: dict[str, object] = {
@@ -306,64 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         f" {trials} trials, checkpoint read every {BATCH} acks, GC enabled for both,"
         " keys pre-created"
     )
-    print(
-        f"{'in flight':>10} {'order':>8} | {'ours':>8} {'sorted':>8} {'ratio':>6} |"
-        f" {'ours bulk':>9} {'sorted bulk':>11} {'ratio':>6}   (us per record, emit+ack)"
-    )
-    for size in SIZES:
-        rounds_count = max(1, target // size)
-        for order in ("inorder", "random"):
-            rounds = make_rounds(size, rounds_count, order == "random", random.Random(size))
-            records = size * rounds_count
-            best = best_of(
-                trials,
-                {
-                    "ours": (ours, run_single),
-                    "sorted": (baseline, run_single),
-                    "ours_bulk": (ours, run_bulk),
-                    "sorted_bulk": (baseline, run_bulk),
-                },
-                rounds,
-                clock,
-            )
-            us = {name: seconds / records * 1e6 for name, seconds in best.items()}
-            ratio = us["sorted"] / us["ours"]
-            ratio_bulk = us["sorted_bulk"] / us["ours_bulk"]
-            tag = f"{order}_{label(size)}"
-            figures[f"us_per_record_{tag}"] = round(us["ours"], 4)
-            figures[f"sorted_us_per_record_{tag}"] = round(us["sorted"], 4)
-            figures[f"bulk_us_per_record_{tag}"] = round(us["ours_bulk"], 4)
-            figures[f"sorted_bulk_us_per_record_{tag}"] = round(us["sorted_bulk"], 4)
-            figures[f"ratio_vs_sorted_{tag}"] = round(ratio, 3)
-            figures[f"ratio_bulk_vs_sorted_{tag}"] = round(ratio_bulk, 3)
-            figures[f"records_measured_{tag}"] = records
-            print(
-                f"{size:>10,} {order:>8} | {us['ours']:>8.3f} {us['sorted']:>8.3f} {ratio:>5.2f}x |"
-                f" {us['ours_bulk']:>9.3f} {us['sorted_bulk']:>11.3f} {ratio_bulk:>5.2f}x"
-            )
-            del rounds
-        figures[f"ratio_vs_sorted_{label(size)}"] = figures[f"ratio_vs_sorted_random_{label(size)}"]
-
-    size = SIZES[-1]
-    ours_bytes = bytes_per_inflight(ours, size)
-    timeout_bytes = bytes_per_inflight(
-        lambda: InflightRecordTracker(retry_limit=3, message_timeout=30.0), size
-    )
-    sorted_bytes = bytes_per_inflight(baseline, size)
-    acker_bytes = acker_bytes_per_root(size)
-    figures["bytes_per_inflight"] = round(ours_bytes, 1)
-    figures["bytes_per_inflight_with_timeout"] = round(timeout_bytes, 1)
-    figures["sorted_bytes_per_inflight"] = round(sorted_bytes, 1)
-    figures["acker_bytes_per_root"] = round(acker_bytes, 1)
-    print(
-        f"memory at {size:,} in flight (tracemalloc, keys created before measuring): "
-        f"{ours_bytes:.1f} B/record ours, {timeout_bytes:.1f} B with a message timeout, "
-        f"{sorted_bytes:.1f} B sorted-set baseline; acker {acker_bytes:.1f} B/open root"
-    )
-    drawn = save_bench_chart(CHART, figures, args.plot)
-    if args.json:
-        print(json.dumps(figures, sort_keys=True))
-    return 0 if drawn else 1
+    figures.update(timing_figures(target, trials, clock))
+    figures.update(memory_figures(SIZES[-1]))
+    return finish_bench(CHART, figures, args.plot, args.json, sort_keys=True)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,15 @@ def make_payloads(n: int, size: int = 200, prefix: str = "r") -> list[tuple[str,
     return out
 
 
+def fill_stream(client: Any, name: str, records: int, size: int = 200, shards: int = 4) -> float:
+    """Create ``name`` with ``shards`` shards and put ``records`` records of ``size`` bytes
+    (:func:`make_payloads`); returns the seconds the puts took (the benches print it)."""
+    create_stream(client, name, shards)
+    started = time.perf_counter()
+    put_records(client, name, make_payloads(records, size))
+    return time.perf_counter() - started
+
+
 def shard_ids(client: Any, name: str) -> Sequence[str]:
     shards = client.list_shards(StreamName=name)["Shards"]
     return [s["ShardId"] for s in shards]

@@ -4,6 +4,7 @@ into a PNG on the Agg canvas; and ``--plot`` without matplotlib."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from kinesis_spout.testing.plots import (
     check_plot_argument,
     draw_bar_chart,
     figure_value,
+    finish_bench,
     png_size,
     require_matplotlib,
     save_bench_chart,
@@ -172,6 +174,25 @@ def test_save_bench_chart_reports_the_file_and_survives_a_missing_figure(
     assert not save_bench_chart(CHART, {"records": 1}, tmp_path / "d.png", said.append)
     assert "chart not drawn: figure 'boto3_rps'" in capsys.readouterr().err
     assert not (tmp_path / "d.png").exists()
+
+
+def test_finish_bench_prints_the_json_last_and_exits_1_only_when_the_chart_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    said: list[str] = []
+    figures = dict(reversed(FIGURES.items()))  # not in sorted order
+    assert finish_bench(CHART, figures, tmp_path / "c.png", True, say=said.append) == 0
+    assert said[0].startswith("chart: ") and json.loads(said[-1]) == figures
+    assert list(json.loads(said[-1])) == list(figures)  # the bench's key order
+    said.clear()
+    assert finish_bench(CHART, figures, None, True, sort_keys=True, say=said.append) == 0
+    assert len(said) == 1 and list(json.loads(said[0])) == sorted(figures)
+    said.clear()
+    assert finish_bench(CHART, figures, None, False, say=said.append) == 0 and not said
+    broken = {"records": 1}
+    assert finish_bench(CHART, broken, tmp_path / "d.png", True, say=said.append) == 1
+    assert said == ['{"records": 1}']  # the figures are printed all the same
+    assert "chart not drawn" in capsys.readouterr().err
 
 
 # --- the --plot option -----------------------------------------------------------------

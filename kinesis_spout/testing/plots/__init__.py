@@ -3,7 +3,8 @@
 matplotlib is optional (the ``plots`` extra) and imported only when a chart is drawn, on
 the non-interactive Agg canvas. Modules: ``bars`` (a bench's chart as data, resolved
 against its figures: pure), ``render`` (drawing and PNG files), ``cli`` (the ``--plot``
-option of every bench: checked before the bench runs, drawn at its end).
+option of every bench: checked before the bench runs, drawn at its end, then the
+``--json`` line and the exit code).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kinesis_spout.testing.plots.cli import (
     add_plot_argument,
     check_plot_argument,
     describe_png,
+    finish_bench,
     save_bench_chart,
     save_chart,
 )
@@ -53,6 +55,7 @@ __all__ = [
     "describe_png",
     "draw_bar_chart",
     "figure_value",
+    "finish_bench",
     "format_note",
     "new_figure",
     "png_size",

@@ -1,9 +1,11 @@
 """``--plot FILE`` for the benches: the option, its check before the bench runs, and the
-chart drawn from the bench's figures at the end."""
+chart drawn from the bench's figures at the end (with ``--json``'s last line and the exit
+code: :func:`finish_bench`)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -71,3 +73,22 @@ def save_bench_chart(
 ) -> bool:
     """:func:`save_chart` of ``chart`` drawn from ``figures``."""
     return save_chart(lambda p: draw_bar_chart(chart_data(chart, figures), p), path, say)
+
+
+def finish_bench(
+    chart: BarChart,
+    figures: Mapping[str, Any],
+    plot: Path | None,
+    as_json: bool,
+    *,
+    sort_keys: bool = False,
+    say: Callable[[str], None] = print,
+) -> int:
+    """A bench's end: its chart into ``plot`` (``--plot``), then with ``as_json`` (``--json``)
+    the figures as one JSON object on the last line. Returns the bench's exit code: 0, or 1
+    when the chart could not be drawn (the figures are printed all the same)."""
+    drawn = save_bench_chart(chart, figures, plot, say)
+    if as_json:
+        say(json.dumps(figures, sort_keys=sort_keys))
+    sys.stdout.flush()
+    return 0 if drawn else 1
