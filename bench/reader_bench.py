@@ -36,7 +36,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
@@ -60,27 +59,11 @@ from kinesis_spout.testing.servers import MotoServer  # noqa: E402
 from kinesis_spout.testing.streams import fill_stream  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reader_efo import read_all, run_efo  # noqa: E402
+from reader_efo import Run, read_all, run_efo  # noqa: E402
 
 SHARDS = 4
 LIMIT = 10_000
 TIMEOUT = 600.0
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    name: str
-    records: int
-    seconds: float
-    cpu_seconds: float
-
-    @property
-    def rps(self) -> float:
-        return self.records / self.seconds
-
-    @property
-    def cpu_us(self) -> float:
-        return 1e6 * self.cpu_seconds / self.records
 
 
 def _timed(name: str, fn: Callable[[], int]) -> Run:

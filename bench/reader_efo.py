@@ -45,7 +45,10 @@ CONSUMERS = ("polling", "efo")
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    consumer: str
+    """One timed read (also reader_bench's runs): what read, how many records, wall and
+    CPU seconds of this process."""
+
+    name: str
     records: int
     seconds: float
     cpu_seconds: float
