@@ -1,11 +1,12 @@
-"""Kinesis reads of the streaming source: read-ahead (offset side) and range replay (executors).
+"""Kinesis reads of the streaming source, on the executors: a fresh read and a range replay.
 
-The offset process decides where a batch ends by reading ahead
-(:func:`read_ahead`): it walks each shard from the batch start for at most
-a quota of user records and records the last key it saw. An executor then
-reads exactly that range again (:func:`read_range`), using the same start
-and the same filter, so the batch has the same records on every replay as
-long as Kinesis retains them. Both sides count user records after KPL
+An executor's first read of a batch's shard (:func:`read_fresh`) walks the shard
+from the batch start for at most a quota of user records, keeps them and says
+where it stopped; that end is recorded for the (batch, shard), first writer
+wins. A task run again reads exactly the recorded range (:func:`read_range`),
+with the same start and the same filter, so the batch has the same records on
+every replay as long as Kinesis retains them. :func:`read_ahead` is the same
+walk without keeping the records. Both sides count user records after KPL
 de-aggregation, and a cut inside an aggregate is kept in the position.
 """
 
@@ -268,7 +269,7 @@ def read_range(
     backoff: ExponentialBackoff | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[list[Record]]:
-    """The user records of ``rng``, page by page: exactly those read ahead.
+    """The user records of ``rng``, page by page: exactly those of its first read.
 
     Raises :class:`DataLossError` (or logs, with ``fail_on_data_loss=False``)
     when the range cannot be read as planned: its records expired.
