@@ -318,7 +318,7 @@ class KinesisSpout:
         save costs one write per half window, never one per record)."""
         if sh.savable() >= self._early_save_at:
             self._save(sh, now)
-        return self.config.max_in_flight - sh.window
+        return sh.room(self.config.max_in_flight)
 
     def _tick(self, now: float) -> None:
         """Housekeeping on every call: expiries, drained shards, checkpoints, refresh."""

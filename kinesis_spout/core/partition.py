@@ -10,7 +10,13 @@ does no I/O of its own (the dead-letter sink is passed in). Its lifecycle is
 
 *Window*: the keys handed out for the first time after the last *saved*
 checkpoint, done or not. A crash now would replay exactly those, so a shard
-whose window holds ``max_in_flight`` keys is not fetched.
+whose window holds ``max_in_flight`` keys is not fetched, with one exception
+(:meth:`ShardPartition.room`): a checkpoint on the first user record of a
+multi-record KPL aggregate cannot be saved (a resume from ``(seq, 0)`` would
+skip the rest of the aggregate), so when every record handed out is done and
+the checkpoint sits there, the next record (the aggregate's second) is let in;
+once it is done the checkpoint can be saved. A crash replays that aggregate
+whole anyway.
 
 *Dead-letter write-ahead*: a given-up record joins ``dead_pending`` before its
 write, and its tracker (which keeps it pending) is told only after the write
@@ -84,6 +90,34 @@ class ShardPartition:
             del unsaved[:head]
             head = 0
         self.unsaved_head = head
+
+    def room(self, max_in_flight: int) -> int:
+        """Records the shard may hand out for the first time now (see the module docstring)."""
+        last = self.unsaved[-1] if self.window else None
+        return self.room_in(max_in_flight, self.window, last)
+
+    def room_in(self, max_in_flight: int, window: int, last_read: SequenceKey | None) -> int:
+        """The room of a replay window of ``window`` records read up to ``last_read``: its
+        free part, or 1 while the checkpoint waits on the next record of the aggregate
+        ``last_read`` is the head of (executor reads keep their window by runs)."""
+        room = max_in_flight - window
+        if room <= 0 and self.held_in_aggregate(last_read):
+            return 1
+        return room
+
+    def held_in_aggregate(self, last_read: SequenceKey | None) -> bool:
+        """Every record read (up to ``last_read``) is done, and the checkpoint is the
+        first user record of a multi-record KPL aggregate: it cannot be saved until
+        the aggregate's next record is done too."""
+        tracker = self.tracker
+        cp = tracker.checkpoint if tracker is not None else None
+        return (
+            cp is not None
+            and cp == last_read
+            and cp.sub_sequence == 0
+            and cp.sequence in self.aggregates
+            and (self.saved is None or cp > self.saved)
+        )
 
     def savable(self) -> int:
         """Records of the window that the tracker's checkpoint already covers."""

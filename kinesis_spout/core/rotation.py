@@ -88,7 +88,7 @@ class RoundRobin:
                 reader = sh.reader
                 if tracker is None or reader is None or not sh.emitting or sh.releasing:
                     continue
-                room = limit - sh.window
+                room = sh.room(limit)
                 if room <= 0:
                     room = self._make_room(sh, now)
                     if room <= 0:
@@ -147,7 +147,7 @@ class RoundRobin:
                 t = due
             if sh.releasing:
                 continue
-            if sh.window < self._max_in_flight or sh.savable() >= self._early_save_at:
+            if sh.room(self._max_in_flight) > 0 or sh.savable() >= self._early_save_at:
                 ready = reader.ready_at()
                 if ready < t:
                     t = ready

@@ -42,6 +42,7 @@ last answer are returned with ``ended=True`` and the getter stays ended.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -226,6 +227,30 @@ class KinesisShardGetter:
         self.millis_behind_latest = behind
         self.caught_up = caught_up
         self._next_poll_at = next_poll_at
+
+    def cut(self, batch: ShardBatch, keep: int) -> ShardBatch:
+        """Take only the first ``keep`` records of ``batch`` (the last poll's answer),
+        ``keep >= 1``: the next poll reads on right after the last one kept, inside its
+        KPL aggregate if the cut falls there (a new iterator, so nothing is skipped)."""
+        recs = batch.records
+        if keep >= len(recs):
+            return batch
+        kept, last = recs[:keep], recs[keep - 1]
+        self._after = last.key
+        self._after_whole = recs[keep].sequence_number != last.sequence_number
+        self._iterator = None
+        self._ended = False
+        self.caught_up = False
+        seq = last.key.sequence
+        return dataclasses.replace(
+            batch,
+            records=kept,
+            next_poll_at=min(batch.next_poll_at, self._next_poll_at),
+            ended=False,
+            child_shards=_NO_CHILDREN,
+            aggregates=tuple(a for a in batch.aggregates if a <= seq),
+            skipped_tail=None,
+        )
 
     # --- polling ------------------------------------------------------------
     def poll(self, now: float) -> ShardBatch:

@@ -88,6 +88,11 @@ class ReadWindow:
         self.runs.append((last, count))
         self.size += count
 
+    @property
+    def last(self) -> SequenceKey | None:
+        """The last key read."""
+        return self.runs[-1][0] if self.runs else None
+
     def trim(self, saved: SequenceKey | None) -> None:
         """Forget the runs the saved checkpoint covers (a run it cuts stays whole)."""
         runs = self.runs
@@ -179,7 +184,7 @@ class ExecutorReadSpout(KinesisSpout):
         if w.size >= self._early_save_at:
             self._save(sh, now)
             w.trim(sh.saved)
-        return self.config.max_in_flight - w.size
+        return sh.room_in(self.config.max_in_flight, w.size, w.last)
 
     def wake_in(self) -> float:
         """Seconds until a plan may have a task (0: plan now)."""

@@ -32,9 +32,9 @@ from kinesis_spout.spark.readtask import (
     ReadSettings,
     as_input,
     executor_id,
-    read_shard,
     write_rows,
 )
+from kinesis_spout.spark.shardread import read_shard
 
 log = logging.getLogger(__name__)
 

@@ -6,13 +6,9 @@ task: the shard, where to start (its open iterator, else after the last key
 read, else its initial position) and a record limit; or, for a *retry task*,
 the failed records to process again. On the executor :func:`run_plan`:
 
-* calls GetRecords (the same :class:`~kinesis_spout.kinesis.getter.KinesisShardGetter`
-  as the driver mode: KPL de-aggregation, throttling, 5xx and expired
-  iterators retried with backoff *inside the task*) until the limit, the end
-  of the available data (an answer that is not behind), the end of a closed
-  shard, or ``read_seconds``; a throttled shard never fails the task. With
-  ``consumer = "efo"`` it subscribes instead (:mod:`kinesis_spout.kinesis.efo_read`:
-  events until the same ends, then the subscription is closed);
+* reads the shard (:func:`~kinesis_spout.spark.shardread.read_shard`: polling or
+  enhanced fan-out, up to the limit in user records, the tip, the end of a
+  closed shard or ``read_seconds``; a throttled shard never fails the task);
 * runs the user's per-record function on each record (an ``Exception`` fails
   the record; a ``BaseException`` fails the task);
 * returns a :class:`ReadResult`: per record its key and status, the error and
@@ -29,24 +25,19 @@ nothing skipped). The driver takes one result per task.
 from __future__ import annotations
 
 import os
-import random
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.kinesis.efo_read import EfoTarget, read_until, subscribed_getter
-from kinesis_spout.kinesis.getter import GetterPosition, KinesisShardGetter, ShardBatch
+from kinesis_spout.kinesis.getter import GetterPosition
 from kinesis_spout.records import Record, ShardInfo
 from kinesis_spout.spark.arrow import format_error
 from kinesis_spout.spark.fastretry import FastRetry
 from kinesis_spout.spark.processing import InputRecord, RecordFunction
-from tracker import ExponentialBackoff, JitteredBackoff, SequenceKey
-
-_CLIENTS: dict[tuple[str | None, str], Any] = {}
-"""boto3 clients of this executor process, per (endpoint, region)."""
+from kinesis_spout.spark.shardread import read_shard
+from tracker import SequenceKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,16 +141,6 @@ class ReadResult:
         return SequenceKey(int(self.seqs[i]), self.subs[i])
 
 
-def _client(settings: ReadSettings) -> Any:
-    from kinesis_spout.kinesis.client import make_client
-
-    k = (settings.endpoint_url, settings.region)
-    client = _CLIENTS.get(k)
-    if client is None:
-        client = _CLIENTS[k] = make_client(settings.endpoint_url, settings.region)
-    return client
-
-
 def executor_id() -> str:
     try:
         from pyspark import SparkEnv  # type: ignore[attr-defined]
@@ -215,137 +196,6 @@ class _Processing:
                 ok.append(1)
                 if keep is not None:
                     keep.append(r)
-
-
-def read_shard(
-    plan: ReadPlan,
-    settings: ReadSettings,
-    consume: Callable[[list[Record]], None],
-    res: ReadResult,
-) -> None:
-    """GetRecords from the plan's position until its limit or the end of the data."""
-    assert plan.position is not None
-    if settings.consumer_arn is not None:
-        read_subscribed(plan, settings, consume, res)
-        return
-    from kinesis_spout.kinesis.api import KinesisApi
-
-    pos = plan.position
-    getter = KinesisShardGetter(
-        KinesisApi(_client(settings), settings.stream_name),
-        plan.shard_id,
-        backoff=JitteredBackoff(
-            ExponentialBackoff(settings.throttle_backoff, cap=settings.throttle_backoff_max),
-            random.Random(),
-        ),
-        start=pos.after,
-        after_whole=pos.after_whole,
-        iterator=pos.iterator,
-        position=pos.initial,
-        timestamp=pos.timestamp,
-        limit=min(settings.records_per_call, max(plan.limit, 1)),
-        max_calls_per_second=settings.max_calls_per_second,
-        empty_shard_backoff=0.0,
-    )
-    deadline = time.monotonic() + settings.read_seconds
-    remaining = plan.limit
-    while remaining > 0 and not getter.ended:
-        now = time.monotonic()
-        if now < getter.next_poll_at:
-            if getter.next_poll_at > deadline:
-                break
-            time.sleep(getter.next_poll_at - now)
-            now = time.monotonic()
-        asked = getter.limit = min(settings.records_per_call, remaining)
-        batch = getter.poll(now)
-        if batch.seconds is not None:
-            res.call_seconds.append(batch.seconds)
-        if batch.error is not None:
-            _count_error(res, batch)
-            if time.monotonic() >= deadline:
-                break
-            continue
-        _take_page(res, batch)
-        consume(batch.records)
-        remaining -= len(batch.records)
-        got = len(batch.records)
-        res.caught_up = not got or (got < asked and not batch.millis_behind_latest)
-        if batch.ended or res.caught_up:
-            break
-    res.position = getter.position
-    res.ended = getter.ended
-    res.behind = getter.millis_behind_latest
-    res.calls = getter.calls
-
-
-def read_subscribed(
-    plan: ReadPlan,
-    settings: ReadSettings,
-    consume: Callable[[list[Record]], None],
-    res: ReadResult,
-) -> None:
-    """Enhanced fan-out: subscribe at the plan's position and take events until its
-    limit, the tip, the shard's end or ``read_seconds``."""
-    pos = plan.position
-    assert pos is not None and settings.consumer_arn is not None
-    target = EfoTarget(
-        settings.stream_name,
-        settings.region,
-        settings.endpoint_url,
-        settings.consumer_arn,
-        settings.throttle_backoff,
-        settings.throttle_backoff_max,
-    )
-    getter = subscribed_getter(
-        target,
-        plan.shard_id,
-        start=pos.after,
-        after_whole=pos.after_whole,
-        position=pos.initial,
-        timestamp=pos.timestamp,
-        limit=plan.limit,
-        closed=plan.closed,
-    )
-
-    def take(batch: ShardBatch) -> int:
-        _take_page(res, batch)
-        consume(batch.records)
-        return len(batch.records)
-
-    end = read_until(getter, plan.limit, settings.read_seconds, take)
-    for err in end.errors:
-        _count_error(res, ShardBatch([], 0.0, error=err))
-    res.caught_up = end.caught_up
-    res.position = getter.position
-    res.ended = getter.ended
-    res.behind = getter.millis_behind_latest
-    res.calls = end.events
-
-
-def _count_error(res: ReadResult, batch: ShardBatch) -> None:
-    from kinesis_spout.errors import ExpiredIteratorError, ResourceInUseError, ThrottledError
-
-    err = batch.error
-    res.last_error = format_error(err) if err is not None else None
-    if isinstance(err, ThrottledError | ResourceInUseError):
-        res.throttled += 1
-    elif isinstance(err, ExpiredIteratorError):
-        res.expired += 1
-    else:
-        res.transient += 1
-
-
-def _take_page(res: ReadResult, batch: ShardBatch) -> None:
-    if batch.child_shards:
-        res.child_shards = batch.child_shards
-    if batch.aggregates:
-        res.aggregates += batch.aggregates
-    res.skipped += batch.skipped
-    res.corrupt += batch.corrupt_aggregates
-    if batch.skipped_tail is not None:
-        res.skipped_tail = batch.skipped_tail
-    elif batch.records:
-        res.skipped_tail = None  # records came after it: they cover it
 
 
 def run_plan(

@@ -20,7 +20,10 @@ sum must be <= 1; rates can be changed while it runs):
 * ``drop``: the connection is closed with no answer, either before the request
   is forwarded or after (the upstream did the work and the answer is lost);
   a second draw picks which, half and half;
-* ``expire``: GetRecords only: a 400 ``ExpiredIteratorException``.
+* ``expire``: GetRecords only: a 400 ``ExpiredIteratorException``;
+* ``empty``: GetRecords only: an empty page that is far behind (no records,
+  ``MillisBehindLatest`` 60000, the same iterator back), without forwarding:
+  what real Kinesis answers over a gap in a shard or while reading old data.
 
 ``operations`` limits injection to those API calls (names such as
 ``"GetRecords"``); others are always forwarded. ``SubscribeToShard`` answers
@@ -50,7 +53,7 @@ from kinesis_spout.testing.proxy_http import ProxyServer
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
-_RATES = ("throttle", "error", "drop", "expire")
+_RATES = ("throttle", "error", "drop", "expire", "empty")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +70,22 @@ class InjectedFaults:
     """Connections closed after forwarding (the upstream did the work)."""
     expire: int = 0
     """400 ExpiredIteratorException answers to GetRecords."""
+    empty: int = 0
+    """Empty GetRecords pages that were far behind."""
     forwarded: int = 0
     """Requests forwarded and answered normally."""
 
     @property
     def total(self) -> int:
         """Faults injected (not counting normal forwards)."""
-        return self.throttle + self.error + self.drop_before + self.drop_after + self.expire
+        return (
+            self.throttle
+            + self.error
+            + self.drop_before
+            + self.drop_after
+            + self.expire
+            + self.empty
+        )
 
 
 class FaultProxy:
@@ -93,6 +105,7 @@ class FaultProxy:
         drop: float = 0.0,
         expire: float = 0.0,
         seed: int = 0,
+        empty: float = 0.0,
         *,
         operations: Iterable[str] | None = None,
         port: int = 0,
@@ -106,8 +119,8 @@ class FaultProxy:
         self._upstream_netloc = parts.netloc
         self._lock = threading.Lock()
         self._rng = random.Random(seed)
-        self._rates = {"throttle": 0.0, "error": 0.0, "drop": 0.0, "expire": 0.0}
-        self.set_rates(throttle=throttle, error=error, drop=drop, expire=expire)
+        self._rates = dict.fromkeys(_RATES, 0.0)
+        self.set_rates(throttle=throttle, error=error, drop=drop, expire=expire, empty=empty)
         self.operations: frozenset[str] | None = (
             None if operations is None else frozenset(operations)
         )
@@ -126,9 +139,16 @@ class FaultProxy:
         error: float | None = None,
         drop: float | None = None,
         expire: float | None = None,
+        empty: float | None = None,
     ) -> None:
         """Change some rates at once (each in [0, 1], their sum <= 1)."""
-        given = {"throttle": throttle, "error": error, "drop": drop, "expire": expire}
+        given = {
+            "throttle": throttle,
+            "error": error,
+            "drop": drop,
+            "expire": expire,
+            "empty": empty,
+        }
         with self._lock:
             new = dict(self._rates)
             for name, value in given.items():
@@ -140,9 +160,7 @@ class FaultProxy:
                     raise ConfigError(name, value, "a probability between 0 and 1")
                 new[name] = float(value)
             if sum(new.values()) > 1.0 + 1e-9:
-                raise ConfigError(
-                    "throttle+error+drop+expire", sum(new.values()), "a sum of at most 1"
-                )
+                raise ConfigError("+".join(_RATES), sum(new.values()), "a sum of at most 1")
             self._rates = new
 
     @property
@@ -179,7 +197,7 @@ class FaultProxy:
 
     def clear_faults(self) -> None:
         """Set every rate to 0: forward everything from now on."""
-        self.set_rates(throttle=0.0, error=0.0, drop=0.0, expire=0.0)
+        self.set_rates(throttle=0.0, error=0.0, drop=0.0, expire=0.0, empty=0.0)
 
     # --- counters -------------------------------------------------------------
     @property
@@ -193,6 +211,7 @@ class FaultProxy:
                 drop_before=c["drop_before"],
                 drop_after=c["drop_after"],
                 expire=c["expire"],
+                empty=c["empty"],
                 forwarded=c["forwarded"],
             )
 
@@ -255,8 +274,10 @@ class FaultProxy:
                 fault = "error"
             elif u < r["throttle"] + r["error"] + r["drop"]:
                 fault = "drop_before" if self._rng.random() < 0.5 else "drop_after"
-            elif operation == "GetRecords" and u < sum(r.values()):
+            elif operation == "GetRecords" and u < sum(r.values()) - r["empty"]:
                 fault = "expire"
+            elif operation == "GetRecords" and u < sum(r.values()):
+                fault = "empty"
             if fault:
                 self._counts[fault] += 1
             return fault

@@ -33,6 +33,9 @@ class FaultPlan(Protocol):
 
 log = logging.getLogger("kinesis_spout.testing.faultproxy")
 
+BEHIND_MS = 60_000
+"""MillisBehindLatest of an injected ``empty`` page."""
+
 _JSON = "application/x-amz-json-1.1"
 _DATA_PLANE = frozenset({"GetRecords", "GetShardIterator", "PutRecord", "PutRecords"})
 _STREAMED = frozenset({"SubscribeToShard"})
@@ -86,6 +89,8 @@ class ProxyHandler(BaseHTTPRequestHandler):
                 "ExpiredIteratorException",
                 "Iterator expired (injected by the fault proxy)",
             )
+        elif fault == "empty":
+            self._empty_page(body)
         elif fault == "drop_before":
             self._drop()
         elif operation in _STREAMED and fault != "drop_after":
@@ -94,6 +99,18 @@ class ProxyHandler(BaseHTTPRequestHandler):
             self._forward(body, drop_after=fault == "drop_after")
 
     do_GET = do_POST  # noqa: N815 - health checks of some emulators
+
+    def _empty_page(self, body: bytes) -> None:
+        """A GetRecords answer with no records, far behind, the same iterator back."""
+        iterator = json.loads(body or b"{}").get("ShardIterator")
+        doc = {"Records": [], "NextShardIterator": iterator, "MillisBehindLatest": BEHIND_MS}
+        payload = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", _JSON)
+        self.send_header("x-amzn-RequestId", str(uuid.uuid4()))
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
 
     def _answer(self, status: int, code: str, message: str) -> None:
         payload = json.dumps({"__type": code, "message": message}).encode()
@@ -150,7 +167,6 @@ class ProxyHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
-
 
     def _forward_stream(self, body: bytes) -> None:
         """Pass an event stream through as it comes; :meth:`ProxyServer.cut_streams`

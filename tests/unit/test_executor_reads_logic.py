@@ -7,8 +7,12 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinesis_spout.config import InitialPosition
+from kinesis_spout.checkpoint.base import MemoryCheckpointStore
+from kinesis_spout.config import InitialPosition, SpoutConfig
+from kinesis_spout.core.committer import Committer
+from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.kinesis.getter import GetterPosition
+from kinesis_spout.metrics import InMemoryMetrics
 from kinesis_spout.records import Record
 from kinesis_spout.spark.planner import ReadWindow, sparse_marks
 from kinesis_spout.spark.readjobs import _halves
@@ -125,3 +129,70 @@ def test_a_failed_job_runs_again_task_by_task_then_halved_down_to_one_record() -
     assert [len(p[0].retries) for p in _halves([b])] == [1, 2]
     assert _halves([ReadPlan(0, "a", POS, limit=1)]) == []
     assert _halves([ReadPlan(0, "b", None, retries=(_rec(1),))]) == []
+
+
+def _committer() -> Committer:
+    cfg = SpoutConfig(stream_name="s", job_name="job", checkpoint_store="memory://")
+    committer = Committer(cfg, InMemoryMetrics())
+    committer.store = MemoryCheckpointStore("job")
+    return committer
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 5), min_size=1, max_size=10),
+    max_in_flight=st.integers(1, 6),
+    late=st.sets(st.integers(0, 40)),
+    by_runs=st.booleans(),
+)
+def test_a_window_cut_inside_an_aggregate_reads_on_and_keeps_its_bound(
+    sizes: list[int], max_in_flight: int, late: set[int], by_runs: bool
+) -> None:
+    """Kinesis records of 1-5 user records (KPL aggregates), read as far as the replay
+    window lets (cut inside aggregates), acked at once or one step late. The shard
+    never stalls, the window exceeds ``max_in_flight`` by at most the one record an
+    aggregate's head waits on, and no checkpoint is saved at ``(seq, 0)`` of an
+    aggregate. ``by_runs``: the window kept as runs (executor reads) instead of keys."""
+    keys = [SequenceKey(seq, sub) for seq, n in enumerate(sizes, 1) for sub in range(n)]
+    multi = {seq for seq, n in enumerate(sizes, 1) if n > 1}
+    part = ShardPartition("shard", None)
+    part.tracker = InflightRecordTracker(3)
+    committer = _committer()
+    runs = ReadWindow()
+    read = 0
+    waiting: list[SequenceKey] = []
+    for step in range(4 * len(keys) + 4):
+        if by_runs:
+            runs.trim(part.saved)
+            room, size = part.room_in(max_in_flight, runs.size, runs.last), runs.size
+        else:
+            room, size = part.room(max_in_flight), part.window
+        assert size <= max_in_flight or (size == max_in_flight + 1 and room <= 0)
+        taken = keys[read : read + max(room, 0)]
+        read += len(taken)
+        for k in taken:
+            if k.sequence in multi:
+                part.aggregates[k.sequence] = None
+        if by_runs and taken:
+            for k in taken:
+                part.tracker.emitted(k, None, 0.0)
+            runs.add(taken[-1], len(taken))
+        elif taken:
+            part.emit([_key_rec(k) for k in taken], 0.0)
+        for k in waiting:
+            part.tracker.ack(k)
+        waiting = [k for i, k in enumerate(taken, read - len(taken)) if i in late]
+        for k in taken:
+            if k not in waiting:
+                part.tracker.ack(k)
+        assert committer.save(part, float(step))
+        if part.saved is not None:
+            assert part.saved.sub_sequence or part.saved.sequence not in multi
+        if read == len(keys) and not waiting:
+            break
+    assert read == len(keys), f"stalled after {read} of {len(keys)} records"
+    assert part.saved == keys[-1]
+
+
+def _key_rec(key: SequenceKey) -> Record:
+    return Record("s", "shard", str(key.sequence), key.sub_sequence, "pk", b"", None, key)

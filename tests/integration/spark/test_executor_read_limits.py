@@ -1,0 +1,136 @@
+"""Executor reads keep the replay bound in *user* records, on a real emulator.
+
+The driver's planner and the executor's read task are driven in-process (no
+Spark: what is tested is the plan, the read and the tracking of its result).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_kinesis_agg.aggregator import RecordAggregator
+
+from kinesis_spout.checkpoint.base import MemoryCheckpointStore
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.kinesis.client import make_client
+from kinesis_spout.records import Record
+from kinesis_spout.spark.planner import ExecutorReadSpout
+from kinesis_spout.spark.readtask import ReadSettings, run_plan
+from kinesis_spout.testing.faultproxy import FaultProxy
+from kinesis_spout.testing.servers import MotoServer
+from kinesis_spout.testing.streams import create_stream, put_records
+
+pytestmark = pytest.mark.integration
+
+SHARD = "shardId-000000000000"
+
+
+def aggregate(prefix: str, n: int) -> tuple[str, bytes]:
+    agg = RecordAggregator()
+    for u in range(n):
+        assert agg.add_user_record(f"{prefix}-{u}", f"{prefix}.{u}|x".encode()) is None
+    pk, _ehk, data = agg.clear_and_get().get_contents()
+    return pk, data
+
+
+def reader(endpoint: str, stream: str, tmp_path: Path, store: Any, **kw: Any) -> ExecutorReadSpout:
+    cfg = SpoutConfig(
+        stream_name=stream,
+        endpoint_url=endpoint,
+        job_name="job",
+        checkpoint_store="memory://",
+        dead_letter=str(tmp_path / "dead"),
+        worker_id="w",
+        empty_shard_backoff=0.05,
+        checkpoint_interval=0.5,
+        message_timeout=0.0,
+        **kw,
+    )
+    sp = ExecutorReadSpout(cfg, store=store, client=make_client(endpoint))
+    sp.open()
+    return sp
+
+
+def run_tasks(sp: ExecutorReadSpout, *, want: int, timeout: float = 30.0) -> list[list[str]]:
+    """Plan, read and apply in-process until ``want`` records were processed; the ids
+    each read task processed."""
+    settings = ReadSettings.of(sp.config)
+    tasks: list[list[str]] = []
+    seen = 0
+    deadline = time.monotonic() + timeout
+    while seen < want:
+        assert time.monotonic() < deadline, f"stalled after {seen} records: {tasks}"
+        plans = [p for p in sp.plan(10_000) if not p.is_retry]
+        if not plans:
+            time.sleep(min(sp.wake_in(), 0.05))
+            continue
+        for plan in plans:
+            done: list[str] = []
+
+            def fn(r: Record, done: list[str] = done) -> None:
+                done.append(r.data.split(b"|", 1)[0].decode())
+
+            res = run_plan(plan, settings, fn, batch_id=1)
+            sp.apply([res])
+            if done:
+                tasks.append(done)
+                seen += len(done)
+    return tasks
+
+
+def test_a_read_task_processes_at_most_the_window_in_user_records(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    create_stream(moto_client, unique_name, 1)
+    put_records(moto_client, unique_name, [aggregate(f"g{g}", 100) for g in range(6)])
+    store = MemoryCheckpointStore("job")
+    sp = reader(moto_server.endpoint_url, unique_name, tmp_path, store, max_in_flight=50)
+    tasks = run_tasks(sp, want=600)
+    sp.checkpoint(force=True)
+    sp.close()
+    assert max(len(t) for t in tasks) <= 50
+    flat = [i for t in tasks for i in t]
+    assert flat == [f"g{g}.{u}" for g in range(6) for u in range(100)]
+    cp = store.load(unique_name)[SHARD]
+    assert (cp.sub_sequence_number, cp.sequence_number is not None) == (99, True)
+
+
+@pytest.mark.parametrize("max_in_flight", [4, 1])
+def test_a_window_full_at_the_head_of_an_aggregate_reads_on(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path, max_in_flight: int
+) -> None:
+    create_stream(moto_client, unique_name, 1)
+    plain = [(f"p{i}", f"p{i}|x".encode()) for i in range(3)]
+    put_records(moto_client, unique_name, [*plain, aggregate("a", 4), ("q", b"q0|x")])
+    store = MemoryCheckpointStore("job")
+    sp = reader(moto_server.endpoint_url, unique_name, tmp_path, store, max_in_flight=max_in_flight)
+    tasks = run_tasks(sp, want=8, timeout=15.0)
+    sp.checkpoint(force=True)
+    sp.close()
+    assert [i for t in tasks for i in t] == ["p0", "p1", "p2", "a.0", "a.1", "a.2", "a.3", "q0"]
+    assert max(len(t) for t in tasks) <= max_in_flight
+    cp = store.load(unique_name)[SHARD]
+    assert cp.sub_sequence_number == 0 and cp.sequence_number is not None
+
+
+def test_an_empty_page_that_is_behind_is_not_the_tip(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """Real Kinesis answers empty pages while far behind (gaps, old data): a read task
+    reads on through them, and is caught up only at an answer that is not behind."""
+    create_stream(moto_client, unique_name, 1)
+    put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(60)])
+    store = MemoryCheckpointStore("job")
+    with FaultProxy(moto_server.endpoint_url, empty=0.5, seed=3, operations=["GetRecords"]) as px:
+        sp = reader(px.endpoint_url, unique_name, tmp_path, store, records_per_call=20)
+        plans = sp.plan(10_000)
+        assert len(plans) == 1 and plans[0].limit >= 60
+        res = run_plan(plans[0], ReadSettings.of(sp.config), lambda r: None, batch_id=1)
+        assert px.injected.empty > 0
+        sp.apply([res])
+        sp.close()
+    assert len(res) == 60
+    assert not res.caught_up or res.behind == 0
