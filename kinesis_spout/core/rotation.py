@@ -13,7 +13,7 @@ records already taken are handed out.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.core.shardset import ShardSet
@@ -51,6 +51,9 @@ class RoundRobin:
         self.read = 0
         self.retried = 0
         self.pending_error: Exception | None = None
+        self.held: Collection[str] = ()
+        """Shards whose deliveries a running Spark task holds (executor reads): they do
+        not expire here; the task's own deadline covers them."""
 
     def take(self, max_records: int, now: float) -> list[Record]:
         """Up to ``max_records`` records: due retries first, then new ones round-robin."""
@@ -129,10 +132,12 @@ class RoundRobin:
     def expire(
         self, now: float, on_fail: Callable[[ShardPartition, FailOutcome[Record]], None]
     ) -> None:
-        """Fail the deliveries older than the message timeout (``on_fail`` each outcome)."""
+        """Fail the deliveries older than the message timeout (``on_fail`` each outcome),
+        except those of the shards in :attr:`held`."""
+        held = self.held
         for sh in self._set.rotation:
             tracker = sh.tracker
-            if tracker is not None and tracker.in_flight:
+            if tracker is not None and tracker.in_flight and sh.shard_id not in held:
                 for outcome in tracker.expire(now):
                     on_fail(sh, outcome)
 

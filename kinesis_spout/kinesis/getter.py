@@ -228,6 +228,10 @@ class KinesisShardGetter:
         self.caught_up = caught_up
         self._next_poll_at = next_poll_at
 
+    def drop_iterator(self) -> None:
+        """Forget the iterator (it expired elsewhere): the next read re-opens after ``after``."""
+        self._iterator = None
+
     def cut(self, batch: ShardBatch, keep: int) -> ShardBatch:
         """Take only the first ``keep`` records of ``batch`` (the last poll's answer),
         ``keep >= 1``: the next poll reads on right after the last one kept, inside its

@@ -163,7 +163,9 @@ class ExecutorDriver(StopControl):
         self.jobs.judge(plan.task, iso)
         for alone, error in iso.alone:
             log.warning("task %d of shard %s fails alone: %s", alone.task, alone.shard_id, error)
-            failed += self.spout.fail_alone(alone, error)
+            ids = self.spout.fail_alone(alone, error)
+            self.jobs.remember_poison(ids)  # its retries fail alone as known poison
+            failed += len(ids)
         w.ok += ok
         w.failed += failed
         w.retried += len(plan.retries) + sum(r.retried for r in results)

@@ -39,6 +39,7 @@ from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.kinesis.getter import KinesisShardGetter, ShardBatch
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.records import ShardState
+from kinesis_spout.spark.alone import read_alone
 from kinesis_spout.spark.readtask import ReadPlan, ReadResult
 from kinesis_spout.spout import KinesisSpout
 from tracker import SequenceKey
@@ -120,6 +121,7 @@ class ExecutorReadSpout(KinesisSpout):
         running); ``[]``: nothing to do now."""
         self._check_open()
         now = self._clock()
+        self._rr.held = busy  # a running retry task's records do not expire under it
         self._tick(now)
         if not self._active or max_records <= 0:
             return []
@@ -309,8 +311,29 @@ class ExecutorReadSpout(KinesisSpout):
         count_task_figures(self._metrics, sh.shard_id, res)
 
     # ------------------------------------------------------------------ isolation
-    def fail_alone(self, plan: ReadPlan, error: str) -> int:
-        """Fail what a task of one record failed on alone (poison); the records failed.
+    def _not_read_alone(
+        self, sh: ShardPartition, plan: ReadPlan, getter: KinesisShardGetter, page: ShardBatch
+    ) -> None:
+        """The record that fails alone could not be read now: an iterator that expired is
+        dropped from the shard's position (its next task re-opens after the last key), and
+        the error is shown."""
+        if getter.expired_iterators:
+            assert sh.reader is not None and plan.position is not None
+            driver_getter = sh.reader.getter
+            assert isinstance(driver_getter, KinesisShardGetter)
+            if driver_getter.position == plan.position:
+                driver_getter.drop_iterator()
+        self._metrics.increment("kinesis_errors", getter.errors, shard=sh.shard_id)
+        log.warning(
+            "shard %s: the record that fails alone could not be read (%d calls): %s; "
+            "trying again in the next cycle",
+            sh.shard_id,
+            getter.calls,
+            page.error or "no record at the position",
+        )
+
+    def fail_alone(self, plan: ReadPlan, error: str) -> list[str]:
+        """Fail what a task of one record failed on alone (poison); the message ids failed.
 
         A retry task's records are failed; a read task of limit 1 has its
         record read here (one GetRecords call, limit 1) and failed, so that it
@@ -319,30 +342,20 @@ class ExecutorReadSpout(KinesisSpout):
         """
         sh = self._set.shards.get(plan.shard_id)
         if sh is None or sh.tracker is None:
-            return 0
+            return []
         now = self._clock()
         if plan.position is None:
             for rec in plan.retries:
                 self._acks.fail_record(sh, rec.key, rec, error, now)
-            return len(plan.retries)
+            return [rec.message_id for rec in plan.retries]
         assert self._api is not None
-        pos = plan.position
-        getter = KinesisShardGetter(
-            self._api,
-            plan.shard_id,
-            backoff=self._throttle_backoff,
-            start=pos.after,
-            after_whole=pos.after_whole,
-            iterator=pos.iterator,
-            position=pos.initial,
-            timestamp=pos.timestamp,
-            limit=1,
-            empty_shard_backoff=0.0,
+        getter, page = read_alone(
+            self._api, plan, self._throttle_backoff, sleep=self._sleep, clock=self._clock
         )
-        page = getter.poll(now)
-        if page.error is not None or not page.records:
-            return 0  # not readable now: the next batch tries the shard again
-        res = ReadResult(plan.task, plan.shard_id, position=getter.position, calls=1)
+        if not page.records:
+            self._not_read_alone(sh, plan, getter, page)
+            return []  # not readable now: the next cycle tries the shard again
+        res = ReadResult(plan.task, plan.shard_id, position=getter.position, calls=getter.calls)
         res.call_seconds = [page.seconds] if page.seconds is not None else []
         for i, rec in enumerate(page.records):
             res.seqs.append(rec.sequence_number)
@@ -354,4 +367,4 @@ class ExecutorReadSpout(KinesisSpout):
         res.caught_up = getter.caught_up
         res.child_shards, res.aggregates = page.child_shards, page.aggregates
         self._apply_read(sh, res, now)
-        return len(page.records)
+        return [rec.message_id for rec in page.records]

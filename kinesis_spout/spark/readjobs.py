@@ -134,7 +134,14 @@ class ReadJobs:
         return out
 
     def judge(self, batch_id: int, iso: ReadIsolation) -> None:
-        """Raise :class:`BatchFailedError` unless the lone failures look like poison."""
+        """Raise :class:`BatchFailedError` unless the lone failures look like poison.
+
+        They are poison when another part of the job ran, when they are retries of
+        records known to fail alone, or when there are at most :data:`LONE_FAILURES`
+        of them and Spark ran Python tasks a moment ago: the last job ran, or, when
+        nothing ran before (one shard, the record at its head, as after a restart),
+        a probe job of the same task function with nothing to read.
+        """
         ids = [r.message_id for plan, _ in iso.alone for r in plan.retries]
         known = bool(ids) and len(ids) == len(iso.alone) and all(i in self.poison for i in ids)
         before = self.healthy
@@ -142,7 +149,10 @@ class ReadJobs:
             self.healthy = True
         elif not known:
             self.healthy = False
-        lone_ok = not iso.exhausted and (known or (before and len(iso.alone) <= LONE_FAILURES))
+        few = not iso.exhausted and len(iso.alone) <= LONE_FAILURES
+        lone_ok = not iso.exhausted and (known or (before and few))
+        if iso.alone and not (iso.succeeded or lone_ok) and few:
+            lone_ok = self._probe(batch_id, iso.alone[0][0])
         if (iso.exhausted or iso.alone) and not (iso.succeeded or lone_ok):
             raise BatchFailedError(
                 f"micro-batch {batch_id} failed as a whole even when split {iso.splits} times "
@@ -151,15 +161,31 @@ class ReadJobs:
                 f"and the unfinished records come back after a restart; last error: "
                 f"{iso.last_error}"
             )
-        for i in ids:
-            self.poison[i] = None
-        while len(self.poison) > POISON_MEMORY:
-            del self.poison[next(iter(self.poison))]
+        self.remember_poison(ids)
         if iso.exhausted:
             raise BatchFailedError(
                 f"micro-batch {batch_id}: more tasks fail it than {iso.splits} re-runs can "
                 f"isolate; last error: {iso.last_error}"
             )
+
+    def remember_poison(self, ids: list[str]) -> None:
+        """These records failed alone: their retries that fail alone are poison too."""
+        for i in ids:
+            self.poison[i] = None
+        while len(self.poison) > POISON_MEMORY:
+            del self.poison[next(iter(self.poison))]
+
+    def _probe(self, batch_id: int, plan: ReadPlan) -> bool:
+        """Whether Spark runs this job's task function now (on a task with nothing to read)."""
+        probe = ReadPlan(plan.task, plan.shard_id, None)
+        try:
+            self.spark.sparkContext.parallelize([probe], 1).mapPartitions(
+                task_function(self.settings, self.fn, batch_id)
+            ).collect()
+        except Exception as exc:
+            log.warning("batch %d: a probe task failed too (%s)", batch_id, format_error(exc))
+            return False
+        return True
 
 
 def _halves(plans: list[ReadPlan]) -> list[list[ReadPlan]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,10 +15,11 @@ from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.kinesis.getter import GetterPosition
 from kinesis_spout.metrics import InMemoryMetrics
 from kinesis_spout.records import Record
+from kinesis_spout.spark.isolation import BatchFailedError
 from kinesis_spout.spark.planner import ReadWindow, sparse_marks
-from kinesis_spout.spark.readjobs import _halves
+from kinesis_spout.spark.readjobs import ReadIsolation, ReadJobs, _halves
 from kinesis_spout.spark.readshuffle import LOST, assemble
-from kinesis_spout.spark.readtask import ReadPlan, ReadResult
+from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings
 from tracker import InflightRecordTracker, SequenceKey
 
 reads = st.lists(st.lists(st.booleans(), min_size=0, max_size=12), min_size=1, max_size=5)
@@ -196,3 +198,19 @@ def test_a_window_cut_inside_an_aggregate_reads_on_and_keeps_its_bound(
 
 def _key_rec(key: SequenceKey) -> Record:
     return Record("s", "shard", str(key.sequence), key.sub_sequence, "pk", b"", None, key)
+
+
+def test_the_retry_of_a_record_a_read_found_failing_alone_is_known_poison() -> None:
+    """A read task of one record fails alone (the job ran a moment ago: poison); the
+    driver reads that record and fails it; its retry then fails alone too, with
+    nothing else run in between: still poison, not a systematic failure."""
+    jobs = ReadJobs(None, lambda r: None, ReadSettings("s", "us-east-1", None, 100, 5, 0.1, 1, 1))
+    jobs.healthy = True
+    read = ReadIsolation(splits_left=4, alone=[(ReadPlan(1, "shard-1", POS, limit=1), "died")])
+    jobs.judge(1, read)
+    jobs.remember_poison([_rec(2).message_id])  # what fail_alone read and failed
+    retry = ReadPlan(2, "shard-1", None, retries=(_rec(2),))
+    jobs.judge(2, ReadIsolation(splits_left=4, alone=[(retry, "died")]))
+    with pytest.raises(BatchFailedError):  # a record never seen failing alone: systematic
+        other = ReadPlan(3, "shard-1", None, retries=(_rec(3),))
+        jobs.judge(3, ReadIsolation(splits_left=4, alone=[(other, "died")], exhausted=True))

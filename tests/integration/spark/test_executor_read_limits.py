@@ -7,6 +7,7 @@ Spark: what is tested is the plan, the read and the tracking of its result).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,8 @@ def aggregate(prefix: str, n: int) -> tuple[str, bytes]:
 
 
 def reader(endpoint: str, stream: str, tmp_path: Path, store: Any, **kw: Any) -> ExecutorReadSpout:
-    cfg = SpoutConfig(
+    spout_kw = {k: kw.pop(k) for k in ("clock",) if k in kw}
+    values: dict[str, Any] = dict(
         stream_name=stream,
         endpoint_url=endpoint,
         job_name="job",
@@ -47,9 +49,9 @@ def reader(endpoint: str, stream: str, tmp_path: Path, store: Any, **kw: Any) ->
         empty_shard_backoff=0.05,
         checkpoint_interval=0.5,
         message_timeout=0.0,
-        **kw,
     )
-    sp = ExecutorReadSpout(cfg, store=store, client=make_client(endpoint))
+    cfg = SpoutConfig(**{**values, **kw})
+    sp = ExecutorReadSpout(cfg, store=store, client=make_client(endpoint), **spout_kw)
     sp.open()
     return sp
 
@@ -134,3 +136,72 @@ def test_an_empty_page_that_is_behind_is_not_the_tip(
         sp.close()
     assert len(res) == 60
     assert not res.caught_up or res.behind == 0
+
+
+def test_the_record_that_fails_alone_is_read_past_an_expired_iterator(
+    moto_server: MotoServer,
+    moto_client: Any,
+    unique_name: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A read task of one record killed its worker: the driver reads that record to fail
+    it. Its iterator expired (a halving cycle outlasted it): re-opened and read; when
+    no read works, the error is shown and the shard's expired iterator is dropped."""
+    create_stream(moto_client, unique_name, 1)
+    put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(3)])
+    store = MemoryCheckpointStore("job")
+    with FaultProxy(moto_server.endpoint_url, seed=1, operations=["GetRecords"]) as px:
+        sp = reader(px.endpoint_url, unique_name, tmp_path, store, retry_limit=0)
+        (plan,) = sp.plan(10_000)
+        px.expire = 0.5  # seed 1: the first GetRecords expires, the second is answered
+        failed = sp.fail_alone(replace(plan, limit=1), "worker died")
+        assert px.injected.expire == 1
+        assert len(failed) == 1 and failed[0].startswith(SHARD)
+        (plan,) = sp.plan(10_000)  # the shard reads on after it
+        assert plan.position is not None and plan.position.after is not None
+        px.expire = 1.0
+        with caplog.at_level("WARNING"):
+            assert sp.fail_alone(replace(plan, limit=1), "worker died") == []
+        assert f"shard {SHARD}: the record that fails alone could not be read" in caplog.text
+        (plan,) = sp.plan(10_000)
+        assert plan.position is not None and plan.position.iterator is None
+        sp.close()
+
+
+def test_a_running_retry_task_keeps_its_records_past_the_message_timeout(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """The message timeout does not fail (and, out of retries, dead-letter) records a
+    running task holds; the task's own deadline covers a task that hangs."""
+    create_stream(moto_client, unique_name, 1)
+    put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(5)])
+    now = [1000.0]
+    store = MemoryCheckpointStore("job")
+    sp = reader(
+        moto_server.endpoint_url,
+        unique_name,
+        tmp_path,
+        store,
+        retry_limit=1,
+        fast_retries=False,
+        message_timeout=5.0,
+        clock=lambda: now[0],
+    )
+    settings = ReadSettings.of(sp.config)
+
+    def fail_r0(r: Record) -> None:
+        if r.data.startswith(b"r0|"):
+            raise ValueError("r0 fails once")
+
+    (read,) = sp.plan(100)
+    sp.apply([run_plan(read, settings, fail_r0, batch_id=1)])
+    (retry,) = sp.plan(100)
+    assert retry.is_retry and [r.data[:2] for r in retry.retries] == [b"r0"]
+    now[0] += 60.0  # the retry task runs long
+    sp.plan(100, busy={SHARD})
+    assert sp.stats().dead_lettered == 0 and sp.stats().failed == 1
+    sp.apply([run_plan(retry, settings, lambda r: None, batch_id=2)])
+    sp.checkpoint(force=True)
+    assert sp.stats().in_flight == 0 and sp.stats().dead_lettered == 0
+    sp.close()

@@ -207,3 +207,28 @@ def test_throttling_errors_and_expired_iterators_are_retried_inside_the_tasks(
     assert summary.ok == 400 and summary.failed == 0
     stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
     assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
+
+
+@pytest.mark.parametrize("at", [0, 20])
+def test_a_worker_killing_record_in_the_only_shard_is_dead_lettered(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path, at: int
+) -> None:
+    """One shard, so nothing else runs beside the record's tasks: at its head (as
+    after a restart with it at the checkpoint) its first lone failure, and its
+    retries (due at once) after it was found by a read, are still poison, not a
+    systematic error that stops the job."""
+    create_stream(moto_client, unique_name, 1)
+    items = make_payloads(40, 100)
+    items[at] = (items[at][0], KILLER)
+    put = put_records(moto_client, unique_name, items)
+    deliveries = tmp_path / "deliveries"
+    deliveries.mkdir()
+    cfg = job_config(retry_limit=1, batch_size=200)
+    summary = run(cfg, log_deliveries(str(deliveries)), spark)
+
+    dead = read_dead_letters(cfg.dead_letter)
+    assert [d["message_id"] for d in dead] == [f"{put[at][0]}:{put[at][1]}"]
+    assert {(s, q) for s, q, *_ in read_deliveries(deliveries)} == set(put)
+    assert summary.ok == 39 and summary.dead_lettered == 1
+    stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
+    assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
