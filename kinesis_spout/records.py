@@ -9,8 +9,12 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from tracker import SequenceKey
+
+if TYPE_CHECKING:
+    from kinesis_spout.errors import KinesisError
 
 
 def message_id(shard_id: str, key: SequenceKey) -> str:
@@ -147,3 +151,35 @@ class Checkpoint:
         if theirs is None:
             return mine is not None
         return mine is not None and mine > theirs
+
+
+@dataclass(frozen=True, slots=True)
+class ShardBatch:
+    """What one :meth:`KinesisShardGetter.poll` produced."""
+
+    records: list[Record]
+    """New records, in shard order (keys strictly increasing, all ``> after``)."""
+    next_poll_at: float
+    """Clock time before which another poll does nothing (``inf`` once ended)."""
+    ended: bool = False
+    """The shard is closed and ``records`` are its last ones."""
+    called: bool = False
+    """A GetRecords answer was received in this poll."""
+    millis_behind_latest: int | None = None
+    """MillisBehindLatest of that answer."""
+    child_shards: tuple[ShardInfo, ...] = ()
+    """ChildShards of that answer (at the end of a closed shard)."""
+    error: KinesisError | None = None
+    """A retriable error this poll backed off from (for logs and metrics); the rest of
+    the batch stands (an enhanced fan-out poll may hand out records with it)."""
+    aggregates: tuple[int, ...] = ()
+    """Sequence numbers in ``records`` that are KPL aggregates of several user records."""
+    skipped: int = 0
+    """KPL aggregates in this answer that held no user record (skipped)."""
+    skipped_tail: SequenceKey | None = None
+    """The last skipped aggregate's key when it comes after every record of ``records``:
+    nothing handed out covers it, so the owner counts it done itself."""
+    corrupt_aggregates: int = 0
+    """Records with the KPL magic but a bad checksum or body, handed on whole."""
+    seconds: float | None = None
+    """How long this poll's GetRecords call took, answered or not (None: no call)."""

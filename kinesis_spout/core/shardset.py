@@ -33,10 +33,9 @@ from kinesis_spout.errors import (
 )
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.buffered import BufferedShardGetter, close_getters
-from kinesis_spout.kinesis.getter import ShardBatch
 from kinesis_spout.kinesis.shards import ShardMap, check_transition
 from kinesis_spout.metrics import MetricsCollector
-from kinesis_spout.records import Checkpoint, ShardState
+from kinesis_spout.records import Checkpoint, ShardBatch, ShardState
 from tracker import Backoff, ExponentialBackoff, InflightRecordTracker
 
 log = logging.getLogger(__name__)

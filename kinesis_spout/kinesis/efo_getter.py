@@ -23,9 +23,9 @@ from datetime import datetime
 
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.kinesis.efo_api import FanOutApi, SubscriptionEvent
-from kinesis_spout.kinesis.getter import NEVER, GetterPosition, ShardBatch
+from kinesis_spout.kinesis.getter import NEVER, GetterPosition
 from kinesis_spout.kinesis.subscription import ResumePoint, SubscriptionPump
-from kinesis_spout.records import Record, ShardInfo
+from kinesis_spout.records import Record, ShardBatch, ShardInfo
 from tracker import Backoff, SequenceKey
 
 #: Seconds between polls of a shard whose buffer is empty (a buffer check, no I/O).

@@ -26,7 +26,7 @@ from kinesis_spout.errors import KinesisError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.efo_api import FanOutApi
 from kinesis_spout.kinesis.efo_getter import EfoShardGetter
-from kinesis_spout.kinesis.getter import ShardBatch
+from kinesis_spout.records import ShardBatch
 from tracker import ExponentialBackoff, JitteredBackoff, SequenceKey
 
 _FANOUT: dict[tuple[str | None, str, str], FanOutApi] = {}

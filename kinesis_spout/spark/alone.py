@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 
 from kinesis_spout.kinesis.api import KinesisApi
-from kinesis_spout.kinesis.getter import KinesisShardGetter, ShardBatch
+from kinesis_spout.kinesis.getter import KinesisShardGetter
+from kinesis_spout.records import ShardBatch
 from kinesis_spout.spark.readtask import ReadPlan
 from tracker import Backoff
 

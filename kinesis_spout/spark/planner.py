@@ -36,9 +36,9 @@ from typing import Any
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.core.partition import ShardPartition
-from kinesis_spout.kinesis.getter import KinesisShardGetter, ShardBatch
+from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.metrics import MetricsCollector
-from kinesis_spout.records import ShardState
+from kinesis_spout.records import ShardBatch, ShardState
 from kinesis_spout.spark.alone import read_alone
 from kinesis_spout.spark.readtask import ReadPlan, ReadResult
 from kinesis_spout.spout import KinesisSpout

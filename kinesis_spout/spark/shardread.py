@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.kinesis.efo_read import EfoTarget, read_until, subscribed_getter
-from kinesis_spout.kinesis.getter import KinesisShardGetter, ShardBatch
-from kinesis_spout.records import Record
+from kinesis_spout.kinesis.getter import KinesisShardGetter
+from kinesis_spout.records import Record, ShardBatch
 from kinesis_spout.spark.arrow import format_error
 from tracker import ExponentialBackoff, JitteredBackoff
 

@@ -22,12 +22,8 @@ from kinesis_spout.errors import (
 )
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.buffered import BufferedShardGetter
-from kinesis_spout.kinesis.getter import (
-    NEVER,
-    InvalidPositionError,
-    KinesisShardGetter,
-    ShardBatch,
-)
+from kinesis_spout.kinesis.getter import NEVER, InvalidPositionError, KinesisShardGetter
+from kinesis_spout.records import ShardBatch
 from tracker import ExponentialBackoff, JitteredBackoff, NoBackoff, SequenceKey
 
 S0 = "shardId-000000000000"
