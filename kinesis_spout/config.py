@@ -169,6 +169,10 @@ class SpoutConfig:
     process_partitions: int = 0
     """Executor reads: spread the records read onto this many processing partitions
     (0 = process each shard's records in its read task)."""
+    task_timeout: float = 300.0
+    """Executor reads: a read or retry task still running this many seconds after it
+    started is given up (a function that hangs): its Spark job is cancelled, a retry
+    task's records fail, a read task's shard is read again; 0 = never."""
 
     # --- observability ----------------------------------------------------------
     metrics_port: int | None = None

@@ -80,6 +80,7 @@ def check_numbers(c: SpoutConfig) -> None:
         "fast_retry_max_delay",
         "message_timeout",
         "stop_when_idle",
+        "task_timeout",
     ):
         v = getattr(c, name)
         check(v >= 0, name, v, "a number of seconds >= 0")

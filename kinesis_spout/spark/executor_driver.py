@@ -13,6 +13,11 @@ cost of starting a Spark job overlaps the work of the other shards.
 3. **Apply** (this thread, in completion order): statuses into the trackers
    (failed records retried, or dead-lettered after ``retry_limit`` retries),
    position advanced, resharding followed; a task that failed alone judged.
+   A task still running ``task_timeout`` seconds after it started (a
+   function that hangs) is given up: its Spark job is cancelled, the records
+   of a retry task fail (retried, or dead-lettered), and a read task's shard
+   is read again from the same position. The message timeout does not fail
+   the records a running task holds.
 4. **Checkpoint** per ``checkpoint_interval`` (and early when a shard's replay
    window is half full). A *micro-batch* is what completed since the last
    progress line: one line when ``batch_size`` records are done or
@@ -101,6 +106,10 @@ class ExecutorDriver(StopControl):
         self._batch_id = 0
         self._limits = RunLimits(config)
         self._running: dict[str, Future[Outcome]] = {}
+        self._started: dict[str, tuple[float, ReadPlan]] = {}
+        self._deadline = config.task_timeout or None
+        self.abandoned = 0
+        """Tasks given up past their deadline."""
         self._window: _Window | None = None
         self._since: float | None = None  # first task started since the last progress line
         self.last_report: BatchReport | None = None
@@ -132,6 +141,7 @@ class ExecutorDriver(StopControl):
         if not self.stopping:
             for plan in self.spout.plan(self.config.batch_size, busy=set(self._running)):
                 self._running[plan.shard_id] = pool.submit(self._run_plan, plan)
+                self._started[plan.shard_id] = (now, plan)
                 if self._since is None:
                     self._since = now
         if not self._running:
@@ -142,9 +152,29 @@ class ExecutorDriver(StopControl):
         for shard_id, future in list(self._running.items()):
             if future in done:
                 del self._running[shard_id]
+                del self._started[shard_id]
                 self._apply(*future.result())
+        if self._deadline is not None:
+            self._give_up_overdue(self.clock(), self._deadline)
         # A line at once when everything read is done (caught up): no records wait in it.
         self._after(force=(self.stopping and not self._running) or bool(self.spout.is_idle))
+
+    def _give_up_overdue(self, now: float, deadline: float) -> None:
+        """Give up the tasks running past ``deadline`` seconds (see the module docstring)."""
+        for shard_id, (started, plan) in list(self._started.items()):
+            if now - started <= deadline:
+                continue
+            del self._running[shard_id], self._started[shard_id]
+            self.abandoned += 1
+            self.jobs.cancel(plan.task)
+            error = f"task {plan.task} ran past its deadline of {deadline:.1f}s"
+            failed = self.spout.fail_alone(plan, error) if plan.is_retry else []
+            log.warning(
+                "%s (shard %s): given up; %s",
+                error,
+                shard_id,
+                f"its {len(failed)} records failed" if plan.is_retry else "the shard is read again",
+            )
 
     def _run_plan(self, plan: ReadPlan) -> Outcome:
         results, iso = self.jobs.run(plan.task, [plan])

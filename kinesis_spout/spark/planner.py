@@ -11,10 +11,13 @@ Per micro-batch :meth:`plan` makes
 * one *retry task* per shard with due retries (the failed payloads it keeps),
   before any new read, and
 * one *read task* per readable shard: its position (the shard's next iterator,
-  else after the last key read, else its initial position) and a record limit:
-  the smaller of ``batch_size / shards`` and the room in the shard's replay
-  window (``max_in_flight`` records read since its saved checkpoint; a window
-  half full saves early, as in driver mode). A draining, released, fenced or
+  else after the last key read, else its initial position) and a record limit
+  in user records: the smaller of ``batch_size`` (each shard's task is a
+  pipeline of its own) and the room in the shard's replay window
+  (``max_in_flight`` records read since its saved checkpoint; a window half
+  full saves early, as in driver mode; one more while the checkpoint waits on
+  the next record of a KPL aggregate, see
+  :meth:`~kinesis_spout.core.partition.ShardPartition.room`). A draining, released, fenced or
   ended shard gets no read task; a caught-up shard waits ``empty_shard_backoff``.
 
 :meth:`apply` takes the results. The payloads of records that were processed

@@ -69,6 +69,8 @@ class ReadJobs:
         self.stopping = stopping
         self.healthy = False
         self.poison: dict[str, None] = {}
+        self.cancelled: set[int] = set()
+        """Tasks (batch ids) given up by the driver: their jobs are not run again."""
 
     def run(self, batch_id: int, plans: list[ReadPlan]) -> tuple[list[ReadResult], ReadIsolation]:
         """The results of the plans (re-run and split after failed jobs)."""
@@ -80,7 +82,8 @@ class ReadJobs:
     def collect(self, batch_id: int, plans: list[ReadPlan]) -> list[ReadResult]:
         """One Spark job of these plans."""
         sc = self.spark.sparkContext
-        sc.setJobDescription(f"kinesis-spout batch {batch_id}: {len(plans)} read tasks")
+        description = f"kinesis-spout batch {batch_id}: {len(plans)} read tasks"
+        sc.setJobGroup(_group(batch_id), description, interruptOnCancel=True)
         rdd = sc.parallelize(plans, len(plans))
         if self.process_partitions:
             return shuffled_results(
@@ -105,6 +108,9 @@ class ReadJobs:
         self, batch_id: int, plans: list[ReadPlan], iso: ReadIsolation, error: str
     ) -> list[ReadResult]:
         iso.last_error = error
+        if batch_id in self.cancelled:
+            iso.abandoned.extend(plans)
+            return []
         if self.stopping():
             log.warning(
                 "abandoning %d tasks of batch %d while stopping: %s", len(plans), batch_id, error
@@ -168,6 +174,12 @@ class ReadJobs:
                 f"isolate; last error: {iso.last_error}"
             )
 
+    def cancel(self, batch_id: int) -> None:
+        """Give up the jobs of ``batch_id`` (a task past its deadline): cancel what runs
+        (its Python workers are interrupted) and run nothing of it again."""
+        self.cancelled.add(batch_id)
+        self.spark.sparkContext.cancelJobGroup(_group(batch_id))
+
     def remember_poison(self, ids: list[str]) -> None:
         """These records failed alone: their retries that fail alone are poison too."""
         for i in ids:
@@ -186,6 +198,10 @@ class ReadJobs:
             log.warning("batch %d: a probe task failed too (%s)", batch_id, format_error(exc))
             return False
         return True
+
+
+def _group(batch_id: int) -> str:
+    return f"kinesis-spout-{batch_id}"
 
 
 def _halves(plans: list[ReadPlan]) -> list[list[ReadPlan]]:

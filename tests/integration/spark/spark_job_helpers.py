@@ -87,6 +87,24 @@ class Delivery(NamedTuple):
     t: int
 
 
+HANG = b"HANG"
+
+
+def hang_once(marker: str, then: Callable[[InputRecord], None]) -> Callable[[InputRecord], None]:
+    """``then`` for every record; the first delivery of a record starting with
+    :data:`HANG` (no ``marker`` file yet) makes it and then hangs for ten minutes."""
+
+    def process(record: InputRecord) -> None:
+        import os
+
+        if record.data.startswith(HANG) and not os.path.exists(marker):
+            Path(marker).touch()
+            time.sleep(600)
+        then(record)
+
+    return process
+
+
 def log_deliveries(
     directory: str, *, fail: bytes = POISON, kill: bytes = KILLER, sleep_ms: float = 0.0
 ) -> Callable[[InputRecord], None]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_job_helpers import KILLER, POISON, log_deliveries, read_deliveries
+from spark_job_helpers import HANG, KILLER, POISON, hang_once, log_deliveries, read_deliveries
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.deadletter import read_dead_letters
@@ -230,5 +230,30 @@ def test_a_worker_killing_record_in_the_only_shard_is_dead_lettered(
     assert [d["message_id"] for d in dead] == [f"{put[at][0]}:{put[at][1]}"]
     assert {(s, q) for s, q, *_ in read_deliveries(deliveries)} == set(put)
     assert summary.ok == 39 and summary.dead_lettered == 1
+    stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
+    assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
+
+
+def test_a_task_that_hangs_is_given_up_and_its_shard_read_again(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+) -> None:
+    create_stream(moto_client, unique_name, 1)
+    items = make_payloads(30, 100)
+    items[10] = (items[10][0], HANG + b"-10")
+    put = put_records(moto_client, unique_name, items)
+    deliveries = tmp_path / "deliveries"
+    deliveries.mkdir()
+    marker = tmp_path / "hung"
+    cfg = job_config(task_timeout=3.0, batch_size=100)
+    driver = build_driver(
+        cfg, hang_once(str(marker), log_deliveries(str(deliveries))), spark=spark, progress=None
+    )
+    assert isinstance(driver, ExecutorDriver)
+    summary = driver.run()
+
+    assert marker.exists() and driver.abandoned == 1
+    got = Counter((s, q) for s, q, *_ in read_deliveries(deliveries))
+    assert set(got) == set(put)  # read again after the given-up task: nothing lost
+    assert summary.ok == 30 and summary.dead_lettered == 0
     stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
     assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
