@@ -13,7 +13,12 @@ lost, duplicates (and the replay windows that explain them), poison records
 dead-lettered, whether checkpoints were monotonic, and the times.
 
     python bench/chaos.py [--records 100000] [--kills 5] [--seed 1] [--read-on executors] [--json]
-                          [--plot chaos.png]
+                          [--kpl] [--kill-worker-records N] [--plot chaos.png]
+
+``--kpl`` puts most records as KPL aggregates of 2-50 user records (some
+aggregates empty, a few corrupt: handed on whole); ``--kill-worker-records N``
+makes N records end their Python worker on every delivery (isolated and
+dead-lettered like poison; ``poison`` and ``dead_lettered`` count them too).
 
 With ``--json`` the last line is one JSON object (``records``, ``lost``,
 ``duplicates``, ``kills``, ``max_in_flight``, ``poison``, ``dead_lettered``,
@@ -69,6 +74,18 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("executors", "driver"),
         default=defaults.read_on,
         help="where the job reads Kinesis (default: %(default)s, the job's default)",
+    )
+    p.add_argument(
+        "--kpl",
+        action="store_true",
+        help="put most records as KPL aggregates of 2-50 (some empty, a few corrupt)",
+    )
+    p.add_argument(
+        "--kill-worker-records",
+        type=int,
+        default=defaults.kill_worker_records,
+        metavar="N",
+        help="N records whose processing ends its Python worker on every delivery",
     )
     p.add_argument("--timeout", type=float, default=defaults.timeout, metavar="SECONDS")
     p.add_argument("--workdir", type=Path, help="keep servers' data, job logs and outputs here")
@@ -146,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             drop=args.drop,
             records_per_call=args.records_per_call,
             batch_size=args.batch_size,
+            kpl=args.kpl,
+            kill_worker_records=args.kill_worker_records,
             max_in_flight=args.max_in_flight,
             checkpoint_interval=args.checkpoint_interval,
             timeout=args.timeout,

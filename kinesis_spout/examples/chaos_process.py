@@ -1,10 +1,12 @@
 """The processing function of the chaos run (``bench/chaos.py``).
 
-Every record the chaos run puts carries its unique id and a poison flag in
-its payload: ``b"<id>|ok|xxxx..."`` or ``b"<id>|poison|xxxx..."``
-(:func:`make_payload`). :func:`process` accepts a good record and raises
-:class:`PoisonRecordError` for a poison one, on every delivery, so the spout
-retries it ``retry_limit`` times and then dead-letters it.
+Every record the chaos run puts carries its unique id and a flag in its
+payload: ``b"<id>|ok|xxxx..."``, ``b"<id>|poison|xxxx..."`` or
+``b"<id>|kill|xxxx..."`` (:func:`make_payload`). :func:`process` accepts a
+good record, raises :class:`PoisonRecordError` for a poison one and ends its
+Python worker (``os._exit``) for a killer, on every delivery, so the job
+retries it ``retry_limit`` times and then dead-letters it. A corrupt KPL
+aggregate (``--kpl``) is handed on whole: the KPL magic, then a payload.
 
 The processed ids are not written here: the job's Parquet sink
 (``sink = "parquet://DIR"``) writes every record that processed ok before
@@ -17,13 +19,17 @@ Run it with::
 
 from __future__ import annotations
 
+import os
 from typing import Protocol
 
 from kinesis_spout.errors import KinesisSpoutError
+from kinesis_spout.kinesis.aggregation import MAGIC
 
 SEPARATOR = b"|"
 OK_FLAG = b"ok"
 POISON_FLAG = b"poison"
+KILL_FLAG = b"kill"
+FLAGS = (OK_FLAG, POISON_FLAG, KILL_FLAG)
 ID_PREFIX = "chaos-"
 
 
@@ -43,23 +49,35 @@ def record_id(index: int) -> str:
     return f"{ID_PREFIX}{index:07d}"
 
 
-def make_payload(rid: str, poison: bool, size: int = 200) -> bytes:
-    """``<id>|ok|`` or ``<id>|poison|``, padded with ``x`` to ``size`` bytes."""
-    flag = POISON_FLAG if poison else OK_FLAG
+def make_payload(rid: str, poison: bool, size: int = 200, *, kill: bool = False) -> bytes:
+    """``<id>|ok|``, ``<id>|poison|`` or ``<id>|kill|``, padded with ``x`` to ``size`` bytes."""
+    flag = KILL_FLAG if kill else POISON_FLAG if poison else OK_FLAG
     head = rid.encode("ascii") + SEPARATOR + flag + SEPARATOR
     return head + b"x" * max(0, size - len(head))
 
 
-def parse_payload(data: bytes) -> tuple[str, bool]:
-    """``(id, poison?)`` of a chaos payload; :class:`ValueError` naming a foreign one."""
+def parse_flag(data: bytes) -> tuple[str, bytes]:
+    """``(id, flag)`` of a chaos payload (also inside a corrupt aggregate handed on
+    whole); :class:`ValueError` naming a foreign one."""
+    if data.startswith(MAGIC):
+        data = data[len(MAGIC) :]
     parts = data.split(SEPARATOR, 2)
-    if len(parts) < 3 or parts[1] not in (OK_FLAG, POISON_FLAG):
+    if len(parts) < 3 or parts[1] not in FLAGS:
         raise ValueError(f"not a chaos-run payload: {data[:40]!r}")
-    return parts[0].decode("ascii"), parts[1] == POISON_FLAG
+    return parts[0].decode("ascii"), parts[1]
+
+
+def parse_payload(data: bytes) -> tuple[str, bool]:
+    """``(id, failing?)`` of a chaos payload: failing = poison or killer."""
+    rid, flag = parse_flag(data)
+    return rid, flag != OK_FLAG
 
 
 def process(record: HasData) -> None:
-    """Accept a good record; raise :class:`PoisonRecordError` for a poison one (every time)."""
-    rid, poison = parse_payload(record.data)
-    if poison:
+    """Accept a good record; raise :class:`PoisonRecordError` for a poison one and end the
+    Python worker for a killer (every time)."""
+    rid, flag = parse_flag(record.data)
+    if flag == KILL_FLAG:
+        os._exit(3)
+    if flag == POISON_FLAG:
         raise PoisonRecordError(f"poison record {rid}")

@@ -21,6 +21,8 @@ class SinkRow:
     sequence: int
     rid: str
     file: str
+    sub: int = 0
+    """The sub-sequence number (the user record's index in a KPL aggregate)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,7 @@ class DeadLetter:
     """Path relative to the dead-letter directory."""
     line: int
     """0-based line in that file."""
+    sub: int = 0
 
 
 def read_sink(directory: str | Path) -> list[SinkRow]:
@@ -47,10 +50,11 @@ def read_sink(directory: str | Path) -> list[SinkRow]:
     if not base.is_dir():
         return out
     for p in sorted(base.glob("part-*.parquet")):
-        table = pq.read_table(p, columns=["shardId", "sequenceNumber", "data"])
-        cols = [table.column(c).to_pylist() for c in ("shardId", "sequenceNumber", "data")]
-        for shard, seq, data in zip(*cols, strict=True):
-            out.append(SinkRow(shard, int(seq), parse_payload(data)[0], p.name))
+        names = ("shardId", "sequenceNumber", "subSequenceNumber", "data")
+        table = pq.read_table(p, columns=list(names))
+        cols = [table.column(c).to_pylist() for c in names]
+        for shard, seq, sub, data in zip(*cols, strict=True):
+            out.append(SinkRow(shard, int(seq), parse_payload(data)[0], p.name, int(sub)))
     return out
 
 
@@ -78,6 +82,7 @@ def read_dead_letter_dir(directory: str | Path) -> tuple[list[DeadLetter], list[
                         int(obj.get("attempts") or 0),
                         rel,
                         i,
+                        int(obj.get("sub_sequence_number") or 0),
                     )
                 )
             except (ValueError, KeyError, TypeError):
@@ -116,9 +121,12 @@ def tally(
     processed: Iterable[str],
     dead: Iterable[tuple[str, str | None, int]],
     retry_limit: int,
+    killers: Iterable[str] = (),
 ) -> Tally:
     """Count what a run did with ``expected`` ids.
 
+    ``poison``: every id that never processes ok (killers included); ``killers``: those
+    that end their Python worker (their error is Spark's, which cannot name the id);
     ``processed``: the id of every sink row (repeats are duplicates);
     ``dead``: ``(id, error, attempts)`` per dead-letter entry.
     """
@@ -129,10 +137,12 @@ def tally(
     dead_ids = Counter(rid for rid, _, _ in dead_list)
     accounted = set(rows) | set(dead_ids)
     lost = sorted(want - accounted)
+    kill_set = set(killers)
     bad_entries = sum(
         1
         for rid, error, attempts in dead_list
-        if rid in poison_set and (not error or rid not in error or attempts != retry_limit + 1)
+        if rid in poison_set
+        and (not error or (rid not in error and rid not in kill_set) or attempts != retry_limit + 1)
     )
     return Tally(
         expected=len(want),
@@ -164,8 +174,9 @@ class KillSnapshot:
     sink_files: frozenset[str]
     dead_letter_lines: Mapping[str, int]
     """Complete lines per dead-letter file (relative path)."""
-    checkpoints: Mapping[str, int]
-    """Stored sequence number per shard (shards with none are absent)."""
+    checkpoints: Mapping[str, int | tuple[int, int]]
+    """Stored checkpoint per shard, ``(sequence, sub-sequence)`` (a bare sequence: the
+    whole record is done); shards with none are absent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +202,15 @@ class ReplayReport:
         return max(self.shard_max, default=0)
 
 
+_NOTHING = (-1, -1)
+_WHOLE = 2**31
+"""A sub-sequence above any: a bare sequence checkpoint covers every user record of it."""
+
+
+def _done_up_to(checkpoint: int | tuple[int, int]) -> tuple[int, int]:
+    return (checkpoint, _WHOLE) if isinstance(checkpoint, int) else checkpoint
+
+
 def replay_windows(
     snapshots: Sequence[KillSnapshot],
     rows: Sequence[SinkRow],
@@ -206,32 +226,33 @@ def replay_windows(
     by_file: dict[str, list[SinkRow]] = defaultdict(list)
     for r in rows:
         by_file[r.file].append(r)
-    in_windows: Counter[tuple[str, int]] = Counter()
-    dl_in_windows: Counter[tuple[str, int]] = Counter()
+    in_windows: Counter[tuple[str, int, int]] = Counter()
+    dl_in_windows: Counter[tuple[str, int, int]] = Counter()
     windows: list[int] = []
     shard_max: list[int] = []
     dl_windows: list[int] = []
     for snap in snapshots:
-        keys: set[tuple[str, int]] = set()
+        done = {s: _done_up_to(v) for s, v in snap.checkpoints.items()}
+        keys: set[tuple[str, int, int]] = set()
         for name in snap.sink_files:
             for r in by_file.get(name, ()):
-                if r.sequence > snap.checkpoints.get(r.shard_id, -1):
-                    keys.add((r.shard_id, r.sequence))
-        per_shard = Counter(shard for shard, _ in keys)
+                if (r.sequence, r.sub) > done.get(r.shard_id, _NOTHING):
+                    keys.add((r.shard_id, r.sequence, r.sub))
+        per_shard = Counter(shard for shard, _, _ in keys)
         shard_max.append(max(per_shard.values(), default=0))
         windows.append(len(keys))
         in_windows.update(keys)
         dl_keys = {
-            (d.shard_id, d.sequence)
+            (d.shard_id, d.sequence, d.sub)
             for d in dead
             if d.line < snap.dead_letter_lines.get(d.file, 0)
-            and d.sequence > snap.checkpoints.get(d.shard_id, -1)
+            and (d.sequence, d.sub) > done.get(d.shard_id, _NOTHING)
         }
         dl_windows.append(len(dl_keys))
         dl_in_windows.update(dl_keys)
-    seen = Counter((r.shard_id, r.sequence) for r in rows)
+    seen = Counter((r.shard_id, r.sequence, r.sub) for r in rows)
     unexplained = sum(max(0, n - 1 - in_windows[k]) for k, n in seen.items())
-    dl_seen = Counter((d.shard_id, d.sequence) for d in dead)
+    dl_seen = Counter((d.shard_id, d.sequence, d.sub) for d in dead)
     dl_unexplained = sum(max(0, n - 1 - dl_in_windows[k]) for k, n in dl_seen.items())
     return ReplayReport(
         tuple(windows), tuple(shard_max), unexplained, tuple(dl_windows), dl_unexplained

@@ -3,6 +3,7 @@ records and poison set and the moments of the kills, all derived from the seed."
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config_load import to_toml
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.examples.chaos_process import make_payload, record_id
+from kinesis_spout.kinesis.aggregation import MAGIC
 
 PROCESS_SPEC = "kinesis_spout.examples.chaos_process:process"
 ZK_ROOT = "/chaos"
@@ -94,6 +96,12 @@ class ChaosPlan:
     master: str = "local[2]"
     read_on: str = "executors"
     """Where the job reads Kinesis (the job's ``read_on``): ``executors`` or ``driver``."""
+    kpl: bool = False
+    """Put most records as KPL aggregates of 2-50 user records, with some empty
+    aggregates and a few corrupt ones (handed on whole) among them."""
+    kill_worker_records: int = 0
+    """Records whose processing ends its Python worker on every delivery (dead-lettered
+    after ``retry_limit`` retries, like poison)."""
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, allowed: str) -> None:
@@ -118,6 +126,8 @@ class ChaosPlan:
         need(self.timeout > 0, "timeout", "a number of seconds > 0")
         need(self.max_job_failures >= 0, "max_job_failures", "an integer >= 0")
         need(self.read_on in ("executors", "driver"), "read_on", "executors or driver")
+        most = self.records // 10
+        need(0 <= self.kill_worker_records <= most, "kill_worker_records", f"between 0 and {most}")
 
     @property
     def fault_rate(self) -> float:
@@ -133,23 +143,74 @@ class ChaosPlan:
 
 @dataclass(frozen=True, slots=True)
 class ChaosRecords:
-    """The records of a plan: ids in put order and the poison ones."""
+    """The records of a plan: ids in put order, the poison ones and the killers; with
+    ``kpl_seed``, they are put as KPL aggregates (see :func:`kpl_items`)."""
 
     ids: tuple[str, ...]
     poison: frozenset[str]
+    killers: frozenset[str] = frozenset()
+    kpl_seed: int | None = None
+
+    @property
+    def failing(self) -> frozenset[str]:
+        """Records that never process ok: poison and killers (all dead-lettered)."""
+        return self.poison | self.killers
+
+    def payload(self, rid: str, size: int) -> bytes:
+        return make_payload(rid, rid in self.poison, size, kill=rid in self.killers)
 
     def items(self, size: int) -> Iterator[tuple[str, bytes]]:
-        """``(partition key, payload)`` per record, in put order."""
+        """``(partition key, data)`` per Kinesis record, in put order."""
+        if self.kpl_seed is not None:
+            yield from kpl_items(self, size, random.Random(f"kpl-{self.kpl_seed}"))
+            return
         for rid in self.ids:
-            yield rid, make_payload(rid, rid in self.poison, size)
+            yield rid, self.payload(rid, size)
 
 
 def make_records(plan: ChaosPlan) -> ChaosRecords:
-    """Ids ``chaos-0000000`` ... and a seeded ``poison_rate`` sample of them."""
+    """Ids ``chaos-0000000`` ... and seeded samples of them: ``poison_rate`` poison, then
+    ``kill_worker_records`` killers among the others."""
     ids = tuple(record_id(i) for i in range(plan.records))
     n_poison = round(plan.records * plan.poison_rate)
     rng = random.Random(f"poison-{plan.seed}")
-    return ChaosRecords(ids, frozenset(rng.sample(ids, n_poison)))
+    poison = frozenset(rng.sample(ids, n_poison))
+    rest = [i for i in ids if i not in poison]
+    killers = frozenset(random.Random(f"kill-{plan.seed}").sample(rest, plan.kill_worker_records))
+    return ChaosRecords(ids, poison, killers, plan.seed if plan.kpl else None)
+
+
+EMPTY_AGGREGATE = MAGIC + hashlib.md5(b"").digest()
+"""A KPL aggregate that holds no user record (the reader skips it)."""
+
+
+def kpl_items(records: ChaosRecords, size: int, rng: random.Random) -> Iterator[tuple[str, bytes]]:
+    """The records as the KPL would put them: ~90% of them in aggregates of 2-50 user
+    records, the rest plain; an empty aggregate after ~2% of the Kinesis records; ~0.2% of
+    the user records alone in a corrupt aggregate (the magic, the payload, a wrong
+    checksum: handed on whole)."""
+    from aws_kinesis_agg.aggregator import RecordAggregator
+
+    ids, i = records.ids, 0
+    while i < len(ids):
+        if rng.random() < 0.02:
+            yield f"empty-{i}", EMPTY_AGGREGATE
+        rid = ids[i]
+        if rng.random() < 0.002:
+            yield rid, MAGIC + records.payload(rid, size) + b"\0" * 16
+            i += 1
+            continue
+        n = rng.randint(2, 50) if rng.random() < 0.9 else 1
+        group = ids[i : i + n]
+        i += len(group)
+        if len(group) == 1:
+            yield rid, records.payload(rid, size)
+            continue
+        agg = RecordAggregator()
+        for member in group:
+            assert agg.add_user_record(member, records.payload(member, size)) is None
+        pk, _ehk, data = agg.clear_and_get().get_contents()
+        yield pk, data
 
 
 @dataclass(frozen=True, slots=True)

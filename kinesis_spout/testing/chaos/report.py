@@ -71,6 +71,9 @@ class RunFacts:
     """Kinesis calls through the fault proxy."""
     timeline: Timeline | None = None
     """Throughput, checkpoints and events over time (for ``bench/chaos.py --plot``)."""
+    kinesis_records: int = 0
+    """Kinesis records put (fewer than the records with ``--kpl``: aggregates; more for
+    its empty aggregates)."""
 
 
 def build_result(plan: ChaosPlan, facts: RunFacts, phases: dict[str, float]) -> ChaosResult:
@@ -78,10 +81,11 @@ def build_result(plan: ChaosPlan, facts: RunFacts, phases: dict[str, float]) -> 
     dead, bad_lines = facts.dead_letters
     counts = tally(
         facts.records.ids,
-        facts.records.poison,
+        facts.records.failing,
         (r.rid for r in facts.rows),
         ((d.rid, d.error, d.attempts) for d in dead),
         plan.retry_limit,
+        facts.records.killers,
     )
     replay = replay_windows(facts.kills, facts.rows, dead)
     figures = _figures(plan, facts, counts, replay, len(bad_lines))
@@ -107,6 +111,9 @@ def _figures(
         "shards": plan.shards,
         "read_on": plan.read_on,
         "seed": plan.seed,
+        "kpl": plan.kpl,
+        "kinesis_records": facts.kinesis_records,
+        "kill_worker_records": len(facts.records.killers),
         "lost": counts.lost,
         "duplicates": counts.duplicates,
         "kills": len(facts.kills),

@@ -169,7 +169,7 @@ class _ChaosLoop:
             sink_files=self.progress.files,
             dead_letter_lines=dead_letter_lines(self.work / "dead-letter"),
             checkpoints={
-                s: v.sequence
+                s: v.key
                 for s, v in self.watcher.read_now().items()  # waits while ZooKeeper is down
                 if v.sequence is not None
             },
@@ -267,7 +267,8 @@ def _produce(
         sequences.setdefault(shard, []).append(int(seq))
     clock.lap("produce")
     say(
-        f"put {plan.records} records ({len(records.poison)} poison) into {plan.shards} "
+        f"put {plan.records} records ({len(records.poison)} poison, {len(records.killers)} "
+        f"killing their worker{', as KPL aggregates' if plan.kpl else ''}) into {plan.shards} "
         f"shards of {stream} in {clock.phases['produce']:.1f}s"
     )
     return records, sequences
@@ -290,7 +291,7 @@ def _run_loop(
     started_run = clock.last
     loop = _ChaosLoop(
         plan,
-        make_schedule(plan, plan.records - len(records.poison)),
+        make_schedule(plan, plan.records - len(records.failing)),
         command=job_command(config_path, plan.master),
         env=job_environment(master=plan.master),
         work=config_path.parent,
@@ -340,8 +341,9 @@ def _facts(
             checkpoints=seen,
             watch_offset=watcher.started_at - origin,
             sequences=sequences,
-            poison=len(records.poison),
+            poison=len(records.failing),
         ),
+        kinesis_records=sum(len(seqs) for seqs in sequences.values()),
     )
 
 

@@ -248,6 +248,7 @@ def _sink_table(ids: list[str], shard: str, first_seq: int) -> pa.Table:
             "stream": ["s"] * n,
             "shardId": [shard] * n,
             "sequenceNumber": [str(first_seq + i) for i in range(n)],
+            "subSequenceNumber": [0] * n,
             "data": [make_payload(rid, False, 40) for rid in ids],
         }
     )
@@ -365,3 +366,30 @@ def test_watcher_keeps_watching_across_a_zookeeper_restart(tmp_path: Path) -> No
         finally:
             watcher.stop()
             store.close()
+
+
+def test_kpl_records_keep_every_id_once_with_empty_and_corrupt_aggregates() -> None:
+    """``--kpl``: the ids come back from de-aggregation once each, in order; some
+    Kinesis records are empty aggregates, a few corrupt ones carry one id whole."""
+    from kinesis_spout.kinesis.aggregation import MAGIC, deaggregate
+
+    plan = ChaosPlan(records=3000, seed=2, kpl=True, kill_worker_records=5)
+    recs = make_records(plan)
+    assert len(recs.killers) == 5 and not recs.killers & recs.poison
+    puts = list(recs.items(60))
+    users = [d for pk, data in puts for _, d in deaggregate(data, pk)]
+    assert [parse_payload(d)[0] for d in users if d != b""] == list(recs.ids)
+    empty = [data for _, data in puts if deaggregate(data, "k") == []]
+    corrupt = [d for d in users if d.startswith(MAGIC)]
+    assert empty and corrupt and len(puts) < len(recs.ids) / 5
+    assert {parse_payload(d)[0] for d in users if parse_payload(d)[1]} == recs.failing
+
+
+def test_replay_windows_compare_sub_sequence_numbers_of_aggregates() -> None:
+    rows = [SinkRow(S0, 5, f"u{sub}", "part-1", sub) for sub in range(4)]
+    rows += [SinkRow(S0, 5, f"u{sub}", "part-2", sub) for sub in (2, 3)]
+    snap = KillSnapshot(1, 0.0, 4, frozenset({"part-1"}), {}, {S0: (5, 1)})
+    report = replay_windows([snap], rows, [])
+    assert report.windows == (2,) and report.unexplained_duplicates == 0
+    whole = KillSnapshot(1, 0.0, 4, frozenset({"part-1"}), {}, {S0: 5})
+    assert replay_windows([whole], rows, []).unexplained_duplicates == 2
