@@ -3,8 +3,9 @@ lag and dead letters, and the job lease; a table, or one JSON document with ``--
 
 Read only: it creates no file, directory or ZooKeeper node, takes no lease and
 writes no checkpoint. Exit status: 0 when the report was printed (what could not
-be read, such as one shard's lag probe, is listed under ``problems``); 1 when
-the store or the stream is missing or unreachable; 2 for a bad config value.
+be read, such as one shard's lag probe, is listed under ``problems``; a store
+that does not exist yet is one with no checkpoints, said in a note); 1 when the
+stream is missing or the store or the stream unreachable; 2 for a bad config value.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ def gather(
         dead_letters=dead,
         kinesis_calls=calls,
         problems=tuple(problems),
+        store_missing=store.missing,
     )
     return collect(inputs, now or datetime.now(UTC))
 

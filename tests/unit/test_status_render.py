@@ -209,8 +209,9 @@ def test_status_puts_the_logging_levels_back(
 ) -> None:
     root, ours = logging.getLogger(), logging.getLogger("kinesis_spout")
     before = root.level, ours.level
-    code = main(["status", "--checkpoint-store", f"file://{tmp_path}/missing", "--no-lag"])
-    assert code == 1 and "does not exist" in capsys.readouterr().err
+    (tmp_path / "a-file").write_text("")
+    code = main(["status", "--checkpoint-store", f"file://{tmp_path}/a-file", "--no-lag"])
+    assert code == 1 and "is not a directory" in capsys.readouterr().err
     assert (root.level, ours.level) == before  # quiet while it ran, not for the process
     logging.getLogger("kinesis_spout.status").warning("still heard")
     assert "still heard" in caplog.text
