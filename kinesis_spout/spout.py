@@ -227,6 +227,15 @@ class KinesisSpout:
         self._active = False
         self._set.close_getters()
 
+    def __enter__(self) -> KinesisSpout:
+        """``with KinesisSpout(config) as spout:`` opens it, and closes it (final
+        checkpoint) however the block is left; see :mod:`kinesis_spout.stopping`."""
+        self.open()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """End drained shards, write every checkpoint, close what the spout opened."""
         if self._closed:
