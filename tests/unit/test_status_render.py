@@ -131,7 +131,7 @@ def test_table_of_a_file_store_with_no_checkpoints() -> None:
                               job_lease=JobLeaseStatus(LeaseState.FREE, "/d/billing/.job.lock"),
                               dead_letters=None, problems=()))  # fmt: skip
     assert "workers:" not in text
-    assert "job lease: free (no driver of job 'billing' is running)" in text
+    assert "job lease: free (no reader of job 'billing' is running)" in text
     assert "note: no checkpoints yet for job 'billing' on stream 'orders'" in text
     rows = [line.split() for line in text.splitlines() if line.startswith("shardId-")]
     assert [r[0] for r in rows] == [S0, S1, S2]
