@@ -98,7 +98,7 @@ class FileRedriveLog:
         if not body:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size and not _ends_with_newline(fd):
                 body = b"\n" + body  # after a torn line, start on a line of its own

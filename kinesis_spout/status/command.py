@@ -68,12 +68,7 @@ def gather(
         zk_session_timeout=min(config.zk_session_timeout, timeout),
         timeout=timeout,
     )
-    if client is None:
-        from kinesis_spout.kinesis.client import make_client
-
-        client = make_client(
-            config.endpoint_url, config.region, connect_timeout=timeout, read_timeout=timeout
-        )
+    client = client if client is not None else _client(config, timeout)
     stream, calls = read_stream(client, config)
     lags: dict[str, LagProbe] = {}
     if lag:
@@ -108,6 +103,19 @@ def gather(
         store_missing=store.missing,
     )
     return collect(inputs, now or datetime.now(UTC))
+
+
+def _client(config: SpoutConfig, timeout: float) -> Any:
+    """A Kinesis client for status's one-shot calls (botocore's standard retries)."""
+    from kinesis_spout.kinesis.client import make_client
+
+    return make_client(
+        config.endpoint_url,
+        config.region,
+        connect_timeout=timeout,
+        read_timeout=timeout,
+        one_shot=True,
+    )
 
 
 @contextlib.contextmanager
