@@ -13,6 +13,7 @@ from kinesis_spout.config import InitialPosition, SpoutConfig
 from kinesis_spout.config_load import load_config
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.records import Checkpoint, Record, ShardInfo
+from kinesis_spout.stopping import StopSignals
 
 if TYPE_CHECKING:
     from kinesis_spout.spout import KinesisSpout
@@ -38,6 +39,7 @@ __all__ = [
     "Record",
     "ShardInfo",
     "SpoutConfig",
+    "StopSignals",
     "load_config",
     "__version__",
 ]

@@ -17,6 +17,8 @@ from kinesis_spout.config_load import add_config_arguments, config_from_args
 from kinesis_spout.errors import KinesisSpoutError
 
 log = logging.getLogger("kinesis_spout")
+QUIET_LOGGERS = ("botocore", "boto3", "urllib3", "kazoo")
+"""Libraries whose INFO lines only ``--verbose`` shows."""
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
@@ -142,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:  # "Found credentials in environment variables." and the like
+        for noisy in QUIET_LOGGERS:
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         return int(args.handler(args))
     except KinesisSpoutError as exc:

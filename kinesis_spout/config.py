@@ -160,8 +160,8 @@ class SpoutConfig:
     """The Spark job's processing, ``module:function`` or ``path/file.py:function``
     (the job's ``--process`` flag wins)."""
     wait_for_lease: bool = False
-    """A second driver of the same job (same job name and checkpoint store) waits for
-    the running one to end instead of failing."""
+    """A second reader of the same job (same job name and checkpoint store: the Spark
+    job's driver, a ``KinesisSpout``) waits for the running one to end instead of failing."""
     read_on: str = "executors"
     """Where the Spark job reads Kinesis: ``executors`` (one read task per shard and
     micro-batch; only statuses and failed payloads reach the driver) or ``driver``

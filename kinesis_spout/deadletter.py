@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -149,10 +150,27 @@ class JsonlDeadLetterSink:
         for k, group in by_shard.items():
             self._write_shard(k, group)
 
+    def _locked(self, k: tuple[str, str]) -> int:
+        """The shard's file, open and exclusively locked, and the one now at its path
+        (a re-drive's ``--delete`` replaces or removes it under the same lock)."""
+        while True:
+            fd = self._fds.get(k)
+            if fd is None:
+                fd = self._open(k)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if same_file(fd, self.path_for(*k)):
+                return fd
+            self._forget(k)  # closing drops the lock; open the new file, scan it again
+
     def _write_shard(self, k: tuple[str, str], letters: list[DeadLetter]) -> None:
-        fd = self._fds.get(k)
-        if fd is None:
-            fd = self._open(k)
+        fd = self._locked(k)
+        try:
+            self._append(k, fd, letters)
+        finally:
+            if self._fds.get(k) == fd:  # a failed write closed it (and so unlocked it)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _append(self, k: tuple[str, str], fd: int, letters: list[DeadLetter]) -> None:
         seen = self._seen[k]
         fresh: list[DeadLetter] = []
         chunks: list[bytes] = []
@@ -193,6 +211,16 @@ class JsonlDeadLetterSink:
     def close(self) -> None:
         for k in list(self._fds):
             self._forget(k)
+
+
+def same_file(fd: int, path: Path) -> bool:
+    """``fd`` is open on the file now at ``path`` (not a replaced or removed one)."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    was = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (was.st_dev, was.st_ino)
 
 
 def _write_all(fd: int, data: bytes) -> None:

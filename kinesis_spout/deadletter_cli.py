@@ -10,9 +10,13 @@ The target, job and stream come from the usual config (``dead_letter``,
 * ``redrive`` puts the entries' records back on a stream (``--to-stream``,
   default the configured one) with their partition keys and payloads, with
   PutRecords in batches of 500; failed entries of a batch are put again with
-  backoff. ``--delete`` then removes the re-driven entries from the target
-  (run it while the job is stopped when the target is a directory: the job
-  appends to the same files). ``--dry-run`` shows what would be put.
+  backoff. Each accepted entry is recorded in the target's re-drive log
+  (:mod:`kinesis_spout.deadletter_redrive`) before the next call, and entries
+  the log has already put on that stream are skipped: a re-drive that failed
+  half-way is run again without putting an entry twice. ``--delete`` then
+  removes the re-driven entries (and only those) from the target, safely while
+  a reader writes more (:mod:`kinesis_spout.deadletter_remove`). ``--dry-run``
+  shows what would be put.
 
 ``--shard`` and ``--reason`` select entries for both.
 """
@@ -22,7 +26,6 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +35,8 @@ from typing import Any
 
 from kinesis_spout.config import DEAD_LETTER_REASONS, SpoutConfig
 from kinesis_spout.config_load import config_from_args
-from kinesis_spout.errors import KinesisSpoutError
+from kinesis_spout.deadletter_redrive import Redriven
+from kinesis_spout.errors import ConfigError, KinesisSpoutError
 
 PUT_BATCH = 500
 PUT_ATTEMPTS = 8
@@ -64,7 +68,7 @@ def load_sources(cfg: SpoutConfig) -> list[Source]:
     """Every dead-letter file or object of the configured job and stream."""
     target = cfg.dead_letter
     if target.lower() == "none":
-        raise DeadLetterCommandError(
+        raise ConfigError(
             "dead_letter", target, "a directory or s3:// target (none keeps no dead letters)"
         )
     if target.startswith("s3://"):
@@ -85,7 +89,7 @@ def load_sources(cfg: SpoutConfig) -> list[Source]:
         ]
     root = Path(target) / cfg.job_name / cfg.stream_name
     if not Path(target).is_dir():
-        raise DeadLetterCommandError("dead_letter", target, "an existing directory")
+        raise ConfigError("dead_letter", target, "an existing directory")
     out = []
     for p in sorted(root.glob("*.jsonl")):
         entries = []
@@ -130,13 +134,7 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
         for _, e in chosen:
             print(f"would put {e.get('message_id')} ({e.get('partition_key')}) on {stream}")
         return 0
-    client = _kinesis_client(cfg)
-    put = put_entries(client, stream, [e for _, e in chosen], progress=_progress)
-    print(f"re-drove {put} of {len(chosen)} dead letters onto stream {stream!r}")
-    if args.delete:
-        removed = remove_entries(sources, {id(e) for _, e in chosen})
-        print(f"removed {put} entries ({removed} files or objects emptied)")
-    return 0
+    return redrive(cfg, sources, [e for _, e in chosen], stream, delete=args.delete)
 
 
 def _progress(done: int, total: int) -> None:
@@ -146,7 +144,57 @@ def _progress(done: int, total: int) -> None:
 def _kinesis_client(cfg: SpoutConfig) -> Any:
     from kinesis_spout.kinesis.client import make_client
 
-    return make_client(cfg.endpoint_url, cfg.region)
+    return make_client(cfg.endpoint_url, cfg.region, one_shot=True)
+
+
+def _s3(cfg: SpoutConfig) -> Any:
+    if not cfg.dead_letter.startswith("s3://"):
+        return None
+    from kinesis_spout.deadletter_s3 import s3_client
+
+    return s3_client(one_shot=True)
+
+
+def redrive(
+    cfg: SpoutConfig,
+    sources: list[Source],
+    entries: list[dict[str, Any]],
+    stream: str,
+    *,
+    delete: bool = False,
+    client: Any = None,
+    batch: int = PUT_BATCH,
+    progress: Callable[[int, int], None] | None = _progress,
+) -> int:
+    """Put ``entries`` not yet re-driven onto ``stream``, logging each accepted one; with
+    ``delete``, then remove every selected entry that is on the stream from the target."""
+    from kinesis_spout.deadletter_redrive import open_redrive_log
+
+    s3 = _s3(cfg)
+    log = open_redrive_log(cfg, s3)
+    done = log.done(stream)
+    todo = [e for e in entries if str(e.get("message_id")) not in done]
+    if len(todo) < len(entries):
+        print(f"skipping {len(entries) - len(todo)} already re-driven onto {stream!r}")
+    client = client if client is not None else _kinesis_client(cfg)
+    check_stream(client, stream)
+    put = put_entries(client, stream, todo, progress=progress, batch=batch, record=log.record)
+    print(f"re-drove {put} of {len(todo)} dead letters onto stream {stream!r}")
+    if delete:
+        ids = {str(e.get("message_id")) for e in entries}  # all of them are on the stream now
+        removed, emptied = remove_entries(sources, ids, s3)
+        print(f"removed {removed} entries ({emptied} files or objects emptied)")
+    return 0
+
+
+def check_stream(client: Any, stream: str) -> None:
+    """:class:`DeadLetterCommandError` naming the stream if it cannot be put to."""
+    from kinesis_spout.kinesis.api import KinesisApi
+
+    try:
+        KinesisApi(client, stream).check_stream()
+    except KinesisSpoutError as exc:
+        raise DeadLetterCommandError(f"redrive: {exc}") from None
 
 
 def put_entries(
@@ -155,55 +203,74 @@ def put_entries(
     entries: Sequence[dict[str, Any]],
     progress: Callable[[int, int], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    batch: int = PUT_BATCH,
+    record: Callable[[list[Redriven]], None] | None = None,
 ) -> int:
     """PutRecords of every entry (partition key and payload); failed ones are put again
-    with backoff. Raises naming the stream if some are still refused."""
+    with backoff. Each answer's accepted entries go to ``record`` before the next call.
+    Raises naming the stream if some are still refused or a call fails."""
     done = 0
-    for i in range(0, len(entries), PUT_BATCH):
-        batch = [
-            {"PartitionKey": e["partition_key"], "Data": base64.b64decode(e["data_base64"])}
-            for e in entries[i : i + PUT_BATCH]
-        ]
+    for i in range(0, len(entries), batch):
+        pending = list(entries[i : i + batch])
         for attempt in range(PUT_ATTEMPTS):
-            resp = client.put_records(StreamName=stream, Records=batch)
-            results = resp["Records"]
-            batch = [b for b, r in zip(batch, results, strict=True) if "ErrorCode" in r]
-            if not batch:
+            results = _put(client, stream, pending)
+            accepted = [
+                Redriven(str(e.get("message_id")), stream, str(r["SequenceNumber"]))
+                for e, r in zip(pending, results, strict=True)
+                if "ErrorCode" not in r
+            ]
+            if accepted and record is not None:
+                record(accepted)
+            pending = [e for e, r in zip(pending, results, strict=True) if "ErrorCode" in r]
+            if not pending:
                 break
             sleep(min(0.1 * 2**attempt, 5.0))
-        if batch:
+        if pending:
             raise DeadLetterCommandError(
-                "to_stream", stream, f"a stream that accepts the records ({len(batch)} refused)"
+                f"redrive: stream {stream!r} refused {len(pending)} records "
+                f"{PUT_ATTEMPTS} times; run it again to put what is left"
             )
-        done = min(i + PUT_BATCH, len(entries))
+        done = min(i + batch, len(entries))
         if progress is not None:
             progress(done, len(entries))
     return done
 
 
-def remove_entries(sources: list[Source], ids: set[int]) -> int:
-    """Rewrite each source without the entries in ``ids`` (by object id); a source
-    left empty is deleted. Returns how many were deleted."""
-    emptied = 0
+def _put(client: Any, stream: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One PutRecords call; its per-record results. botocore errors become one line."""
+    from kinesis_spout.kinesis.api import KinesisApi
+
+    records = [
+        {"PartitionKey": e["partition_key"], "Data": base64.b64decode(e["data_base64"])}
+        for e in entries
+    ]
+    try:
+        resp = KinesisApi(client, stream).call(
+            f"PutRecords {stream}", client.put_records, StreamName=stream, Records=records
+        )
+    except KinesisSpoutError as exc:
+        raise DeadLetterCommandError(f"redrive: {exc}; run it again to put what is left") from None
+    results: list[dict[str, Any]] = resp["Records"]
+    return results
+
+
+def remove_entries(sources: list[Source], ids: set[str], s3: Any = None) -> tuple[int, int]:
+    """Remove the entries with ``ids`` from every source that holds one, safely beside
+    running writers (:mod:`kinesis_spout.deadletter_remove`): (entries removed, files or
+    objects emptied)."""
+    from kinesis_spout.deadletter_remove import remove_from_file, remove_from_s3
+
+    removed = emptied = 0
     for s in sources:
-        keep = [e for e in s.entries if id(e) not in ids]
-        if len(keep) == len(s.entries):
+        if not any(str(e.get("message_id")) in ids for e in s.entries):
             continue
-        body = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in keep)
         if s.name.startswith("s3://"):
-            from kinesis_spout.deadletter_s3 import parse_s3_url, s3_client
+            from kinesis_spout.deadletter_s3 import parse_s3_url
 
             bucket, key = parse_s3_url(s.name)
-            client = s3_client()
-            if keep:
-                client.put_object(Bucket=bucket, Key=key, Body=body.encode("utf-8"))
-            else:
-                client.delete_object(Bucket=bucket, Key=key)
-        elif keep:
-            tmp = s.name + ".tmp"
-            Path(tmp).write_text(body, encoding="utf-8")
-            os.replace(tmp, s.name)
+            n, gone = remove_from_s3(s3, bucket, key, ids)
         else:
-            os.remove(s.name)
-        emptied += not keep
-    return emptied
+            n, gone = remove_from_file(Path(s.name), ids)
+        removed += n
+        emptied += gone
+    return removed, emptied

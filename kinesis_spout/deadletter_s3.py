@@ -56,14 +56,18 @@ def key_prefix(prefix: str, *parts: str) -> str:
     return "/".join(p for p in (prefix, *parts) if p) + "/"
 
 
-def s3_client() -> Any:
+def s3_client(one_shot: bool = False) -> Any:
     """An S3 client with short timeouts and few retries (a failed write is tried
-    again before each checkpoint save anyway)."""
+    again before each checkpoint save anyway); ``one_shot`` (the CLI): botocore's
+    standard retry mode."""
     import boto3
     from botocore.config import Config
 
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    config = Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 2})
+    retries: Any = {"max_attempts": 2}
+    if one_shot:
+        retries = {"mode": "standard", "total_max_attempts": 3}
+    config = Config(connect_timeout=5, read_timeout=30, retries=retries)
     return boto3.session.Session().client("s3", region_name=region, config=config)
 
 

@@ -41,8 +41,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
-from types import MappingProxyType
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kinesis_spout.checkpoint.base import CheckpointStore
@@ -50,53 +49,37 @@ from kinesis_spout.checkpoint.factory import open_config_store
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.core.acks import AckRouter, MessageRef
 from kinesis_spout.core.committer import Committer
-from kinesis_spout.core.getters import GetterFactory
+from kinesis_spout.core.getters import GetterFactory, spout_backoffs
 from kinesis_spout.core.partition import ShardPartition
+from kinesis_spout.core.readerlease import ReaderLease, reader_label
 from kinesis_spout.core.rotation import RoundRobin
 from kinesis_spout.core.shardset import ShardSet
+from kinesis_spout.core.spoutview import SpoutView
 from kinesis_spout.core.startup import describe_stream, load_and_adopt
-from kinesis_spout.core.stats import SpoutStats, spout_stats
 from kinesis_spout.deadletter import DeadLetterSink, open_dead_letter_sink
 from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.metrics import MetricsCollector, NoopMetrics
 from kinesis_spout.observability.endpoint import MetricsEndpoint
-from kinesis_spout.records import Record, ShardInfo, ShardState
-from tracker import (
-    Backoff,
-    ExponentialBackoff,
-    JitteredBackoff,
-    NoBackoff,
-)
+from kinesis_spout.records import Record
 
 log = logging.getLogger(__name__)
 
 _INF = math.inf
 
 
-def _backoffs(config: SpoutConfig, rng: random.Random) -> tuple[Backoff, Backoff]:
-    """(throttle backoff, with jitter; retry backoff) of ``config``."""
-    throttle = JitteredBackoff(
-        ExponentialBackoff(config.throttle_backoff, cap=config.throttle_backoff_max), rng
-    )
-    if config.retry_backoff <= 0:
-        return throttle, NoBackoff()
-    return throttle, ExponentialBackoff(config.retry_backoff, cap=config.retry_backoff_max)
-
-
-def _dead_letter_sink(cfg: SpoutConfig) -> DeadLetterSink:
-    return open_dead_letter_sink(cfg.dead_letter, cfg.job_name, cfg.dead_letter_reasons)
-
-
-class KinesisSpout:
+class KinesisSpout(SpoutView):
     """Reads every shard of ``config.stream_name`` with Storm-grade reliability.
 
     Not thread-safe: call every method from one thread. ``store``,
     ``dead_letters``, ``client`` and ``metrics`` given by the caller stay the
     caller's (``close`` does not close them). With no ``metrics`` and
     ``metrics_port`` set, the spout serves its own Prometheus endpoint from
-    ``open`` (a taken port fails there, first) to ``close``.
+    ``open`` (a taken port fails there, first) to ``close``. ``open`` takes the
+    job lease of ``checkpoint_store`` and ``job_name`` (one reader per job; see
+    :mod:`kinesis_spout.core.readerlease`), ``close`` lets it go; ``job_lease=False``
+    is for readers fenced otherwise (shard leases, a driver holding it already).
     """
 
     def __init__(
@@ -110,8 +93,10 @@ class KinesisSpout:
         client: Any | None = None,
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        job_lease: bool = True,
     ) -> None:
         self.config = config
+        self._lease = ReaderLease(config, reader_label(type(self).__name__), job_lease)
         self._sleep = sleep
         self._own_store = store is None
         self._store: CheckpointStore | None = store
@@ -124,7 +109,7 @@ class KinesisSpout:
         self._clock = clock
         self._client = client
         self._api: KinesisApi | None = None
-        self._throttle_backoff, self._retry_backoff = _backoffs(config, rng or random.Random())
+        self._throttle_backoff, self._retry_backoff = spout_backoffs(config, rng or random.Random())
         self._set = ShardSet(
             config,
             self._committer,
@@ -173,7 +158,9 @@ class KinesisSpout:
         self._opened = True
 
     def _open_parts(self, cfg: SpoutConfig) -> None:
-        """The stream described, the store and the dead-letter sink opened, shards adopted."""
+        """The job lease taken, the stream described, the store and the dead-letter sink
+        opened, shards adopted."""
+        self._lease.take()  # first: a second reader of the job reads nothing
         if self._client is None:
             self._client = make_client(cfg.endpoint_url, cfg.region)
         self._api = KinesisApi(self._client, cfg.stream_name)
@@ -190,7 +177,9 @@ class KinesisSpout:
             self._store = open_config_store(cfg)
         self._committer.store = self._store
         if self._acks.sink is None:
-            self._acks.sink = _dead_letter_sink(cfg)
+            self._acks.sink = open_dead_letter_sink(
+                cfg.dead_letter, cfg.job_name, cfg.dead_letter_reasons
+            )
         checkpoints = load_and_adopt(self._set, self._committer, self._store, self._api, shards)
         log.info(
             "opened stream %s (%s) at %s: %d shards, %d owned, %d with checkpoints",
@@ -216,6 +205,7 @@ class KinesisSpout:
         if self._own_dead and self._acks.sink is not None:
             self._acks.sink.close()
             self._acks.sink = None
+        self._lease.release()  # last: the checkpoints are written
 
     def activate(self) -> None:
         """Resume emitting after :meth:`deactivate`."""
@@ -226,6 +216,15 @@ class KinesisSpout:
         Subscriptions stop too; ``activate`` and the next batch resume them."""
         self._active = False
         self._set.close_getters()
+
+    def __enter__(self) -> KinesisSpout:
+        """``with KinesisSpout(config) as spout:`` opens it, and closes it (final
+        checkpoint) however the block is left; see :mod:`kinesis_spout.stopping`."""
+        self.open()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """End drained shards, write every checkpoint, close what the spout opened."""
@@ -254,6 +253,7 @@ class KinesisSpout:
         Makes at most one GetRecords call per shard whose buffer is empty.
         """
         self._check_open()
+        self._lease.check()
         if self._rr.pending_error is not None:
             exc, self._rr.pending_error = self._rr.pending_error, None
             raise exc
@@ -352,37 +352,6 @@ class KinesisSpout:
     def in_flight_of(self, shard_ids: Iterable[str]) -> int:
         """Records handed out and not done on these shards (awaiting retries included)."""
         return self._set.in_flight_of(shard_ids)
-
-    # ------------------------------------------------------------------ introspection
-    @property
-    def metrics(self) -> MetricsCollector:
-        """Where this spout reports (its own endpoint's with ``metrics_port`` and none given)."""
-        return self._metrics
-
-    @property
-    def in_flight(self) -> int:
-        return self._set.in_flight_of(self._set.shards)
-
-    def shard_states(self) -> dict[str, ShardState]:
-        """The lifecycle state of every owned shard."""
-        return {s: sh.state for s, sh in sorted(self._set.shards.items())}
-
-    @property
-    def shards(self) -> Mapping[str, ShardInfo]:
-        """Every shard of the stream known to this spout (owned or not)."""
-        return MappingProxyType(self._set.map.infos())
-
-    def stats(self) -> SpoutStats:
-        return spout_stats(self._set.shards, self._rr, self._acks, self._committer, self._clock())
-
-    @property
-    def is_idle(self) -> bool:
-        """Nothing in flight or buffered, and every owned shard caught up or ended."""
-        return self._opened and all(sh.idle for sh in self._set.shards.values())
-
-    @property
-    def is_active(self) -> bool:
-        return self._active
 
     def _check_open(self) -> None:
         if not self._opened:

@@ -1,8 +1,11 @@
-"""The job lease: one active driver per job name and checkpoint store.
+"""The job lease: one active reader per job name and checkpoint store.
 
-Two ``kinesis-spout run`` jobs with the same job name would both read every
-shard and race on the same checkpoints. The job's driver therefore holds a
-lease for its job name before it reads anything:
+Two readers with the same job name would both read every shard and race on
+the same checkpoints. So each reader holds a lease for its job name before it
+reads anything: the Spark job's driver (``kinesis-spout run``), and every
+:class:`~kinesis_spout.spout.KinesisSpout` (your own loop, the multilang
+process), unless it shares the stream through the coordination worker's shard
+leases instead:
 
 * ``file://DIR`` stores: an OS lock (``flock``) on ``DIR/<job>/.job.lock``,
   released by the kernel when the process dies, even by ``kill -9``;
@@ -10,7 +13,8 @@ lease for its job name before it reads anything:
   driver's ZooKeeper session ends;
 * ``memory://`` stores live in one process: nothing to share, no lease.
 
-Both record who holds them (host, pid, start time), so a second driver fails
+Both record who holds them (host, pid, start time, and what reads: ``kinesis-spout
+run``, ``KinesisSpout (loop.py)``), so a second reader fails
 with :class:`JobLeaseHeldError` naming the job and the holder, or, asked to
 wait, logs that it waits and takes the lease when the holder goes.
 
@@ -65,17 +69,26 @@ class JobLease(Protocol):
     def release(self) -> None: ...
 
 
-def holder_info(job_name: str) -> dict[str, Any]:
-    """Who holds a lease: written into the lock file or node."""
+def holder_info(job_name: str, reader: str | None = None) -> dict[str, Any]:
+    """Who holds a lease: written into the lock file or node (``reader``: what reads)."""
     from kinesis_spout.processinfo import process_start_time
 
-    return {
+    info: dict[str, Any] = {
         "job": job_name,
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "started": process_start_time(os.getpid()),
         "since": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+    if reader:
+        info["reader"] = reader
+    return info
+
+
+def holder_name(info: dict[str, Any]) -> str:
+    """``host:pid`` of a holder's record, with ``(reader)`` when it says what reads."""
+    name = f"{info['host']}:{info['pid']}"
+    return f"{name} ({info['reader']})" if info.get("reader") else name
 
 
 def holder_is_gone(raw: bytes | str | None) -> bool:
@@ -100,10 +113,10 @@ def holder_is_gone(raw: bytes | str | None) -> bool:
 
 
 def describe_holder(raw: bytes | str | None) -> str:
-    """``host:pid since TIME`` from stored holder info (tolerates garbage)."""
+    """``host:pid (reader) since TIME`` from stored holder info (tolerates garbage)."""
     try:
         info = json.loads(raw or b"{}")
-        return f"{info['host']}:{info['pid']} since {info['since']}"
+        return f"{holder_name(info)} since {info['since']}"
     except (ValueError, KeyError, TypeError):
         return "an unknown process"
 
@@ -152,8 +165,11 @@ class _Waiter:
 class FileJobLease:
     """An ``flock`` on ``<directory>/<job>/.job.lock``; see the module docstring."""
 
-    def __init__(self, directory: str | os.PathLike[str], job_name: str) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], job_name: str, reader: str | None = None
+    ) -> None:
         self.job_name = job_name
+        self.reader = reader
         self.path = Path(directory) / job_name / LOCK_FILE
         self._fh: IO[str] | None = None
 
@@ -169,7 +185,7 @@ class FileJobLease:
             return holder
         fh.seek(0)
         fh.truncate()
-        fh.write(json.dumps(holder_info(self.job_name)))
+        fh.write(json.dumps(holder_info(self.job_name, self.reader)))
         fh.flush()
         self._fh = fh
         return None
@@ -194,10 +210,13 @@ class FileJobLease:
 class ZooKeeperJobLease:
     """An ephemeral node ``<root>/<job>/@job-lease``; see the module docstring."""
 
-    def __init__(self, url: str, job_name: str, *, auth: str | None = None) -> None:
+    def __init__(
+        self, url: str, job_name: str, *, auth: str | None = None, reader: str | None = None
+    ) -> None:
         from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 
         self.job_name = job_name
+        self.reader = reader
         # The store's own connection handling (chroot, ACLs, retries, secrets masking).
         self._store = ZooKeeperCheckpointStore.from_url(url, job_name, auth=auth)
         self.path = f"{self._store.paths.job_path}/{ZK_LEASE_NODE}"
@@ -219,7 +238,7 @@ class ZooKeeperJobLease:
 
         client = self._store.client
         self._store.ensure_path(self._store.paths.job_path)
-        data = json.dumps(holder_info(self.job_name)).encode()
+        data = json.dumps(holder_info(self.job_name, self.reader)).encode()
         for _ in range(2):
             try:
                 client.create(self.path, data, acl=self._store.acl, ephemeral=True)
@@ -274,12 +293,15 @@ class _NoLease:
         return None
 
 
-def open_job_lease(store_url: str, job_name: str, *, zk_auth: str | None = None) -> JobLease:
-    """The job lease for a checkpoint store URL (not yet acquired)."""
+def open_job_lease(
+    store_url: str, job_name: str, *, zk_auth: str | None = None, reader: str | None = None
+) -> JobLease:
+    """The job lease for a checkpoint store URL (not yet acquired); ``reader`` says what
+    reads, for the holder's record (``status`` and the error of a second reader show it)."""
     if store_url.startswith("file://"):
-        return FileJobLease(store_url[len("file://") :], job_name)
+        return FileJobLease(store_url[len("file://") :], job_name, reader)
     if store_url.startswith("zk://"):
-        return ZooKeeperJobLease(store_url, job_name, auth=zk_auth)
+        return ZooKeeperJobLease(store_url, job_name, auth=zk_auth, reader=reader)
     if store_url.startswith("memory://"):
         return _NoLease()
     raise ConfigError(

@@ -113,7 +113,8 @@ def _run(
     )
     client = make_client(config.endpoint_url, config.region)
     api = KinesisApi(client, config.stream_name)
-    spout = KinesisSpout(config, store=store, client=client, metrics=metrics)
+    # Shard leases fence the workers sharing the stream: no job lease.
+    spout = KinesisSpout(config, store=store, client=client, metrics=metrics, job_lease=False)
     coordinator = ShardCoordinator(
         store,
         config.stream_name,

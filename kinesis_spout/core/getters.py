@@ -11,6 +11,7 @@ numbers either way, so a job may switch between the two and resume.
 from __future__ import annotations
 
 import logging
+import random
 from datetime import datetime
 
 from kinesis_spout.config import InitialPosition, SpoutConfig
@@ -22,7 +23,7 @@ from kinesis_spout.kinesis.efo_getter import EfoShardGetter
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.kinesis.shards import ShardMap
 from kinesis_spout.records import Checkpoint
-from tracker import Backoff, SequenceKey
+from tracker import Backoff, ExponentialBackoff, JitteredBackoff, NoBackoff, SequenceKey
 
 log = logging.getLogger(__name__)
 
@@ -121,3 +122,13 @@ class GetterFactory:
             max_calls_per_second=cfg.max_calls_per_second,
             empty_shard_backoff=cfg.empty_shard_backoff,
         )
+
+
+def spout_backoffs(config: SpoutConfig, rng: random.Random) -> tuple[Backoff, Backoff]:
+    """(throttle backoff, with jitter; retry backoff) of ``config``."""
+    throttle = JitteredBackoff(
+        ExponentialBackoff(config.throttle_backoff, cap=config.throttle_backoff_max), rng
+    )
+    if config.retry_backoff <= 0:
+        return throttle, NoBackoff()
+    return throttle, ExponentialBackoff(config.retry_backoff, cap=config.retry_backoff_max)

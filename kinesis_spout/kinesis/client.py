@@ -35,6 +35,9 @@ from botocore.eventstream import EventStream, EventStreamBuffer
 from botocore.parsers import ResponseParserFactory
 from botocore.utils import parse_timestamp
 
+ONE_SHOT_RETRIES: Any = {"mode": "standard", "total_max_attempts": 3}
+"""botocore's standard retry mode with its default 3 attempts, for one-shot CLI calls."""
+
 DUMMY_CREDENTIALS = {"aws_access_key_id": "test", "aws_secret_access_key": "test"}
 
 
@@ -59,13 +62,17 @@ def make_client(
     connect_timeout: float = 5.0,
     read_timeout: float = 30.0,
     max_pool_connections: int = 16,
+    one_shot: bool = False,
 ) -> Any:
     """A boto3 Kinesis client.
 
     botocore's own retries are turned off (``total_max_attempts=1``; note that
     botocore's ``max_attempts=1`` would still allow one retry, with a blocking
     sleep): the getter does its own backoff so that it stays non-blocking and
-    sees every fault. ``endpoint_url=None`` keeps boto3's resolution, which
+    sees every fault. ``one_shot`` (the CLI's single calls: ``status``,
+    ``dead-letters redrive``) keeps botocore's standard retry mode instead
+    (:data:`ONE_SHOT_RETRIES`): a throttled or 5xx answer is tried again there.
+    ``endpoint_url=None`` keeps boto3's resolution, which
     honours ``AWS_ENDPOINT_URL_KINESIS`` / ``AWS_ENDPOINT_URL``. The clients
     share a botocore session of their own, so the UTC timestamp parser changes
     nothing for other boto3 clients in the process.
@@ -74,7 +81,7 @@ def make_client(
         region_name=region,
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
-        retries={"total_max_attempts": 1, "mode": "standard"},
+        retries=ONE_SHOT_RETRIES if one_shot else {"total_max_attempts": 1, "mode": "standard"},
         max_pool_connections=max_pool_connections,
     )
     kwargs: dict[str, Any] = {"config": cfg, "region_name": region}

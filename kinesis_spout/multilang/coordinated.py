@@ -78,7 +78,10 @@ class CoordinatedSpout:
             raise
         client = make_client(config.endpoint_url, config.region)
         api = KinesisApi(client, config.stream_name)
-        self.spout = KinesisSpout(config, store=self.store, client=client, metrics=metrics)
+        # The tasks share the stream through shard leases: no job lease.
+        self.spout = KinesisSpout(
+            config, store=self.store, client=client, metrics=metrics, job_lease=False
+        )
         self.coordinator = ShardCoordinator(
             self.store,
             config.stream_name,

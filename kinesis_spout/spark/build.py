@@ -31,6 +31,7 @@ def build_driver(
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
     metrics: MetricsCollector | None = None,
+    job_lease: bool = True,
 ) -> SparkDriver | ExecutorDriver:
     """A ready driver loop (not started): :class:`ExecutorDriver` for executor reads
     (``read_on = "executors"``, the default, of a per-record function), else
@@ -41,10 +42,10 @@ def build_driver(
     ``"module:attr"`` spec (see :mod:`kinesis_spout.spark.processing`).
     ``spark`` None: the active session, or a new one (``getOrCreate``).
     ``spout`` None: a :class:`~kinesis_spout.spout.KinesisSpout` of ``config``
-    (its checkpoint store and dead-letter sink come from the config).
-    ``row_sink`` None: the one named by ``config.sink``.
+    (its store and dead-letter sink from the config). ``row_sink`` None: ``config.sink``'s.
     ``metrics``: where the spout and the loop report (the job passes its endpoint's);
     None: the spout's own (its endpoint with ``metrics_port``, else none).
+    ``job_lease``: the spout takes the job lease on open (``job.py``, holding it: False).
     """
     from kinesis_spout.spark.fastretry import FastRetry
     from kinesis_spout.spark.processing import as_processor, load_processor
@@ -59,7 +60,8 @@ def build_driver(
         spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
     if config.read_on == "executors":
         if isinstance(processor, RecordProcessor) and spout is None and row_sink is None:
-            return _executor_driver(config, spark, processor, clock, sleep, progress, rng, metrics)
+            return _executor_driver(config, spark, processor, clock, sleep, progress, rng,
+                                    metrics, job_lease)  # fmt: skip
         log.warning(
             "reading on the driver: executor reads run per-record functions with the "
             "configured sink (this is %s%s)",
@@ -72,7 +74,7 @@ def build_driver(
     if spout is None:
         from kinesis_spout.spout import KinesisSpout
 
-        spout = KinesisSpout(config, clock=clock, rng=rng, metrics=metrics)
+        spout = KinesisSpout(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
     return SparkDriver(
         config, runner, spout, row_sink=sink, n_sinks=runner.n_sinks, clock=clock,
         sleep=sleep, progress=progress, rng=rng, fast=fast, metrics=metrics,
@@ -88,10 +90,13 @@ def _executor_driver(
     progress: Callable[[BatchReport], None] | None,
     rng: random.Random | None,
     metrics: MetricsCollector | None,
+    job_lease: bool,
 ) -> ExecutorDriver:
     from kinesis_spout.spark.planner import ExecutorReadSpout
 
-    reader = ExecutorReadSpout(config, clock=clock, rng=rng, metrics=metrics)
+    reader = ExecutorReadSpout(
+        config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease
+    )
     return ExecutorDriver(
         config, spark, processor.fn, reader, clock=clock, sleep=sleep, progress=progress,
         metrics=metrics,

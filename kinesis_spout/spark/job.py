@@ -51,6 +51,8 @@ from kinesis_spout.spark.launcher import (  # noqa: E402
 log = logging.getLogger(__name__)
 
 PROCESS_KEY = "process"
+JOB_READER = "kinesis-spout run"
+"""What the job lease's holder record says reads (``status`` shows it)."""
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -156,7 +158,9 @@ def run_tied_to_launcher(
 
 def take_job_lease(config: SpoutConfig) -> JobLease:
     """The job lease of ``config``'s job, taken before Spark starts (see joblease)."""
-    lease = open_job_lease(config.checkpoint_store, config.job_name, zk_auth=config.zk_auth)
+    lease = open_job_lease(
+        config.checkpoint_store, config.job_name, zk_auth=config.zk_auth, reader=JOB_READER
+    )
     try:
         lease.acquire(wait=config.wait_for_lease)
     except BaseException:
@@ -186,7 +190,8 @@ def run_with_lease(
     print(describe(config, process), flush=True)
     try:
         check_deploy_mode(config, str(spark.conf.get("spark.submit.deployMode", "client")))
-        driver = build_driver(config, process, spark=spark, metrics=metrics)
+        # The lease is this process's already (take_job_lease): the spout takes none.
+        driver = build_driver(config, process, spark=spark, metrics=metrics, job_lease=False)
     except KinesisSpoutError as exc:
         print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
         spark.stop()

@@ -44,6 +44,8 @@ class StatusInputs:
     """Per shard; None when the target keeps none or could not be read."""
     kinesis_calls: int = 0
     problems: tuple[str, ...] = ()
+    store_missing: str | None = None
+    """The store does not exist yet (no reader checkpointed there): what is missing."""
 
 
 def shard_phases(
@@ -163,6 +165,11 @@ def _notes(inputs: StatusInputs, has_workers: bool) -> tuple[str, ...]:
         notes.append(
             f"no checkpoints yet for job {inputs.job!r} on stream {inputs.stream!r}: "
             f"every shard starts at {inputs.initial_position}"
+        )
+    if inputs.store_missing:
+        notes.append(
+            f"{inputs.store_missing} (the first checkpoint creates it; "
+            "if the job has run, check checkpoint_store)"
         )
     lease = inputs.job_lease
     if not has_workers and lease.state is LeaseState.HELD:

@@ -3,8 +3,9 @@ lag and dead letters, and the job lease; a table, or one JSON document with ``--
 
 Read only: it creates no file, directory or ZooKeeper node, takes no lease and
 writes no checkpoint. Exit status: 0 when the report was printed (what could not
-be read, such as one shard's lag probe, is listed under ``problems``); 1 when
-the store or the stream is missing or unreachable; 2 for a bad config value.
+be read, such as one shard's lag probe, is listed under ``problems``; a store
+that does not exist yet is one with no checkpoints, said in a note); 1 when the
+stream is missing or the store or the stream unreachable; 2 for a bad config value.
 """
 
 from __future__ import annotations
@@ -67,12 +68,7 @@ def gather(
         zk_session_timeout=min(config.zk_session_timeout, timeout),
         timeout=timeout,
     )
-    if client is None:
-        from kinesis_spout.kinesis.client import make_client
-
-        client = make_client(
-            config.endpoint_url, config.region, connect_timeout=timeout, read_timeout=timeout
-        )
+    client = client if client is not None else _client(config, timeout)
     stream, calls = read_stream(client, config)
     lags: dict[str, LagProbe] = {}
     if lag:
@@ -104,8 +100,22 @@ def gather(
         dead_letters=dead,
         kinesis_calls=calls,
         problems=tuple(problems),
+        store_missing=store.missing,
     )
     return collect(inputs, now or datetime.now(UTC))
+
+
+def _client(config: SpoutConfig, timeout: float) -> Any:
+    """A Kinesis client for status's one-shot calls (botocore's standard retries)."""
+    from kinesis_spout.kinesis.client import make_client
+
+    return make_client(
+        config.endpoint_url,
+        config.region,
+        connect_timeout=timeout,
+        read_timeout=timeout,
+        one_shot=True,
+    )
 
 
 @contextlib.contextmanager

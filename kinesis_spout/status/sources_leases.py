@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kinesis_spout.coordination.joblease import ZK_LEASE_NODE, holder_is_gone
+from kinesis_spout.coordination.joblease import ZK_LEASE_NODE, holder_is_gone, holder_name
 from kinesis_spout.status.model import (
     JobLeaseStatus,
     LeaseState,
@@ -60,8 +60,9 @@ def _int(value: Any) -> int | None:
 
 
 def _holder(info: dict[str, Any]) -> str:
+    """``host:pid``, with ``(what reads)`` when the holder recorded it."""
     if "host" in info and "pid" in info:
-        return f"{info['host']}:{info['pid']}"
+        return holder_name(info)
     return "an unknown process"
 
 

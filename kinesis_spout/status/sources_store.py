@@ -1,9 +1,11 @@
 """Reading the checkpoint store for ``status``: checkpoints, job lease, shard leases.
 
-Read only: a ``file://`` directory that does not exist, or a ZooKeeper root
-node that does not exist, is an error naming it (the job's stores create them
-on their first write; ``status`` never does). An existing store with nothing
-for the job yet is not an error: the report says there are no checkpoints.
+Read only: ``status`` never creates a directory or a node. A ``file://``
+directory or a ZooKeeper root node that does not exist yet is a store with no
+checkpoints (the job's stores create them on their first write): every shard is
+listed with none, and a note names the missing directory or node (a typo in
+``checkpoint_store`` shows there). A ``file://`` path that is not a directory is
+an error naming it.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kinesis_spout.coordination.joblease import LOCK_FILE
+from kinesis_spout.coordination.joblease import LOCK_FILE, ZK_LEASE_NODE
 from kinesis_spout.errors import ConfigError
 from kinesis_spout.records import Checkpoint
 from kinesis_spout.status.model import (
     JobLeaseStatus,
+    LeaseState,
     ShardLease,
     StatusError,
     WorkerInfo,
@@ -37,6 +40,8 @@ class StoreView:
     leases: dict[str, ShardLease] | None
     """None for ``file://`` (no shard leases)."""
     workers: tuple[WorkerInfo, ...] | None
+    missing: str | None = None
+    """Set when the store does not exist yet: what is missing, for a note."""
 
 
 def read_store(
@@ -65,11 +70,13 @@ def _read_file(url: str, directory: str, job: str, stream: str) -> StoreView:
     from kinesis_spout.checkpoint.file import FileCheckpointStore
 
     root = Path(directory)
+    if not root.exists():
+        lease = JobLeaseStatus(LeaseState.FREE, str(root / job / LOCK_FILE))
+        missing = f"checkpoint store {url}: directory {root.resolve()} does not exist yet"
+        return StoreView({}, lease, None, None, missing)
     if not root.is_dir():
-        what = "is not a directory" if root.exists() else "does not exist"
         raise StatusError(
-            f"checkpoint store {url}: directory {root.resolve()} {what} "
-            "(check checkpoint_store; the job creates it on its first checkpoint)"
+            f"checkpoint store {url}: {root.resolve()} is not a directory (check checkpoint_store)"
         )
     store = FileCheckpointStore(root, job)  # reads only: nothing is created by load()
     try:
@@ -91,10 +98,9 @@ def _read_zk(
     try:
         root = store.paths.root
         if store.wait(store.client.exists_async(root), f"stat {root}") is None:
-            raise StatusError(
-                f"checkpoint store {url}: ZooKeeper node {root} does not exist "
-                "(check checkpoint_store; the job creates it on its first checkpoint)"
-            )
+            lease = JobLeaseStatus(LeaseState.FREE, f"{store.paths.job_path}/{ZK_LEASE_NODE}")
+            missing = f"checkpoint store {url}: ZooKeeper node {root} does not exist yet"
+            return StoreView({}, lease, {}, (), missing)
         return StoreView(
             checkpoints=store.load(stream),
             job_lease=zk_job_lease(store),

@@ -81,7 +81,7 @@ def _grid(rows: Sequence[tuple[str, ...]]) -> list[str]:
 
 def _job_lease(lease: JobLeaseStatus, report: StatusReport) -> str:
     if lease.state is LeaseState.FREE:
-        return f"job lease: free (no driver of job {report.job!r} is running) [{lease.where}]"
+        return f"job lease: free (no reader of job {report.job!r} is running) [{lease.where}]"
     since = ""
     if lease.since is not None:
         held = duration(age(report.generated_at, lease.since))

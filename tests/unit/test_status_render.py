@@ -131,7 +131,7 @@ def test_table_of_a_file_store_with_no_checkpoints() -> None:
                               job_lease=JobLeaseStatus(LeaseState.FREE, "/d/billing/.job.lock"),
                               dead_letters=None, problems=()))  # fmt: skip
     assert "workers:" not in text
-    assert "job lease: free (no driver of job 'billing' is running)" in text
+    assert "job lease: free (no reader of job 'billing' is running)" in text
     assert "note: no checkpoints yet for job 'billing' on stream 'orders'" in text
     rows = [line.split() for line in text.splitlines() if line.startswith("shardId-")]
     assert [r[0] for r in rows] == [S0, S1, S2]
@@ -209,8 +209,9 @@ def test_status_puts_the_logging_levels_back(
 ) -> None:
     root, ours = logging.getLogger(), logging.getLogger("kinesis_spout")
     before = root.level, ours.level
-    code = main(["status", "--checkpoint-store", f"file://{tmp_path}/missing", "--no-lag"])
-    assert code == 1 and "does not exist" in capsys.readouterr().err
+    (tmp_path / "a-file").write_text("")
+    code = main(["status", "--checkpoint-store", f"file://{tmp_path}/a-file", "--no-lag"])
+    assert code == 1 and "is not a directory" in capsys.readouterr().err
     assert (root.level, ours.level) == before  # quiet while it ran, not for the process
     logging.getLogger("kinesis_spout.status").warning("still heard")
     assert "still heard" in caplog.text

@@ -68,7 +68,8 @@ class Worker:
         )
         client = emulator_client(endpoint)
         api = KinesisApi(client, stream)
-        self.spout = KinesisSpout(self.config, store=self.store, client=client)
+        # Shard leases fence these workers (as the coordination worker): no job lease.
+        self.spout = KinesisSpout(self.config, store=self.store, client=client, job_lease=False)
         try:
             self.spout.open()
         except BaseException:

@@ -1,7 +1,8 @@
 """``kinesis-spout status`` on bad input, through the real command: a checkpoint
-directory that does not exist, a ZooKeeper that does not answer, a stream that does
+store that is a file, a ZooKeeper that does not answer, a stream that does
 not exist: each a clear error naming it, exit 1, no traceback, nothing created. And a
-job with no checkpoints yet: said so, every shard still listed."""
+job with no checkpoints yet (its directory not even created): said so, every shard
+still listed, exit 0."""
 
 from __future__ import annotations
 
@@ -54,14 +55,34 @@ def assert_clean_failure(proc: object, *expected: str) -> None:
         assert text in err, err
 
 
-def test_a_checkpoint_directory_that_does_not_exist(
+def test_a_checkpoint_directory_that_does_not_exist_yet_lists_every_shard(
     moto_server: MotoServer, stream: str, tmp_path: Path
 ) -> None:
+    """Issue 26, hole 4: a job that never checkpointed has no store directory yet.
+    ``status`` lists every shard with no checkpoint and exits 0 (as ``checkpoints``
+    does), saying the directory does not exist yet; it creates nothing."""
     missing = tmp_path / "no-such-dir"
-    proc = run_status(*common(moto_server, stream, tmp_path),
-                      "--checkpoint-store", f"file://{missing}")  # fmt: skip
-    assert_clean_failure(proc, f"checkpoint store file://{missing}", f"{missing} does not exist")
+    args = [*common(moto_server, stream, tmp_path), "--checkpoint-store", f"file://{missing}"]
+    proc = run_status(*args, "--no-lag")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert sorted(table_rows(proc.stdout)) == [f"shardId-{i:012d}" for i in range(3)]
+    assert f"directory {missing} does not exist yet" in proc.stdout
+    doc = status_json(*args, "--no-lag")
+    assert all(s["checkpoint"] is None and s["state"] == "open" for s in doc["shards"])
+    assert doc["job_lease"]["state"] == "free"
+    assert any("does not exist yet" in n for n in doc["notes"]), doc["notes"]
     assert files(tmp_path) == []  # not the store, not the dead-letter directory
+
+
+def test_a_checkpoint_store_that_is_a_file(
+    moto_server: MotoServer, stream: str, tmp_path: Path
+) -> None:
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    proc = run_status(*common(moto_server, stream, tmp_path),
+                      "--checkpoint-store", f"file://{afile}")  # fmt: skip
+    assert_clean_failure(proc, f"checkpoint store file://{afile}", f"{afile} is not a directory")
 
 
 def test_a_zookeeper_that_does_not_answer(
