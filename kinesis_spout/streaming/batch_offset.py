@@ -7,7 +7,7 @@ the checkpoint store under ``(batch, shard)`` (:mod:`.batch_ends`), and the
 next batch's offset starts there::
 
     {"version": 2, "stream": "orders", "job": "spark-orders", "batch": 7,
-     "start": {"type": "TRIM_HORIZON"},
+     "run": "3f2a...", "start": {"type": "TRIM_HORIZON"},
      "shards": {
        "shardId-000000000000": {"seq": "4959...", "sub": 0, "n": 250, "q": 10000},
        "shardId-000000000001": {"q": 10000},
@@ -23,6 +23,9 @@ next batch's offset starts there::
 * ``parents``: the shard's parents (lineage): a child gets a quota only once
   each listed parent is ``ended`` in an offset whose batch ran before.
 * ``cutoff`` (``Trigger.AvailableNow``): records that arrived later are not read.
+* ``run``: drawn by the initial offset, so it names the Spark checkpoint location
+  (batch ids restart at 1 in a new one); the batch-end records are kept per run.
+  Absent in offsets of earlier releases.
 
 Spark compares offsets as JSON to decide "no new data", so the JSON is
 canonical (sorted keys, fixed shape). Batch 0 is the initial offset: it
@@ -31,6 +34,7 @@ reads nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,6 +44,9 @@ from kinesis_spout.streaming.errors import OffsetError
 from kinesis_spout.streaming.offsets import ShardPosition, StartPosition
 
 OFFSET_VERSION = 2
+
+RUN_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
+"""What a run id may be (it is a path component of the batch-end records)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +93,8 @@ class BatchOffset:
     start: StartPosition
     shards: Mapping[str, ShardPlan] = field(default_factory=dict)
     cutoff: datetime | None = None
+    run: str = ""
+    """The run id (see the module docstring); ``""`` in offsets of earlier releases."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -98,6 +107,8 @@ class BatchOffset:
         }
         if self.cutoff is not None:
             out["cutoff"] = self.cutoff.astimezone(UTC).isoformat()
+        if self.run:
+            out["run"] = self.run
         return out
 
     @property
@@ -137,7 +148,11 @@ class BatchOffset:
                 ) from None
             if cutoff.tzinfo is None:
                 raise OffsetError(f"offset 'cutoff' has no time zone: {doc['cutoff']!r}")
+        run = doc.get("run", "")
+        if not isinstance(run, str) or not (run == "" or RUN_ID.fullmatch(run)):
+            raise OffsetError(f"offset 'run' must match {RUN_ID.pattern}, got {run!r:.100}")
         plans = {
             str(s): ShardPlan.from_json(p, f"offset of {stream}/{s}") for s, p in shards.items()
         }
-        return cls(stream, job, batch, StartPosition.from_json(doc.get("start")), plans, cutoff)
+        start = StartPosition.from_json(doc.get("start"))
+        return cls(stream, job, batch, start, plans, cutoff, run)

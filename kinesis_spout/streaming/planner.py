@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +24,13 @@ from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.kinesis.efo_read import EfoTarget
 from kinesis_spout.records import ShardInfo
-from kinesis_spout.streaming.batch_ends import BatchEnd, BatchEndError, BatchEndStore
+from kinesis_spout.streaming.batch_ends import (
+    BatchEnd,
+    BatchEndError,
+    BatchEndStore,
+    PlannedFrom,
+    check_planned,
+)
 from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
 from kinesis_spout.streaming.errors import DataLossError, OffsetError
 from kinesis_spout.streaming.offsets import ShardPosition, SourceOffset, StartPosition, split_quota
@@ -38,8 +46,17 @@ THROTTLE_REST = 1.0
 class Planner:
     """State of the offset process: lazily built, never pickled."""
 
-    def __init__(self, options: SourceOptions, store: BatchEndStore | None = None) -> None:
+    def __init__(
+        self,
+        options: SourceOptions,
+        store: BatchEndStore | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.options = options
+        self._clock, self._sleep = clock, sleep
+        """Wall time (batch-end records carry wall times) and the wait of availableNow."""
         self.cutoff: datetime | None = None
         self._api: KinesisApi | None = None
         self._store = store
@@ -127,8 +144,10 @@ class Planner:
                 start = StartPosition(InitialPosition.AT_TIMESTAMP, opts.initial_timestamp)
             else:
                 start = StartPosition()
-            self._initial = BatchOffset(opts.stream_name, opts.job_name, 0, start, {})
-            log.info("kinesis source on %s starts at %s", opts.stream_name, start.to_json())
+            run = uuid.uuid4().hex  # names this checkpoint location: see batch_offset
+            self._initial = BatchOffset(opts.stream_name, opts.job_name, 0, start, {}, run=run)
+            log.info("kinesis source on %s starts at %s (run %s)", opts.stream_name,
+                     start.to_json(), run)  # fmt: skip
         return self._initial
 
     def list_shards(self) -> list[ShardInfo]:
@@ -139,20 +158,22 @@ class Planner:
         return self._listed
 
     def ends_of(self, offset: BatchOffset) -> dict[str, BatchEnd]:
-        """The batch-end record of every shard ``offset`` reads; missing or corrupt
-        ones are errors (a batch that ran recorded each; nothing is skipped)."""
+        """The batch-end record of every shard ``offset`` reads; missing, corrupt or
+        other plans' ones are errors (a batch that ran recorded each; nothing is skipped)."""
         known = self._ends.setdefault(offset.batch, {})
-        for shard in offset.reads:
+        for shard, plan in offset.reads.items():
             if shard in known:
                 continue
-            end = self.store.get(offset.batch, shard)
+            where = self.store.where(offset.run, offset.batch, shard)
+            end = self.store.get(offset.run, offset.batch, shard)
             if end is None:
                 raise BatchEndError(
                     f"no batch-end record for batch {offset.batch}, shard {shard} of "
-                    f"{offset.stream_name} at {self.store.where(offset.batch, shard)}: the "
+                    f"{offset.stream_name} at {where}: the "
                     "batch ran but its record is gone (another query with the same jobName, "
                     "or the store was cleaned); refusing to guess where the batch ended"
                 )
+            check_planned(end, PlannedFrom.of(offset.run, plan, offset.start), where)
             known[shard] = end
             self._note(shard, end)
         return known
@@ -208,7 +229,7 @@ class Planner:
             ):
                 ready.append(sid)
                 shards.setdefault(sid, None)
-        now = time.time()
+        now = self._clock()
         pollable = [
             s for s in ready if s not in self._done and self._rest_until.get(s, 0.0) <= now
         ]
@@ -221,8 +242,9 @@ class Planner:
             for s, pos in shards.items()
         }
         return BatchOffset(
-            start.stream_name, start.job_name, start.batch + 1, start.start, plans, self.cutoff
-        )
+            start.stream_name, start.job_name, start.batch + 1, start.start, plans, self.cutoff,
+            start.run,
+        )  # fmt: skip
 
     def _check_vanished(
         self, listed: list[ShardInfo], after: dict[str, ShardPosition | None]
@@ -247,7 +269,7 @@ class Planner:
         positions = {s: p for s, p in self.positions_after(end).items() if p is not None}
         self._mirror.commit(SourceOffset(end.stream_name, end.start, positions))
         try:
-            self.store.forget_before(end.batch)
+            self.store.forget_before(end.run, end.batch)
         except Exception as exc:  # cleanup only: the next commit tries again
             log.warning("removing batch-end records before batch %d: %s", end.batch, exc)
         for b in [b for b in self._ends if b < end.batch]:
