@@ -7,7 +7,9 @@ store (:mod:`.batch_ends`), then plans the next batch from them
 tip rests for ``idle_poll_interval`` before it gets a quota again (one that
 was throttled, for ``THROTTLE_REST``); while every shard rests there is no
 new batch, so an idle stream costs no Spark job and a batch with no new data
-is rare and short. Lazily built by the stream reader and never pickled.
+is rare and short. Under availableNow, "no new batch" ends the query, so
+there the planner waits out the rest of shards not yet at the cutoff instead.
+Lazily built by the stream reader and never pickled.
 """
 
 from __future__ import annotations
@@ -229,10 +231,7 @@ class Planner:
             ):
                 ready.append(sid)
                 shards.setdefault(sid, None)
-        now = self._clock()
-        pollable = [
-            s for s in ready if s not in self._done and self._rest_until.get(s, 0.0) <= now
-        ]
+        pollable = self._pollable(ready)
         quotas = split_quota(pollable, self.options.max_records_per_shard, total, self._turn)
         self._turn += 1
         if not quotas:
@@ -245,6 +244,20 @@ class Planner:
             start.stream_name, start.job_name, start.batch + 1, start.start, plans, self.cutoff,
             start.run,
         )  # fmt: skip
+
+    def _pollable(self, ready: list[str]) -> list[str]:
+        """The ready shards that may read now. availableNow waits out the rest of the
+        shards not at the cutoff yet: returning ``start`` would end the query (Spark
+        takes it as "nothing more") with their records before the cutoff unread."""
+        while True:
+            now = self._clock()
+            waiting = [s for s in ready if s not in self._done]
+            pollable = [s for s in waiting if self._rest_until.get(s, 0.0) <= now]
+            if pollable or not waiting or self.cutoff is None:
+                return pollable
+            wake = min(self._rest_until[s] for s in waiting)
+            log.debug("availableNow: every shard left rests; waiting %.3f s", wake - now)
+            self._sleep(wake - now)
 
     def _check_vanished(
         self, listed: list[ShardInfo], after: dict[str, ShardPosition | None]

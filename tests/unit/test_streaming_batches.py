@@ -105,6 +105,21 @@ def test_records_of_earlier_batches_are_removed(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ planning
 
 
+class FakeClock:
+    """Wall time that only :meth:`sleep` moves (records each wait)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+        self.waits: list[float] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.now += seconds
+
+
 class FakeApi:
     stream_name = "orders"
 
@@ -118,13 +133,16 @@ class FakeApi:
         return "ACTIVE"
 
 
-def planner(tmp_path: Path, shards: list[ShardInfo], **options: str) -> Planner:
+def planner(
+    tmp_path: Path, shards: list[ShardInfo], clock: FakeClock | None = None, **options: str
+) -> Planner:
     opts = parse_options(
         {"streamname": "orders", "checkpointstore": f"file://{tmp_path}", "jobname": "billing",
          **{k.lower(): v for k, v in options.items()}},
         env={},
     )  # fmt: skip
-    p = Planner(dataclasses.replace(opts, shard_list_interval=0.0))
+    opts = dataclasses.replace(opts, shard_list_interval=0.0)
+    p = Planner(opts) if clock is None else Planner(opts, clock=clock.time, sleep=clock.sleep)
     p._api = FakeApi(shards)  # type: ignore[assignment]  # noqa: SLF001
     return p
 
@@ -292,3 +310,44 @@ def test_a_leftover_attempt_of_a_removed_batch_records_nothing(tmp_path: Path) -
     with pytest.raises(BatchEndError, match="batch 1 was committed"):
         next(pages)  # before any read
     assert store.forget_before(RUN, 2) == 0 and store.floor(RUN) == 3  # never goes down
+
+
+# ------------------------------------------------------------------ availableNow waits out rests
+
+
+@pytest.mark.parametrize(
+    ("last", "rest"),
+    [
+        (dict(throttled=True), 1.0),  # THROTTLE_REST
+        (dict(caught_up=True), 0.25),  # at the tip before the cutoff: idle_poll_interval
+    ],
+)  # fmt: skip
+def test_available_now_waits_out_a_rest_instead_of_ending_early(
+    tmp_path: Path, last: dict[str, bool], rest: float
+) -> None:
+    """Issue 25, hole 7: returning ``start`` while a shard rests ends an availableNow
+    query (Spark takes it as "nothing more") with records before the cutoff unread."""
+    from datetime import UTC, datetime
+
+    clock = FakeClock()
+    p = planner(tmp_path, [ShardInfo(A), ShardInfo(B)], clock, maxRecordsPerShard="5")
+    p.cutoff = datetime.fromtimestamp(clock.now, UTC)
+    first = p.latest(p.initial_offset().to_json(), None)
+    at = clock.now - 0.01  # just before the cutoff, or throttled at once
+    record(p, 1, A, BatchEnd(pos(3, 3), at=at, **last))
+    record(p, 1, B, end(2, 2, caught_up=True, at=clock.now + 0.5))  # B reached the cutoff
+    second = p.latest(first.to_json(), None)
+    assert second != first, "the query would end with records of A before the cutoff unread"
+    assert set(second.reads) == {A} and second.shards[A].position == pos(3, 3)
+    assert clock.waits == [pytest.approx(rest - 0.01)]  # the rest, waited once
+    record(p, 2, A, end(5, 2, caught_up=True, at=clock.now))
+    assert p.latest(second.to_json(), None) == second  # every shard at the cutoff: it ends
+    assert len(clock.waits) == 1
+
+
+def test_without_a_cutoff_a_resting_stream_gets_no_batch_and_no_wait(tmp_path: Path) -> None:
+    clock = FakeClock()
+    p = planner(tmp_path, [ShardInfo(A)], clock)
+    first = p.latest(p.initial_offset().to_json(), None)
+    record(p, 1, A, BatchEnd(None, throttled=True, at=clock.now))
+    assert p.latest(first.to_json(), None) == first and clock.waits == []
