@@ -14,7 +14,7 @@ batch cannot record it again (the store keeps a *floor*: the lowest batch kept).
 Batch ids restart at 1 in a new Spark checkpoint location, so records are
 kept per *run*: the id the initial offset drew, carried by every offset of
 that checkpoint location. Each record also says what it was planned from
-(:class:`PlannedFrom`: the run, the shard's start position and quota); a
+(:class:`~.batch_offset.PlannedFrom`: the run, the shard's start position and quota); a
 record that does not match the batch's plan is refused, never used.
 
 Layout (next to the checkpoints of the job, never mistaken for one)::
@@ -32,62 +32,19 @@ import contextlib
 import json
 import os
 import shutil
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from kinesis_spout.streaming.batch_offset import ShardPlan
+from kinesis_spout.streaming.batch_offset import PlannedFrom
 from kinesis_spout.streaming.errors import OffsetError
-from kinesis_spout.streaming.offsets import ShardPosition, StartPosition
+from kinesis_spout.streaming.offsets import ShardPosition
 
 
 class BatchEndError(OffsetError):
     """A batch-end record is missing, corrupt, of another plan, or of a batch already
     removed (names the batch, the shard, the place)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedFrom:
-    """What one (batch, shard) read was planned from: a record made for another plan
-    (an earlier run of the query, another query with the same jobName) is refused."""
-
-    run: str
-    """The run id of the offsets (``""``: offsets of an earlier release)."""
-    after: ShardPosition | None
-    """The shard's position before the batch (``None``: it starts at ``start``)."""
-    start: StartPosition
-    quota: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run": self.run,
-            "after": None if self.after is None else self.after.to_json(),
-            "start": self.start.to_json(),
-            "q": self.quota,
-        }
-
-    @classmethod
-    def from_json(cls, doc: Any, where: str) -> PlannedFrom:
-        if not isinstance(doc, dict) or set(doc) != {"run", "after", "start", "q"}:
-            raise ValueError(f"'planned' must hold run, after, start and q, got {doc!r}")
-        run, after, quota = doc["run"], doc["after"], doc["q"]
-        if not isinstance(run, str):
-            raise ValueError(f"'planned' run must be a string, got {run!r}")
-        if isinstance(quota, bool) or not isinstance(quota, int) or quota < 0:
-            raise ValueError(f"'planned' q must be an integer >= 0, got {quota!r}")
-        position = None if after is None else ShardPosition.from_json(after, where)
-        return cls(run, position, StartPosition.from_json(doc["start"]), quota)
-
-    @classmethod
-    def of(cls, run: str, plan: ShardPlan, start: StartPosition) -> PlannedFrom:
-        """What a batch of run ``run`` plans for a shard (``plan``)."""
-        return cls(run, plan.position, start, plan.quota)
-
-    def describe(self) -> str:
-        origin = self.after.to_json() if self.after is not None else self.start.to_json()
-        return f"run {self.run or '(none)'!r}, after {origin}, quota {self.quota}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,7 +355,3 @@ def open_batch_ends(url: str, job: str, stream: str, zk_auth: str | None = None)
     from kinesis_spout.errors import ConfigError
 
     raise ConfigError("checkpointStore", url, "file://DIR or zk://host:port[,host:port]/root")
-
-
-def now() -> float:
-    return time.time()

@@ -30,11 +30,10 @@ from kinesis_spout.records import Record
 from kinesis_spout.streaming.batch_ends import (
     BatchEnd,
     BatchEndStore,
-    PlannedFrom,
     check_planned,
     removed_error,
 )
-from kinesis_spout.streaming.batch_offset import ShardPlan
+from kinesis_spout.streaming.batch_offset import PlannedFrom, ShardPlan
 from kinesis_spout.streaming.offsets import ShardRange, StartPosition
 from kinesis_spout.streaming.shard_reader import ReadAhead, read_fresh, read_range
 from kinesis_spout.streaming.subscribed_read import read_fresh_subscribed

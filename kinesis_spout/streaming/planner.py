@@ -30,10 +30,9 @@ from kinesis_spout.streaming.batch_ends import (
     BatchEnd,
     BatchEndError,
     BatchEndStore,
-    PlannedFrom,
     check_planned,
 )
-from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
+from kinesis_spout.streaming.batch_offset import BatchOffset, PlannedFrom, ShardPlan
 from kinesis_spout.streaming.errors import DataLossError, OffsetError
 from kinesis_spout.streaming.offsets import ShardPosition, SourceOffset, StartPosition, split_quota
 from kinesis_spout.streaming.options import SourceOptions

@@ -125,7 +125,8 @@ def test_two_attempts_reading_at_once_return_the_first_recorded_range(
 
 
 def _end_after(moto: MotoServer, stream: str, p: Any, n: int) -> Any:
-    from kinesis_spout.streaming.batch_ends import BatchEnd, PlannedFrom
+    from kinesis_spout.streaming.batch_ends import BatchEnd
+    from kinesis_spout.streaming.batch_offset import PlannedFrom
     from kinesis_spout.streaming.shard_reader import read_fresh
 
     api = KinesisApi(make_client(moto.endpoint_url), stream)
