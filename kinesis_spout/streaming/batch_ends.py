@@ -8,12 +8,22 @@ checkpoint store. The first writer wins: a retried or speculative task finds
 the record and reads exactly the same range, so a batch has the same records
 on every attempt. The next batch starts from the recorded ends, and the
 commit of a batch writes them as the shards' checkpoints; records of batches
-before the committed one are then removed.
+before the committed one are then removed, and a leftover attempt of a removed
+batch cannot record it again (the store keeps a *floor*: the lowest batch kept).
+
+Batch ids restart at 1 in a new Spark checkpoint location, so records are
+kept per *run*: the id the initial offset drew, carried by every offset of
+that checkpoint location. Each record also says what it was planned from
+(:class:`~.batch_offset.PlannedFrom`: the run, the shard's start position and quota); a
+record that does not match the batch's plan is refused, never used.
 
 Layout (next to the checkpoints of the job, never mistaken for one)::
 
-    file://DIR   DIR/<job>/<stream>.batches/<batch, 12 digits>/<shard>.json
-    zk://h/root  /root/<job>/<stream>/@batches/<batch, 12 digits>/<shard>
+    file://DIR   DIR/<job>/<stream>.batches/run-<run>/<batch, 12 digits>/<shard>.json
+    zk://h/root  /root/<job>/<stream>/@batches/run-<run>/<batch, 12 digits>/<shard>
+
+plus a ``floor`` file or node next to the batches. Offsets of earlier releases
+have no run (``""``): their records are directly under ``.batches``/``@batches``.
 """
 
 from __future__ import annotations
@@ -22,18 +32,19 @@ import contextlib
 import json
 import os
 import shutil
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from kinesis_spout.streaming.batch_offset import PlannedFrom
 from kinesis_spout.streaming.errors import OffsetError
 from kinesis_spout.streaming.offsets import ShardPosition
 
 
 class BatchEndError(OffsetError):
-    """A batch-end record is missing or corrupt (names the batch, the shard, the place)."""
+    """A batch-end record is missing, corrupt, of another plan, or of a batch already
+    removed (names the batch, the shard, the place)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +64,15 @@ class BatchEnd:
     """The shard ended: its child shards (lineage)."""
     reader: str = ""
     """``host:pid`` of the executor process that read it."""
+    planned: PlannedFrom | None = None
+    """What the read was planned from; ``None`` only in records of earlier releases."""
 
     @property
     def count(self) -> int:
         return self.position.count if self.position is not None else 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "position": None if self.position is None else self.position.to_json(),
             "caught_up": self.caught_up,
             "throttled": self.throttled,
@@ -67,14 +80,19 @@ class BatchEnd:
             "children": list(self.children),
             "reader": self.reader,
         }
+        if self.planned is not None:
+            out["planned"] = self.planned.to_json()
+        return out
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> BatchEnd:
         try:
-            if not isinstance(doc, dict) or set(doc) != {
+            if not isinstance(doc, dict) or set(doc) - {"planned"} != {
                 "position", "caught_up", "throttled", "at", "children", "reader",
             }:  # fmt: skip
                 raise ValueError("not a batch-end record")
+            planned = doc.get("planned")
+            plan = None if planned is None else PlannedFrom.from_json(planned, where)
             pos = doc["position"]
             position = None if pos is None else ShardPosition.from_json(pos, where)
             flags = (doc["caught_up"], doc["throttled"])
@@ -86,25 +104,58 @@ class BatchEnd:
             reader = doc["reader"]
             if not isinstance(reader, str):
                 raise ValueError("reader must be a string")
-            return cls(position, flags[0], flags[1], float(doc["at"]), tuple(children), reader)
+            return cls(
+                position, flags[0], flags[1], float(doc["at"]), tuple(children), reader, plan
+            )
         except (ValueError, TypeError, OffsetError) as exc:
             raise BatchEndError(
                 f"corrupt batch-end record at {where}: {exc}: {doc!r:.300}"
             ) from None
 
 
+def check_planned(end: BatchEnd, expected: PlannedFrom, where: str) -> None:
+    """Refuse (naming both) a record made for another plan than ``expected``. A record
+    of an earlier release (no plan in it) is taken only under offsets of that release."""
+    if end.planned == expected or (end.planned is None and expected.run == ""):
+        return
+    theirs = (
+        end.planned.describe()
+        if end.planned is not None
+        else "an unknown plan (a record of an earlier release, with no run)"
+    )
+    raise BatchEndError(
+        f"the batch-end record at {where} was planned from {theirs}, but this batch is "
+        f"planned from {expected.describe()}: the record belongs to another run of the query "
+        "or to another query with the same jobName and checkpointStore; refusing to use it "
+        "(give each query its own jobName)"
+    )
+
+
+def removed_error(where: str, batch: int, floor: int) -> BatchEndError:
+    return BatchEndError(
+        f"batch {batch} was committed and its batch-end records removed (the store keeps "
+        f"batches >= {floor}): this task attempt is a leftover and records nothing at {where}"
+    )
+
+
 class BatchEndStore(Protocol):
-    def get(self, batch: int, shard: str) -> BatchEnd | None: ...
+    def get(self, run: str, batch: int, shard: str) -> BatchEnd | None: ...
 
-    def record(self, batch: int, shard: str, end: BatchEnd) -> BatchEnd:
-        """Record ``end`` unless one is recorded already; the recorded one (first wins)."""
+    def record(self, run: str, batch: int, shard: str, end: BatchEnd) -> BatchEnd:
+        """Record ``end`` unless one is recorded already; the recorded one (first wins).
+        :class:`BatchEndError` if ``batch`` is below the run's floor (already removed)."""
         ...
 
-    def forget_before(self, batch: int) -> int:
-        """Remove the records of batches before ``batch``; how many batches went."""
+    def floor(self, run: str) -> int:
+        """The lowest batch of ``run`` whose records are kept (0: none removed yet)."""
         ...
 
-    def where(self, batch: int, shard: str) -> str: ...
+    def forget_before(self, run: str, batch: int) -> int:
+        """Raise ``run``'s floor to ``batch``, then remove the records of batches before
+        it; how many batches went."""
+        ...
+
+    def where(self, run: str, batch: int, shard: str) -> str: ...
 
     def close(self) -> None: ...
 
@@ -121,61 +172,100 @@ def _decode(data: bytes, where: str) -> BatchEnd:
     return BatchEnd.from_json(doc, where)
 
 
+def _decode_floor(data: bytes, where: str) -> int:
+    text = data.decode("utf-8", "replace").strip()
+    if not text.isdigit():
+        raise BatchEndError(f"corrupt batch-end floor at {where}: {text!r:.100}")
+    return int(text)
+
+
+def _run_dir(run: str) -> str:
+    return f"run-{run}" if run else ""
+
+
 class FileBatchEnds:
     """``file://DIR``: one file per record, created with ``link`` (first writer wins)."""
 
     def __init__(self, directory: str, job: str, stream: str) -> None:
         self.root = Path(directory) / job / f"{stream}.batches"
 
-    def _path(self, batch: int, shard: str) -> Path:
-        return self.root / f"{batch:012d}" / f"{shard}.json"
+    def _dir(self, run: str) -> Path:
+        return self.root / _run_dir(run) if run else self.root
 
-    def where(self, batch: int, shard: str) -> str:
-        return str(self._path(batch, shard))
+    def _path(self, run: str, batch: int, shard: str) -> Path:
+        return self._dir(run) / f"{batch:012d}" / f"{shard}.json"
 
-    def get(self, batch: int, shard: str) -> BatchEnd | None:
-        p = self._path(batch, shard)
+    def where(self, run: str, batch: int, shard: str) -> str:
+        return str(self._path(run, batch, shard))
+
+    def get(self, run: str, batch: int, shard: str) -> BatchEnd | None:
+        p = self._path(run, batch, shard)
         try:
             data = p.read_bytes()
         except FileNotFoundError:
             return None
         return _decode(data, str(p))
 
-    def record(self, batch: int, shard: str, end: BatchEnd) -> BatchEnd:
-        p = self._path(batch, shard)
+    def record(self, run: str, batch: int, shard: str, end: BatchEnd) -> BatchEnd:
+        p = self._path(run, batch, shard)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.parent / f".{shard}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(_encode(end))
-            fh.flush()
-            os.fsync(fh.fileno())
+        _write_synced(tmp, _encode(end))
         try:
             os.link(tmp, p)  # atomic, and fails if a record is there: the first one wins
         except FileExistsError:
             pass
         finally:
             tmp.unlink(missing_ok=True)
-        fd = os.open(p.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        got = self.get(batch, shard)
+        _sync_dir(p.parent)
+        floor = self.floor(run)  # after the link: a cleanup that raced us is seen here
+        if batch < floor:
+            shutil.rmtree(p.parent, ignore_errors=True)
+            raise removed_error(str(p), batch, floor)
+        got = self.get(run, batch, shard)
         assert got is not None
         return got
 
-    def forget_before(self, batch: int) -> int:
-        gone = 0
-        if not self.root.is_dir():
+    def floor(self, run: str) -> int:
+        p = self._dir(run) / "floor"
+        try:
+            return _decode_floor(p.read_bytes(), str(p))
+        except FileNotFoundError:
             return 0
-        for d in self.root.iterdir():
-            if d.name.isdigit() and int(d.name) < batch:
-                shutil.rmtree(d, ignore_errors=True)
+
+    def forget_before(self, run: str, batch: int) -> int:
+        d = self._dir(run)
+        if not d.is_dir():
+            return 0
+        if batch > self.floor(run):  # the floor first: a leftover attempt then sees it
+            tmp = d / f".floor.{uuid.uuid4().hex}.tmp"
+            _write_synced(tmp, str(batch).encode())
+            os.replace(tmp, d / "floor")
+            _sync_dir(d)
+        gone = 0
+        for b in d.iterdir():
+            if b.name.isdigit() and int(b.name) < batch:
+                shutil.rmtree(b, ignore_errors=True)
                 gone += 1
         return gone
 
     def close(self) -> None:
         return None
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class ZkBatchEnds:
@@ -187,41 +277,66 @@ class ZkBatchEnds:
         self.conn = connect(url, job, auth=auth, session_timeout=10.0, connect_timeout=15.0)
         self.base = f"{self.conn.url.root}/{job}/{stream}/@batches"
 
-    def where(self, batch: int, shard: str) -> str:
-        return f"zk://{self.conn.url.hosts}{self.base}/{batch:012d}/{shard}"
+    def _dir(self, run: str) -> str:
+        return f"{self.base}/{_run_dir(run)}" if run else self.base
 
-    def get(self, batch: int, shard: str) -> BatchEnd | None:
+    def where(self, run: str, batch: int, shard: str) -> str:
+        return f"zk://{self.conn.url.hosts}{self._dir(run)}/{batch:012d}/{shard}"
+
+    def get(self, run: str, batch: int, shard: str) -> BatchEnd | None:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = self.conn.client.get(f"{self.base}/{batch:012d}/{shard}")
+            data, _ = self.conn.client.get(f"{self._dir(run)}/{batch:012d}/{shard}")
         except NoNodeError:
             return None
-        return _decode(data, self.where(batch, shard))
+        return _decode(data, self.where(run, batch, shard))
 
-    def record(self, batch: int, shard: str, end: BatchEnd) -> BatchEnd:
-        from kazoo.exceptions import NodeExistsError
+    def record(self, run: str, batch: int, shard: str, end: BatchEnd) -> BatchEnd:
+        from kazoo.exceptions import NodeExistsError, NoNodeError
 
-        path = f"{self.base}/{batch:012d}/{shard}"
+        path = f"{self._dir(run)}/{batch:012d}/{shard}"
         with contextlib.suppress(NodeExistsError):
             self.conn.client.create(path, _encode(end), acl=self.conn.acl, makepath=True)
-        got = self.get(batch, shard)
+        floor = self.floor(run)  # after the create: a cleanup that raced us is seen here
+        if batch < floor:
+            with contextlib.suppress(NoNodeError):
+                self.conn.client.delete(f"{self._dir(run)}/{batch:012d}", recursive=True)
+            raise removed_error(self.where(run, batch, shard), batch, floor)
+        got = self.get(run, batch, shard)
         assert got is not None
         return got
 
-    def forget_before(self, batch: int) -> int:
+    def floor(self, run: str) -> int:
         from kazoo.exceptions import NoNodeError
 
-        client = self.conn.client
+        path = f"{self._dir(run)}/floor"
         try:
-            names = client.get_children(self.base)
+            data, _ = self.conn.client.get(path)
+        except NoNodeError:
+            return 0
+        return _decode_floor(data, f"zk://{self.conn.url.hosts}{path}")
+
+    def forget_before(self, run: str, batch: int) -> int:
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        client, d = self.conn.client, self._dir(run)
+        if client.exists(d) is None:
+            return 0
+        if batch > self.floor(run):  # the floor first: a leftover attempt then sees it
+            try:
+                client.create(f"{d}/floor", str(batch).encode(), acl=self.conn.acl)
+            except NodeExistsError:
+                client.set(f"{d}/floor", str(batch).encode())
+        try:
+            names = client.get_children(d)  # listed after the floor is up
         except NoNodeError:
             return 0
         gone = 0
         for name in names:
             if name.isdigit() and int(name) < batch:
                 with contextlib.suppress(NoNodeError):
-                    client.delete(f"{self.base}/{name}", recursive=True)
+                    client.delete(f"{d}/{name}", recursive=True)
                 gone += 1
         return gone
 
@@ -240,7 +355,3 @@ def open_batch_ends(url: str, job: str, stream: str, zk_auth: str | None = None)
     from kinesis_spout.errors import ConfigError
 
     raise ConfigError("checkpointStore", url, "file://DIR or zk://host:port[,host:port]/root")
-
-
-def now() -> float:
-    return time.time()

@@ -7,7 +7,7 @@ the checkpoint store under ``(batch, shard)`` (:mod:`.batch_ends`), and the
 next batch's offset starts there::
 
     {"version": 2, "stream": "orders", "job": "spark-orders", "batch": 7,
-     "start": {"type": "TRIM_HORIZON"},
+     "run": "3f2a...", "start": {"type": "TRIM_HORIZON"},
      "shards": {
        "shardId-000000000000": {"seq": "4959...", "sub": 0, "n": 250, "q": 10000},
        "shardId-000000000001": {"q": 10000},
@@ -23,6 +23,9 @@ next batch's offset starts there::
 * ``parents``: the shard's parents (lineage): a child gets a quota only once
   each listed parent is ``ended`` in an offset whose batch ran before.
 * ``cutoff`` (``Trigger.AvailableNow``): records that arrived later are not read.
+* ``run``: drawn by the initial offset, so it names the Spark checkpoint location
+  (batch ids restart at 1 in a new one); the batch-end records are kept per run.
+  Absent in offsets of earlier releases.
 
 Spark compares offsets as JSON to decide "no new data", so the JSON is
 canonical (sorted keys, fixed shape). Batch 0 is the initial offset: it
@@ -31,6 +34,7 @@ reads nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,6 +44,9 @@ from kinesis_spout.streaming.errors import OffsetError
 from kinesis_spout.streaming.offsets import ShardPosition, StartPosition
 
 OFFSET_VERSION = 2
+
+RUN_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
+"""What a run id may be (it is a path component of the batch-end records)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +93,8 @@ class BatchOffset:
     start: StartPosition
     shards: Mapping[str, ShardPlan] = field(default_factory=dict)
     cutoff: datetime | None = None
+    run: str = ""
+    """The run id (see the module docstring); ``""`` in offsets of earlier releases."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -98,6 +107,8 @@ class BatchOffset:
         }
         if self.cutoff is not None:
             out["cutoff"] = self.cutoff.astimezone(UTC).isoformat()
+        if self.run:
+            out["run"] = self.run
         return out
 
     @property
@@ -137,7 +148,53 @@ class BatchOffset:
                 ) from None
             if cutoff.tzinfo is None:
                 raise OffsetError(f"offset 'cutoff' has no time zone: {doc['cutoff']!r}")
+        run = doc.get("run", "")
+        if not isinstance(run, str) or not (run == "" or RUN_ID.fullmatch(run)):
+            raise OffsetError(f"offset 'run' must match {RUN_ID.pattern}, got {run!r:.100}")
         plans = {
             str(s): ShardPlan.from_json(p, f"offset of {stream}/{s}") for s, p in shards.items()
         }
-        return cls(stream, job, batch, StartPosition.from_json(doc.get("start")), plans, cutoff)
+        start = StartPosition.from_json(doc.get("start"))
+        return cls(stream, job, batch, start, plans, cutoff, run)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedFrom:
+    """What one (batch, shard) read was planned from: a record made for another plan
+    (an earlier run of the query, another query with the same jobName) is refused."""
+
+    run: str
+    """The run id of the offsets (``""``: offsets of an earlier release)."""
+    after: ShardPosition | None
+    """The shard's position before the batch (``None``: it starts at ``start``)."""
+    start: StartPosition
+    quota: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "after": None if self.after is None else self.after.to_json(),
+            "start": self.start.to_json(),
+            "q": self.quota,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> PlannedFrom:
+        if not isinstance(doc, dict) or set(doc) != {"run", "after", "start", "q"}:
+            raise ValueError(f"'planned' must hold run, after, start and q, got {doc!r}")
+        run, after, quota = doc["run"], doc["after"], doc["q"]
+        if not isinstance(run, str):
+            raise ValueError(f"'planned' run must be a string, got {run!r}")
+        if isinstance(quota, bool) or not isinstance(quota, int) or quota < 0:
+            raise ValueError(f"'planned' q must be an integer >= 0, got {quota!r}")
+        position = None if after is None else ShardPosition.from_json(after, where)
+        return cls(run, position, StartPosition.from_json(doc["start"]), quota)
+
+    @classmethod
+    def of(cls, run: str, plan: ShardPlan, start: StartPosition) -> PlannedFrom:
+        """What a batch of run ``run`` plans for a shard (``plan``)."""
+        return cls(run, plan.position, start, plan.quota)
+
+    def describe(self) -> str:
+        origin = self.after.to_json() if self.after is not None else self.start.to_json()
+        return f"run {self.run or '(none)'!r}, after {origin}, quota {self.quota}"

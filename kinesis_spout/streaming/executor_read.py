@@ -8,6 +8,10 @@ lost executor, a speculative copy) recorded first, the task returns exactly
 the recorded range instead, read again with
 :func:`~kinesis_spout.streaming.shard_reader.read_range`. So every attempt of
 a batch returns the same records, and a first attempt fetches each of them once.
+
+A record made for another plan (another run's batch of the same number) is
+refused, never used; an attempt of a batch whose records were already removed
+(committed: a leftover) fails without recording anything.
 """
 
 from __future__ import annotations
@@ -23,8 +27,13 @@ from datetime import datetime
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.efo_read import EfoTarget
 from kinesis_spout.records import Record
-from kinesis_spout.streaming.batch_ends import BatchEnd, BatchEndStore
-from kinesis_spout.streaming.batch_offset import ShardPlan
+from kinesis_spout.streaming.batch_ends import (
+    BatchEnd,
+    BatchEndStore,
+    check_planned,
+    removed_error,
+)
+from kinesis_spout.streaming.batch_offset import PlannedFrom, ShardPlan
 from kinesis_spout.streaming.offsets import ShardRange, StartPosition
 from kinesis_spout.streaming.shard_reader import ReadAhead, read_fresh, read_range
 from kinesis_spout.streaming.subscribed_read import read_fresh_subscribed
@@ -44,6 +53,7 @@ def read_batch_shard(
     plan: ShardPlan,
     start: StartPosition,
     *,
+    run: str,
     fetch: int,
     cutoff: datetime | None = None,
     fail_on_data_loss: bool = True,
@@ -54,8 +64,14 @@ def read_batch_shard(
     """The records of ``shard_id`` in ``batch``, page by page (see the module docstring).
 
     With ``efo`` the first read subscribes (``closed``: ListShards says the shard is
-    closed); a replay of a recorded range reads it with GetRecords."""
-    recorded = store.get(batch, shard_id)
+    closed); a replay of a recorded range reads it with GetRecords. ``run``: the run id
+    of the batch's offset."""
+    expected = PlannedFrom.of(run, plan, start)
+    where = store.where(run, batch, shard_id)
+    floor = store.floor(run)
+    if batch < floor:
+        raise removed_error(where, batch, floor)
+    recorded = store.get(run, batch, shard_id)
     if recorded is None:
         read = _Read(api, shard_id, plan, start, fetch, cutoff, efo, closed)
         records, ahead = _first_read(read, sleep)
@@ -66,8 +82,9 @@ def read_batch_shard(
             at=time.time(),
             children=ahead.children,
             reader=f"{socket.gethostname()}:{os.getpid()}",
+            planned=expected,
         )
-        recorded = store.record(batch, shard_id, mine)
+        recorded = store.record(run, batch, shard_id, mine)
         if recorded == mine:
             for i in range(0, len(records), fetch):
                 yield records[i : i + fetch]
@@ -76,6 +93,7 @@ def read_batch_shard(
             "batch %d, %s: another attempt recorded its end first (%s records); returning "
             "that range", batch, shard_id, recorded.count,
         )  # fmt: skip
+    check_planned(recorded, expected, where)
     if recorded.position is None or recorded.count == 0:
         return
     after = plan.position if plan.position is not None and plan.position.sequence else None

@@ -7,13 +7,17 @@ store (:mod:`.batch_ends`), then plans the next batch from them
 tip rests for ``idle_poll_interval`` before it gets a quota again (one that
 was throttled, for ``THROTTLE_REST``); while every shard rests there is no
 new batch, so an idle stream costs no Spark job and a batch with no new data
-is rare and short. Lazily built by the stream reader and never pickled.
+is rare and short. Under availableNow, "no new batch" ends the query, so
+there the planner waits out the rest of shards not yet at the cutoff instead.
+Lazily built by the stream reader and never pickled.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,8 +26,13 @@ from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.kinesis.efo_read import EfoTarget
 from kinesis_spout.records import ShardInfo
-from kinesis_spout.streaming.batch_ends import BatchEnd, BatchEndError, BatchEndStore
-from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
+from kinesis_spout.streaming.batch_ends import (
+    BatchEnd,
+    BatchEndError,
+    BatchEndStore,
+    check_planned,
+)
+from kinesis_spout.streaming.batch_offset import BatchOffset, PlannedFrom, ShardPlan
 from kinesis_spout.streaming.errors import DataLossError, OffsetError
 from kinesis_spout.streaming.offsets import ShardPosition, SourceOffset, StartPosition, split_quota
 from kinesis_spout.streaming.options import SourceOptions
@@ -38,8 +47,17 @@ THROTTLE_REST = 1.0
 class Planner:
     """State of the offset process: lazily built, never pickled."""
 
-    def __init__(self, options: SourceOptions, store: BatchEndStore | None = None) -> None:
+    def __init__(
+        self,
+        options: SourceOptions,
+        store: BatchEndStore | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.options = options
+        self._clock, self._sleep = clock, sleep
+        """Wall time (batch-end records carry wall times) and the wait of availableNow."""
         self.cutoff: datetime | None = None
         self._api: KinesisApi | None = None
         self._store = store
@@ -127,8 +145,10 @@ class Planner:
                 start = StartPosition(InitialPosition.AT_TIMESTAMP, opts.initial_timestamp)
             else:
                 start = StartPosition()
-            self._initial = BatchOffset(opts.stream_name, opts.job_name, 0, start, {})
-            log.info("kinesis source on %s starts at %s", opts.stream_name, start.to_json())
+            run = uuid.uuid4().hex  # names this checkpoint location: see batch_offset
+            self._initial = BatchOffset(opts.stream_name, opts.job_name, 0, start, {}, run=run)
+            log.info("kinesis source on %s starts at %s (run %s)", opts.stream_name,
+                     start.to_json(), run)  # fmt: skip
         return self._initial
 
     def list_shards(self) -> list[ShardInfo]:
@@ -139,20 +159,22 @@ class Planner:
         return self._listed
 
     def ends_of(self, offset: BatchOffset) -> dict[str, BatchEnd]:
-        """The batch-end record of every shard ``offset`` reads; missing or corrupt
-        ones are errors (a batch that ran recorded each; nothing is skipped)."""
+        """The batch-end record of every shard ``offset`` reads; missing, corrupt or
+        other plans' ones are errors (a batch that ran recorded each; nothing is skipped)."""
         known = self._ends.setdefault(offset.batch, {})
-        for shard in offset.reads:
+        for shard, plan in offset.reads.items():
             if shard in known:
                 continue
-            end = self.store.get(offset.batch, shard)
+            where = self.store.where(offset.run, offset.batch, shard)
+            end = self.store.get(offset.run, offset.batch, shard)
             if end is None:
                 raise BatchEndError(
                     f"no batch-end record for batch {offset.batch}, shard {shard} of "
-                    f"{offset.stream_name} at {self.store.where(offset.batch, shard)}: the "
+                    f"{offset.stream_name} at {where}: the "
                     "batch ran but its record is gone (another query with the same jobName, "
                     "or the store was cleaned); refusing to guess where the batch ended"
                 )
+            check_planned(end, PlannedFrom.of(offset.run, plan, offset.start), where)
             known[shard] = end
             self._note(shard, end)
         return known
@@ -208,10 +230,7 @@ class Planner:
             ):
                 ready.append(sid)
                 shards.setdefault(sid, None)
-        now = time.time()
-        pollable = [
-            s for s in ready if s not in self._done and self._rest_until.get(s, 0.0) <= now
-        ]
+        pollable = self._pollable(ready)
         quotas = split_quota(pollable, self.options.max_records_per_shard, total, self._turn)
         self._turn += 1
         if not quotas:
@@ -221,8 +240,23 @@ class Planner:
             for s, pos in shards.items()
         }
         return BatchOffset(
-            start.stream_name, start.job_name, start.batch + 1, start.start, plans, self.cutoff
-        )
+            start.stream_name, start.job_name, start.batch + 1, start.start, plans, self.cutoff,
+            start.run,
+        )  # fmt: skip
+
+    def _pollable(self, ready: list[str]) -> list[str]:
+        """The ready shards that may read now. availableNow waits out the rest of the
+        shards not at the cutoff yet: returning ``start`` would end the query (Spark
+        takes it as "nothing more") with their records before the cutoff unread."""
+        while True:
+            now = self._clock()
+            waiting = [s for s in ready if s not in self._done]
+            pollable = [s for s in waiting if self._rest_until.get(s, 0.0) <= now]
+            if pollable or not waiting or self.cutoff is None:
+                return pollable
+            wake = min(self._rest_until[s] for s in waiting)
+            log.debug("availableNow: every shard left rests; waiting %.3f s", wake - now)
+            self._sleep(wake - now)
 
     def _check_vanished(
         self, listed: list[ShardInfo], after: dict[str, ShardPosition | None]
@@ -247,7 +281,7 @@ class Planner:
         positions = {s: p for s, p in self.positions_after(end).items() if p is not None}
         self._mirror.commit(SourceOffset(end.stream_name, end.start, positions))
         try:
-            self.store.forget_before(end.batch)
+            self.store.forget_before(end.run, end.batch)
         except Exception as exc:  # cleanup only: the next commit tries again
             log.warning("removing batch-end records before batch %d: %s", end.batch, exc)
         for b in [b for b in self._ends if b < end.batch]:

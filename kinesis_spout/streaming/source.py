@@ -135,12 +135,15 @@ class BatchShardPartition(InputPartition):
         cutoff: datetime | None,
         efo: EfoTarget | None = None,
         closed: bool = False,
+        run: str = "",
     ) -> None:
         super().__init__(f"{batch}:{shard_id}")
         self.batch, self.shard_id, self.plan = batch, shard_id, plan
         self.start, self.cutoff = start, cutoff
         self.efo, self.closed = efo, closed
         """``consumer=efo``: subscribe as this consumer; ListShards says it is closed."""
+        self.run = run
+        """The run id of the batch's offset (its batch-end records are kept per run)."""
 
     def __repr__(self) -> str:
         pos = self.plan.position
@@ -238,7 +241,7 @@ class KinesisStreamReader(DataSourceStreamReader):
         closed = self.planner.closed_shards()
         return [
             BatchShardPartition(
-                last.batch, shard, plan, last.start, last.cutoff, efo, shard in closed
+                last.batch, shard, plan, last.start, last.cutoff, efo, shard in closed, last.run
             )
             for shard, plan in last.reads.items()
         ]
@@ -261,7 +264,7 @@ class KinesisStreamReader(DataSourceStreamReader):
         store = _batch_ends(opts.checkpoint_store, opts.job_name, opts.stream_name, opts.zk_auth)
         p = partition
         for page in read_batch_shard(
-            api, store, p.batch, p.shard_id, p.plan, p.start,
+            api, store, p.batch, p.shard_id, p.plan, p.start, run=p.run,
             fetch=opts.max_records_per_fetch, cutoff=p.cutoff,
             fail_on_data_loss=opts.fail_on_data_loss, efo=p.efo, closed=p.closed,
         ):  # fmt: skip

@@ -3,6 +3,12 @@
 Spark's checkpoint location is the source of truth; the store only shows
 progress (and lets ``kinesis-spout status`` and other tools read it), so a
 store error never fails the query: it is logged and the next commit retries.
+
+A store position has no partial flag: ``(seq, sub)`` with ``sub > 0`` resumes inside
+the KPL aggregate ``seq`` after ``sub``, but ``(seq, 0)`` reads as "record ``seq`` is
+done". So a partial position after an aggregate's first user record is not mirrored:
+the shard's previous one stays (a resume replays that user record, and skips none),
+as :meth:`kinesis_spout.core.committer.Committer.save` does.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ class StoreMirror:
             pos = end.shards[shard]
             mark = (pos.sequence, pos.sub_sequence, pos.ended)
             if self._committed.get(shard) == mark:
+                continue
+            if pos.partial and pos.sub_sequence == 0:
+                log.debug("checkpoint of %s kept: %s is inside an aggregate", shard, pos.key)
                 continue
             try:
                 if pos.sequence is None:

@@ -13,13 +13,14 @@ import pytest
 
 from kinesis_spout.records import ShardInfo
 from kinesis_spout.streaming.batch_ends import BatchEnd, BatchEndError, FileBatchEnds
-from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
+from kinesis_spout.streaming.batch_offset import BatchOffset, PlannedFrom, ShardPlan
 from kinesis_spout.streaming.errors import OffsetError
 from kinesis_spout.streaming.offsets import ShardPosition, StartPosition
 from kinesis_spout.streaming.options import parse_options
 from kinesis_spout.streaming.planner import Planner
 
 A, B, C = "shardId-a", "shardId-b", "shardId-c"
+RUN = "r1"
 
 
 def pos(seq: int, n: int = 1, ended: bool = False) -> ShardPosition:
@@ -73,34 +74,50 @@ def test_a_bad_offset_is_named(doc: dict[str, Any], message: str) -> None:
 def test_the_first_record_of_a_batch_and_shard_wins(tmp_path: Path) -> None:
     store = FileBatchEnds(str(tmp_path), "job", "orders")
     first, second = end(10, 4), end(12, 6)
-    assert store.get(3, A) is None
-    assert store.record(3, A, first) == first
-    assert store.record(3, A, second) == first  # a later attempt gets the first's end
-    assert store.get(3, A) == first
-    assert not list((tmp_path / "job" / "orders.batches" / f"{3:012d}").glob(".*tmp"))
+    assert store.get(RUN, 3, A) is None
+    assert store.record(RUN, 3, A, first) == first
+    assert store.record(RUN, 3, A, second) == first  # a later attempt gets the first's end
+    assert store.get(RUN, 3, A) == first
+    batch_dir = tmp_path / "job" / "orders.batches" / f"run-{RUN}" / f"{3:012d}"
+    assert not list(batch_dir.glob(".*tmp"))
 
 
 def test_a_corrupt_record_is_an_error_naming_where(tmp_path: Path) -> None:
     store = FileBatchEnds(str(tmp_path), "job", "orders")
-    store.record(2, A, end(1))
-    path = Path(store.where(2, A))
+    store.record(RUN, 2, A, end(1))
+    path = Path(store.where(RUN, 2, A))
     path.write_text('{"position": 5}')
     with pytest.raises(BatchEndError, match=f"corrupt batch-end record at {path}"):
-        store.get(2, A)
+        store.get(RUN, 2, A)
     path.write_bytes(b"\x00garbage")
     with pytest.raises(BatchEndError, match="not JSON"):
-        store.get(2, A)
+        store.get(RUN, 2, A)
 
 
 def test_records_of_earlier_batches_are_removed(tmp_path: Path) -> None:
     store = FileBatchEnds(str(tmp_path), "job", "orders")
     for b in range(1, 6):
-        store.record(b, A, end(b))
-    assert store.forget_before(4) == 3
-    assert [store.get(b, A) is not None for b in range(1, 6)] == [False] * 3 + [True] * 2
+        store.record(RUN, b, A, end(b))
+    assert store.forget_before(RUN, 4) == 3
+    assert [store.get(RUN, b, A) is not None for b in range(1, 6)] == [False] * 3 + [True] * 2
 
 
 # ------------------------------------------------------------------ planning
+
+
+class FakeClock:
+    """Wall time that only :meth:`sleep` moves (records each wait)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+        self.waits: list[float] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.now += seconds
 
 
 class FakeApi:
@@ -116,15 +133,26 @@ class FakeApi:
         return "ACTIVE"
 
 
-def planner(tmp_path: Path, shards: list[ShardInfo], **options: str) -> Planner:
+def planner(
+    tmp_path: Path, shards: list[ShardInfo], clock: FakeClock | None = None, **options: str
+) -> Planner:
     opts = parse_options(
         {"streamname": "orders", "checkpointstore": f"file://{tmp_path}", "jobname": "billing",
          **{k.lower(): v for k, v in options.items()}},
         env={},
     )  # fmt: skip
-    p = Planner(dataclasses.replace(opts, shard_list_interval=0.0))
+    opts = dataclasses.replace(opts, shard_list_interval=0.0)
+    p = Planner(opts) if clock is None else Planner(opts, clock=clock.time, sleep=clock.sleep)
     p._api = FakeApi(shards)  # type: ignore[assignment]  # noqa: SLF001
     return p
+
+
+def record(p: Planner, batch: int, shard: str, e: BatchEnd) -> BatchEnd:
+    """What the task reading ``shard`` in the planner's last planned ``batch`` records."""
+    offset = p._last_planned  # noqa: SLF001
+    assert offset is not None and offset.batch == batch
+    planned = PlannedFrom.of(offset.run, offset.shards[shard], offset.start)
+    return p.store.record(offset.run, batch, shard, dataclasses.replace(e, planned=planned))
 
 
 def test_latest_offset_plans_without_reading_and_children_wait_for_their_parents(
@@ -134,8 +162,8 @@ def test_latest_offset_plans_without_reading_and_children_wait_for_their_parents
     p = planner(tmp_path, shards, maxRecordsPerShard="50")
     first = p.latest(p.initial_offset().to_json(), None)
     assert (first.batch, first.reads) == (1, {A: ShardPlan(None, 50), B: ShardPlan(None, 50)})
-    p.store.record(1, A, end(9, 9, ended=True))  # A ends in batch 1
-    p.store.record(1, B, end(4, 4))
+    record(p, 1, A, end(9, 9, ended=True))  # A ends in batch 1
+    record(p, 1, B, end(4, 4))
     second = p.latest(first.to_json(), 6)  # a ReadMaxRows(6) limit
     assert second.batch == 2
     assert second.shards[A] == ShardPlan(pos(9, 9, ended=True))  # ended: kept, no quota
@@ -149,9 +177,9 @@ def test_shards_at_their_tip_rest_so_an_idle_stream_gets_no_batch(tmp_path: Path
 
     p = planner(tmp_path, [ShardInfo(A)])
     first = p.latest(p.initial_offset().to_json(), None)
-    p.store.record(1, A, dataclasses.replace(end(None, caught_up=True), at=time.time()))
+    record(p, 1, A, dataclasses.replace(end(None, caught_up=True), at=time.time()))
     assert p.latest(first.to_json(), None) == first  # resting: no new batch
-    p.store.record(1, A, end(None))  # (already recorded: first one wins)
+    record(p, 1, A, end(None))  # (already recorded: first one wins)
     p._rest_until[A] = 0.0  # noqa: SLF001 - the rest is over
     assert p.latest(first.to_json(), None).batch == 2
 
@@ -159,7 +187,7 @@ def test_shards_at_their_tip_rest_so_an_idle_stream_gets_no_batch(tmp_path: Path
 def test_a_missing_batch_end_record_stops_the_query_naming_it(tmp_path: Path) -> None:
     p = planner(tmp_path, [ShardInfo(A), ShardInfo(B)])
     first = p.latest(p.initial_offset().to_json(), None)
-    p.store.record(1, A, end(3))
+    record(p, 1, A, end(3))
     with pytest.raises(BatchEndError, match=r"no batch-end record for batch 1, shard shardId-b"):
         p.latest(first.to_json(), None)
 
@@ -180,14 +208,14 @@ def test_commit_writes_the_checkpoints_and_drops_older_records(tmp_path: Path) -
     offset = p.initial_offset()
     for b in (1, 2, 3):
         offset = p.latest(offset.to_json(), None)
-        p.store.record(b, A, end(10 * b, 10))
+        record(p, b, A, end(10 * b, 10))
     p.commit(offset)
     store = open_store(f"file://{tmp_path}", "billing")
     try:
         assert store.load("orders")[A].sequence_number == "30"
     finally:
         store.close()
-    assert [p.store.get(b, A) is not None for b in (1, 2, 3)] == [False, False, True]
+    assert [p.store.get(offset.run, b, A) is not None for b in (1, 2, 3)] == [False, False, True]
 
 
 def test_available_now_ends_once_every_shard_reached_the_cutoff(tmp_path: Path) -> None:
@@ -197,11 +225,11 @@ def test_available_now_ends_once_every_shard_reached_the_cutoff(tmp_path: Path) 
     p.cutoff = datetime.now(UTC)  # prepareForTriggerAvailableNow
     first = p.latest(p.initial_offset().to_json(), None)
     assert first.cutoff == p.cutoff and BatchOffset.from_json(first.to_json()) == first
-    p.store.record(1, A, end(5, 5))  # quota reached: more may follow
-    p.store.record(1, B, end(2, 2, caught_up=True))  # reached the cutoff
+    record(p, 1, A, end(5, 5))  # quota reached: more may follow
+    record(p, 1, B, end(2, 2, caught_up=True))  # reached the cutoff
     second = p.latest(first.to_json(), None)
     assert set(second.reads) == {A}
-    p.store.record(2, A, end(7, 2, caught_up=True))
+    record(p, 2, A, end(7, 2, caught_up=True))
     p._rest_until.clear()  # noqa: SLF001 - even after any rest
     assert p.latest(second.to_json(), None) == second  # no new batch: the query stops
 
@@ -213,8 +241,113 @@ def test_available_now_reads_on_after_an_earlier_query_caught_up(tmp_path: Path)
 
     p = planner(tmp_path, [ShardInfo(A)], maxRecordsPerShard="5")
     first = p.latest(p.initial_offset().to_json(), None)
-    p.store.record(1, A, end(5, 5, caught_up=True, at=time.time() - 60))  # a minute ago
+    record(p, 1, A, end(5, 5, caught_up=True, at=time.time() - 60))  # a minute ago
     p._rest_until.clear()  # noqa: SLF001 - its rest is long over
     p.cutoff = datetime.now(UTC)  # the new query's prepareForTriggerAvailableNow
     second = p.latest(first.to_json(), None)
     assert second.batch == first.batch + 1 and set(second.reads) == {A}  # not taken as done
+
+
+# ------------------------------------------------------------------ records of other plans
+
+
+def test_runs_keep_their_records_apart(tmp_path: Path) -> None:
+    store = FileBatchEnds(str(tmp_path), "job", "orders")
+    store.record("old", 1, A, end(40, 10))
+    assert store.get("new", 1, A) is None  # a new checkpoint location starts clean
+    assert store.get("", 1, A) is None  # and offsets of earlier releases see neither
+
+
+def test_a_record_planned_from_another_plan_is_refused_naming_both(tmp_path: Path) -> None:
+    p = planner(tmp_path, [ShardInfo(A)], maxRecordsPerShard="5")
+    first = p.latest(p.initial_offset().to_json(), None)
+    other = PlannedFrom(first.run, pos(15, 5), StartPosition(), 10)
+    p.store.record(first.run, 1, A, dataclasses.replace(end(40, 10), planned=other))
+    with pytest.raises(BatchEndError, match=r"planned from run .*'seq': '15'.*quota 10, but "
+                       r"this batch is planned from run .*'TRIM_HORIZON'.*quota 5"):  # fmt: skip
+        p.latest(first.to_json(), None)
+
+
+def test_the_executor_refuses_a_record_of_another_plan_before_reading(tmp_path: Path) -> None:
+    from kinesis_spout.streaming.executor_read import read_batch_shard
+
+    store = FileBatchEnds(str(tmp_path), "job", "orders")
+    plan, start = ShardPlan(pos(15, 5), 5), StartPosition()
+    other = PlannedFrom("r1", pos(30, 10), start, 10)
+    store.record("r1", 4, A, dataclasses.replace(end(40, 10), planned=other))
+    pages = read_batch_shard(None, store, 4, A, plan, start, run="r1", fetch=100)  # type: ignore[arg-type]
+    with pytest.raises(BatchEndError, match=f"record at {store.where('r1', 4, A)} was planned"):
+        next(pages)
+
+
+def test_a_record_of_an_earlier_release_is_used_only_under_its_offsets(tmp_path: Path) -> None:
+    p = planner(tmp_path, [ShardInfo(A)], maxRecordsPerShard="5")
+    legacy = dataclasses.replace(p.initial_offset(), run="")  # no run: an earlier release
+    first = p.latest(legacy.to_json(), None)
+    assert first.run == "" and "run" not in first.to_json()
+    p.store.record("", 1, A, end(5, 5))  # no plan in it
+    assert p.latest(first.to_json(), None).shards[A].position == pos(5, 5)
+    fresh = planner(tmp_path, [ShardInfo(A)], maxRecordsPerShard="5")
+    ran = fresh.latest(fresh.initial_offset().to_json(), None)
+    p.store.record(ran.run, 1, A, end(5, 5))
+    with pytest.raises(BatchEndError, match="unknown plan"):
+        fresh.latest(ran.to_json(), None)
+
+
+def test_a_leftover_attempt_of_a_removed_batch_records_nothing(tmp_path: Path) -> None:
+    from kinesis_spout.streaming.executor_read import read_batch_shard
+
+    store = FileBatchEnds(str(tmp_path), "job", "orders")
+    for b in (1, 2, 3):
+        store.record(RUN, b, A, end(b))
+    store.forget_before(RUN, 3)  # batch 3 committed
+    with pytest.raises(BatchEndError, match="batch 2 was committed.*leftover"):
+        store.record(RUN, 2, A, end(2))  # a zombie that looked before the cleanup
+    assert store.get(RUN, 2, A) is None and not Path(store.where(RUN, 2, A)).parent.exists()
+    assert store.floor(RUN) == 3 and store.floor("other") == 0
+    pages = read_batch_shard(None, store, 1, A, ShardPlan(None, 5), StartPosition(), run=RUN,
+                             fetch=100)  # type: ignore[arg-type]  # fmt: skip
+    with pytest.raises(BatchEndError, match="batch 1 was committed"):
+        next(pages)  # before any read
+    assert store.forget_before(RUN, 2) == 0 and store.floor(RUN) == 3  # never goes down
+
+
+# ------------------------------------------------------------------ availableNow waits out rests
+
+
+@pytest.mark.parametrize(
+    ("last", "rest"),
+    [
+        (dict(throttled=True), 1.0),  # THROTTLE_REST
+        (dict(caught_up=True), 0.25),  # at the tip before the cutoff: idle_poll_interval
+    ],
+)  # fmt: skip
+def test_available_now_waits_out_a_rest_instead_of_ending_early(
+    tmp_path: Path, last: dict[str, bool], rest: float
+) -> None:
+    """Issue 25, hole 7: returning ``start`` while a shard rests ends an availableNow
+    query (Spark takes it as "nothing more") with records before the cutoff unread."""
+    from datetime import UTC, datetime
+
+    clock = FakeClock()
+    p = planner(tmp_path, [ShardInfo(A), ShardInfo(B)], clock, maxRecordsPerShard="5")
+    p.cutoff = datetime.fromtimestamp(clock.now, UTC)
+    first = p.latest(p.initial_offset().to_json(), None)
+    at = clock.now - 0.01  # just before the cutoff, or throttled at once
+    record(p, 1, A, BatchEnd(pos(3, 3), at=at, **last))
+    record(p, 1, B, end(2, 2, caught_up=True, at=clock.now + 0.5))  # B reached the cutoff
+    second = p.latest(first.to_json(), None)
+    assert second != first, "the query would end with records of A before the cutoff unread"
+    assert set(second.reads) == {A} and second.shards[A].position == pos(3, 3)
+    assert clock.waits == [pytest.approx(rest - 0.01)]  # the rest, waited once
+    record(p, 2, A, end(5, 2, caught_up=True, at=clock.now))
+    assert p.latest(second.to_json(), None) == second  # every shard at the cutoff: it ends
+    assert len(clock.waits) == 1
+
+
+def test_without_a_cutoff_a_resting_stream_gets_no_batch_and_no_wait(tmp_path: Path) -> None:
+    clock = FakeClock()
+    p = planner(tmp_path, [ShardInfo(A)], clock)
+    first = p.latest(p.initial_offset().to_json(), None)
+    record(p, 1, A, BatchEnd(None, throttled=True, at=clock.now))
+    assert p.latest(first.to_json(), None) == first and clock.waits == []

@@ -55,7 +55,7 @@ def main() -> None:
                 raise AssertionError(f"batch {batch_id}: counted {n} rows, then read {len(rows)}")
             (sink / f"batch-{batch_id:06d}.json").write_text(json.dumps(rows))
             readers = {
-                json.loads(p.read_text())["reader"] for p in store.rglob("*.batches/*/*.json")
+                json.loads(p.read_text())["reader"] for p in store.rglob("*.batches/run-*/*/*.json")
             }
             with (sink / "readers").open("a") as fh:
                 fh.writelines(f"{r}\n" for r in readers)

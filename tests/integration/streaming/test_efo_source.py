@@ -49,7 +49,7 @@ def test_efo_reads_every_record_once_in_order_and_commits(
     job = f"spark-{unique_name}"
     readers = [
         json.loads(p.read_text())["reader"]
-        for p in (tmp_path / "store" / job).glob(f"{unique_name}.batches/*/*.json")
+        for p in (tmp_path / "store" / job).glob(f"{unique_name}.batches/run-*/*/*.json")
     ]
     assert readers and all(int(r.rsplit(":", 1)[1]) != os.getpid() for r in readers)  # executors
     # commit() runs one batch late: the store holds the end of one of the last two batches

@@ -43,7 +43,9 @@ def test_a_query_fetches_each_record_once(
     assert 620 <= fetched <= 620 + 4 * batches, f"{fetched} Kinesis records fetched for 620"
     assert calls >= 4
     batches_dir = Path(f"{tmp_path / 'ck'}.store") / "spark-" f"{stream}" / f"{stream}.batches"
-    assert len(list(batches_dir.iterdir())) <= 2, "batch-end records of committed batches stay"
+    (run_dir,) = batches_dir.iterdir()  # one run: this checkpoint location
+    kept = [d for d in run_dir.iterdir() if d.name.isdigit()]
+    assert len(kept) <= 2, "batch-end records of committed batches stay"
 
 
 def _reader(endpoint: str, stream: str, store: Path, **extra: str) -> Any:
@@ -93,11 +95,11 @@ class LateCheck(FileBatchEnds):
 
     misses = 0
 
-    def get(self, batch: int, shard: str) -> Any:
+    def get(self, run: str, batch: int, shard: str) -> Any:
         if self.misses:
             self.misses -= 1
             return None
-        return super().get(batch, shard)
+        return super().get(run, batch, shard)
 
 
 def test_two_attempts_reading_at_once_return_the_first_recorded_range(
@@ -112,10 +114,11 @@ def test_two_attempts_reading_at_once_return_the_first_recorded_range(
     fill(moto_client, unique_name, 15, "b")
     # Another attempt (a speculative copy) finished first: it recorded the first 10.
     store = LateCheck(str(tmp_path / "store"), reader.options.job_name, unique_name)
-    early = store.record(p.batch, p.shard_id, _end_after(moto_server, unique_name, p, 10))
+    early = store.record(p.run, p.batch, p.shard_id, _end_after(moto_server, unique_name, p, 10))
     store.misses = 1  # ... after this attempt looked
     api = KinesisApi(make_client(moto_server.endpoint_url), unique_name)
-    pages = read_batch_shard(api, store, p.batch, p.shard_id, p.plan, p.start, fetch=100)
+    pages = read_batch_shard(api, store, p.batch, p.shard_id, p.plan, p.start, run=p.run,
+                             fetch=100)  # fmt: skip
     rows = [r for page in pages for r in page]  # this attempt read 25, then lost the race
     assert len(rows) == early.count == 10
     assert rows[-1].key == early.position.key  # type: ignore[union-attr]
@@ -123,11 +126,12 @@ def test_two_attempts_reading_at_once_return_the_first_recorded_range(
 
 def _end_after(moto: MotoServer, stream: str, p: Any, n: int) -> Any:
     from kinesis_spout.streaming.batch_ends import BatchEnd
+    from kinesis_spout.streaming.batch_offset import PlannedFrom
     from kinesis_spout.streaming.shard_reader import read_fresh
 
     api = KinesisApi(make_client(moto.endpoint_url), stream)
     _, ahead = read_fresh(api, p.shard_id, p.plan.position, p.start, n, fetch=n)
-    return BatchEnd(ahead.position, at=time.time())
+    return BatchEnd(ahead.position, at=time.time(), planned=PlannedFrom.of(p.run, p.plan, p.start))
 
 
 def test_a_corrupt_batch_end_record_fails_the_query_naming_it(
@@ -139,7 +143,7 @@ def test_a_corrupt_batch_end_record_fails_the_query_naming_it(
     end = reader.latestOffset(start, None)
     for p in reader.partitions(start, end):
         _read(reader, p)
-    victim = Path(reader.planner.store.where(end["batch"], "shardId-000000000001"))
+    victim = Path(reader.planner.store.where(end["run"], end["batch"], "shardId-000000000001"))
     victim.write_text("{broken")
     fresh = _reader(moto_server.endpoint_url, stream, tmp_path / "store")  # a restarted driver
     with pytest.raises(Exception, match=f"corrupt batch-end record at {victim}"):
