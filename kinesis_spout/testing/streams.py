@@ -85,6 +85,19 @@ def make_payloads(n: int, size: int = 200, prefix: str = "r") -> list[tuple[str,
     return out
 
 
+def kpl_aggregate(users: Iterable[tuple[str, bytes]]) -> tuple[str, bytes]:
+    """``(partition key, data)`` of one KPL aggregate of ``users`` (partition key, data)
+    pairs, as the Kinesis Producer Library puts it (needs ``aws-kinesis-agg``)."""
+    from aws_kinesis_agg.aggregator import RecordAggregator
+
+    agg = RecordAggregator()
+    for key, data in users:
+        if agg.add_user_record(key, data) is not None:
+            raise ValueError("user records too large for one aggregate")
+    pk, _ehk, blob = agg.clear_and_get().get_contents()
+    return pk, blob
+
+
 def fill_stream(client: Any, name: str, records: int, size: int = 200, shards: int = 4) -> float:
     """Create ``name`` with ``shards`` shards and put ``records`` records of ``size`` bytes
     (:func:`make_payloads`); returns the seconds the puts took (the benches print it)."""

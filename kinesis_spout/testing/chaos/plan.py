@@ -189,7 +189,7 @@ def kpl_items(records: ChaosRecords, size: int, rng: random.Random) -> Iterator[
     records, the rest plain; an empty aggregate after ~2% of the Kinesis records; ~0.2% of
     the user records alone in a corrupt aggregate (the magic, the payload, a wrong
     checksum: handed on whole)."""
-    from aws_kinesis_agg.aggregator import RecordAggregator
+    from kinesis_spout.testing.streams import kpl_aggregate
 
     ids, i = records.ids, 0
     while i < len(ids):
@@ -206,11 +206,7 @@ def kpl_items(records: ChaosRecords, size: int, rng: random.Random) -> Iterator[
         if len(group) == 1:
             yield rid, records.payload(rid, size)
             continue
-        agg = RecordAggregator()
-        for member in group:
-            assert agg.add_user_record(member, records.payload(member, size)) is None
-        pk, _ehk, data = agg.clear_and_get().get_contents()
-        yield pk, data
+        yield kpl_aggregate((member, records.payload(member, size)) for member in group)
 
 
 @dataclass(frozen=True, slots=True)

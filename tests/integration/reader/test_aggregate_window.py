@@ -11,22 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_kinesis_agg.aggregator import RecordAggregator
 from reader_helpers import read_all, rid, spout
 
 from kinesis_spout.checkpoint.base import MemoryCheckpointStore
 from kinesis_spout.testing.servers import KinesisEmulator
-from kinesis_spout.testing.streams import create_stream, put_records
+from kinesis_spout.testing.streams import create_stream, kpl_aggregate, put_records
 
 pytestmark = pytest.mark.integration
 
 
 def aggregate(prefix: str, n: int) -> tuple[str, bytes]:
-    agg = RecordAggregator()
-    for u in range(n):
-        assert agg.add_user_record(f"{prefix}-{u}", f"{prefix}{u}|x".encode()) is None
-    pk, _ehk, data = agg.clear_and_get().get_contents()
-    return pk, data
+    return kpl_aggregate((f"{prefix}-{u}", f"{prefix}{u}|x".encode()) for u in range(n))
 
 
 @pytest.mark.parametrize("max_in_flight", [4, 1])

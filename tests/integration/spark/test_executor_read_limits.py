@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_kinesis_agg.aggregator import RecordAggregator
 
 from kinesis_spout.checkpoint.base import MemoryCheckpointStore
 from kinesis_spout.config import SpoutConfig
@@ -22,7 +21,7 @@ from kinesis_spout.spark.planner import ExecutorReadSpout
 from kinesis_spout.spark.readtask import ReadSettings, run_plan
 from kinesis_spout.testing.faultproxy import FaultProxy
 from kinesis_spout.testing.servers import MotoServer
-from kinesis_spout.testing.streams import create_stream, put_records
+from kinesis_spout.testing.streams import create_stream, kpl_aggregate, put_records
 
 pytestmark = pytest.mark.integration
 
@@ -30,11 +29,7 @@ SHARD = "shardId-000000000000"
 
 
 def aggregate(prefix: str, n: int) -> tuple[str, bytes]:
-    agg = RecordAggregator()
-    for u in range(n):
-        assert agg.add_user_record(f"{prefix}-{u}", f"{prefix}.{u}|x".encode()) is None
-    pk, _ehk, data = agg.clear_and_get().get_contents()
-    return pk, data
+    return kpl_aggregate((f"{prefix}-{u}", f"{prefix}.{u}|x".encode()) for u in range(n))
 
 
 def reader(endpoint: str, stream: str, tmp_path: Path, store: Any, **kw: Any) -> ExecutorReadSpout:
