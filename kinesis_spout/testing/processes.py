@@ -1,5 +1,6 @@
 """A local server as a managed child process (start, wait until ready, stop, log tail),
-and the port helpers the test servers share."""
+the port helpers the test servers share, and waiting with a deadline for what another
+process does: a line it prints (:class:`OutputLines`) or any condition (:func:`wait_until`)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import IO, Self
 
 from kinesis_spout.errors import KinesisSpoutError
 
@@ -37,6 +39,83 @@ def port_open(port: int, host: str = LOOPBACK) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.2)
         return s.connect_ex((host, port)) == 0
+
+
+def wait_until(
+    cond: Callable[[], bool],
+    timeout: float,
+    what: str,
+    seen: Callable[[], object] | None = None,
+    poll: float = 0.05,
+) -> None:
+    """Return once ``cond()`` holds; after ``timeout`` seconds fail naming ``what`` was
+    awaited and, with ``seen``, what was there instead."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            found = f"; saw {seen()!r}" if seen is not None else ""
+            raise AssertionError(f"waited {timeout:.0f}s for {what}{found}")
+        time.sleep(poll)
+
+
+class OutputLines:
+    """The lines a child writes to its text ``stdout`` pipe, read by a thread as they come,
+    so a test can wait for a line with a deadline (a bare ``readline`` has none).
+
+    Once this reads the pipe, use :meth:`text` rather than ``communicate``.
+    """
+
+    def __init__(self, proc: subprocess.Popen[str], name: str = "the process") -> None:
+        if proc.stdout is None:
+            raise ValueError("OutputLines needs a process started with stdout=PIPE")
+        self.proc = proc
+        self.name = name
+        self._lines: list[str] = []
+        self._ended = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(
+            target=self._read, args=(proc.stdout,), name=f"output of {name}", daemon=True
+        )
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        try:
+            for line in stream:
+                with self._cond:
+                    self._lines.append(line)
+                    self._cond.notify_all()
+        finally:
+            with self._cond:
+                self._ended = True
+                self._cond.notify_all()
+
+    def wait_for(self, text: str, timeout: float) -> str:
+        """The first line containing ``text``, once printed; fails after ``timeout``
+        seconds, or as soon as the output ends without it, with what was printed."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for line in self._lines:
+                    if text in line:
+                        return line
+                left = deadline - time.monotonic()
+                if self._ended or left <= 0:
+                    why = (
+                        f"{self.name} ended its output (exit code {self.proc.poll()})"
+                        if self._ended
+                        else f"{self.name} is still running after {timeout:.0f}s"
+                    )
+                    tail = "".join(self._lines[-40:])
+                    raise AssertionError(
+                        f"waited for a line with {text!r}: {why}; it printed:\n{tail}"
+                    )
+                self._cond.wait(left)
+
+    def text(self, timeout: float = 30.0) -> str:
+        """Everything printed, once the output ended (the process exited)."""
+        self._thread.join(timeout)
+        with self._cond:
+            return "".join(self._lines)
 
 
 class ManagedProcess:

@@ -28,6 +28,26 @@ def wait_active(client: Any, name: str, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+def wait_split(client: Any, name: str, parent: str, timeout: float = 30.0) -> None:
+    """After ``split_shard`` of ``parent``: wait until both children are listed and the
+    stream is ACTIVE again (writes then land in the children)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shards = client.list_shards(StreamName=name)["Shards"]
+        children = [s["ShardId"] for s in shards if s.get("ParentShardId") == parent]
+        status = client.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"][
+            "StreamStatus"
+        ]
+        if len(children) == 2 and status == "ACTIVE":
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"stream {name}: split of {parent} not done after {timeout}s "
+                f"(children {children}, status {status})"
+            )
+        time.sleep(0.05)
+
+
 def put_records(
     client: Any,
     name: str,

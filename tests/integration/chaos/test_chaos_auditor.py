@@ -49,6 +49,7 @@ from kinesis_spout.testing.chaos import (
     session_members,
     tally,
 )
+from kinesis_spout.testing.processes import wait_until
 from kinesis_spout.testing.servers import ZooKeeperServer
 from tracker import SequenceKey
 
@@ -316,7 +317,13 @@ def test_watcher_sees_store_writes_and_flags_a_backwards_one(
     try:
         for seq in (10, 20, 30):
             store.save(Checkpoint("st", S0, str(seq)))
-            time.sleep(0.3)
+            # the next save only once the watcher saw this one (it polls and watches)
+            wait_until(
+                lambda seq=seq: seq in [s.sequence for s in watcher.observations()],
+                10,
+                f"the watcher to see checkpoint {seq}",
+                seen=lambda: [s.sequence for s in watcher.observations()],
+            )
         assert watcher.report().monotonic
         assert [s.sequence for s in watcher.observations()] == [10, 20, 30]
         assert watcher.read_now()[S0].sequence == 30
@@ -348,7 +355,12 @@ def test_watcher_keeps_watching_across_a_zookeeper_restart(tmp_path: Path) -> No
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             zk.stop()
-            time.sleep(1.0)
+            wait_until(  # ZooKeeper is restarted once the watcher found it gone
+                lambda: watcher.poll_errors > 0,
+                30,
+                "the watcher to fail a poll while ZooKeeper is down",
+                seen=lambda: watcher.poll_errors,
+            )
             zk.start()
             saved = False
             deadline = time.monotonic() + 30

@@ -288,9 +288,11 @@ def test_corrupt_checkpoint_node_is_a_clear_error(
         # The running worker meets it at its next rebalance: an error, not a restart.
         raw.create(f"/tests/{unique_name}/{JOB}/{stream}/@workers/c", b"", ephemeral=True)
         with pytest.raises(CorruptCheckpointError, match="not valid JSON"):
-            for _ in range(100):
+            deadline = time.monotonic() + 30  # its watch fires on a thread of its own
+            while time.monotonic() < deadline:
                 a.step()
                 time.sleep(0.01)
+            raise AssertionError("worker a did not meet the new member node in 30 s of steps")
     finally:
         raw.stop()
         raw.close()

@@ -25,6 +25,7 @@ import pytest
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 from kinesis_spout.coordination.leases import ZooKeeperLeases
+from kinesis_spout.records import Checkpoint
 from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer
 from kinesis_spout.testing.streams import create_stream, emulator_client, make_payloads, put_records
 
@@ -176,11 +177,25 @@ def test_three_workers_kill_one_then_one_joins(
         os.kill(workers.procs["w3"].pid, signal.SIGKILL)
         workers.procs["w3"].wait(10)
         # Its session stays alive on the server for the session timeout, so nobody
-        # can take over yet; a write w3 sent just before dying may still land, so
-        # read its last checkpoint a moment later.
-        time.sleep(1.0)
+        # can take over yet.
         assert set(owners().values()) == {"w1", "w2", "w3"}
-        at_kill = {s: cp for s, cp in observer.load(stream).items() if s in w3_shards}
+        # A write w3 sent just before dying may still land, but not after its session
+        # ends (ZooKeeper applies a session's requests before closing it): its last
+        # checkpoints are the last ones read while it still held its leases (no new
+        # owner can write before it holds the lease).
+        at_kill: dict[str, Checkpoint] = {}
+        reads = 0
+
+        def w3_session_ended() -> bool:
+            nonlocal at_kill, reads
+            stored = {s: cp for s, cp in observer.load(stream).items() if s in w3_shards}
+            if any(owners().get(s) == "w3" for s in w3_shards):
+                at_kill, reads = stored, reads + 1
+                return False
+            return True
+
+        wait_until(w3_session_ended, 60, "w3's session to end", workers)
+        assert reads > 0, "w3's session ended before its checkpoints could be read"
         w3_lines = [ln for ln in workers.lines() if ln.worker == "w3"]
         w3_records = sum(1 for _, _ in first) // 3  # about: two shards of six
         assert len({ln.payload for ln in w3_lines}) < w3_records * 0.8, "w3 finished too early"

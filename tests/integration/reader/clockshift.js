@@ -9,4 +9,6 @@ performance.now = () => perfNow() + offset;
 Date.now = () => dateNow() + offset;
 process.on("SIGUSR2", () => {
   offset += step;
+  // The test waits for this line in the server's log: the clock has moved.
+  console.error(`clockshift: clock moved to +${offset / 1000} s`);
 });

@@ -15,6 +15,7 @@ from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.records import Record
 from kinesis_spout.spout import KinesisSpout
+from kinesis_spout.testing.processes import wait_until
 from kinesis_spout.testing.servers import KinesisMock
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
@@ -39,10 +40,24 @@ class ClockKinesisMock(KinesisMock):
         # holds nothing worth a clean shutdown here.
         super().stop(kill=kill)
 
+    def jumps(self) -> int:
+        """The jumps done so far, from the lines ``clockshift.js`` writes to the log."""
+        try:
+            return self.log_path.read_text(errors="replace").count("clockshift: clock moved")
+        except OSError:
+            return 0
+
     def jump(self) -> None:
+        """Move the clock, and return once its event loop ran the handler (it logs it)."""
         assert self.proc is not None
+        done = self.jumps() + 1
         os.kill(self.proc.pid, signal.SIGUSR2)
-        time.sleep(0.1)  # let its event loop run the handler
+        wait_until(
+            lambda: self.jumps() >= done,
+            30,
+            f"kinesis-mock to log clock jump {done}",
+            seen=lambda: self.tail_log(5),
+        )
 
 
 FAST: dict[str, Any] = {

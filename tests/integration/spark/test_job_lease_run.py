@@ -21,6 +21,7 @@ import spark_job_helpers
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.testing.holders import start_lease_holder
+from kinesis_spout.testing.processes import OutputLines
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
@@ -94,12 +95,21 @@ def test_wait_for_lease_takes_over_when_the_first_driver_ends(
         stderr=subprocess.STDOUT,
         text=True,
     )
+    output = OutputLines(proc, "the second driver")
     try:
-        time.sleep(3.0)
+        # The holder ends once the second driver has seen it and waits (it takes a while
+        # to start under load), never after a fixed time.
+        output.wait_for("waiting for the lease", timeout=180)
         assert proc.poll() is None  # still waiting for the lease
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
-        out, _ = proc.communicate(timeout=240)
+        try:
+            proc.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"the second driver did not end 240s after the holder died:\n{output.text(0)}"
+            ) from None
+        out = output.text()
         assert proc.returncode == 0, out
         assert "waiting for the lease" in out
         store = open_store(store_url, unique_name)
@@ -109,3 +119,7 @@ def test_wait_for_lease_takes_over_when_the_first_driver_ends(
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()

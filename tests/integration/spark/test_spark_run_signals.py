@@ -13,10 +13,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from kinesis_spout.testing.processes import OutputLines, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +41,30 @@ time.sleep(60)
 sys.exit(3)
 """
 
+WATCHED = (signal.SIGINT, signal.SIGTERM)
+
+
+def signals_caught(pid: int) -> set[int]:
+    """The signals ``pid`` has handlers for (``SigCgt`` in ``/proc/<pid>/status``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            mask = int(line.split()[1], 16)
+            return {n for n in range(1, 65) if mask & (1 << (n - 1))}
+    return set()
+
+
+def wait_until_forwarding(proc: subprocess.Popen[str], output: OutputLines) -> None:
+    """Until the job runs (its pid file is written before it says so) and the
+    supervisor has its SIGINT/SIGTERM handlers in place."""
+    output.wait_for("job: running", timeout=30)
+    wait_until(
+        lambda: set(WATCHED) <= signals_caught(proc.pid),
+        10,
+        "the supervisor's SIGINT/SIGTERM handlers",
+        seen=lambda: sorted(signals_caught(proc.pid)),
+    )
+
+
 SUPERVISOR = """
 import sys
 from kinesis_spout.spark.submit import supervise, job_environment
@@ -61,18 +86,11 @@ def test_the_first_signal_reaches_the_job_alone_and_it_exits_cleanly(
         stderr=subprocess.STDOUT,
         text=True,
     )
-    assert proc.stdout is not None
-    lines = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        lines.append(line)
-        if line.startswith("job: running"):
-            break
-    time.sleep(0.3)  # the pid file is written before "running"; let the poll loop see it
+    output = OutputLines(proc, "the supervisor")
+    wait_until_forwarding(proc, output)
     os.kill(proc.pid, sig)
-    out, _ = proc.communicate(timeout=30)
-    text = "".join(lines) + out
+    proc.wait(timeout=30)
+    text = output.text()
     assert proc.returncode == 0, text
     # SIGINT is ignored under the driver; SIGTERM is not (hole 8: a SIGTERM sent to the
     # JVM itself ends it, and the driver, which watches it, stops cleanly).
@@ -91,13 +109,11 @@ def test_a_second_signal_kills_the_whole_group(tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    assert proc.stdout is not None
-    while not proc.stdout.readline().startswith("job: running"):
-        pass
-    time.sleep(0.3)
+    output = OutputLines(proc, "the supervisor")
+    wait_until_forwarding(proc, output)
     os.kill(proc.pid, signal.SIGTERM)
-    time.sleep(0.6)
+    output.wait_for("job: got SIGTERM", timeout=30)  # forwarded, and ignored
     assert proc.poll() is None  # the job ignored the polite request
     os.kill(proc.pid, signal.SIGTERM)
-    proc.communicate(timeout=30)
-    assert proc.returncode == 128 + signal.SIGKILL
+    proc.wait(timeout=30)
+    assert proc.returncode == 128 + signal.SIGKILL, output.text()

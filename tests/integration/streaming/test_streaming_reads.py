@@ -92,13 +92,10 @@ def test_closed_parent_ends_and_keeps_its_last_key(kinesis_mock: Any, unique_nam
 
 
 def _split(client: Any, stream: str, shard: str) -> None:
-    import time
-
-    from kinesis_spout.testing.streams import wait_active
+    from kinesis_spout.testing.streams import wait_split
 
     client.split_shard(StreamName=stream, ShardToSplit=shard, NewStartingHashKey=str(2**127))
-    time.sleep(0.3)
-    wait_active(client, stream)
+    wait_split(client, stream, shard)
 
 
 # --- the reader's offset methods, called as each PySpark version calls them -----------

@@ -28,7 +28,7 @@ from streaming_helpers import (
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.testing.servers import KinesisMock, MotoServer, ZooKeeperServer
-from kinesis_spout.testing.streams import create_stream, emulator_client, wait_active
+from kinesis_spout.testing.streams import create_stream, emulator_client, wait_split
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -173,8 +173,7 @@ def test_reshard_mid_query_reads_parents_before_children(
         client.split_shard(
             StreamName=unique_name, ShardToSplit=parent, NewStartingHashKey=str(2**126)
         )
-        time.sleep(0.3)
-        wait_active(client, unique_name)
+        wait_split(client, unique_name, parent)
         after = fill(client, unique_name, 40, "b")
         expected = before + after
         _wait(lambda: len(sink.rows()) >= len(expected), "every record", timeout=120)
