@@ -74,7 +74,17 @@ def build_driver(
     if spout is None:
         from kinesis_spout.spout import KinesisSpout
 
-        spout = KinesisSpout(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
+        # Every record this spout hands out gets its outcome when its micro-batch completes
+        # (fan-out trees keep message_timeout in the driver's ledger). The spout's own
+        # timeout would fail the records of a batch filled while a slow one runs
+        # (pipeline) and deliver them again: it is off here.
+        spout = KinesisSpout(
+            config.replace(message_timeout=0.0),
+            clock=clock,
+            rng=rng,
+            metrics=metrics,
+            job_lease=job_lease,
+        )
     return SparkDriver(
         config, runner, spout, row_sink=sink, n_sinks=runner.n_sinks, clock=clock,
         sleep=sleep, progress=progress, rng=rng, fast=fast, metrics=metrics,
@@ -94,9 +104,7 @@ def _executor_driver(
 ) -> ExecutorDriver:
     from kinesis_spout.spark.planner import ExecutorReadSpout
 
-    reader = ExecutorReadSpout(
-        config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease
-    )
+    reader = ExecutorReadSpout(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
     return ExecutorDriver(
         config, spark, processor.fn, reader, clock=clock, sleep=sleep, progress=progress,
         metrics=metrics,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kinesis_spout.cli import build_parser
+from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.spark import job as job_module
 from kinesis_spout.spark.job import build_arg_parser, describe, job_config
@@ -193,3 +194,27 @@ def test_cluster_deploy_mode_refuses_driver_local_checkpoints_and_dead_letters(
     args = ["run", "--config", str(toml), "--checkpoint-store", "zk://127.0.0.1:2181/x"]
     assert main([*args, "--dead-letter", "none", "--deploy-mode", "cluster", "--dry-run"]) == 0
     assert "--deploy-mode cluster" in capsys.readouterr().out
+
+
+def test_driver_reads_leave_timeouts_to_batch_outcomes_and_the_fan_out_ledger(
+    tmp_path: Path,
+) -> None:
+    """Driver reads fill batch k + 1 while batch k runs on Spark: the spout's message
+    timeout would fail the records of k + 1 queued behind a slow k and deliver them again
+    (the chaos run with --kpl --kill-worker-records showed 986 such duplicates: batches
+    isolating a worker-killing record took 30 s). Each record gets its outcome when its
+    batch completes, so the driver's spout has no timeout; fan-out trees keep theirs."""
+    from kinesis_spout.spark.build import build_driver
+    from kinesis_spout.spark.driver import SparkDriver
+
+    cfg = SpoutConfig(
+        stream_name="s",
+        read_on="driver",
+        message_timeout=7.0,
+        checkpoint_store=f"file://{tmp_path}",
+        dead_letter=str(tmp_path / "dl"),
+    )
+    driver = build_driver(cfg, lambda r: None, spark=object(), progress=None, job_lease=False)
+    assert isinstance(driver, SparkDriver)
+    assert driver.spout.config.message_timeout == 0.0
+    assert driver.config.message_timeout == 7.0  # what the fan-out ledger times trees by

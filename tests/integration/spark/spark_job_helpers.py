@@ -90,16 +90,18 @@ class Delivery(NamedTuple):
 HANG = b"HANG"
 
 
-def hang_once(marker: str, then: Callable[[InputRecord], None]) -> Callable[[InputRecord], None]:
+def hang_once(
+    marker: str, then: Callable[[InputRecord], None], seconds: float = 600.0
+) -> Callable[[InputRecord], None]:
     """``then`` for every record; the first delivery of a record starting with
-    :data:`HANG` (no ``marker`` file yet) makes it and then hangs for ten minutes."""
+    :data:`HANG` (no ``marker`` file yet) makes it and then sleeps ``seconds``."""
 
     def process(record: InputRecord) -> None:
         import os
 
         if record.data.startswith(HANG) and not os.path.exists(marker):
             Path(marker).touch()
-            time.sleep(600)
+            time.sleep(seconds)
         then(record)
 
     return process
