@@ -9,10 +9,10 @@ name                      kind   meaning
 ========================  =====  ==============================================
 records_read              count  records handed out for the first time
 records_acked             count  acks that took effect
-records_failed            count  fails that took effect
-records_expired           count  failed records given up as older than ``max_record_age``
+records_failed            count  fails that took effect (each retried or given up)
+records_expired           count  records given up as older than ``max_record_age``, once written
 retries                   count  retry deliveries (fast retries inside a batch included)
-dead_lettered             count  records given up and written to the dead-letter sink
+dead_lettered             count  records given up as out of retries, once written
 dead_letter_errors        count  dead-letter writes that failed (retried before each save)
 in_flight                 gauge  records emitted and not done (per shard)
 millis_behind_latest      gauge  MillisBehindLatest of the last GetRecords (per shard)
@@ -35,6 +35,10 @@ batches                   count  micro-batches of the Spark job (one per progres
 ``count`` names go through :meth:`~MetricsCollector.increment`, ``gauge`` ones through
 :meth:`~MetricsCollector.gauge` and ``obs`` ones through :meth:`~MetricsCollector.observe`
 (a value per event, for a histogram).
+
+``records_acked``, ``dead_lettered`` and ``records_expired`` are disjoint: each
+record is counted by one of them, once, when it is done (a given-up record when its
+dead letter is written); their sum is the records done.
 """
 
 from __future__ import annotations

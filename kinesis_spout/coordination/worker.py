@@ -85,7 +85,7 @@ def run_worker(
             config.checkpoint_store,
             "a zk:// URL: several workers coordinate through ZooKeeper",
         )
-    endpoint = MetricsEndpoint.of(config)
+    endpoint = MetricsEndpoint.of(config, "worker")
     metrics = endpoint.start().metrics if endpoint is not None else NoopMetrics()
     try:
         _run(config, output_dir, stop, metrics, process_delay, drain_timeout)

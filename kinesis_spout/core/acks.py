@@ -151,7 +151,6 @@ class AckRouter:
             assert outcome.record is not None
             if reason == "expired":
                 self.expired += 1
-                self._metrics.increment("records_expired", shard=sh.shard_id)
             letter = DeadLetter(outcome.record, outcome.error, outcome.attempts, reason)
             self.dead_letter(sh, letter)
 
@@ -189,13 +188,24 @@ class AckRouter:
                 sh.shard_id,
             )
 
+    def count_given_up(self, shard_id: str, reasons: list[str]) -> None:
+        """Given-up records now done (their dead letters written), counted once each under
+        their reason: ``records_expired`` (older than ``max_record_age``) or
+        ``dead_lettered`` (out of retries), so the two never overlap."""
+        expired = reasons.count("expired")
+        if expired:
+            self._metrics.increment("records_expired", expired, shard=shard_id)
+        if len(reasons) > expired:
+            self._metrics.increment("dead_lettered", len(reasons) - expired, shard=shard_id)
+
     def flush_dead(self, sh: ShardPartition) -> bool:
         """Write the shard's pending dead letters in order; False if one still fails."""
         assert self.sink is not None
+        reasons = [letter.reason for letter in sh.dead_pending]
         written, exc = sh.flush_dead_letters(self.sink)
         if written:
             self.dead_lettered += written
-            self._metrics.increment("dead_lettered", written, shard=sh.shard_id)
+            self.count_given_up(sh.shard_id, reasons[:written])
         if exc is not None:
             log.warning(
                 "dead-letter write of %s failing: %s", sh.dead_pending[0].record.message_id, exc

@@ -62,7 +62,7 @@ class CoordinatedSpout:
         require_shared_store(config, 2, None)
         self.config = config
         # First: a taken metrics port fails before ZooKeeper is even connected.
-        self.endpoint = MetricsEndpoint.of(config)
+        self.endpoint = MetricsEndpoint.of(config, "worker")
         metrics = self.endpoint.start().metrics if self.endpoint is not None else NoopMetrics()
         try:  # a bad zk_auth, an unreachable ZooKeeper: the port is let go
             self.store = ZooKeeperCheckpointStore.from_url(

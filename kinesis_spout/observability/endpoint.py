@@ -73,11 +73,21 @@ class MetricsEndpoint:
     """A Prometheus registry, its collector (:attr:`metrics`) and, once
     :meth:`start` ed, the HTTP server that serves it at ``/metrics``.
 
+    ``mode`` is the kind of process (``spout``, ``worker``, ``spark``, ``streaming``:
+    :data:`~kinesis_spout.observability.names.MODES`): the endpoint lists the metrics
+    that kind of process reports, and no others.
+
     Make it before the objects that report into :attr:`metrics`, start it before
     reading anything (a taken port fails there), close it last.
     """
 
-    def __init__(self, host: str, port: int, *, stream: str, job: str) -> None:
+    def __init__(
+        self, host: str, port: int, *, stream: str, job: str, mode: str = "spout"
+    ) -> None:
+        from kinesis_spout.observability.names import MODES
+
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
         try:
             from prometheus_client import (
                 CollectorRegistry,
@@ -99,13 +109,18 @@ class MetricsEndpoint:
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         GCCollector(registry=self.registry)
-        self.metrics: PrometheusMetrics = PrometheusMetrics(self.registry, stream=stream, job=job)
+        self.mode = mode
+        self.metrics: PrometheusMetrics = PrometheusMetrics(
+            self.registry, stream=stream, job=job, names=MODES[mode]
+        )
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def of(cls, config: SpoutConfig) -> MetricsEndpoint | None:
-        """The endpoint ``config`` asks for (not started), or None (``metrics_port`` unset)."""
+    def of(cls, config: SpoutConfig, mode: str = "spout") -> MetricsEndpoint | None:
+        """The endpoint ``config`` asks for (not started), or None (``metrics_port`` unset).
+        ``mode``: the kind of process (:data:`~kinesis_spout.observability.names.MODES`),
+        whose metrics it lists."""
         if config.metrics_port is None:
             return None
         return cls(
@@ -113,6 +128,7 @@ class MetricsEndpoint:
             config.metrics_port,
             stream=config.stream_name,
             job=config.job_name,
+            mode=mode,
         )
 
     def start(self) -> Self:

@@ -6,7 +6,12 @@ the code emits has an entry here and a line in the docs.
 
 Every exported metric has the labels ``stream`` and ``job``; a per-shard one also has
 ``shard`` (empty when the figure is not of one shard). Names follow Prometheus'
-conventions: counters end in ``_total``, durations are seconds.
+conventions: counters end in ``_total``, durations are seconds, and the values of
+a label of one counter are disjoint, so a sum over the label means something
+(``kinesis_spout_records_total`` summed over ``outcome``: the records done).
+
+:data:`MODES` names what each kind of process can report; its endpoint lists
+those metrics and no others.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ class MetricSpec:
     per_shard: bool = True
     """The series has a ``shard`` label."""
     labels: tuple[tuple[str, str], ...] = ()
-    """Fixed labels that tell the names sharing a family apart (``outcome="read"``)."""
+    """Fixed labels that tell the names sharing a family apart (``outcome="acked"``)."""
     scale: float = 1.0
     """Multiplier to base units (milliseconds to seconds: 0.001)."""
 
@@ -55,9 +60,9 @@ ERRORS = PREFIX + "errors_total"
 LEASES = PREFIX + "lease_events_total"
 
 _RECORDS_HELP = (
-    "Records per shard and outcome: read (handed out the first time), acked, failed, "
-    "retried (retry deliveries), dead_lettered (written to the dead-letter sink), "
-    "expired (given up as older than max_record_age)"
+    "Records done, per shard, each counted once under one outcome: acked; dead_lettered "
+    "(given up when its retries ran out); expired (given up as older than max_record_age). "
+    "Summed over outcome: the records done"
 )
 _ERRORS_HELP = (
     "Errors that were retried: kinesis (5xx answers, dropped connections), "
@@ -81,12 +86,29 @@ def _leases(name: str, event: str) -> MetricSpec:
 
 
 SPECS: tuple[MetricSpec, ...] = (
-    _records("records_read", "read"),
+    MetricSpec(
+        "records_read",
+        PREFIX + "records_read_total",
+        Kind.COUNTER,
+        "Records handed out for the first time (first deliveries)",
+    ),
     _records("records_acked", "acked"),
-    _records("records_failed", "failed"),
-    _records("retries", "retried"),
     _records("dead_lettered", "dead_lettered"),
     _records("records_expired", "expired"),
+    MetricSpec(
+        "retries",
+        PREFIX + "retries_total",
+        Kind.COUNTER,
+        "Retry deliveries (fast retries inside a micro-batch included); deliveries are "
+        "records_read_total + retries_total",
+    ),
+    MetricSpec(
+        "records_failed",
+        PREFIX + "failures_total",
+        Kind.COUNTER,
+        "Failed deliveries (fails and message timeouts that took effect): each is retried "
+        "or given up",
+    ),
     MetricSpec(
         "in_flight",
         PREFIX + "in_flight_records",
@@ -184,3 +206,20 @@ def fallback(name: str, kind: Kind) -> MetricSpec:
     clean = "".join(c if c.isalnum() or c == "_" else "_" for c in name).strip("_") or "unnamed"
     family = PREFIX + clean + ("_total" if kind is Kind.COUNTER else "")
     return MetricSpec(name, family, kind, f"{name} (reported by name, not a built-in metric)")
+
+
+_COORDINATION = frozenset({"rebalances", "leases_acquired", "leases_released", "leases_lost"})
+_SPOUT = frozenset(s.name for s in SPECS) - _COORDINATION - {"batches", "streaming_input_rows"}
+
+MODES: dict[str, frozenset[str]] = {
+    "spout": _SPOUT,
+    "worker": _SPOUT | _COORDINATION,
+    "spark": _SPOUT | {"batches"},
+    "streaming": frozenset({"batches", "streaming_input_rows"}),
+}
+"""The project names each kind of process reports, so its endpoint lists those only:
+``spout`` a :class:`~kinesis_spout.spout.KinesisSpout` (in your loop, or the multilang
+process with one task); ``worker`` the coordination worker and a multilang process
+sharing the stream by shard leases (the spout's, and the leases'); ``spark`` the Spark
+job's driver (the spout's, and its micro-batches); ``streaming`` a streaming query's
+:class:`~kinesis_spout.streaming.progress.KinesisProgressListener`."""

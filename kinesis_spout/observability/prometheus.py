@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -42,6 +42,11 @@ class PrometheusMetrics:
     seconds) turns a reported age into an age at scrape time. A name that is not
     built in is exported under ``kinesis_spout_<name>``; a name used with the
     wrong kind (a counter set as a gauge) is dropped with a warning, once.
+
+    ``names`` (default: every built-in name) are the names whose metrics are listed
+    from the start, before any value (an endpoint passes its mode's,
+    :data:`~kinesis_spout.observability.names.MODES`); another built-in name is
+    listed from its first report.
     """
 
     def __init__(
@@ -52,6 +57,7 @@ class PrometheusMetrics:
         job: str,
         buckets: Sequence[float] = GET_RECORDS_BUCKETS,
         clock: Callable[[], float] = time.monotonic,
+        names: Collection[str] | None = None,
     ) -> None:
         self.registry = registry
         self.stream = stream
@@ -67,7 +73,8 @@ class PrometheusMetrics:
         self._since: dict[str, float] = {}
         self._warned: set[str] = set()
         for spec in SPECS:
-            self._family(spec)
+            if names is None or spec.name in names:
+                self._family(spec)
 
     # --- MetricsCollector ------------------------------------------------------------
     def increment(self, name: str, value: int = 1, *, shard: str | None = None) -> None:

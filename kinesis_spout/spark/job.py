@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 PROCESS_KEY, None, "--process module:function, or process = ... in the config file"
             )
         # Before the job lease and Spark: a taken port stops the job before it starts.
-        endpoint = MetricsEndpoint.of(config)
+        endpoint = MetricsEndpoint.of(config, "spark")
         if endpoint is not None:
             endpoint.start()
     except KinesisSpoutError as exc:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from kinesis_spout.testing.streams import create_stream, make_payloads, put_reco
 pytestmark = pytest.mark.integration
 
 RECORDS = "kinesis_spout_records_total"
+READ = "kinesis_spout_records_read_total"
 POISON = b"POISON"
 
 
@@ -90,6 +92,15 @@ def outcomes(s: Scrape) -> dict[str, float]:
     return s.by("outcome", RECORDS)
 
 
+def listed_families(url: str) -> set[str]:
+    """The metric families the endpoint lists (its ``# TYPE`` lines), samples or not;
+    a counter's without its ``_total`` (which prometheus_client versions differ on)."""
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    types = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    return {name.removesuffix("_total") for name in types}
+
+
 def test_the_spout_serves_its_metrics_from_open_to_close(
     moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
 ) -> None:
@@ -102,10 +113,10 @@ def test_the_spout_serves_its_metrics_from_open_to_close(
     try:
         read_all(sp, 120)
         first = scrape(url_of(port))
-        assert outcomes(first) == {
-            "read": 120, "acked": 118, "failed": 4, "retried": 2, "dead_lettered": 2,
-        }  # fmt: skip
-        assert first.by("shard", RECORDS, outcome="read") == first_put
+        assert outcomes(first) == {"acked": 118, "dead_lettered": 2}
+        assert first.sum(READ) == 120 and first.by("shard", READ) == first_put
+        assert first.sum("kinesis_spout_retries_total") == 2
+        assert first.sum("kinesis_spout_failures_total") == 4
         stats = sp.stats()
         assert (stats.read, stats.acked, stats.retried, stats.dead_lettered) == (120, 118, 2, 2)
         assert first.by("shard", "kinesis_spout_in_flight_records") == dict.fromkeys(first_put, 0)
@@ -115,19 +126,72 @@ def test_the_spout_serves_its_metrics_from_open_to_close(
         assert len(first.select("kinesis_spout_checkpoint_age_seconds")) == 1
         assert first.sum("process_cpu_seconds_total") > 0  # the process' own metrics too
         assert {s.labels["stream"] for s in first.select(RECORDS)} == {unique_name}
+        families = listed_families(url_of(port))  # the spout's metrics only
+        assert {"kinesis_spout_records", "kinesis_spout_in_flight_records"} <= families
+        assert not families & {
+            "kinesis_spout_lease_events", "kinesis_spout_rebalances",
+            "kinesis_spout_batches", "kinesis_spout_streaming_input_rows",
+        }  # fmt: skip
 
         put_round(moto_client, unique_name, 60, "b", poison=1)
         read_all(sp, 180)
         second = scrape(url_of(port))
         before, after = outcomes(first), outcomes(second)
         assert all(after[k] >= v for k, v in before.items())
-        assert after["read"] == 180 and after["dead_lettered"] == 3 and after["acked"] == 177
+        assert second.sum(READ) == 180 and after == {"acked": 177, "dead_lettered": 3}
         assert second.sum("kinesis_spout_get_records_seconds_count") > first.sum(
             "kinesis_spout_get_records_seconds_count"
         )
     finally:
         sp.close()
     check_port_free(cfg)  # closed: the port is free again
+
+
+STALE = b"STALE"
+
+
+def read_counting(sp: KinesisSpout, expected_done: int) -> int:
+    """Like :func:`read_all` (stale records fail too); the deliveries handed out."""
+    deliveries, deadline = 0, time.monotonic() + 60
+    while True:
+        batch: list[Record] = sp.next_batch(500)
+        deliveries += len(batch)
+        bad = [r for r in batch if r.data.startswith((POISON, STALE))]
+        sp.ack_many(r for r in batch if r not in bad)
+        sp.fail_many((r, "bad") for r in bad)
+        stats = sp.stats()
+        if stats.acked + stats.dead_lettered >= expected_done and not sp.in_flight:
+            return deliveries
+        assert time.monotonic() < deadline, stats
+        if not batch:
+            time.sleep(min(sp.poll_delay(), 0.05))
+
+
+def test_each_record_is_counted_once_under_one_outcome(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """``kinesis_spout_records_total`` counts each record once, when it is done, under one
+    outcome (acked, dead_lettered: out of retries, expired: too old to retry): summed over
+    ``outcome`` it is the records done, here every record read. Deliveries, failures and
+    retries are counters of their own, and add up."""
+    create_stream(moto_client, unique_name, 2)
+    stale = [(f"s{i}", STALE + b"%d" % i) for i in range(3)]
+    put_records(moto_client, unique_name, stale)
+    too_old = time.monotonic() + 1.5
+    while time.monotonic() < too_old:  # the stale records age past max_record_age (1 s)
+        time.sleep(0.1)
+    put_round(moto_client, unique_name, 40, "a", poison=4)
+    port = free_port()
+    cfg = spout_config(moto_server, unique_name, tmp_path, metrics_port=port, max_record_age=1)
+    with KinesisSpout(cfg, client=make_client(moto_server.endpoint_url)) as sp:
+        deliveries = read_counting(sp, 43)
+        s = scrape(url_of(port))
+    assert outcomes(s) == {"acked": 36, "dead_lettered": 4, "expired": 3}
+    assert s.sum(RECORDS) == s.sum("kinesis_spout_records_read_total") == 43
+    retries = s.sum("kinesis_spout_retries_total")
+    assert retries == 4  # retry_limit 1: each poison record once more; stale ones never
+    assert s.sum("kinesis_spout_records_read_total") + retries == deliveries
+    assert s.sum("kinesis_spout_failures_total") == retries + 4 + 3  # retried or given up
 
 
 def test_a_taken_port_fails_the_spout_before_it_reads_anything(
@@ -203,7 +267,10 @@ def test_the_coordination_worker_serves_the_spout_and_lease_metrics(
             timeout=60,
             what="120 records acked",
         )
-        assert second.sum(RECORDS, outcome="read") == 120
+        assert second.sum(READ) == 120
+        families = listed_families(url_of(port))
+        assert {"kinesis_spout_lease_events", "kinesis_spout_rebalances"} <= families
+        assert "kinesis_spout_batches" not in families  # the worker has no micro-batches
     finally:
         stop.set()
         worker.join(60)

@@ -13,7 +13,8 @@ from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config_load import load_config
 from kinesis_spout.errors import ConfigError
 from kinesis_spout.metrics import InMemoryMetrics, NoopMetrics
-from kinesis_spout.observability.names import BY_NAME, SPECS, Kind
+from kinesis_spout.observability.endpoint import MetricsEndpoint
+from kinesis_spout.observability.names import BY_NAME, MODES, SPECS, Kind
 from kinesis_spout.observability.prometheus import PrometheusMetrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,26 +48,80 @@ def value(reg: CollectorRegistry, name: str, **labels: str) -> float | None:
     return reg.get_sample_value(name, {**LABELS, **labels})
 
 
-def test_record_outcomes_are_one_counter_by_shard_and_outcome(
+def test_records_done_are_one_counter_with_disjoint_outcomes(
     prom: PrometheusMetrics, reg: CollectorRegistry
 ) -> None:
     prom.increment("records_read", 10, shard="s0")
     prom.increment("records_read", 5, shard="s0")
     prom.increment("records_read", 7, shard="s1")
     prom.increment("records_acked", 14, shard="s0")
-    prom.increment("records_failed", shard="s0")
+    prom.increment("records_failed", 3, shard="s0")
     prom.increment("retries", 2, shard="s0")
     prom.increment("dead_lettered", shard="s0")
     prom.increment("records_expired", shard="s1")
     total = "kinesis_spout_records_total"
-    assert value(reg, total, shard="s0", outcome="read") == 15
-    assert value(reg, total, shard="s1", outcome="read") == 7
     assert value(reg, total, shard="s0", outcome="acked") == 14
-    assert value(reg, total, shard="s0", outcome="failed") == 1
-    assert value(reg, total, shard="s0", outcome="retried") == 2
     assert value(reg, total, shard="s0", outcome="dead_lettered") == 1
     assert value(reg, total, shard="s1", outcome="expired") == 1
     assert value(reg, total, shard="s1", outcome="acked") is None  # nothing acked there
+    outcomes = {
+        s.labels["outcome"]
+        for m in reg.collect()
+        if m.name == "kinesis_spout_records"
+        for s in m.samples
+        if s.name == total
+    }
+    assert outcomes == {"acked", "dead_lettered", "expired"}  # each record done, once
+    assert value(reg, "kinesis_spout_records_read_total", shard="s0") == 15
+    assert value(reg, "kinesis_spout_records_read_total", shard="s1") == 7
+    assert value(reg, "kinesis_spout_retries_total", shard="s0") == 2
+    assert value(reg, "kinesis_spout_failures_total", shard="s0") == 3
+
+
+def test_no_family_has_a_label_whose_values_overlap() -> None:
+    """Names that share a family differ only in fixed label values, and one project name
+    is one family's series: a record, an error or a lease event is counted once."""
+    by_family: dict[str, list[tuple[tuple[str, str], ...]]] = {}
+    for spec in SPECS:
+        by_family.setdefault(spec.family, []).append(spec.labels)
+    for family, labels in by_family.items():
+        assert len(set(labels)) == len(labels), family
+        if len(labels) > 1:
+            assert all(len(fixed) == 1 for fixed in labels), family
+    done = {s.name for s in SPECS if s.family == "kinesis_spout_records_total"}
+    assert done == {"records_acked", "dead_lettered", "records_expired"}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_an_endpoint_lists_only_the_metrics_of_its_mode(mode: str) -> None:
+    endpoint = MetricsEndpoint("127.0.0.1", 0, stream="orders", job="billing", mode=mode)
+    listed = {m.name for m in endpoint.registry.collect() if m.name.startswith("kinesis_spout")}
+    expected = {BY_NAME[n].family.removesuffix("_total") for n in MODES[mode]}
+    assert listed == expected
+
+
+def test_the_modes_of_the_endpoints() -> None:
+    families = {m: {BY_NAME[n].family for n in names} for m, names in MODES.items()}
+    assert "kinesis_spout_lease_events_total" not in families["spout"]
+    assert "kinesis_spout_batches_total" not in families["spout"]
+    assert families["worker"] - families["spout"] == {
+        "kinesis_spout_lease_events_total", "kinesis_spout_rebalances_total",
+    }  # fmt: skip
+    assert families["spark"] - families["spout"] == {"kinesis_spout_batches_total"}
+    assert families["streaming"] == {
+        "kinesis_spout_batches_total", "kinesis_spout_streaming_input_rows_total",
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="mode 'storm'"):
+        MetricsEndpoint("127.0.0.1", 0, stream="orders", job="billing", mode="storm")
+
+
+def test_a_name_outside_the_mode_is_still_exported_from_its_first_report(
+    reg: CollectorRegistry,
+) -> None:
+    prom = PrometheusMetrics(reg, stream="orders", job="billing", names=MODES["spout"])
+    assert "kinesis_spout_batches" not in {m.name for m in reg.collect()}
+    prom.increment("batches", 2)
+    assert value(reg, "kinesis_spout_batches_total") == 2
 
 
 def test_gauges_in_base_units_and_the_checkpoint_age_grows_until_scraped(
@@ -137,7 +192,7 @@ def test_other_names_are_exported_by_name_and_misuse_is_dropped(
     prom.gauge("records_read", 3, shard="s0")  # a counter cannot be set
     prom.increment("records_acked", -1, shard="s0")  # nor go down
     prom.observe("in_flight", 1.0)
-    assert value(reg, "kinesis_spout_records_total", shard="s0", outcome="read") is None
+    assert value(reg, "kinesis_spout_records_read_total", shard="s0") is None
     assert value(reg, "kinesis_spout_records_total", shard="s0", outcome="acked") is None
     assert "metric records_read: gauge use of a counter is not exported" in caplog.text
     assert "metric records_acked: a negative increment (-1)" in caplog.text
@@ -151,7 +206,7 @@ def test_misuse_after_the_series_exists_is_dropped_too(
     prom.gauge("records_read", 1, shard="s0")  # a counter's series exists: still not set
     prom.increment("in_flight", 2, shard="s0")  # nor is a gauge's series counted up
     prom.observe("records_read", 9.0, shard="s0")
-    assert value(reg, "kinesis_spout_records_total", shard="s0", outcome="read") == 4
+    assert value(reg, "kinesis_spout_records_read_total", shard="s0") == 4
     assert value(reg, "kinesis_spout_in_flight_records", shard="s0") == 3
     assert "metric records_read: gauge use of a counter is not exported" in caplog.text
     assert "metric in_flight: counter use of a gauge is not exported" in caplog.text
