@@ -72,23 +72,33 @@ def build_driver(
     fast = FastRetry.of(config)
     runner = SparkRunner(spark, processor, sink, fast)
     if spout is None:
-        from kinesis_spout.spout import KinesisSpout
-
-        # Every record this spout hands out gets its outcome when its micro-batch completes
-        # (fan-out trees keep message_timeout in the driver's ledger). The spout's own
-        # timeout would fail the records of a batch filled while a slow one runs
-        # (pipeline) and deliver them again: it is off here.
-        spout = KinesisSpout(
-            config.replace(message_timeout=0.0),
-            clock=clock,
-            rng=rng,
-            metrics=metrics,
-            job_lease=job_lease,
-        )
+        spout = _driver_spout(config, clock, rng, metrics, job_lease)
     return SparkDriver(
         config, runner, spout, row_sink=sink, n_sinks=runner.n_sinks, clock=clock,
         sleep=sleep, progress=progress, rng=rng, fast=fast, metrics=metrics,
     )  # fmt: skip
+
+
+def _driver_spout(
+    config: SpoutConfig,
+    clock: Callable[[], float],
+    rng: random.Random | None,
+    metrics: MetricsCollector | None,
+    job_lease: bool,
+) -> SpoutLike:
+    """The spout of driver reads. Every record it hands out gets its outcome when its
+    micro-batch completes (fan-out trees keep ``message_timeout`` in the driver's
+    ledger); its own message timeout would fail the records of a batch filled while a
+    slow one runs (the pipeline) and deliver them again, so it is off."""
+    from kinesis_spout.spout import KinesisSpout
+
+    return KinesisSpout(
+        config.replace(message_timeout=0.0),
+        clock=clock,
+        rng=rng,
+        metrics=metrics,
+        job_lease=job_lease,
+    )
 
 
 def _executor_driver(
