@@ -29,7 +29,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import boto3
-import botocore.session
 from botocore.config import Config as BotoConfig
 from botocore.eventstream import EventStream, EventStreamBuffer
 from botocore.parsers import ResponseParserFactory
@@ -41,8 +40,7 @@ ONE_SHOT_RETRIES: Any = {"mode": "standard", "total_max_attempts": 3}
 DUMMY_CREDENTIALS = {"aws_access_key_id": "test", "aws_secret_access_key": "test"}
 
 
-def _has_credentials() -> bool:
-    session = boto3.session.Session()
+def _has_credentials(session: boto3.session.Session) -> bool:
     return session.get_credentials() is not None
 
 
@@ -59,6 +57,7 @@ def make_client(
     endpoint_url: str | None = None,
     region: str = "us-east-1",
     *,
+    profile: str | None = None,
     connect_timeout: float = 5.0,
     read_timeout: float = 30.0,
     max_pool_connections: int = 16,
@@ -73,9 +72,10 @@ def make_client(
     ``dead-letters redrive``) keeps botocore's standard retry mode instead
     (:data:`ONE_SHOT_RETRIES`): a throttled or 5xx answer is tried again there.
     ``endpoint_url=None`` keeps boto3's resolution, which
-    honours ``AWS_ENDPOINT_URL_KINESIS`` / ``AWS_ENDPOINT_URL``. The clients
-    share a botocore session of their own, so the UTC timestamp parser changes
-    nothing for other boto3 clients in the process.
+    honours ``AWS_ENDPOINT_URL_KINESIS`` / ``AWS_ENDPOINT_URL``. ``profile``: an AWS
+    profile (None: ``AWS_PROFILE`` or the default chain, :mod:`kinesis_spout.aws`).
+    The clients of a profile share a botocore session of their own, so the UTC
+    timestamp parser changes nothing for other boto3 clients in the process.
     """
     cfg = BotoConfig(
         region_name=region,
@@ -92,27 +92,30 @@ def make_client(
     )
     if endpoint_url:
         kwargs["endpoint_url"] = endpoint_url
-    if effective_endpoint and not _has_credentials():
-        kwargs.update(DUMMY_CREDENTIALS)
     with _SESSION_LOCK:  # sessions are not thread-safe; the clients they make are
-        return _session().client("kinesis", **kwargs)
+        session = _session(profile)
+        if effective_endpoint and not _has_credentials(session):
+            kwargs.update(DUMMY_CREDENTIALS)
+        return session.client("kinesis", **kwargs)
 
 
 _SESSION_LOCK = threading.Lock()
-_SESSION: boto3.session.Session | None = None
+_SESSIONS: dict[str | None, boto3.session.Session] = {}
 
 
-def _session() -> boto3.session.Session:
-    """One boto3 session for this module's clients (loading the service model
-    costs ~0.1 s per session), with the UTC timestamp parser."""
-    global _SESSION
-    if _SESSION is None:
-        core = botocore.session.Session()
+def _session(profile: str | None) -> boto3.session.Session:
+    """One boto3 session per profile for this module's clients (loading the service
+    model costs ~0.1 s per session), with the UTC timestamp parser."""
+    session = _SESSIONS.get(profile)
+    if session is None:
+        from kinesis_spout.aws import botocore_session
+
+        core = botocore_session(profile)
         factory = _FastParsers()
         factory.set_parser_defaults(timestamp_parser=utc_timestamp)
         core.register_component("response_parser_factory", factory)
-        _SESSION = boto3.session.Session(botocore_session=core)
-    return _SESSION
+        session = _SESSIONS[profile] = boto3.session.Session(botocore_session=core)
+    return session
 
 
 def _decode_records(records: Any) -> None:
