@@ -14,7 +14,10 @@ shape-driven parser, which walks every field of every record: ~11 µs per
 record); so is each ``SubscribeToShardEvent`` of an enhanced fan-out event stream,
 whose messages are framed from a growing ``bytearray`` read 1 MiB at a time (botocore
 appends 64 KiB reads to an immutable ``bytes``: quadratic in an event's size, ~0.5 µs
-per record of a 10,000-record event); every other answer and event goes to botocore.
+per record of a 10,000-record event); every other answer and event goes to botocore,
+and so does an answer that does not look as the fast parser expects (an unknown
+field, a type that differs), or every event stream if the botocore internals the
+fast one relies on are not there: said once at INFO.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -33,6 +37,8 @@ from botocore.config import Config as BotoConfig
 from botocore.eventstream import EventStream, EventStreamBuffer
 from botocore.parsers import ResponseParserFactory
 from botocore.utils import parse_timestamp
+
+log = logging.getLogger(__name__)
 
 ONE_SHOT_RETRIES: Any = {"mode": "standard", "total_max_attempts": 3}
 """botocore's standard retry mode with its default 3 attempts, for one-shot CLI calls."""
@@ -148,8 +154,45 @@ class _FastEvents:
         return {"SubscribeToShardEvent": event}
 
 
+_RECORD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "SequenceNumber": str, "PartitionKey": str, "Data": str, "EncryptionType": str,
+    "ApproximateArrivalTimestamp": (int, float),
+}  # fmt: skip
+_FALLBACK_SAID: set[str] = set()
+
+
+def fall_back(why: str) -> None:
+    """Log once per reason that botocore's own parser is used instead of the fast one."""
+    if why not in _FALLBACK_SAID:
+        _FALLBACK_SAID.add(why)
+        log.info("fast GetRecords parser not used (%s): botocore parses these answers", why)
+
+
+def unexpected(out: Any, shape: Any) -> str | None:
+    """Why a parsed GetRecords body is not what the fast parser handles, or None."""
+    if not isinstance(out, dict):
+        return "the body is not a JSON object"
+    members = getattr(shape, "members", None)
+    if members is None or not set(out) <= set(members):
+        return f"unknown keys {sorted(set(out) - set(members or ()))}"
+    records = out.get("Records", [])
+    if not isinstance(records, list):
+        return "Records is not a list"
+    for rec in records:
+        if not isinstance(rec, dict) or not all(
+            k in _RECORD_TYPES and isinstance(v, _RECORD_TYPES[k]) and not isinstance(v, bool)
+            for k, v in rec.items()
+        ):
+            return "a record with unknown fields or types"
+        if not isinstance(rec.get("Data"), str):
+            return "a record without Data"
+    return None
+
+
 class _FastGetRecords:
-    """botocore's parser, but one ``json.loads`` for a successful GetRecords answer."""
+    """botocore's parser, but one ``json.loads`` for a successful GetRecords answer.
+    An answer that does not look as expected (:func:`unexpected`: a field or type this
+    botocore version would parse differently) goes to botocore's parser, said once."""
 
     def __init__(self, parser: Any) -> None:
         self._parser = parser
@@ -162,8 +205,19 @@ class _FastGetRecords:
             or not response.get("body")
         ):
             return dict(self._parser.parse(response, shape))
-        out: dict[str, Any] = json.loads(response["body"])
-        _decode_records(out.get("Records", ()))
+        try:
+            out: Any = json.loads(response["body"])
+        except ValueError:
+            out = None
+        why = unexpected(out, shape)
+        if why is None:
+            try:
+                _decode_records(out.get("Records", ()))
+            except (ValueError, TypeError):  # binascii.Error is a ValueError
+                why = "a record's Data is not base64"
+        if why is not None:
+            fall_back(why)
+            return dict(self._parser.parse(response, shape))
         headers = response.get("headers", {})
         out["ResponseMetadata"] = {
             "RequestId": headers.get("x-amzn-requestid", ""),
@@ -171,7 +225,7 @@ class _FastGetRecords:
             "HTTPHeaders": headers,
             "RetryAttempts": 0,
         }
-        return out
+        return dict(out)
 
 
 class _LinearBuffer(EventStreamBuffer):  # type: ignore[misc]
@@ -211,13 +265,28 @@ def _event_stream(parser: Any, response: dict[str, Any], shape: Any) -> Any:
     return _EventStream(response["body"], shape, parser._event_stream_parser, name)
 
 
+def _buffer_internals() -> bool:
+    """botocore's ``EventStreamBuffer`` still has what :class:`_LinearBuffer` replaces."""
+    probe = EventStreamBuffer()
+    return all(hasattr(probe, a) for a in ("_data", "_prelude")) and all(
+        hasattr(EventStreamBuffer, m) for m in ("_parse_message_bytes", "_prepare_for_next_message")
+    ) and hasattr(EventStream, "_create_raw_event_generator")  # fmt: skip
+
+
 class _FastParsers(ResponseParserFactory):  # type: ignore[misc]
+    """botocore's parsers, with the fast GetRecords and event-stream paths where the
+    botocore internals they rely on are there (else botocore's own, said once)."""
+
     def create_parser(self, protocol_name: str) -> Any:
         parser = super().create_parser(protocol_name)
         if protocol_name != "json":
             return parser
         events = getattr(parser, "_event_stream_parser", None)
-        if events is not None:  # botocore keeps it there (JSON protocol parsers)
+        if events is None or not hasattr(parser, "_create_event_stream"):
+            fall_back("this botocore's JSON parser has no _event_stream_parser")
+        elif not _buffer_internals():
+            fall_back("this botocore's EventStreamBuffer differs")
+        else:
             parser._event_stream_parser = _FastEvents(events)
             parser._create_event_stream = functools.partial(_event_stream, parser)
         return _FastGetRecords(parser)
