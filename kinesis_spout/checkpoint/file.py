@@ -120,7 +120,8 @@ class FileCheckpointStore:
 
     def mark_ended(self, stream_name: str, shard_id: str, owner: str) -> Checkpoint:
         self._check_open()
-        stored = self.load(stream_name).get(shard_id)
+        # Not load(): that is a reader's start, which would adopt a reset it did not see.
+        stored = self._read(self.path(stream_name), stream_name).get(shard_id)
         if stored is not None and stored.shard_end:
             return stored
         return self.save(
