@@ -130,6 +130,7 @@ def read_subscribed(
         settings.consumer_arn,
         settings.throttle_backoff,
         settings.throttle_backoff_max,
+        settings.profile,
     )
     getter = subscribed_getter(
         target,
