@@ -58,7 +58,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     _flatten(doc, "", out)
     for k in out:
         if not is_field(k):
-            raise ConfigError(k, out[k], f"a known key of {p}{did_you_mean(k, FIELD_NAMES)}")
+            raise ConfigError(k, out[k], f"unknown key in {p}{did_you_mean(k, FIELD_NAMES)}")
     return out
 
 
@@ -85,7 +85,7 @@ def env_values(env: Mapping[str, str]) -> dict[str, Any]:
         if name in _TOOLING_ENV:  # the config file itself, and the project's scripts' settings
             continue
         if not is_field(name):
-            raise ConfigError(k, v, "a known variable" + did_you_mean(name.upper(), [
+            raise ConfigError(k, v, "unknown variable" + did_you_mean(name.upper(), [
                 n.upper() for n in FIELD_NAMES], ENV_PREFIX))  # fmt: skip
         out[name] = v
     return out
