@@ -1,7 +1,10 @@
 """The ``kinesis-spout`` command.
 
-Subcommands are registered in :data:`COMMANDS`; each module that adds one
-keeps its own argument parsing.
+Each subcommand takes the config flags of the fields it uses (``run`` and
+``config`` take every field, ``status`` the store's, the stream's and AWS's),
+plus flags of its own, added by the module that implements it. A flag a
+subcommand does not take is an error that names the close match, or the
+subcommands that take it.
 """
 
 from __future__ import annotations
@@ -10,15 +13,30 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from kinesis_spout import __version__
-from kinesis_spout.config_load import add_config_arguments, config_from_args
+from kinesis_spout.config_load import (
+    AWS_FIELDS,
+    STORE_FIELDS,
+    add_config_arguments,
+    config_from_args,
+    did_you_mean,
+)
 from kinesis_spout.errors import KinesisSpoutError
 
 log = logging.getLogger("kinesis_spout")
 QUIET_LOGGERS = ("botocore", "boto3", "urllib3", "kazoo")
 """Libraries whose INFO lines only ``--verbose`` shows."""
+
+Handler = Callable[[argparse.Namespace], int]
+Adder = Callable[[argparse.ArgumentParser], None]
+DEAD_LETTER_FIELDS = ("dead_letter", "job_name", "stream_name", "region", "profile")
+STATUS_FIELDS = (
+    *STORE_FIELDS, *AWS_FIELDS, "dead_letter", "initial_position", "initial_timestamp",
+)  # fmt: skip
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
@@ -40,106 +58,182 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
         store.close()
     for shard_id, cp in sorted(cps.items()):
         end = " (shard end)" if cp.shard_end else ""
-        print(f"{shard_id}\t{cp.sequence_number}:{cp.sub_sequence_number}{end}\t{cp.updated_at}")
+        at = f"start at {cp.start_at.isoformat()}" if cp.is_pin and cp.start_at else ""
+        pos = at or f"{cp.sequence_number}:{cp.sub_sequence_number}"
+        print(f"{shard_id}\t{pos}{end}\t{cp.updated_at}")
     if not cps:
         print(f"no checkpoints for job {cfg.job_name!r}, stream {cfg.stream_name!r}")
     return 0
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    """spark-submit the Spark job (kinesis_spout/spark/job.py)."""
-    from kinesis_spout.spark.submit import cmd_run
+def _lazy(module: str, name: str) -> Callable[..., Any]:
+    """The function ``name`` of ``module``, imported when called."""
 
-    return cmd_run(args)
+    def call(*args: object) -> Any:
+        import importlib
 
+        return getattr(importlib.import_module(module), name)(*args)
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    """The word-count demo on a local emulator."""
-    from kinesis_spout.examples.demo import cmd_demo
-
-    return cmd_demo(args)
+    return call
 
 
-def _cmd_dead_letters(args: argparse.Namespace) -> int:
-    """List dead letters, or put them back on a stream."""
-    from kinesis_spout.deadletter_cli import cmd_dead_letters
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One subcommand: its help, handler, the config fields it takes (None = every
+    one), its own flags, and subcommands of its own."""
 
-    return cmd_dead_letters(args)
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    """Per shard: checkpoint, state, owner, lag, dead letters; and the job lease."""
-    from kinesis_spout.status.command import cmd_status
-
-    return cmd_status(args)
-
-
-def _status_arguments(parser: argparse.ArgumentParser) -> None:
-    from kinesis_spout.status.command import add_status_arguments
-
-    add_status_arguments(parser)
+    help: str
+    handler: Handler | None
+    fields: Collection[str] | None = ()
+    extra: Adder | None = None
+    children: tuple[tuple[str, Command], ...] = ()
+    usage: str | None = "%(prog)s [options]"
 
 
-def _dead_letter_arguments(parser: argparse.ArgumentParser) -> None:
-    from kinesis_spout.deadletter_cli import add_arguments
-
-    add_arguments(parser)
-
-
-def _run_arguments(parser: argparse.ArgumentParser) -> None:
-    from kinesis_spout.spark.submit import add_run_arguments
-
-    add_run_arguments(parser)
-
-
-def _demo_arguments(parser: argparse.ArgumentParser) -> None:
-    from kinesis_spout.examples.demo import add_demo_arguments
-
-    add_demo_arguments(parser)
-
-
-Handler = Callable[[argparse.Namespace], int]
-COMMANDS: dict[str, tuple[str, Handler, bool]] = {
-    "config": ("validate the configuration and print it", _cmd_config, True),
-    "checkpoints": ("show the stored checkpoints", _cmd_checkpoints, True),
-    "status": (
+COMMANDS: dict[str, Command] = {
+    "config": Command("validate the configuration and print it", _cmd_config, None, usage=None),
+    "checkpoints": Command(
+        "show the stored checkpoints (reset: move them, with the job stopped)",
+        _cmd_checkpoints,
+        STORE_FIELDS,
+        children=(
+            (
+                "reset",
+                Command(
+                    "move the checkpoint of one shard or all (refused while the job runs)",
+                    _lazy("kinesis_spout.checkpoint.reset_cli", "cmd_reset"),
+                    (*STORE_FIELDS, *AWS_FIELDS),
+                    _lazy("kinesis_spout.checkpoint.reset_cli", "add_reset_arguments"),
+                    usage="%(prog)s (--shard ID | --all) (--to-trim-horizon | --to-latest |\n"
+                    "       --to-timestamp T | --to-sequence S[:SUB]) [options]",
+                ),
+            ),
+        ),
+    ),  # fmt: skip
+    "status": Command(
         "per shard: checkpoint, state, owner, lag, dead letters; the job lease (--json)",
-        _cmd_status,
-        True,
+        _lazy("kinesis_spout.status.command", "cmd_status"),
+        STATUS_FIELDS,
+        _lazy("kinesis_spout.status.command", "add_status_arguments"),
     ),
-    "run": ("run the Spark job with spark-submit (--process module:function)", _cmd_run, True),
-    "demo": ("word count on a local Kinesis emulator with Spark (resumes)", _cmd_demo, False),
-    "dead-letters": ("list dead letters, or re-drive them onto a stream", _cmd_dead_letters, True),
+    "run": Command(
+        "run the Spark job with spark-submit (--process module:function)",
+        _lazy("kinesis_spout.spark.submit", "cmd_run"),
+        None,
+        _lazy("kinesis_spout.spark.submit", "add_run_arguments"),
+        usage=None,
+    ),
+    "demo": Command(
+        "word count on a local Kinesis emulator with Spark (resumes)",
+        _lazy("kinesis_spout.examples.demo", "cmd_demo"),
+        (),
+        _lazy("kinesis_spout.examples.demo", "add_demo_arguments"),
+    ),
+    "dead-letters": Command(
+        "list dead letters, or re-drive them onto a stream",
+        None,
+        children=(
+            (
+                "list",
+                Command(
+                    "print the dead letters (--json: whole entries)",
+                    _lazy("kinesis_spout.deadletter_cli", "cmd_list"),
+                    DEAD_LETTER_FIELDS,
+                    _lazy("kinesis_spout.deadletter_cli", "add_list_arguments"),
+                ),
+            ),
+            (
+                "redrive",
+                Command(
+                    "put dead letters back on a stream (--delete: then remove them)",
+                    _lazy("kinesis_spout.deadletter_cli", "cmd_redrive"),
+                    (*DEAD_LETTER_FIELDS, "endpoint_url"),
+                    _lazy("kinesis_spout.deadletter_cli", "add_redrive_arguments"),
+                ),
+            ),
+        ),
+    ),  # fmt: skip
 }
-# Commands with flags of their own beyond the config flags.
-EXTRA_ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
-    "run": _run_arguments,
-    "demo": _demo_arguments,
-    "dead-letters": _dead_letter_arguments,
-    "status": _status_arguments,
-}
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Plain help, options and their help on one line where they fit."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=30)
+
+
+def _add(sub: Any, name: str, cmd: Command, nested: bool, path: str) -> None:
+    usage = cmd.usage if cmd.fields and not cmd.children else None
+    p = sub.add_parser(
+        name, help=cmd.help, description=cmd.help, formatter_class=_Formatter, usage=usage
+    )
+    if cmd.fields is None or cmd.fields:
+        add_config_arguments(p, cmd.fields, nested=nested)
+    if cmd.extra is not None:
+        cmd.extra(p)
+    p.set_defaults(handler=cmd.handler, command_parser=p, command_path=path)
+    if cmd.children:
+        inner = p.add_subparsers(
+            dest=f"{name}_action", required=cmd.handler is None, metavar="ACTION"
+        )
+        for child_name, child in cmd.children:
+            _add(inner, child_name, child, bool(cmd.fields), f"{path} {child_name}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kinesis-spout", description="Read Kinesis shards with Storm-grade reliability."
+        prog="kinesis-spout",
+        description="Read Kinesis shards with Storm-grade reliability.",
+        formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=__version__)
     parser.add_argument("-v", "--verbose", action="store_true", help="DEBUG logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, (help_text, handler, takes_config) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text)
-        if takes_config:
-            add_config_arguments(p)
-        if name in EXTRA_ARGUMENTS:
-            EXTRA_ARGUMENTS[name](p)
-        p.set_defaults(handler=handler)
+    for name, cmd in COMMANDS.items():
+        _add(sub, name, cmd, False, name)
     return parser
+
+
+def _flags_of(parser: argparse.ArgumentParser) -> set[str]:
+    return {s for a in parser._actions for s in a.option_strings if s.startswith("--")}
+
+
+def _commands_with(flag: str, parser: argparse.ArgumentParser, path: str = "") -> list[str]:
+    """The subcommands (``dead-letters redrive``) whose parser takes ``flag``."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                child_path = f"{path} {name}".strip()
+                if flag in _flags_of(child):
+                    found.append(child_path)
+                found += _commands_with(flag, child, child_path)
+    return found
+
+
+def unknown_argument_error(
+    parser: argparse.ArgumentParser, command: argparse.ArgumentParser, path: str, extra: str
+) -> str:
+    """The error for an argument ``command`` does not take: the close match (difflib), or
+    the subcommands that take it."""
+    flag = extra.split("=", 1)[0]
+    if not flag.startswith("--"):
+        return f"{path}: unexpected argument {extra!r}"
+    others = [c for c in _commands_with(flag, parser) if c != path]
+    if others:
+        return f"{flag} is not a flag of '{path}' (it is one of: {', '.join(sorted(others))})"
+    hint = did_you_mean(flag, _flags_of(command))
+    return f"unknown flag {flag}{hint if 'did you mean' in hint else ''}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        command = getattr(args, "command_parser", parser)
+        path = getattr(args, "command_path", "kinesis-spout")
+        command.error(unknown_argument_error(parser, command, path, extras[0]))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

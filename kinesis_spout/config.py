@@ -71,8 +71,12 @@ class SpoutConfig:
     """Kinesis stream to read."""
     job_name: str = "kinesis-spout"
     """Part of every checkpoint path: two jobs never share checkpoints."""
-    region: str = "us-east-1"
-    """AWS region."""
+    region: str = ""
+    """AWS region. Unset (empty): ``AWS_REGION``, ``AWS_DEFAULT_REGION``, the profile's
+    region, else us-east-1, as boto3 and the AWS CLI resolve it (when the config is built)."""
+    profile: str | None = None
+    """AWS profile (``~/.aws/config``) of every boto3 client. Unset: ``AWS_PROFILE``,
+    else the default credentials chain, as the AWS CLI does."""
     endpoint_url: str | None = None
     """Kinesis endpoint (an emulator). Unset: boto3's own resolution, which
     honours ``AWS_ENDPOINT_URL_KINESIS`` and ``AWS_ENDPOINT_URL``."""
@@ -330,6 +334,10 @@ def is_field(name: str) -> bool:
 
 def _validate(c: SpoutConfig) -> None:
     _check_types(c)  # first: a dataclass does not check them
+    if not c.region:
+        from kinesis_spout.aws import resolve_region
+
+        object.__setattr__(c, "region", resolve_region(c.profile))
     check_names(c)
     check_numbers(c)
     check_consumer(c)

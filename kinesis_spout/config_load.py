@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import os
+import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +58,16 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     _flatten(doc, "", out)
     for k in out:
         if not is_field(k):
-            raise ConfigError(
-                k, out[k], f"unknown key in {p}; known keys: {', '.join(FIELD_NAMES)}"
-            )
+            raise ConfigError(k, out[k], f"unknown key in {p}{did_you_mean(k, FIELD_NAMES)}")
     return out
+
+
+def did_you_mean(word: str, choices: Collection[str], prefix: str = "") -> str:
+    """``"; did you mean X?"`` for the closest of ``choices`` (difflib), else the whole list."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {prefix}{close[0]}?"
+    return f"; known: {', '.join(prefix + c for c in sorted(choices))}"
 
 
 # KINESIS_SPOUT_CONFIG names the file; the others are read by scripts/ and kinesis_spout.testing.
@@ -77,9 +85,8 @@ def env_values(env: Mapping[str, str]) -> dict[str, Any]:
         if name in _TOOLING_ENV:  # the config file itself, and the project's scripts' settings
             continue
         if not is_field(name):
-            raise ConfigError(
-                k, v, f"unknown variable; known: {ENV_PREFIX}<{'|'.join(FIELD_NAMES)}>"
-            )
+            raise ConfigError(k, v, "unknown variable" + did_you_mean(name.upper(), [
+                n.upper() for n in FIELD_NAMES], ENV_PREFIX))  # fmt: skip
         out[name] = v
     return out
 
@@ -104,33 +111,86 @@ def load_config(
 
 
 # Fields whose flag the commands define themselves (with their own help text).
-_OWN_FLAG_FIELDS = frozenset({"process", "wait_for_lease"})
+_OWN_FLAG_FIELDS = frozenset({"process"})
+
+STORE_FIELDS = ("job_name", "stream_name", "checkpoint_store", "zk_auth", "zk_session_timeout")
+"""The fields a command that reads the checkpoint store uses."""
+AWS_FIELDS = ("region", "profile", "endpoint_url")
+"""The fields a command that calls Kinesis uses."""
+
+_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--config FILE`` and one ``--<field>`` flag per config field."""
-    parser.add_argument("--config", metavar="FILE", help="TOML config file")
+def plain_text(doc: str) -> str:
+    """An RST field doc as ``--help`` shows it: no ``literal`` quotes, no roles."""
+    text = _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1], doc)
+    return text.replace("``", "").replace("%", "%%")
+
+
+_DEFAULTS_SAID = {
+    "region": "AWS_REGION, AWS_DEFAULT_REGION, the profile's, us-east-1",
+    "profile": "AWS_PROFILE, else the default chain",
+    "endpoint_url": "AWS_ENDPOINT_URL_KINESIS, AWS_ENDPOINT_URL, AWS",
+    "worker_id": "<host>-<pid>",
+}
+
+
+def _default_text(f: dataclasses.Field[Any]) -> str:
+    if f.name in _DEFAULTS_SAID:
+        return f" (default: {_DEFAULTS_SAID[f.name]})"
+    value = f.default
+    if value is None or value is dataclasses.MISSING:
+        return ""
+    if isinstance(value, bool):
+        value = str(value).lower()
+    return f" (default: {getattr(value, 'value', value)})"
+
+
+def add_config_arguments(
+    parser: argparse.ArgumentParser,
+    fields: Collection[str] | None = None,
+    *,
+    nested: bool = False,
+) -> None:
+    """Add ``--config FILE`` and one ``--<field-with-dashes>`` flag per config field
+    (only those in ``fields``, when given: then each help is the doc's first sentence).
+    ``nested``: the parser is a subcommand of a parser with the same flags (an absent
+    flag leaves the outer one's value alone)."""
+    absent = argparse.SUPPRESS if nested else None
+    parser.add_argument("--config", metavar="FILE", default=absent, help="TOML config file")
     group = parser.add_argument_group("config (override the file and the environment)")
     for f in dataclasses.fields(SpoutConfig):
-        if f.name in _OWN_FLAG_FIELDS:
+        if f.name in _OWN_FLAG_FIELDS or (fields is not None and f.name not in fields):
             continue
-        doc = FIELD_DOCS.get(f.name, "")
+        doc = plain_text(FIELD_DOCS.get(f.name, ""))
+        if fields is not None:
+            doc = doc.split(". ", 1)[0].rstrip(".")
+        doc += _default_text(f)
         group.add_argument(
             "--" + f.name.replace("_", "-"),
             dest="cfg_" + f.name,
-            metavar=f.name.upper(),
-            default=None,
+            metavar=_metavar(f.name),
+            default=absent,
             help=doc or None,
+            **_bool_flag(f.type),
         )
-    group.add_argument(
-        "--wait-for-lease",
-        dest="cfg_wait_for_lease",
-        nargs="?",
-        const="true",
-        default=None,
-        metavar="BOOL",
-        help="if another driver of this job runs, wait for it to end instead of failing",
-    )
+
+
+_METAVARS = {"bool": "BOOL", "float": "SECONDS", "int": "N", "InitialPosition": "POSITION",
+             "datetime": "TIME", "str": "VALUE"}  # fmt: skip
+_NAMED = {"stream_name": "NAME", "job_name": "NAME", "checkpoint_store": "URL",
+          "endpoint_url": "URL", "dead_letter": "TARGET", "max_calls_per_second": "N"}  # fmt: skip
+
+
+def _bool_flag(typ: object) -> dict[str, Any]:
+    """A bool flag alone means true: ``--wait-for-lease``."""
+    return {"nargs": "?", "const": "true"} if typ in (bool, "bool") else {}
+
+
+def _metavar(name: str) -> str:
+    """``--zk-session-timeout SECONDS``: the field's kind, or a word for it."""
+    typ = str(SpoutConfig.__annotations__.get(name, "")).split(" | ")[0]
+    return _NAMED.get(name) or _METAVARS.get(typ, "VALUE")
 
 
 def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> SpoutConfig:

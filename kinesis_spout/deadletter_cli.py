@@ -38,6 +38,7 @@ from kinesis_spout.config_load import config_from_args
 from kinesis_spout.deadletter_redrive import Redriven
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 
+Entry = dict[str, Any]
 PUT_BATCH = 500
 PUT_ATTEMPTS = 8
 
@@ -54,14 +55,27 @@ class Source:
     entries: list[dict[str, Any]]
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=("list", "redrive"), help="what to do")
-    parser.add_argument("--json", action="store_true", help="list: full entries as JSON lines")
-    parser.add_argument("--shard", help="only this shard's entries")
+def _add_selection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shard", metavar="ID", help="only this shard's entries")
     parser.add_argument("--reason", choices=DEAD_LETTER_REASONS, help="only this reason")
-    parser.add_argument("--to-stream", help="redrive: put onto this stream (default: stream_name)")
-    parser.add_argument("--delete", action="store_true", help="redrive: then remove them")
-    parser.add_argument("--dry-run", action="store_true", help="redrive: only show what")
+
+
+def add_list_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``dead-letters list``."""
+    _add_selection(parser)
+    parser.add_argument("--json", action="store_true", help="whole entries as JSON lines")
+
+
+def add_redrive_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``dead-letters redrive``."""
+    _add_selection(parser)
+    parser.add_argument(
+        "--to-stream", metavar="NAME", help="put onto this stream (default: stream_name)"
+    )
+    parser.add_argument(
+        "--delete", action="store_true", help="then remove the re-driven entries (default: keep)"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="only show what would be put")
 
 
 def load_sources(cfg: SpoutConfig) -> list[Source]:
@@ -81,7 +95,7 @@ def load_sources(cfg: SpoutConfig) -> list[Source]:
         from kinesis_spout.deadletter_s3 import s3_client as make
 
         bucket, prefix = parse_s3_url(target)
-        client = make()
+        client = make(region=cfg.region, profile=cfg.profile)
         base = key_prefix(prefix, cfg.job_name, cfg.stream_name)
         return [
             Source(f"s3://{bucket}/{k}", read_s3_object(client, bucket, k))
@@ -119,22 +133,31 @@ def entry_line(e: dict[str, Any]) -> str:
     )
 
 
-def cmd_dead_letters(args: argparse.Namespace) -> int:
+def _chosen(args: argparse.Namespace) -> tuple[SpoutConfig, list[Source], list[Entry]]:
     cfg = config_from_args(args)
     sources = load_sources(cfg)
-    chosen = [(s, e) for s in sources for e in s.entries if selected(e, args)]
-    if args.action == "list":
-        for _, e in chosen:
-            print(json.dumps(e) if args.json else entry_line(e))
-        if not args.json:
-            print(f"{len(chosen)} dead letters in {cfg.dead_letter} (job {cfg.job_name!r})")
-        return 0
+    return cfg, sources, [e for s in sources for e in s.entries if selected(e, args)]
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """``dead-letters list``: one line per entry, or whole entries with ``--json``."""
+    cfg, _, chosen = _chosen(args)
+    for e in chosen:
+        print(json.dumps(e) if args.json else entry_line(e))
+    if not args.json:
+        print(f"{len(chosen)} dead letters in {cfg.dead_letter} (job {cfg.job_name!r})")
+    return 0
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    """``dead-letters redrive``: put the selected entries on a stream (see the module doc)."""
+    cfg, sources, chosen = _chosen(args)
     stream = args.to_stream or cfg.stream_name
     if args.dry_run:
-        for _, e in chosen:
+        for e in chosen:
             print(f"would put {e.get('message_id')} ({e.get('partition_key')}) on {stream}")
         return 0
-    return redrive(cfg, sources, [e for _, e in chosen], stream, delete=args.delete)
+    return redrive(cfg, sources, chosen, stream, delete=args.delete)
 
 
 def _progress(done: int, total: int) -> None:
@@ -144,7 +167,7 @@ def _progress(done: int, total: int) -> None:
 def _kinesis_client(cfg: SpoutConfig) -> Any:
     from kinesis_spout.kinesis.client import make_client
 
-    return make_client(cfg.endpoint_url, cfg.region, one_shot=True)
+    return make_client(cfg.endpoint_url, cfg.region, profile=cfg.profile, one_shot=True)
 
 
 def _s3(cfg: SpoutConfig) -> Any:
@@ -152,7 +175,7 @@ def _s3(cfg: SpoutConfig) -> Any:
         return None
     from kinesis_spout.deadletter_s3 import s3_client
 
-    return s3_client(one_shot=True)
+    return s3_client(one_shot=True, region=cfg.region, profile=cfg.profile)
 
 
 def redrive(

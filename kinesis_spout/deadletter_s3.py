@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -56,19 +55,23 @@ def key_prefix(prefix: str, *parts: str) -> str:
     return "/".join(p for p in (prefix, *parts) if p) + "/"
 
 
-def s3_client(one_shot: bool = False) -> Any:
+def s3_client(
+    one_shot: bool = False, *, region: str | None = None, profile: str | None = None
+) -> Any:
     """An S3 client with short timeouts and few retries (a failed write is tried
     again before each checkpoint save anyway); ``one_shot`` (the CLI): botocore's
-    standard retry mode."""
-    import boto3
+    standard retry mode. ``region`` and ``profile`` as the config resolves them
+    (:mod:`kinesis_spout.aws`)."""
     from botocore.config import Config
 
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    from kinesis_spout.aws import boto_session, resolve_region
+
+    region = region or resolve_region(profile)
     retries: Any = {"max_attempts": 2}
     if one_shot:
         retries = {"mode": "standard", "total_max_attempts": 3}
     config = Config(connect_timeout=5, read_timeout=30, retries=retries)
-    return boto3.session.Session().client("s3", region_name=region, config=config)
+    return boto_session(profile).client("s3", region_name=region, config=config)
 
 
 def describe_error(exc: BaseException) -> str:
@@ -169,9 +172,7 @@ class S3DeadLetterSink:
 def iter_s3_keys(client: Any, bucket: str, prefix: str) -> Iterator[str]:
     """Every ``.jsonl`` key under ``prefix``, in key order."""
     try:
-        for page in client.get_paginator("list_objects_v2").paginate(
-            Bucket=bucket, Prefix=prefix
-        ):
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             for obj in page.get("Contents", []):
                 if obj["Key"].endswith(".jsonl"):
                     yield obj["Key"]

@@ -129,6 +129,9 @@ class Checkpoint:
     anything is read: nothing of the shard is done yet, and reading starts
     AT_TIMESTAMP of this time (``sequence_number`` is None). Any real position
     is after it."""
+    resets: int = 0
+    """How many times an operator reset this checkpoint (``kinesis-spout checkpoints
+    reset``): a store refuses a save from a reader that loaded an earlier count."""
 
     @property
     def is_pin(self) -> bool:

@@ -162,7 +162,7 @@ class KinesisSpout(SpoutView):
         opened, shards adopted."""
         self._lease.take()  # first: a second reader of the job reads nothing
         if self._client is None:
-            self._client = make_client(cfg.endpoint_url, cfg.region)
+            self._client = make_client(cfg.endpoint_url, cfg.region, profile=cfg.profile)
         self._api = KinesisApi(self._client, cfg.stream_name)
         self._set.api = self._api
         endpoint = getattr(getattr(self._client, "meta", None), "endpoint_url", cfg.endpoint_url)
@@ -178,7 +178,11 @@ class KinesisSpout(SpoutView):
         self._committer.store = self._store
         if self._acks.sink is None:
             self._acks.sink = open_dead_letter_sink(
-                cfg.dead_letter, cfg.job_name, cfg.dead_letter_reasons
+                cfg.dead_letter,
+                cfg.job_name,
+                cfg.dead_letter_reasons,
+                region=cfg.region,
+                profile=cfg.profile,
             )
         checkpoints = load_and_adopt(self._set, self._committer, self._store, self._api, shards)
         log.info(

@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
+from kinesis_spout.checkpoint.resets import ResetFence, reset_value
 from kinesis_spout.errors import CheckpointError, StaleCheckpointError
 from kinesis_spout.records import Checkpoint
 
@@ -33,6 +34,13 @@ class CheckpointStore(Protocol):
 
     def mark_ended(self, stream_name: str, shard_id: str, owner: str) -> Checkpoint:
         """Record that every record of a closed shard is done."""
+        ...
+
+    def reset(self, stream_name: str, shard_id: str, checkpoint: Checkpoint) -> Checkpoint:
+        """The operator's override (``kinesis-spout checkpoints reset``, with the job
+        stopped): store ``checkpoint`` whatever is stored, backwards too, and count the
+        reset; a reader that loaded the shard before it can no longer save it
+        (:mod:`~kinesis_spout.checkpoint.resets`). Never called by readers."""
         ...
 
     def close(self) -> None:
@@ -67,11 +75,14 @@ class MemoryCheckpointStore:
         self._lock = threading.Lock()
         self.writes = 0
         self.closed = False
+        self._fence = ResetFence()
 
     def load(self, stream_name: str) -> dict[str, Checkpoint]:
         self._check_open()
         with self._lock:
-            return {s: c for (st, s), c in self._data.items() if st == stream_name}
+            out = {s: c for (st, s), c in self._data.items() if st == stream_name}
+            self._fence.loaded(stream_name, out)
+            return out
 
     def save(self, checkpoint: Checkpoint) -> Checkpoint:
         self._check_open()
@@ -83,6 +94,7 @@ class MemoryCheckpointStore:
         )
         with self._lock:
             k = (cp.stream_name, cp.shard_id)
+            cp = self._fence.carry(self._data.get(k), cp)
             if check_forward(self._data.get(k), cp):
                 self._data[k] = cp
                 self.writes += 1
@@ -97,6 +109,16 @@ class MemoryCheckpointStore:
         seq = prev.sequence_number if prev else None
         sub = prev.sub_sequence_number if prev else 0
         return self.save(Checkpoint(stream_name, shard_id, seq, sub, shard_end=True, owner=owner))
+
+    def reset(self, stream_name: str, shard_id: str, checkpoint: Checkpoint) -> Checkpoint:
+        self._check_open()
+        with self._lock:
+            k = (stream_name, shard_id)
+            cp = reset_value(self._data.get(k), checkpoint, self.job_name, self.owner,
+                             datetime.now(UTC))  # fmt: skip
+            self._data[k] = cp
+            self.writes += 1
+            return cp
 
     def close(self) -> None:
         self.closed = True

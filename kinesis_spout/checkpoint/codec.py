@@ -39,6 +39,7 @@ def checkpoint_to_json(cp: Checkpoint) -> dict[str, Any]:
         "owner": cp.owner,
         "updated_at": cp.updated_at.isoformat() if cp.updated_at else None,
         **({"start_at": cp.start_at.isoformat()} if cp.start_at else {}),
+        **({"resets": cp.resets} if cp.resets else {}),
     }
 
 
@@ -124,7 +125,16 @@ def checkpoint_from_json(obj: Any, *, where: str, stream: str, shard: str, job: 
         owner=owner,
         updated_at=_parse_time(obj.get("updated_at"), where),
         start_at=start_at,
+        resets=_resets(obj.get("resets", 0), where),
     )
+
+
+def _resets(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CorruptCheckpointError(
+            f"checkpoint at {where} has resets={value!r}: expected an int >= 0"
+        )
+    return value
 
 
 def _parse_time(value: Any, where: str, name: str = "updated_at") -> datetime | None:

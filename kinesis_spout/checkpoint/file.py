@@ -29,6 +29,7 @@ from typing import Any
 
 from kinesis_spout.checkpoint.base import check_forward
 from kinesis_spout.checkpoint.codec import checkpoint_from_json, checkpoint_to_json
+from kinesis_spout.checkpoint.resets import ResetFence, reset_value
 from kinesis_spout.errors import (
     CheckpointError,
     CheckpointStoreUnavailableError,
@@ -70,6 +71,7 @@ class FileCheckpointStore:
         self.job_dir = self.directory / job_name
         self._now = now
         self._closed = False
+        self._fence = ResetFence()
 
     def __repr__(self) -> str:
         return f"FileCheckpointStore({str(self.directory)!r}, job={self.job_name!r})"
@@ -83,7 +85,9 @@ class FileCheckpointStore:
     # -- the protocol ----------------------------------------------------------------
     def load(self, stream_name: str) -> dict[str, Checkpoint]:
         self._check_open()
-        return self._read(self.path(stream_name), stream_name)
+        out = self._read(self.path(stream_name), stream_name)
+        self._fence.loaded(stream_name, out)
+        return out
 
     def save(self, checkpoint: Checkpoint) -> Checkpoint:
         self._check_open()
@@ -98,6 +102,7 @@ class FileCheckpointStore:
         with self._locked(cp.stream_name):
             current = self._read(path, cp.stream_name)
             stored = current.get(cp.shard_id)
+            cp = self._fence.carry(stored, cp)
             if not check_forward(stored, cp):
                 assert stored is not None
                 return stored
@@ -115,7 +120,8 @@ class FileCheckpointStore:
 
     def mark_ended(self, stream_name: str, shard_id: str, owner: str) -> Checkpoint:
         self._check_open()
-        stored = self.load(stream_name).get(shard_id)
+        # Not load(): that is a reader's start, which would adopt a reset it did not see.
+        stored = self._read(self.path(stream_name), stream_name).get(shard_id)
         if stored is not None and stored.shard_end:
             return stored
         return self.save(
@@ -128,6 +134,20 @@ class FileCheckpointStore:
                 owner=owner,
             )
         )
+
+    def reset(self, stream_name: str, shard_id: str, checkpoint: Checkpoint) -> Checkpoint:
+        """See :meth:`CheckpointStore.reset`: written under the same lock as ``save``."""
+        self._check_open()
+        _check_name("shard_id", shard_id)
+        path = self.path(stream_name)
+        with self._locked(stream_name):
+            current = self._read(path, stream_name)
+            cp = reset_value(current.get(shard_id), checkpoint, self.job_name, self.owner,
+                             self._now())  # fmt: skip
+            current[shard_id] = cp
+            self._write(path, stream_name, current)
+        log.info("checkpoint %s/%s reset (reset %d)", stream_name, shard_id, cp.resets)
+        return cp
 
     def close(self) -> None:
         self._closed = True

@@ -56,10 +56,12 @@ from kazoo.security import ACL
 
 from kinesis_spout.checkpoint.base import check_forward
 from kinesis_spout.checkpoint.codec import decode_checkpoint, encode_checkpoint
+from kinesis_spout.checkpoint.resets import ResetFence
 from kinesis_spout.checkpoint.zk_connect import connect, forget, wait_for
 from kinesis_spout.checkpoint.zk_fencing import LeaseFence, taken_over
 from kinesis_spout.checkpoint.zk_layout import ZkPaths
 from kinesis_spout.checkpoint.zk_layout import check_component as _check_component
+from kinesis_spout.checkpoint.zk_reset import reset_node
 from kinesis_spout.errors import (
     CheckpointError,
     CheckpointStoreUnavailableError,
@@ -120,6 +122,7 @@ class ZooKeeperCheckpointStore:
         self._created: set[str] = set()
         self._secrets: tuple[str, ...] = ()
         self._fence_of = LeaseFence(owner)
+        self._resets = ResetFence()
         client.add_listener(self._on_state)
 
     @classmethod
@@ -253,6 +256,7 @@ class ZooKeeperCheckpointStore:
             except NoNodeError:
                 continue
             out[shard] = self._decode(data, path, stream_name, shard)
+        self._resets.loaded(stream_name, out)
         return out
 
     def save(self, checkpoint: Checkpoint) -> Checkpoint:
@@ -279,6 +283,11 @@ class ZooKeeperCheckpointStore:
             )
 
         return self._cas(stream_name, shard_id, ended)
+
+    def reset(self, stream_name: str, shard_id: str, checkpoint: Checkpoint) -> Checkpoint:
+        """See :meth:`CheckpointStore.reset` (:func:`~.zk_reset.reset_node`)."""
+
+        return reset_node(self, stream_name, shard_id, checkpoint)
 
     def close(self) -> None:
         if self._closed:
@@ -337,7 +346,7 @@ class ZooKeeperCheckpointStore:
         for _ in range(_CAS_ATTEMPTS):
             epoch = self._fence_of.for_write(stream, shard)
             stored, version = self._read(stream, shard)
-            new = replace(build(stored), updated_at=self._now())
+            new = self._resets.carry(stored, replace(build(stored), updated_at=self._now()))
             if not check_forward(stored, new):
                 assert stored is not None
                 if epoch is not None:

@@ -111,7 +111,7 @@ def _run(
         auth=config.zk_auth,
         session_timeout=config.zk_session_timeout,
     )
-    client = make_client(config.endpoint_url, config.region)
+    client = make_client(config.endpoint_url, config.region, profile=config.profile)
     api = KinesisApi(client, config.stream_name)
     # Shard leases fence the workers sharing the stream: no job lease.
     spout = KinesisSpout(config, store=store, client=client, metrics=metrics, job_lease=False)

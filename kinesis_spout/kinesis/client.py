@@ -14,7 +14,10 @@ shape-driven parser, which walks every field of every record: ~11 µs per
 record); so is each ``SubscribeToShardEvent`` of an enhanced fan-out event stream,
 whose messages are framed from a growing ``bytearray`` read 1 MiB at a time (botocore
 appends 64 KiB reads to an immutable ``bytes``: quadratic in an event's size, ~0.5 µs
-per record of a 10,000-record event); every other answer and event goes to botocore.
+per record of a 10,000-record event); every other answer and event goes to botocore,
+and so does an answer that does not look as the fast parser expects (an unknown
+field, a type that differs), or every event stream if the botocore internals the
+fast one relies on are not there: said once at INFO.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -29,11 +33,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import boto3
-import botocore.session
 from botocore.config import Config as BotoConfig
 from botocore.eventstream import EventStream, EventStreamBuffer
 from botocore.parsers import ResponseParserFactory
 from botocore.utils import parse_timestamp
+
+log = logging.getLogger(__name__)
 
 ONE_SHOT_RETRIES: Any = {"mode": "standard", "total_max_attempts": 3}
 """botocore's standard retry mode with its default 3 attempts, for one-shot CLI calls."""
@@ -41,8 +46,7 @@ ONE_SHOT_RETRIES: Any = {"mode": "standard", "total_max_attempts": 3}
 DUMMY_CREDENTIALS = {"aws_access_key_id": "test", "aws_secret_access_key": "test"}
 
 
-def _has_credentials() -> bool:
-    session = boto3.session.Session()
+def _has_credentials(session: boto3.session.Session) -> bool:
     return session.get_credentials() is not None
 
 
@@ -59,6 +63,7 @@ def make_client(
     endpoint_url: str | None = None,
     region: str = "us-east-1",
     *,
+    profile: str | None = None,
     connect_timeout: float = 5.0,
     read_timeout: float = 30.0,
     max_pool_connections: int = 16,
@@ -73,9 +78,10 @@ def make_client(
     ``dead-letters redrive``) keeps botocore's standard retry mode instead
     (:data:`ONE_SHOT_RETRIES`): a throttled or 5xx answer is tried again there.
     ``endpoint_url=None`` keeps boto3's resolution, which
-    honours ``AWS_ENDPOINT_URL_KINESIS`` / ``AWS_ENDPOINT_URL``. The clients
-    share a botocore session of their own, so the UTC timestamp parser changes
-    nothing for other boto3 clients in the process.
+    honours ``AWS_ENDPOINT_URL_KINESIS`` / ``AWS_ENDPOINT_URL``. ``profile``: an AWS
+    profile (None: ``AWS_PROFILE`` or the default chain, :mod:`kinesis_spout.aws`).
+    The clients of a profile share a botocore session of their own, so the UTC
+    timestamp parser changes nothing for other boto3 clients in the process.
     """
     cfg = BotoConfig(
         region_name=region,
@@ -92,27 +98,30 @@ def make_client(
     )
     if endpoint_url:
         kwargs["endpoint_url"] = endpoint_url
-    if effective_endpoint and not _has_credentials():
-        kwargs.update(DUMMY_CREDENTIALS)
     with _SESSION_LOCK:  # sessions are not thread-safe; the clients they make are
-        return _session().client("kinesis", **kwargs)
+        session = _session(profile)
+        if effective_endpoint and not _has_credentials(session):
+            kwargs.update(DUMMY_CREDENTIALS)
+        return session.client("kinesis", **kwargs)
 
 
 _SESSION_LOCK = threading.Lock()
-_SESSION: boto3.session.Session | None = None
+_SESSIONS: dict[str | None, boto3.session.Session] = {}
 
 
-def _session() -> boto3.session.Session:
-    """One boto3 session for this module's clients (loading the service model
-    costs ~0.1 s per session), with the UTC timestamp parser."""
-    global _SESSION
-    if _SESSION is None:
-        core = botocore.session.Session()
+def _session(profile: str | None) -> boto3.session.Session:
+    """One boto3 session per profile for this module's clients (loading the service
+    model costs ~0.1 s per session), with the UTC timestamp parser."""
+    session = _SESSIONS.get(profile)
+    if session is None:
+        from kinesis_spout.aws import botocore_session
+
+        core = botocore_session(profile)
         factory = _FastParsers()
         factory.set_parser_defaults(timestamp_parser=utc_timestamp)
         core.register_component("response_parser_factory", factory)
-        _SESSION = boto3.session.Session(botocore_session=core)
-    return _SESSION
+        session = _SESSIONS[profile] = boto3.session.Session(botocore_session=core)
+    return session
 
 
 def _decode_records(records: Any) -> None:
@@ -145,8 +154,45 @@ class _FastEvents:
         return {"SubscribeToShardEvent": event}
 
 
+_RECORD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "SequenceNumber": str, "PartitionKey": str, "Data": str, "EncryptionType": str,
+    "ApproximateArrivalTimestamp": (int, float),
+}  # fmt: skip
+_FALLBACK_SAID: set[str] = set()
+
+
+def fall_back(why: str) -> None:
+    """Log once per reason that botocore's own parser is used instead of the fast one."""
+    if why not in _FALLBACK_SAID:
+        _FALLBACK_SAID.add(why)
+        log.info("fast GetRecords parser not used (%s): botocore parses these answers", why)
+
+
+def unexpected(out: Any, shape: Any) -> str | None:
+    """Why a parsed GetRecords body is not what the fast parser handles, or None."""
+    if not isinstance(out, dict):
+        return "the body is not a JSON object"
+    members = getattr(shape, "members", None)
+    if members is None or not set(out) <= set(members):
+        return f"unknown keys {sorted(set(out) - set(members or ()))}"
+    records = out.get("Records", [])
+    if not isinstance(records, list):
+        return "Records is not a list"
+    for rec in records:
+        if not isinstance(rec, dict) or not all(
+            k in _RECORD_TYPES and isinstance(v, _RECORD_TYPES[k]) and not isinstance(v, bool)
+            for k, v in rec.items()
+        ):
+            return "a record with unknown fields or types"
+        if not isinstance(rec.get("Data"), str):
+            return "a record without Data"
+    return None
+
+
 class _FastGetRecords:
-    """botocore's parser, but one ``json.loads`` for a successful GetRecords answer."""
+    """botocore's parser, but one ``json.loads`` for a successful GetRecords answer.
+    An answer that does not look as expected (:func:`unexpected`: a field or type this
+    botocore version would parse differently) goes to botocore's parser, said once."""
 
     def __init__(self, parser: Any) -> None:
         self._parser = parser
@@ -159,8 +205,19 @@ class _FastGetRecords:
             or not response.get("body")
         ):
             return dict(self._parser.parse(response, shape))
-        out: dict[str, Any] = json.loads(response["body"])
-        _decode_records(out.get("Records", ()))
+        try:
+            out: Any = json.loads(response["body"])
+        except ValueError:
+            out = None
+        why = unexpected(out, shape)
+        if why is None:
+            try:
+                _decode_records(out.get("Records", ()))
+            except (ValueError, TypeError):  # binascii.Error is a ValueError
+                why = "a record's Data is not base64"
+        if why is not None:
+            fall_back(why)
+            return dict(self._parser.parse(response, shape))
         headers = response.get("headers", {})
         out["ResponseMetadata"] = {
             "RequestId": headers.get("x-amzn-requestid", ""),
@@ -168,7 +225,7 @@ class _FastGetRecords:
             "HTTPHeaders": headers,
             "RetryAttempts": 0,
         }
-        return out
+        return dict(out)
 
 
 class _LinearBuffer(EventStreamBuffer):  # type: ignore[misc]
@@ -208,13 +265,28 @@ def _event_stream(parser: Any, response: dict[str, Any], shape: Any) -> Any:
     return _EventStream(response["body"], shape, parser._event_stream_parser, name)
 
 
+def _buffer_internals() -> bool:
+    """botocore's ``EventStreamBuffer`` still has what :class:`_LinearBuffer` replaces."""
+    probe = EventStreamBuffer()
+    return all(hasattr(probe, a) for a in ("_data", "_prelude")) and all(
+        hasattr(EventStreamBuffer, m) for m in ("_parse_message_bytes", "_prepare_for_next_message")
+    ) and hasattr(EventStream, "_create_raw_event_generator")  # fmt: skip
+
+
 class _FastParsers(ResponseParserFactory):  # type: ignore[misc]
+    """botocore's parsers, with the fast GetRecords and event-stream paths where the
+    botocore internals they rely on are there (else botocore's own, said once)."""
+
     def create_parser(self, protocol_name: str) -> Any:
         parser = super().create_parser(protocol_name)
         if protocol_name != "json":
             return parser
         events = getattr(parser, "_event_stream_parser", None)
-        if events is not None:  # botocore keeps it there (JSON protocol parsers)
+        if events is None or not hasattr(parser, "_create_event_stream"):
+            fall_back("this botocore's JSON parser has no _event_stream_parser")
+        elif not _buffer_internals():
+            fall_back("this botocore's EventStreamBuffer differs")
+        else:
             parser._event_stream_parser = _FastEvents(events)
             parser._create_event_stream = functools.partial(_event_stream, parser)
         return _FastGetRecords(parser)

@@ -29,17 +29,19 @@ from kinesis_spout.kinesis.efo_getter import EfoShardGetter
 from kinesis_spout.records import ShardBatch
 from tracker import ExponentialBackoff, JitteredBackoff, SequenceKey
 
-_FANOUT: dict[tuple[str | None, str, str], FanOutApi] = {}
+_FANOUT: dict[tuple[str | None, str, str, str | None], FanOutApi] = {}
 """Enhanced fan-out APIs of this process, per (endpoint, region, stream)."""
 
 
-def _fanout(endpoint_url: str | None, region: str, stream: str) -> FanOutApi:
+def _fanout(
+    endpoint_url: str | None, region: str, stream: str, profile: str | None = None
+) -> FanOutApi:
     from kinesis_spout.kinesis.client import make_client
 
-    key = (endpoint_url, region, stream)
+    key = (endpoint_url, region, stream, profile)
     api = _FANOUT.get(key)
     if api is None:
-        client = make_client(endpoint_url, region, max_pool_connections=64)
+        client = make_client(endpoint_url, region, profile=profile, max_pool_connections=64)
         api = _FANOUT[key] = FanOutApi(KinesisApi(client, stream))
     return api
 
@@ -54,6 +56,8 @@ class EfoTarget:
     consumer_arn: str
     throttle_backoff: float = 0.5
     throttle_backoff_max: float = 10.0
+    profile: str | None = None
+    """The AWS profile of the client (None: ``AWS_PROFILE`` or the default chain)."""
 
 
 def subscribed_getter(
@@ -73,7 +77,7 @@ def subscribed_getter(
         random.Random(),
     )
     return EfoShardGetter(
-        _fanout(target.endpoint_url, target.region, target.stream_name),
+        _fanout(target.endpoint_url, target.region, target.stream_name, target.profile),
         target.consumer_arn,
         shard_id,
         backoff=backoff,

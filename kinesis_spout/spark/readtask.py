@@ -59,6 +59,8 @@ class ReadSettings:
     consumer_arn: str | None = None
     """``consumer = "efo"``: the tasks subscribe as this consumer (set once the driver
     registered it)."""
+    profile: str | None = None
+    """The AWS profile of the tasks' clients (None: ``AWS_PROFILE`` or the default chain)."""
 
     @classmethod
     def of(cls, config: SpoutConfig) -> ReadSettings:
@@ -73,6 +75,7 @@ class ReadSettings:
             read_seconds=max(config.batch_max_wait, 1.0),
             sink=config.sink,
             fast=FastRetry.of(config),
+            profile=config.profile,
         )
 
 

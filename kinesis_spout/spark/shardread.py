@@ -26,17 +26,19 @@ from tracker import ExponentialBackoff, JitteredBackoff
 if TYPE_CHECKING:
     from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings
 
-_CLIENTS: dict[tuple[str | None, str], Any] = {}
+_CLIENTS: dict[tuple[str | None, str, str | None], Any] = {}
 """boto3 clients of this executor process, per (endpoint, region)."""
 
 
 def _client(settings: ReadSettings) -> Any:
     from kinesis_spout.kinesis.client import make_client
 
-    k = (settings.endpoint_url, settings.region)
+    k = (settings.endpoint_url, settings.region, settings.profile)
     client = _CLIENTS.get(k)
     if client is None:
-        client = _CLIENTS[k] = make_client(settings.endpoint_url, settings.region)
+        client = _CLIENTS[k] = make_client(
+            settings.endpoint_url, settings.region, profile=settings.profile
+        )
     return client
 
 
@@ -128,6 +130,7 @@ def read_subscribed(
         settings.consumer_arn,
         settings.throttle_backoff,
         settings.throttle_backoff_max,
+        settings.profile,
     )
     getter = subscribed_getter(
         target,

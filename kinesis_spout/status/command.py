@@ -37,14 +37,14 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-lag",
         action="store_true",
-        help="skip the lag probes (one GetShardIterator and one GetRecords per shard)",
+        help="no lag probes (a GetShardIterator and a GetRecords per shard)",
     )
     parser.add_argument(
         "--timeout",
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="longest wait for ZooKeeper to answer and for each Kinesis call (default 10)",
+        help="longest wait for ZooKeeper and for each Kinesis call (default: 10)",
     )
 
 
@@ -80,7 +80,9 @@ def gather(
         )
         lags, probe_calls = probe_lags(client, config.stream_name, starts)
         calls += probe_calls
-    dead, dead_problem = count_dead_letters(config.dead_letter, config.job_name, config.stream_name)
+    dead, dead_problem = count_dead_letters(
+        config.dead_letter, config.job_name, config.stream_name, profile=config.profile
+    )
     problems = [f"{shard}: lag not known: {p.error}" for shard, p in lags.items() if p.error]
     if dead_problem:
         problems.append(dead_problem)
@@ -112,6 +114,7 @@ def _client(config: SpoutConfig, timeout: float) -> Any:
     return make_client(
         config.endpoint_url,
         config.region,
+        profile=config.profile,
         connect_timeout=timeout,
         read_timeout=timeout,
         one_shot=True,

@@ -29,7 +29,9 @@ def count_directory(directory: Path, job: str, stream: str) -> dict[str, int]:
     return out
 
 
-def count_s3(target: str, job: str, stream: str, client: object = None) -> dict[str, int]:
+def count_s3(
+    target: str, job: str, stream: str, client: object = None, *, profile: str | None = None
+) -> dict[str, int]:
     """``{shard: entries}`` of an ``s3://bucket/prefix`` dead-letter target."""
     from kinesis_spout.deadletter_s3 import (
         iter_s3_keys,
@@ -40,7 +42,7 @@ def count_s3(target: str, job: str, stream: str, client: object = None) -> dict[
     )
 
     bucket, prefix = parse_s3_url(target)
-    s3 = client if client is not None else s3_client()
+    s3 = client if client is not None else s3_client(profile=profile)
     base = key_prefix(prefix, job, stream)
     ids: dict[str, set[str]] = {}
     for key in iter_s3_keys(s3, bucket, base):
@@ -51,7 +53,7 @@ def count_s3(target: str, job: str, stream: str, client: object = None) -> dict[
 
 
 def count_dead_letters(
-    target: str, job: str, stream: str
+    target: str, job: str, stream: str, *, profile: str | None = None
 ) -> tuple[dict[str, int] | None, str | None]:
     """``(counts per shard, problem)``: counts are None when the target keeps none
     (``none``) or could not be read (then ``problem`` says why)."""
@@ -59,7 +61,7 @@ def count_dead_letters(
         return None, None
     try:
         if target.startswith("s3://"):
-            return count_s3(target, job, stream), None
+            return count_s3(target, job, stream, profile=profile), None
         return count_directory(Path(target), job, stream), None
     except (KinesisSpoutError, OSError, ValueError) as exc:
         return None, f"dead letters in {target} not counted: {exc}"

@@ -112,7 +112,7 @@ def test_unknown_key(ws: Workspace) -> None:
     res = cli_run(toml_file(ws, 'stream_name = "orders"\n[reliability]\nretry_limt = 3\n'))
     assert res.returncode == 2, res.stderr
     assert "kinesis-spout: error: invalid config retry_limt=3: unknown key" in res.stderr
-    assert "retry_limit" in res.stderr  # the known keys are listed
+    assert "did you mean retry_limit?" in res.stderr  # the closest known key
     assert ws.written() == []
 
 

@@ -1,0 +1,166 @@
+"""``kinesis-spout checkpoints reset``: move checkpoints, with the job stopped.
+
+``--shard ID`` or ``--all`` (every shard the stream lists, and every shard with a
+checkpoint), to one of:
+
+* ``--to-trim-horizon``: the oldest record kept (a start pinned at 1970-01-01:
+  AT_TIMESTAMP of it is the trim horizon);
+* ``--to-latest``: records put after the reset (a start pinned at now);
+* ``--to-timestamp T``: records that arrived at T or later (ISO 8601; naive = UTC);
+* ``--to-sequence S[:SUB]``: the records after S (the checkpoint becomes S: "S is
+  done"), one shard only.
+
+Checkpoints otherwise only move forward; a reset is the operator's override
+(:mod:`kinesis_spout.checkpoint.resets`). The rule is "stop the job first": the
+command takes the job lease for the time of the reset, so it is refused, naming
+the holder, while a reader runs; with a ``zk://`` store it is also refused while
+coordination workers of the stream are alive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+from kinesis_spout.checkpoint.base import CheckpointStore
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.config_load import config_from_args
+from kinesis_spout.errors import ConfigError, KinesisSpoutError
+from kinesis_spout.records import Checkpoint
+
+TRIM_HORIZON_PIN = datetime(1970, 1, 1, tzinfo=UTC)
+"""The start a ``--to-trim-horizon`` reset pins: before any record, so the oldest one kept."""
+READER = "kinesis-spout checkpoints reset"
+_SEQUENCE = re.compile(r"(\d{1,40})(?::(\d{1,10}))?")
+
+
+class ResetRefusedError(KinesisSpoutError):
+    """A reader of the job runs, or the shards to reset are not known."""
+
+
+def add_reset_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``checkpoints reset``."""
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--shard", metavar="ID", help="reset this shard's checkpoint")
+    which.add_argument("--all", action="store_true", help="reset every shard's checkpoint")
+    to = parser.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-trim-horizon", action="store_true", help="the oldest record kept")
+    to.add_argument("--to-latest", action="store_true", help="records put after the reset")
+    to.add_argument("--to-timestamp", metavar="T", help="records that arrived at T or later")
+    to.add_argument(
+        "--to-sequence", metavar="S[:SUB]", help="the records after S (one --shard only)"
+    )
+
+
+def target(args: argparse.Namespace, stream: str, shard: str, now: datetime) -> Checkpoint:
+    """The checkpoint a reset stores for ``shard`` (:class:`ConfigError` naming a bad value)."""
+    if args.to_sequence is not None:
+        m = _SEQUENCE.fullmatch(args.to_sequence)
+        if m is None:
+            raise ConfigError("--to-sequence", args.to_sequence, "a sequence number [:sub]")
+        return Checkpoint(stream, shard, m.group(1), int(m.group(2) or 0), owner=READER)
+    if args.to_timestamp is not None:
+        try:
+            at = datetime.fromisoformat(args.to_timestamp.replace("Z", "+00:00"))
+        except ValueError:
+            raise ConfigError(
+                "--to-timestamp", args.to_timestamp, "an ISO 8601 time such as 2026-01-31T12:00Z"
+            ) from None
+        start = at if at.tzinfo else at.replace(tzinfo=UTC)
+    else:
+        start = now if args.to_latest else TRIM_HORIZON_PIN
+    return Checkpoint(stream, shard, None, start_at=start, owner=READER)
+
+
+def describe(cp: Checkpoint | None) -> str:
+    if cp is None:
+        return "no checkpoint"
+    if cp.is_pin and cp.start_at is not None:
+        return "start at " + cp.start_at.isoformat()
+    end = " (shard end)" if cp.shard_end else ""
+    return f"{cp.sequence_number}:{cp.sub_sequence_number}{end}"
+
+
+@contextlib.contextmanager
+def job_stopped(cfg: SpoutConfig, store: CheckpointStore) -> Iterator[None]:
+    """Hold the job lease (and, on ZooKeeper, see no live worker) while the body runs;
+    :class:`ResetRefusedError` naming who reads otherwise."""
+    from kinesis_spout.coordination.joblease import JobLeaseHeldError, open_job_lease
+
+    lease = open_job_lease(cfg.checkpoint_store, cfg.job_name, zk_auth=cfg.zk_auth, reader=READER)
+    try:
+        lease.acquire(wait=False)
+    except JobLeaseHeldError as exc:
+        lease.release()
+        said = str(exc).split("; stop it", 1)[0]
+        raise ResetRefusedError(f"checkpoints reset refused: {said}; stop it first") from None
+    try:
+        _check_no_workers(cfg, store)
+        yield
+    finally:
+        lease.release()
+
+
+def _check_no_workers(cfg: SpoutConfig, store: CheckpointStore) -> None:
+    from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
+
+    if not isinstance(store, ZooKeeperCheckpointStore):
+        return
+    from kinesis_spout.status.sources_leases import zk_workers
+
+    workers = zk_workers(store, cfg.stream_name)
+    if workers:
+        names = ", ".join(f"{w.worker_id} (host {w.host}, pid {w.pid})" for w in workers)
+        raise ResetRefusedError(
+            f"checkpoints reset refused: workers of job {cfg.job_name!r} read stream "
+            f"{cfg.stream_name!r}: {names}; stop them first"
+        )
+
+
+def _listed_shards(cfg: SpoutConfig) -> list[str]:
+    from kinesis_spout.kinesis.api import KinesisApi
+    from kinesis_spout.kinesis.client import make_client
+
+    client = make_client(cfg.endpoint_url, cfg.region, profile=cfg.profile, one_shot=True)
+    return [s.shard_id for s in KinesisApi(client, cfg.stream_name).list_shards()]
+
+
+def shards_to_reset(
+    cfg: SpoutConfig, args: argparse.Namespace, stored: dict[str, Checkpoint]
+) -> list[str]:
+    """``--shard`` (checked against the checkpoints, then the stream), or ``--all``."""
+    if args.all:
+        if args.to_sequence is not None:
+            raise ConfigError("--to-sequence", args.to_sequence, "one --shard, not --all")
+        return sorted(set(stored) | set(_listed_shards(cfg)))
+    if args.shard in stored:
+        return [args.shard]
+    listed = _listed_shards(cfg)
+    if args.shard not in listed:
+        raise ConfigError(
+            "--shard", args.shard, f"a shard of stream {cfg.stream_name!r}: {', '.join(listed)}"
+        )
+    return [args.shard]
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    """Reset the chosen shards' checkpoints; print each one's before and after."""
+    from kinesis_spout.checkpoint.factory import open_config_store
+
+    cfg = config_from_args(args)
+    store = open_config_store(cfg)
+    try:
+        with job_stopped(cfg, store):
+            stored = store.load(cfg.stream_name)
+            shards = shards_to_reset(cfg, args, stored)
+            now = datetime.now(UTC)
+            for shard in shards:
+                new = store.reset(cfg.stream_name, shard, target(args, cfg.stream_name, shard, now))
+                print(f"{shard}\t{describe(stored.get(shard))} -> {describe(new)}")
+    finally:
+        store.close()
+    print(f"reset {len(shards)} checkpoints of job {cfg.job_name!r}, stream {cfg.stream_name!r}")
+    return 0

@@ -1,0 +1,66 @@
+"""The one exception to "checkpoints only move forward": an operator's reset.
+
+``kinesis-spout checkpoints reset`` calls a store's ``reset(stream, shard,
+checkpoint)``, which writes ``checkpoint`` whatever is stored (backwards too)
+and counts it in the checkpoint's ``resets``. Readers never call it. The rule
+is "stop the job first": the command holds the job lease while it resets, so
+it is refused while a reader runs.
+
+A reader that runs anyway (one that took no job lease, a process paused past
+its ZooKeeper session) must not overwrite the reset with its old position:
+each store remembers, per shard, the ``resets`` count it saw when it loaded the
+stream (:class:`ResetFence`), and refuses a later save or shard end over a
+higher count with :class:`~kinesis_spout.errors.StaleCheckpointError`, as it
+does for a shard taken over. Every normal write carries the stored count on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from kinesis_spout.errors import StaleCheckpointError
+from kinesis_spout.records import Checkpoint
+
+
+class ResetFence:
+    """The ``resets`` counts one store instance has seen, per (stream, shard)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], int] = {}
+        self._loaded: set[str] = set()
+
+    def loaded(self, stream: str, checkpoints: dict[str, Checkpoint]) -> None:
+        """``stream`` was loaded: these are the counts its reader starts from."""
+        self._loaded.add(stream)
+        for shard, cp in checkpoints.items():
+            self._seen[(stream, shard)] = cp.resets
+
+    def carry(self, stored: Checkpoint | None, new: Checkpoint) -> Checkpoint:
+        """``new`` with the stored ``resets`` count; :class:`StaleCheckpointError` if an
+        operator reset the shard after this store loaded its stream."""
+        if stored is None:
+            return new
+        key = (new.stream_name, new.shard_id)
+        default = 0 if new.stream_name in self._loaded else stored.resets
+        seen = self._seen.setdefault(key, default)
+        if stored.resets > seen:
+            raise StaleCheckpointError(
+                f"checkpoint of {new.stream_name}/{new.shard_id} was reset by an operator "
+                "after this reader loaded it: not overwritten; restart the reader to "
+                "resume from the reset position"
+            )
+        return replace(new, resets=stored.resets)
+
+
+def reset_value(
+    stored: Checkpoint | None, new: Checkpoint, job_name: str, owner: str, now: datetime
+) -> Checkpoint:
+    """What a reset stores: ``new``, one more reset than ``stored``."""
+    return replace(
+        new,
+        job_name=job_name,
+        owner=new.owner or owner,
+        updated_at=now,
+        resets=(stored.resets if stored else 0) + 1,
+    )
