@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kinesis_spout.deadletter import same_file
+from kinesis_spout.durable import fsync_dir, replace_synced
 
 
 def _entry_id(line: bytes) -> str | None:
@@ -64,24 +65,10 @@ def _rewrite(fd: int, path: Path, ids: set[str]) -> tuple[int, bool]:
         return 0, False
     if not any(ln.strip() for ln in keep):
         os.unlink(path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         return removed, True
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as out:
-        out.write(b"".join(keep))
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    replace_synced(path, b"".join(keep))
     return removed, False
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def remove_from_s3(client: Any, bucket: str, key: str, ids: set[str]) -> tuple[int, bool]:

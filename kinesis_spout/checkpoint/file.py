@@ -20,7 +20,6 @@ import fcntl
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -30,6 +29,7 @@ from typing import Any
 from kinesis_spout.checkpoint.base import check_forward
 from kinesis_spout.checkpoint.codec import checkpoint_from_json, checkpoint_to_json
 from kinesis_spout.checkpoint.resets import ResetFence, reset_value
+from kinesis_spout.durable import replace_synced
 from kinesis_spout.errors import (
     CheckpointError,
     CheckpointStoreUnavailableError,
@@ -223,28 +223,12 @@ class FileCheckpointStore:
             "shards": {s: checkpoint_to_json(cps[s]) for s in sorted(cps)},
         }
         data = json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
-        tmp = None
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{stream_name}.", suffix=".tmp", dir=path.parent)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            tmp = None
-            dir_fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            replace_synced(path, data)
         except OSError as exc:
             raise CheckpointStoreUnavailableError(
                 f"cannot write checkpoint file {path}: {exc.strerror}"
             ) from exc
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
 
 
 def _check_name(field: str, value: str) -> None:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from kinesis_spout.durable import fsync_dir, replace_synced, write_synced
 from kinesis_spout.streaming.batch_offset import PlannedFrom
 from kinesis_spout.streaming.errors import OffsetError
 from kinesis_spout.streaming.offsets import ShardPosition
@@ -210,14 +211,14 @@ class FileBatchEnds:
         p = self._path(run, batch, shard)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.parent / f".{shard}.{uuid.uuid4().hex}.tmp"
-        _write_synced(tmp, _encode(end))
+        write_synced(tmp, _encode(end))
         try:
             os.link(tmp, p)  # atomic, and fails if a record is there: the first one wins
         except FileExistsError:
             pass
         finally:
             tmp.unlink(missing_ok=True)
-        _sync_dir(p.parent)
+        fsync_dir(p.parent)
         floor = self.floor(run)  # after the link: a cleanup that raced us is seen here
         if batch < floor:
             shutil.rmtree(p.parent, ignore_errors=True)
@@ -238,10 +239,7 @@ class FileBatchEnds:
         if not d.is_dir():
             return 0
         if batch > self.floor(run):  # the floor first: a leftover attempt then sees it
-            tmp = d / f".floor.{uuid.uuid4().hex}.tmp"
-            _write_synced(tmp, str(batch).encode())
-            os.replace(tmp, d / "floor")
-            _sync_dir(d)
+            replace_synced(d / "floor", str(batch).encode())
         gone = 0
         for b in d.iterdir():
             if b.name.isdigit() and int(b.name) < batch:
@@ -251,21 +249,6 @@ class FileBatchEnds:
 
     def close(self) -> None:
         return None
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ZkBatchEnds:
