@@ -25,7 +25,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kinesis_spout.config_checks import check as _check
-from kinesis_spout.config_checks import check_consumer, check_names, check_numbers, check_targets
+from kinesis_spout.config_checks import (
+    check_consumer,
+    check_executor_reads,
+    check_names,
+    check_numbers,
+    check_targets,
+)
 from kinesis_spout.config_values import (
     CONSUMER_NAME,
     CONSUMER_NAME_RULE,
@@ -167,9 +173,13 @@ class SpoutConfig:
     """A second reader of the same job (same job name and checkpoint store: the Spark
     job's driver, a ``KinesisSpout``) waits for the running one to end instead of failing."""
     read_on: str = "executors"
-    """Where the Spark job reads Kinesis: ``executors`` (one read task per shard and
-    micro-batch; only statuses and failed payloads reach the driver) or ``driver``
-    (the driver reads every record; faster for tiny streams and ``local[1]``)."""
+    """Where the Spark job reads Kinesis: ``executors`` (one Spark job per micro-batch,
+    its shards grouped into read tasks; only statuses and failed payloads reach the
+    driver) or ``driver`` (the driver reads every record; faster for tiny streams and
+    ``local[1]``)."""
+    shards_per_task: int = 0
+    """Executor reads: shards read by one Spark task of a micro-batch (0 = spread the
+    shards over the cluster's cores: one task per core, ``defaultParallelism``)."""
     process_partitions: int = 0
     """Executor reads: spread the records read onto this many processing partitions
     (0 = process each shard's records in its read task)."""
@@ -340,6 +350,7 @@ def _validate(c: SpoutConfig) -> None:
         object.__setattr__(c, "region", resolve_region(c.profile))
     check_names(c)
     check_numbers(c)
+    check_executor_reads(c)
     check_consumer(c)
     check_targets(c)
 

@@ -80,7 +80,6 @@ def check_numbers(c: SpoutConfig) -> None:
         "fast_retry_max_delay",
         "message_timeout",
         "stop_when_idle",
-        "task_timeout",
     ):
         v = getattr(c, name)
         check(v >= 0, name, v, "a number of seconds >= 0")
@@ -114,11 +113,22 @@ def check_numbers(c: SpoutConfig) -> None:
             c.metrics_port,
             "a TCP port between 1 and 65535 (0 = any free port), or unset for no endpoint",
         )
+
+
+def check_executor_reads(c: SpoutConfig) -> None:
+    """The Spark job's executor-read settings: task grouping, processing spread, deadline."""
+    check(c.task_timeout >= 0, "task_timeout", c.task_timeout, "a number of seconds >= 0")
     check(
         0 <= c.process_partitions <= 100_000,
         "process_partitions",
         c.process_partitions,
         "an integer between 0 and 100000",
+    )
+    check(
+        0 <= c.shards_per_task <= 100_000,
+        "shards_per_task",
+        c.shards_per_task,
+        "an integer between 0 and 100000 (0 = one read task per core)",
     )
 
 

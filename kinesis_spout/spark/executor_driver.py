@@ -1,27 +1,33 @@
 """The micro-batch loop of executor reads (``read_on = "executors"``, the default).
 
-Each shard is a pipeline of its own: as soon as a shard's task is back, its
-next one is planned, so a slow shard never holds the others back and the
-cost of starting a Spark job overlaps the work of the other shards.
+A micro-batch is **one Spark job** over every shard that can read now:
 
-1. **Plan** (:meth:`ExecutorReadSpout.plan`) for every shard without a task
-   running: its due retries (a retry task), else a read (position and limit).
-2. **Run** (:class:`~kinesis_spout.spark.readjobs.ReadJobs`): each task is a
-   Spark job of its own, submitted from a thread; the executors read,
-   de-aggregate and process; only statuses, the payloads of failed records
-   and the read's end come back.
+1. **Plan** (:meth:`ExecutorReadSpout.plan`) for every shard not in a running
+   job: its due retries (a retry plan), else a read (position and limit).
+2. **Run** (:class:`~kinesis_spout.spark.readjobs.ReadJobs`): the plans are
+   grouped into read tasks (``shards_per_task``, by default one task per
+   core); a task reads its shards interleaved within one deadline
+   (``batch_max_wait``, at least 1 s), de-aggregates and processes; only
+   statuses, the payloads of failed records and each read's end come back.
+   An idle shard costs one GetRecords in a task that runs anyway.
 3. **Apply** (this thread, in completion order): statuses into the trackers
    (failed records retried, or dead-lettered after ``retry_limit`` retries),
-   position advanced, resharding followed; a task that failed alone judged.
-   A task still running ``task_timeout`` seconds after it started (a
-   function that hangs) is given up: its Spark job is cancelled, the records
-   of a retry task fail (retried, or dead-lettered), and a read task's shard
-   is read again from the same position. The message timeout does not fail
-   the records a running task holds.
+   positions advanced, resharding followed; a task that failed alone judged.
 4. **Checkpoint** per ``checkpoint_interval`` (and early when a shard's replay
-   window is half full). A *micro-batch* is what completed since the last
-   progress line: one line when ``batch_size`` records are done or
-   ``batch_max_wait`` passed.
+   window is half full).
+
+While a job runs, the shards not in it (they were waiting: a caught-up
+shard's ``empty_shard_backoff``, a throttled shard's backoff, due retries)
+are planned into the next job as they become due, so a slow shard does not
+hold the others back; a shard is in at most one running job, so its reads
+stay in order. A job still running ``task_timeout`` seconds after it
+started (a function that hangs) is given up: its Spark job is cancelled; a
+job of one plan fails its retry records (retried, or dead-lettered) or has
+its shard read again from the same position; a job of several plans has
+each plan run again as a job of its own, so only the plan that hangs is
+given up next time. The message timeout does not fail the records a running
+job holds. A progress line covers what completed since the last one: one
+when ``batch_size`` records are done or ``batch_max_wait`` passed.
 
 The config, sinks, progress lines, summary, signals and final checkpoint are
 those of the driver-read loop (:mod:`kinesis_spout.spark.driver`).
@@ -56,7 +62,7 @@ from kinesis_spout.spark.reports import (
 
 log = logging.getLogger(__name__)
 
-Outcome = tuple[ReadPlan, list[ReadResult], ReadIsolation]
+Outcome = tuple[int, list[ReadPlan], list[ReadResult], ReadIsolation]
 
 
 @dataclass(slots=True)
@@ -101,15 +107,18 @@ class ExecutorDriver(StopControl):
             fn,
             ReadSettings.of(config),
             process_partitions=config.process_partitions,
+            shards_per_task=config.shards_per_task,
             stopping=lambda: self.stopping,
         )
         self._batch_id = 0
         self._limits = RunLimits(config)
-        self._running: dict[str, Future[Outcome]] = {}
-        self._started: dict[str, tuple[float, ReadPlan]] = {}
+        self._job_ids = 0
+        self._running: dict[int, Future[Outcome]] = {}
+        self._started: dict[int, tuple[float, list[ReadPlan]]] = {}
+        self._busy: dict[str, int] = {}  # shard -> the running job that reads it
         self._deadline = config.task_timeout or None
         self.abandoned = 0
-        """Tasks given up past their deadline."""
+        """Jobs given up past their deadline."""
         self._window: _Window | None = None
         self._since: float | None = None  # first task started since the last progress line
         self.last_report: BatchReport | None = None
@@ -136,51 +145,85 @@ class ExecutorDriver(StopControl):
         return self.summary(self.clock() - started)
 
     def _step(self, pool: ThreadPoolExecutor) -> None:
-        """Start tasks for idle shards, wait for one to finish, apply what finished."""
+        """Start a job for the shards that can read, wait for a job, apply what finished."""
         now = self.clock()
         if not self.stopping:
-            for plan in self.spout.plan(self.config.batch_size, busy=set(self._running)):
-                self._running[plan.shard_id] = pool.submit(self._run_plan, plan)
-                self._started[plan.shard_id] = (now, plan)
-                if self._since is None:
-                    self._since = now
+            plans = self.spout.plan(self.config.batch_size, busy=set(self._busy))
+            if plans:
+                self._submit(pool, plans, now)
         if not self._running:
             self._idle(now)
             return
         timeout = min(max(self.spout.wake_in(), MIN_WAIT), MAX_WAIT)
         done, _ = wait_futures(list(self._running.values()), timeout, FIRST_COMPLETED)
-        for shard_id, future in list(self._running.items()):
+        for job, future in list(self._running.items()):
             if future in done:
-                del self._running[shard_id]
-                del self._started[shard_id]
+                self._forget(job)
                 self._apply(*future.result())
         if self._deadline is not None:
-            self._give_up_overdue(self.clock(), self._deadline)
+            self._give_up_overdue(pool, self.clock(), self._deadline)
         # A line at once when everything read is done (caught up): no records wait in it.
         self._after(force=(self.stopping and not self._running) or bool(self.spout.is_idle))
 
-    def _give_up_overdue(self, now: float, deadline: float) -> None:
-        """Give up the tasks running past ``deadline`` seconds (see the module docstring)."""
-        for shard_id, (started, plan) in list(self._started.items()):
+    def _submit(self, pool: ThreadPoolExecutor, plans: list[ReadPlan], now: float) -> None:
+        self._job_ids += 1
+        job = self._job_ids
+        self._running[job] = pool.submit(self._run_job, job, plans)
+        self._started[job] = (now, plans)
+        for p in plans:
+            self._busy[p.shard_id] = job
+        if self._since is None:
+            self._since = now
+
+    def _forget(self, job: int) -> list[ReadPlan]:
+        del self._running[job]
+        _, plans = self._started.pop(job)
+        for p in plans:
+            if self._busy.get(p.shard_id) == job:
+                del self._busy[p.shard_id]
+        return plans
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batch jobs submitted so far (each a Spark job, unless it failed and ran
+        again in parts)."""
+        return self._job_ids
+
+    @property
+    def spark_jobs(self) -> int:
+        """Spark jobs started so far (micro-batches, their re-runs after failures, probes)."""
+        return self.jobs.jobs_run
+
+    def _give_up_overdue(self, pool: ThreadPoolExecutor, now: float, deadline: float) -> None:
+        """Give up the jobs running past ``deadline`` seconds (see the module docstring)."""
+        for job, (started, _) in list(self._started.items()):
             if now - started <= deadline:
                 continue
-            del self._running[shard_id], self._started[shard_id]
+            plans = self._forget(job)
             self.abandoned += 1
-            self.jobs.cancel(plan.task)
-            error = f"task {plan.task} ran past its deadline of {deadline:.1f}s"
+            self.jobs.cancel(job)
+            error = f"micro-batch job {job} ran past its deadline of {deadline:.1f}s"
+            if len(plans) > 1:
+                log.warning("%s: given up; its %d shards run again one job each", error, len(plans))
+                for plan in plans:
+                    self._submit(pool, [plan], now)
+                continue
+            plan = plans[0]
             failed = self.spout.fail_alone(plan, error) if plan.is_retry else []
             log.warning(
                 "%s (shard %s): given up; %s",
                 error,
-                shard_id,
+                plan.shard_id,
                 f"its {len(failed)} records failed" if plan.is_retry else "the shard is read again",
             )
 
-    def _run_plan(self, plan: ReadPlan) -> Outcome:
-        results, iso = self.jobs.run(plan.task, [plan])
-        return plan, results, iso
+    def _run_job(self, job: int, plans: list[ReadPlan]) -> Outcome:
+        results, iso = self.jobs.run(job, plans)
+        return job, plans, results, iso
 
-    def _apply(self, plan: ReadPlan, results: list[ReadResult], iso: ReadIsolation) -> None:
+    def _apply(
+        self, job: int, plans: list[ReadPlan], results: list[ReadResult], iso: ReadIsolation
+    ) -> None:
         w = self._window
         if w is None:
             stats = self.spout.stats()
@@ -190,7 +233,7 @@ class ExecutorDriver(StopControl):
                 self._since or self.clock(), dead_before=dead, expired_before=expired
             )
         ok, failed = self.spout.apply(results)
-        self.jobs.judge(plan.task, iso)
+        self.jobs.judge(job, iso)
         for alone, error in iso.alone:
             log.warning("task %d of shard %s fails alone: %s", alone.task, alone.shard_id, error)
             ids = self.spout.fail_alone(alone, error)
@@ -198,8 +241,9 @@ class ExecutorDriver(StopControl):
             failed += len(ids)
         w.ok += ok
         w.failed += failed
-        w.retried += len(plan.retries) + sum(r.retried for r in results)
-        w.records += sum(len(r) for r in results if r.position is not None) + len(plan.retries)
+        retries = sum(len(p.retries) for p in plans)
+        w.retried += retries + sum(r.retried for r in results)
+        w.records += sum(len(r) for r in results if r.position is not None) + retries
         w.records += sum(r.retried for r in results)  # fast retries are deliveries too
         w.splits += iso.splits
 

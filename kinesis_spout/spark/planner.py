@@ -6,14 +6,13 @@ instead of by itself. It keeps everything else of the spout: shard lifecycle
 and resharding (parents drained before children), ownership, trackers, retry
 limit, dead letters (write-ahead), checkpoints and their store.
 
-Per micro-batch :meth:`plan` makes
+Per micro-batch :meth:`plan` makes (the loop groups them into Spark tasks)
 
-* one *retry task* per shard with due retries (the failed payloads it keeps),
+* one *retry plan* per shard with due retries (the failed payloads it keeps),
   before any new read, and
-* one *read task* per readable shard: its position (the shard's next iterator,
+* one *read plan* per readable shard: its position (the shard's next iterator,
   else after the last key read, else its initial position) and a record limit
-  in user records: the smaller of ``batch_size`` (each shard's task is a
-  pipeline of its own) and the room in the shard's replay window
+  in user records: the smaller of ``batch_size`` and the room in the shard's replay window
   (``max_in_flight`` records read since its saved checkpoint; a window half
   full saves early, as in driver mode; one more while the checkpoint waits on
   the next record of a KPL aggregate, see

@@ -1,8 +1,9 @@
-"""Running a micro-batch's read tasks on Spark, and isolating what fails them.
+"""Running a micro-batch's read plans on Spark, and isolating what fails them.
 
-One Spark job per call (the executor-read loop makes one per task): an RDD of
-:class:`~kinesis_spout.spark.readtask.ReadPlan` (one partition each), each task
-reading and processing on an executor, ``collect`` of the
+One Spark job per call: an RDD of
+:class:`~kinesis_spout.spark.readtask.ReadPlan` s in :meth:`ReadJobs.tasks_for`
+partitions (``shards_per_task`` plans each, or one task per core), each task
+reading and processing its shards on an executor, ``collect`` of the
 :class:`~kinesis_spout.spark.readtask.ReadResult` s. Spark
 keeps one result per partition, so a task it ran again (a lost executor) is
 counted once. With ``process_partitions`` the records read are spread onto
@@ -10,9 +11,9 @@ that many processing partitions (:mod:`kinesis_spout.spark.readshuffle`).
 
 A job that fails as a whole (a task failing ``spark.task.maxFailures`` times:
 a function that kills its Python worker, a Kinesis error that needs a human)
-is run again task by task; a read task that fails alone is run again with
-half its limit, a retry task with half its records, down to one record. Who
-fails alone is then judged as in driver mode
+is run again plan by plan (a job per shard); a read plan that fails alone is
+run again with half its limit, a retry plan with half its records, down to
+one record. Who fails alone is then judged as in driver mode
 (:mod:`kinesis_spout.spark.isolation`): poison (failed: retried, then
 dead-lettered) when something else ran, else a systematic error that stops the
 job with nothing failed.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,9 +62,15 @@ class ReadJobs:
         settings: ReadSettings,
         *,
         process_partitions: int = 0,
+        shards_per_task: int = 0,
         stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.spark = spark
+        self.shards_per_task = shards_per_task
+        """Plans per read task; 0: spread the plans over the cluster's cores."""
+        self.run_id = uuid.uuid4().hex[:8]
+        self.jobs_run = 0
+        """Spark jobs started (read jobs, their re-runs and probes)."""
         self.fn = fn
         self.settings = settings
         self.process_partitions = process_partitions
@@ -82,9 +90,11 @@ class ReadJobs:
     def collect(self, batch_id: int, plans: list[ReadPlan]) -> list[ReadResult]:
         """One Spark job of these plans."""
         sc = self.spark.sparkContext
-        description = f"kinesis-spout batch {batch_id}: {len(plans)} read tasks"
-        sc.setJobGroup(_group(batch_id), description, interruptOnCancel=True)
-        rdd = sc.parallelize(plans, len(plans))
+        tasks = self.tasks_for(len(plans))
+        description = f"kinesis-spout batch {batch_id}: {len(plans)} shards in {tasks} tasks"
+        sc.setJobGroup(self.group(batch_id), description, interruptOnCancel=True)
+        self.jobs_run += 1
+        rdd = sc.parallelize(plans, tasks)
         if self.process_partitions:
             return shuffled_results(
                 rdd, plans, self.settings, self.fn, batch_id, self.process_partitions
@@ -93,6 +103,22 @@ class ReadJobs:
             task_function(self.settings, self.fn, batch_id)
         ).collect()
         return results
+
+    def group(self, batch_id: int) -> str:
+        """The Spark job group of a micro-batch's jobs (unique to this run)."""
+        return f"kinesis-spout-{self.run_id}-{batch_id}"
+
+    def tasks_for(self, plans: int) -> int:
+        """How many read tasks ``plans`` plans make: ``shards_per_task`` plans each, or
+        (0) one task per core of the cluster (``defaultParallelism``), never more
+        tasks than plans."""
+        if plans <= 1:
+            return 1
+        per = self.shards_per_task
+        if per <= 0:
+            cores = max(int(self.spark.sparkContext.defaultParallelism), 1)
+            per = math.ceil(plans / cores)
+        return math.ceil(plans / per)
 
     def _split(self, batch_id: int, plans: list[ReadPlan], iso: ReadIsolation) -> list[ReadResult]:
         try:
@@ -178,7 +204,7 @@ class ReadJobs:
         """Give up the jobs of ``batch_id`` (a task past its deadline): cancel what runs
         (its Python workers are interrupted) and run nothing of it again."""
         self.cancelled.add(batch_id)
-        self.spark.sparkContext.cancelJobGroup(_group(batch_id))
+        self.spark.sparkContext.cancelJobGroup(self.group(batch_id))
 
     def remember_poison(self, ids: list[str]) -> None:
         """These records failed alone: their retries that fail alone are poison too."""
@@ -190,6 +216,7 @@ class ReadJobs:
     def _probe(self, batch_id: int, plan: ReadPlan) -> bool:
         """Whether Spark runs this job's task function now (on a task with nothing to read)."""
         probe = ReadPlan(plan.task, plan.shard_id, None)
+        self.jobs_run += 1
         try:
             self.spark.sparkContext.parallelize([probe], 1).mapPartitions(
                 task_function(self.settings, self.fn, batch_id)
@@ -198,10 +225,6 @@ class ReadJobs:
             log.warning("batch %d: a probe task failed too (%s)", batch_id, format_error(exc))
             return False
         return True
-
-
-def _group(batch_id: int) -> str:
-    return f"kinesis-spout-{batch_id}"
 
 
 def _halves(plans: list[ReadPlan]) -> list[list[ReadPlan]]:

@@ -1,8 +1,8 @@
 """Executor reads with ``process_partitions``: records spread past the shards.
 
-The read tasks (one per shard) only read; their records go through a Spark
-shuffle to ``process_partitions`` processing tasks (record ``i`` of task
-``t`` to partition ``(t + i) % P``), which run the function and return one
+The read tasks (their shards grouped as in any micro-batch) only read; their
+records go through a Spark shuffle to ``process_partitions`` processing tasks
+(record ``i`` of plan ``t`` to partition ``(t + i) % P``), which run the function and return one
 status row per record (the payload only of a failed one). Each read task
 also sends its end (a :class:`~kinesis_spout.spark.readtask.ReadResult`
 without statuses, and its record count) through the shuffle. Nothing goes
@@ -34,7 +34,7 @@ from kinesis_spout.spark.readtask import (
     executor_id,
     write_rows,
 )
-from kinesis_spout.spark.shardread import read_shard
+from kinesis_spout.spark.shardread import Read, read_shards
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +49,16 @@ def _read_stage(
     def run(plans: Iterator[ReadPlan]) -> Iterator[tuple[int, Any]]:
         import os
 
+        taken: list[tuple[ReadPlan, ReadResult, list[Record]]] = []
+        reads: list[Read] = []
         for plan in plans:
             res = ReadResult(plan.task, plan.shard_id, executor=executor_id(), pid=os.getpid())
             records: list[Record] = list(plan.retries)
+            taken.append((plan, res, records))
             if not plan.is_retry:
-                read_shard(plan, settings, records.extend, res)
+                reads.append((plan, records.extend, res))
+        read_shards(reads, settings)  # the task's shards, within one deadline
+        for plan, res, records in taken:
             for i, r in enumerate(records):
                 yield (plan.task + i) % parts, ("r", plan.task, i, r)
             yield plan.task % parts, ("m", plan.task, res, len(records))

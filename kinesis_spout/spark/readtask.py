@@ -1,24 +1,26 @@
-"""Executor reads: one Spark task reads a shard, processes the records, and
+"""Executor reads: one Spark task reads its shards, processes the records, and
 returns only what the driver needs.
 
-The driver (:mod:`kinesis_spout.spark.planner`) sends a :class:`ReadPlan` per
-task: the shard, where to start (its open iterator, else after the last key
-read, else its initial position) and a record limit; or, for a *retry task*,
-the failed records to process again. On the executor :func:`run_plan`:
+The driver (:mod:`kinesis_spout.spark.planner`) plans a :class:`ReadPlan` per
+shard, and a task gets one or more of them (``shards_per_task``): the shard,
+where to start (its open iterator, else after the last key read, else its
+initial position) and a record limit; or, for a *retry plan*, the failed
+records to process again. On the executor :func:`run_plans`:
 
-* reads the shard (:func:`~kinesis_spout.spark.shardread.read_shard`: polling or
-  enhanced fan-out, up to the limit in user records, the tip, the end of a
-  closed shard or ``read_seconds``; a throttled shard never fails the task);
+* reads the shards (:func:`~kinesis_spout.spark.shardread.read_shards`:
+  interleaved within one deadline, polling or enhanced fan-out, each up to
+  its limit in user records, the tip, the end of a closed shard or
+  ``read_seconds``; a throttled shard never fails the task);
 * runs the user's per-record function on each record (an ``Exception`` fails
   the record; a ``BaseException`` fails the task);
-* returns a :class:`ReadResult`: per record its key and status, the error and
+* returns a :class:`ReadResult` per plan: per record its key and status, the error and
   payload **of failed records only**, and the read's end: last key, next
   iterator, MillisBehindLatest, whether the shard ended, its child shards; and
   the figures of the driver's metrics (GetRecords durations, throttles, errors,
   fast retries), so no endpoint runs on an executor.
 
-A task that Spark runs again (a lost executor) starts from the same plan: the
-same position, hence the same records in the same order (at-least-once,
+A task that Spark runs again (a lost executor) starts from the same plans: the
+same positions, hence the same records in the same order (at-least-once,
 nothing skipped). The driver takes one result per task.
 """
 
@@ -36,7 +38,7 @@ from kinesis_spout.records import Record, ShardInfo
 from kinesis_spout.spark.arrow import format_error
 from kinesis_spout.spark.fastretry import FastRetry
 from kinesis_spout.spark.processing import InputRecord, RecordFunction
-from kinesis_spout.spark.shardread import read_shard
+from kinesis_spout.spark.shardread import Read, read_shards
 from tracker import SequenceKey
 
 
@@ -207,19 +209,39 @@ def run_plan(
     fn: RecordFunction,
     batch_id: int,
 ) -> ReadResult:
-    """One task: read (or take the retries), process, write ok rows to the sink."""
+    """One plan as a task of its own (see :func:`run_plans`)."""
+    return run_plans([plan], settings, fn, batch_id)[0]
+
+
+def run_plans(
+    plans: list[ReadPlan],
+    settings: ReadSettings,
+    fn: RecordFunction,
+    batch_id: int,
+) -> list[ReadResult]:
+    """One task: its retry plans processed, its read plans read (interleaved, within
+    one deadline, :func:`~kinesis_spout.spark.shardread.read_shards`) and processed
+    page by page; the ok rows written to the sink before the statuses go back."""
     t0 = time.monotonic()
-    res = ReadResult(plan.task, plan.shard_id, executor=executor_id(), pid=os.getpid())
     keep: list[Record] | None = [] if settings.sink != "none" else None
-    proc = _Processing(fn, res, keep, settings.fast)
-    if plan.is_retry:
-        proc.run(plan.retries)
-    else:
-        read_shard(plan, settings, proc.run, res)
+    results: list[ReadResult] = []
+    reads: list[Read] = []
+    for plan in plans:
+        res = ReadResult(plan.task, plan.shard_id, executor=executor_id(), pid=os.getpid())
+        proc = _Processing(fn, res, keep, settings.fast)
+        results.append(res)
+        if plan.is_retry:
+            proc.run(plan.retries)
+        else:
+            reads.append((plan, proc.run, res))
+    if reads:
+        read_shards(reads, settings)
     if keep:
         write_rows(settings.sink, batch_id, keep)
-    res.seconds = time.monotonic() - t0
-    return res
+    seconds = time.monotonic() - t0
+    for res in results:
+        res.seconds = seconds
+    return results
 
 
 def write_rows(sink_target: str, batch_id: int, rows: list[Record]) -> None:
@@ -237,10 +259,9 @@ def write_rows(sink_target: str, batch_id: int, rows: list[Record]) -> None:
 def task_function(
     settings: ReadSettings, fn: RecordFunction, batch_id: int
 ) -> Callable[[Iterator[ReadPlan]], Iterator[ReadResult]]:
-    """The ``mapPartitions`` body: each plan of the partition, run."""
+    """The ``mapPartitions`` body: the plans of the partition, run as one task."""
 
     def run(plans: Iterator[ReadPlan]) -> Iterator[ReadResult]:
-        for plan in plans:
-            yield run_plan(plan, settings, fn, batch_id)
+        yield from run_plans(list(plans), settings, fn, batch_id)
 
     return run

@@ -49,44 +49,100 @@ def read_shard(
     res: ReadResult,
 ) -> None:
     """GetRecords from the plan's position until its limit or the end of the data."""
-    assert plan.position is not None
-    if settings.consumer_arn is not None:
-        read_subscribed(plan, settings, consume, res)
-        return
-    getter = _polling_getter(plan, settings)
+    read_shards([(plan, consume, res)], settings)
+
+
+Read = tuple["ReadPlan", Callable[[list[Record]], None], "ReadResult"]
+"""A read plan, what consumes its records page by page, and the result it fills."""
+
+
+def read_shards(reads: list[Read], settings: ReadSettings) -> None:
+    """Read every plan of a task until its limit or the end of its data, all of them
+    within one deadline (``read_seconds`` from now).
+
+    Polled shards are read *interleaved*: the one due first is polled next, so a
+    throttled shard's backoff is spent polling the others, and an idle shard costs
+    one GetRecords. Subscribed shards (``consumer = "efo"``) are read one after
+    the other, each within what is left of the deadline."""
     deadline = time.monotonic() + settings.read_seconds
-    remaining = plan.limit
-    while remaining > 0 and not getter.ended:
+    polled: list[_PolledRead] = []
+    for plan, consume, res in reads:
+        assert plan.position is not None
+        if settings.consumer_arn is not None:
+            left = max(deadline - time.monotonic(), 0.0)
+            read_subscribed(plan, settings, consume, res, seconds=left)
+        else:
+            polled.append(_PolledRead(plan, settings, consume, res))
+    active = [r for r in polled if not r.done]
+    turn = 0
+    while active:
+        first = min(active, key=lambda r: (r.getter.next_poll_at, r.turn))
         now = time.monotonic()
-        if now < getter.next_poll_at:
-            if getter.next_poll_at > deadline:
+        wake = first.getter.next_poll_at
+        if wake > now:
+            if wake > deadline:
                 break
-            time.sleep(getter.next_poll_at - now)
+            time.sleep(wake - now)
             now = time.monotonic()
-        asked = getter.limit = min(settings.records_per_call, remaining)
+        turn += 1
+        first.turn = turn  # among shards due at once, the one polled longest ago is next
+        first.step(now)
+        if first.done:
+            active.remove(first)
+        if time.monotonic() >= deadline:
+            break
+    for r in polled:
+        r.finish()
+
+
+class _PolledRead:
+    """One shard's GetRecords read inside a task, a page per :meth:`step`."""
+
+    __slots__ = ("consume", "done", "getter", "remaining", "res", "settings", "turn")
+
+    def __init__(
+        self,
+        plan: ReadPlan,
+        settings: ReadSettings,
+        consume: Callable[[list[Record]], None],
+        res: ReadResult,
+    ) -> None:
+        self.getter = _polling_getter(plan, settings)
+        self.settings = settings
+        self.consume = consume
+        self.res = res
+        self.remaining = plan.limit
+        self.turn = 0
+        self.done = self.remaining <= 0 or self.getter.ended
+
+    def step(self, now: float) -> None:
+        """Poll one page (an error is counted; the getter's backoff says when again)."""
+        getter, res = self.getter, self.res
+        asked = getter.limit = min(self.settings.records_per_call, self.remaining)
         batch = getter.poll(now)
         if batch.seconds is not None:
             res.call_seconds.append(batch.seconds)
         if batch.error is not None:
             _count_error(res, batch)
-            if time.monotonic() >= deadline:
-                break
-            continue
-        if len(batch.records) > remaining:  # a KPL aggregate past the limit: keep the bound
-            batch = getter.cut(batch, remaining)
+            return
+        if len(batch.records) > self.remaining:  # a KPL aggregate past the limit: keep the bound
+            batch = getter.cut(batch, self.remaining)
         _take_page(res, batch)
-        consume(batch.records)
+        self.consume(batch.records)
         got = len(batch.records)
-        remaining -= got
+        self.remaining -= got
         # The tip, by the getter's rule: an answer short of what was asked and not behind
         # (an empty page that is behind is a gap or old data: read on).
         res.caught_up = got < asked and not batch.millis_behind_latest
-        if batch.ended or res.caught_up:
-            break
-    res.position = getter.position
-    res.ended = getter.ended
-    res.behind = getter.millis_behind_latest
-    res.calls = getter.calls
+        self.done = self.remaining <= 0 or batch.ended or res.caught_up or getter.ended
+
+    def finish(self) -> None:
+        """The read's end into its result."""
+        getter, res = self.getter, self.res
+        res.position = getter.position
+        res.ended = getter.ended
+        res.behind = getter.millis_behind_latest
+        res.calls = getter.calls
 
 
 def _polling_getter(plan: ReadPlan, settings: ReadSettings) -> KinesisShardGetter:
@@ -118,9 +174,11 @@ def read_subscribed(
     settings: ReadSettings,
     consume: Callable[[list[Record]], None],
     res: ReadResult,
+    *,
+    seconds: float | None = None,
 ) -> None:
     """Enhanced fan-out: subscribe at the plan's position and take events until its
-    limit, the tip, the shard's end or ``read_seconds``."""
+    limit, the tip, the shard's end or ``seconds`` (``read_seconds`` by default)."""
     pos = plan.position
     assert pos is not None and settings.consumer_arn is not None
     target = EfoTarget(
@@ -148,7 +206,8 @@ def read_subscribed(
         consume(batch.records)
         return len(batch.records)
 
-    end = read_until(getter, plan.limit, settings.read_seconds, take)
+    budget = settings.read_seconds if seconds is None else seconds
+    end = read_until(getter, plan.limit, budget, take)
     for err in end.errors:
         _count_error(res, ShardBatch([], 0.0, error=err))
     res.caught_up = end.caught_up

@@ -46,6 +46,30 @@ def last_per_shard(put: list[tuple[str, str]]) -> dict[str, str]:
     return {s: str(v) for s, v in last.items()}
 
 
+@pytest.fixture
+def deliveries(tmp_path: Path) -> Path:
+    """The folder ``log_deliveries`` writes each delivery to."""
+    d = tmp_path / "deliveries"
+    d.mkdir()
+    return d
+
+
+def put_stream(
+    client: Any, name: str, shards: int, n: int, size: int, special: dict[int, bytes]
+) -> list[tuple[str, str]]:
+    """A stream of ``n`` records of ``size`` bytes, ``special[i]`` the payload of record i."""
+    create_stream(client, name, shards)
+    items = make_payloads(n, size)
+    for i, data in special.items():
+        items[i] = (items[i][0], data)
+    return put_records(client, name, items)
+
+
+def assert_checkpointed_at_last(cfg: Any, stream: str, put: list[tuple[str, str]]) -> None:
+    stored = checkpoints(cfg.checkpoint_store, stream, stream)
+    assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
+
+
 def spy_results(driver: ExecutorDriver) -> list[ReadResult]:
     seen: list[ReadResult] = []
     apply = driver.spout.apply
@@ -60,16 +84,10 @@ def spy_results(driver: ExecutorDriver) -> list[ReadResult]:
 
 
 def test_only_statuses_and_failed_payloads_reach_the_driver(
-    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, deliveries: Path
 ) -> None:
-    create_stream(moto_client, unique_name, 4)
-    items = make_payloads(1200, 150)
     bad = set(range(7, 1200, 100))
-    for i in bad:
-        items[i] = (items[i][0], POISON + b"-%d" % i)
-    put = put_records(moto_client, unique_name, items)
-    deliveries = tmp_path / "deliveries"
-    deliveries.mkdir()
+    put = put_stream(moto_client, unique_name, 4, 1200, 150, {i: POISON + b"-%d" % i for i in bad})
     cfg = job_config(retry_limit=1, batch_size=400, max_in_flight=250)
     driver = build_driver(cfg, log_deliveries(str(deliveries)), spark=spark, progress=None)
     assert isinstance(driver, ExecutorDriver)
@@ -91,19 +109,13 @@ def test_only_statuses_and_failed_payloads_reach_the_driver(
     dead = read_dead_letters(cfg.dead_letter)
     assert sorted(d["message_id"] for d in dead) == sorted(poison_ids)
     assert summary.ok == 1200 - len(bad) and summary.dead_lettered == len(bad)
-    stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
-    assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
+    assert_checkpointed_at_last(cfg, unique_name, put)
 
 
 def test_a_record_that_kills_its_python_worker_is_isolated_and_dead_lettered(
-    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, deliveries: Path
 ) -> None:
-    create_stream(moto_client, unique_name, 2)
-    items = make_payloads(120, 100)
-    items[50] = (items[50][0], KILLER)
-    put = put_records(moto_client, unique_name, items)
-    deliveries = tmp_path / "deliveries"
-    deliveries.mkdir()
+    put = put_stream(moto_client, unique_name, 2, 120, 100, {50: KILLER})
     cfg = job_config(retry_limit=1, batch_size=200)
     summary = run(cfg, log_deliveries(str(deliveries)), spark)
 
@@ -113,8 +125,7 @@ def test_a_record_that_kills_its_python_worker_is_isolated_and_dead_lettered(
     got = {(s, q) for s, q, *_ in read_deliveries(deliveries)}
     assert got == set(put)
     assert summary.ok == 119 and summary.dead_lettered == 1
-    stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
-    assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
+    assert_checkpointed_at_last(cfg, unique_name, put)
 
 
 def run(cfg: Any, fn: Any, spark: Any) -> Any:
@@ -124,15 +135,11 @@ def run(cfg: Any, fn: Any, spark: Any) -> Any:
 
 
 def test_process_partitions_spread_the_records_past_the_shards(
-    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, deliveries: Path
 ) -> None:
-    create_stream(moto_client, unique_name, 2)
-    items = make_payloads(600, 100)
-    for i in (10, 400):
-        items[i] = (items[i][0], POISON + b"-%d" % i)
-    put = put_records(moto_client, unique_name, items)
-    deliveries = tmp_path / "deliveries"
-    deliveries.mkdir()
+    put = put_stream(
+        moto_client, unique_name, 2, 600, 100, {i: POISON + b"-%d" % i for i in (10, 400)}
+    )
     cfg = job_config(retry_limit=0, batch_size=600, process_partitions=5)
     summary = run(cfg, log_deliveries(str(deliveries)), spark)
 
@@ -140,12 +147,11 @@ def test_process_partitions_spread_the_records_past_the_shards(
     assert {(s, q) for s, q, *_ in seen} == set(put) and len(seen) == 600
     assert len({d.partition for d in seen}) >= 3  # more partitions than shards
     assert summary.ok == 598 and summary.dead_lettered == 2
-    stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
-    assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
+    assert_checkpointed_at_last(cfg, unique_name, put)
 
 
 def test_a_split_shard_is_drained_before_its_children_are_read(
-    spark: Any, kinesis_mock: KinesisMock, job_config: Any, unique_name: str, tmp_path: Path
+    spark: Any, kinesis_mock: KinesisMock, job_config: Any, unique_name: str, deliveries: Path
 ) -> None:
     client = emulator_client(kinesis_mock.endpoint_url)
     create_stream(client, unique_name, 1)
@@ -158,8 +164,6 @@ def test_a_split_shard_is_drained_before_its_children_are_read(
     )
     wait_active(client, unique_name)
     after = put_records(client, unique_name, make_payloads(150, 80, prefix="b"))
-    deliveries = tmp_path / "deliveries"
-    deliveries.mkdir()
     cfg = job_config(endpoint_url=kinesis_mock.endpoint_url, batch_size=40, stop_when_idle=3.0)
     summary = run(cfg, log_deliveries(str(deliveries)), spark)
 
@@ -177,14 +181,11 @@ def test_a_split_shard_is_drained_before_its_children_are_read(
 
 def test_throttling_errors_and_expired_iterators_are_retried_inside_the_tasks(
     spark: Any, moto_server: Any, moto_client: Any, job_config: Any, unique_name: str,
-    tmp_path: Path,
+    deliveries: Path,
 ) -> None:  # fmt: skip
     from kinesis_spout.testing.faultproxy import FaultProxy
 
-    create_stream(moto_client, unique_name, 2)
-    put = put_records(moto_client, unique_name, make_payloads(400, 60))
-    deliveries = tmp_path / "deliveries"
-    deliveries.mkdir()
+    put = put_stream(moto_client, unique_name, 2, 400, 60, {})
     with FaultProxy(moto_server.endpoint_url, seed=3, operations=["GetRecords"]) as proxy:
         proxy.set_rates(throttle=0.2, error=0.1, drop=0.05, expire=0.1)
         cfg = job_config(
@@ -205,24 +206,18 @@ def test_throttling_errors_and_expired_iterators_are_retried_inside_the_tasks(
     got = Counter((d.shard, d.seq) for d in read_deliveries(deliveries))
     assert set(got) == set(put) and max(got.values()) == 1  # no job failed, nothing twice
     assert summary.ok == 400 and summary.failed == 0
-    stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
-    assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
+    assert_checkpointed_at_last(cfg, unique_name, put)
 
 
 @pytest.mark.parametrize("at", [0, 20])
 def test_a_worker_killing_record_in_the_only_shard_is_dead_lettered(
-    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path, at: int
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, deliveries: Path, at: int
 ) -> None:
     """One shard, so nothing else runs beside the record's tasks: at its head (as
     after a restart with it at the checkpoint) its first lone failure, and its
     retries (due at once) after it was found by a read, are still poison, not a
     systematic error that stops the job."""
-    create_stream(moto_client, unique_name, 1)
-    items = make_payloads(40, 100)
-    items[at] = (items[at][0], KILLER)
-    put = put_records(moto_client, unique_name, items)
-    deliveries = tmp_path / "deliveries"
-    deliveries.mkdir()
+    put = put_stream(moto_client, unique_name, 1, 40, 100, {at: KILLER})
     cfg = job_config(retry_limit=1, batch_size=200)
     summary = run(cfg, log_deliveries(str(deliveries)), spark)
 
@@ -230,19 +225,18 @@ def test_a_worker_killing_record_in_the_only_shard_is_dead_lettered(
     assert [d["message_id"] for d in dead] == [f"{put[at][0]}:{put[at][1]}"]
     assert {(s, q) for s, q, *_ in read_deliveries(deliveries)} == set(put)
     assert summary.ok == 39 and summary.dead_lettered == 1
-    stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
-    assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
+    assert_checkpointed_at_last(cfg, unique_name, put)
 
 
 def test_a_task_that_hangs_is_given_up_and_its_shard_read_again(
-    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+    spark: Any,
+    moto_client: Any,
+    job_config: Any,
+    unique_name: str,
+    tmp_path: Path,
+    deliveries: Path,
 ) -> None:
-    create_stream(moto_client, unique_name, 1)
-    items = make_payloads(30, 100)
-    items[10] = (items[10][0], HANG + b"-10")
-    put = put_records(moto_client, unique_name, items)
-    deliveries = tmp_path / "deliveries"
-    deliveries.mkdir()
+    put = put_stream(moto_client, unique_name, 1, 30, 100, {10: HANG + b"-10"})
     marker = tmp_path / "hung"
     cfg = job_config(task_timeout=5.0, batch_size=100)
     driver = build_driver(
@@ -255,5 +249,4 @@ def test_a_task_that_hangs_is_given_up_and_its_shard_read_again(
     got = Counter((s, q) for s, q, *_ in read_deliveries(deliveries))
     assert set(got) == set(put)  # read again after the given-up task: nothing lost
     assert summary.ok == 30 and summary.dead_lettered == 0
-    stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
-    assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
+    assert_checkpointed_at_last(cfg, unique_name, put)

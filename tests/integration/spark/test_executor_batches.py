@@ -1,0 +1,110 @@
+"""Executor reads at scale: one Spark job per micro-batch, shards grouped into tasks.
+
+Each test runs the executor-read loop in-process on the shared ``local[2]``
+session against moto, and asks Spark itself (its status tracker) how many
+jobs and tasks ran, so a loop that went back to a job per shard fails here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spark_job_helpers import log_deliveries, read_deliveries
+
+from kinesis_spout.checkpoint import open_store
+from kinesis_spout.spark.build import build_driver
+from kinesis_spout.spark.executor_driver import ExecutorDriver
+from kinesis_spout.testing.streams import create_stream, put_records
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
+
+
+def spread_items(n: int) -> list[tuple[str, bytes]]:
+    """``n`` records with a partition key each, so every shard of a wide stream gets some."""
+    return [(f"key-{i}", b"r%09d|" % i + b"x" * 60) for i in range(n)]
+
+
+def last_per_shard(put: list[tuple[str, str]]) -> dict[str, str]:
+    last: dict[str, int] = {}
+    for shard, seq in put:
+        last[shard] = max(last.get(shard, 0), int(seq))
+    return {s: str(v) for s, v in last.items()}
+
+
+def stored_checkpoints(cfg: Any, stream: str) -> dict[str, str | None]:
+    store = open_store(cfg.checkpoint_store, cfg.job_name)
+    try:
+        return {s: cp.sequence_number for s, cp in store.load(stream).items()}
+    finally:
+        store.close()
+
+
+def tasks_of_job(spark: Any, driver: ExecutorDriver, job: int) -> list[int]:
+    """The task counts of the stages of micro-batch job ``job`` (its Spark job group)."""
+    tracker = spark.sparkContext.statusTracker()
+    counts = []
+    for job_id in tracker.getJobIdsForGroup(driver.jobs.group(job)):
+        info = tracker.getJobInfo(job_id)
+        for stage in info.stageIds if info is not None else []:
+            stage_info = tracker.getStageInfo(stage)
+            if stage_info is not None:
+                counts.append(stage_info.numTasks)
+    return counts
+
+
+def run_driver(cfg: Any, fn: Any, spark: Any) -> tuple[ExecutorDriver, Any]:
+    driver = build_driver(cfg, fn, spark=spark, progress=None)
+    assert isinstance(driver, ExecutorDriver)
+    return driver, driver.run()
+
+
+def test_one_spark_job_reads_every_shard_in_grouped_tasks(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+) -> None:
+    create_stream(moto_client, unique_name, 12)
+    put = put_records(moto_client, unique_name, spread_items(600))
+    deliveries = tmp_path / "deliveries"
+    deliveries.mkdir()
+    cfg = job_config(shards_per_task=4, batch_size=1000, empty_shard_backoff=5.0)
+    driver, summary = run_driver(cfg, log_deliveries(str(deliveries)), spark)
+
+    got = Counter((d.shard, d.seq) for d in read_deliveries(deliveries))
+    assert set(got) == set(put) and max(got.values()) == 1
+    assert summary.ok == 600
+    # The first micro-batch read all 12 shards (each had less than its limit) in one
+    # Spark job of 3 tasks; the shards then wait their backoff, past the idle stop.
+    assert tasks_of_job(spark, driver, 1) == [3]
+    assert driver.spark_jobs == driver.micro_batches == 1
+    assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
+
+
+def test_by_default_a_micro_batch_has_one_read_task_per_core(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str
+) -> None:
+    create_stream(moto_client, unique_name, 6)
+    put = put_records(moto_client, unique_name, spread_items(120))
+    cfg = job_config(batch_size=1000, empty_shard_backoff=5.0)
+    driver, summary = run_driver(cfg, lambda r: None, spark)
+
+    assert summary.ok == 120
+    cores = spark.sparkContext.defaultParallelism
+    assert tasks_of_job(spark, driver, 1) == [min(cores, 6)]
+    assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
+
+
+def test_128_shards_are_read_and_each_checkpointed_at_its_last_record(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str
+) -> None:
+    create_stream(moto_client, unique_name, 128)
+    put = put_records(moto_client, unique_name, spread_items(5120))
+    assert len({s for s, _ in put}) == 128  # every shard holds records
+    cfg = job_config(batch_size=100, empty_shard_backoff=1.0, stop_when_idle=3.0)
+    driver, summary = run_driver(cfg, lambda r: None, spark)
+
+    assert summary.ok == 5120 and summary.failed == 0
+    assert driver.spark_jobs == driver.micro_batches  # no job per shard, no re-runs
+    assert driver.micro_batches < 128  # each job read many shards
+    assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
