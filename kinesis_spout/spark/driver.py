@@ -159,6 +159,7 @@ class SparkDriver(StopControl):
         """
         started = self.clock()
         self.spout.open()
+        self.startup.mark("stream open")
         pool = (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="kinesis-spout-batch")
             if self.pipeline
@@ -167,6 +168,7 @@ class SparkDriver(StopControl):
         failure: BaseException | None = None
         try:
             self.spout.activate()
+            self.startup.mark("activate")
             ready: _Batch | None = None
             while True:
                 if ready is None and not self.stopping:
@@ -185,6 +187,7 @@ class SparkDriver(StopControl):
                 if future is not None:
                     future.result()
                 report = self._complete(ready)
+                self.startup.finish("first micro-batch")
                 ready = following
                 self._tick(report, had_records=True)
                 if self.stopping and ready is None:

@@ -127,12 +127,14 @@ class ExecutorDriver(StopControl):
         """Open the spout, loop, and always end with a forced checkpoint and close."""
         started = self.clock()
         self.spout.open()
+        self.startup.mark("stream open")
         if self.spout.consumer_arn is not None:  # consumer = "efo": the tasks subscribe
             self.jobs.settings = replace(self.jobs.settings, consumer_arn=self.spout.consumer_arn)
         failure: BaseException | None = None
         pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="kinesis-spout-read")
         try:
             self.spout.activate()
+            self.startup.mark("activate")
             while not (self.stopping and not self._running):
                 self._step(pool)
         except BaseException as exc:
@@ -159,6 +161,7 @@ class ExecutorDriver(StopControl):
         for job, future in list(self._running.items()):
             if future in done:
                 self._forget(job)
+                self.startup.finish("first micro-batch")
                 self._apply(*future.result())
         if self._deadline is not None:
             self._give_up_overdue(pool, self.clock(), self._deadline)
@@ -166,6 +169,8 @@ class ExecutorDriver(StopControl):
         self._after(force=(self.stopping and not self._running) or bool(self.spout.is_idle))
 
     def _submit(self, pool: ThreadPoolExecutor, plans: list[ReadPlan], now: float) -> None:
+        if not self._job_ids:
+            self.startup.mark("first plan")
         self._job_ids += 1
         job = self._job_ids
         self._running[job] = pool.submit(self._run_job, job, plans)

@@ -21,7 +21,11 @@ Exit codes: 0 done, 1 the job failed, 2 bad configuration, 130 interrupted.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
+
+STARTED = time.perf_counter()
+"""This module's first line: the job's start-up times count from here."""
 
 if __name__ == "__main__" and sys.path and Path(sys.path[0]).resolve() == Path(__file__).parent:
     # Run as a script: this folder must not shadow top-level modules.
@@ -35,8 +39,8 @@ import signal  # noqa: E402
 from collections.abc import Callable, Mapping, Sequence  # noqa: E402
 from types import FrameType  # noqa: E402
 
-from kinesis_spout.config import SpoutConfig
-from kinesis_spout.config_load import add_config_arguments, load_config
+from kinesis_spout.config import SpoutConfig  # noqa: E402
+from kinesis_spout.config_load import add_config_arguments, load_config  # noqa: E402
 from kinesis_spout.coordination.joblease import JobLease, open_job_lease  # noqa: E402
 from kinesis_spout.errors import ConfigError, KinesisSpoutError  # noqa: E402
 from kinesis_spout.metrics import MetricsCollector  # noqa: E402
@@ -47,6 +51,7 @@ from kinesis_spout.spark.launcher import (  # noqa: E402
     watch_launcher,
     watch_parent,
 )
+from kinesis_spout.spark.startup import StartupTimes  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -96,14 +101,19 @@ def describe(config: SpoutConfig, process: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    times = StartupTimes(STARTED)
+    times.mark("imports")
     args = build_arg_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    for noisy in ("botocore", "boto3", "urllib3"):  # -v is this job's DEBUG, not theirs
+        logging.getLogger(noisy).setLevel(logging.INFO)
     try:
         config, process = job_config(args)
+        times.mark("config")
         if not process:
             raise ConfigError(
                 PROCESS_KEY, None, "--process module:function, or process = ... in the config file"
@@ -119,7 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if pidfile:
             Path(pidfile).write_text(str(os.getpid()))
-        return run_tied_to_launcher(config, process, endpoint.metrics if endpoint else None)
+        return run_tied_to_launcher(
+            config, process, endpoint.metrics if endpoint else None, times=times
+        )
     finally:
         if pidfile:  # the launcher may be gone (kill -9) and cannot remove it
             with contextlib.suppress(OSError):
@@ -129,7 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_tied_to_launcher(
-    config: SpoutConfig, process: str, metrics: MetricsCollector | None = None
+    config: SpoutConfig,
+    process: str,
+    metrics: MetricsCollector | None = None,
+    *,
+    times: StartupTimes | None = None,
 ) -> int:
     """Take the job lease and run, stopping when the launcher dies."""
     stop: list[Callable[[str], None]] = []
@@ -147,8 +163,10 @@ def run_tied_to_launcher(
     except KinesisSpoutError as exc:
         print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
         return 3
+    times = times or StartupTimes()
+    times.mark("lease")
     try:
-        return run_with_lease(config, process, lease, stop, metrics)
+        return run_with_lease(config, process, lease, stop, metrics, times=times)
     finally:
         lease.release()
         for w in (watch, jvm):
@@ -175,6 +193,8 @@ def run_with_lease(
     lease: JobLease,
     stop: list[Callable[[str], None]],
     metrics: MetricsCollector | None = None,
+    *,
+    times: StartupTimes | None = None,
 ) -> int:
     """Start Spark and run the micro-batch loop; the exit code. Once the driver
     exists, its ``request_stop`` is put in ``stop`` (for the launcher watch)."""
@@ -183,7 +203,10 @@ def run_with_lease(
     from kinesis_spout.spark.build import build_driver
     from kinesis_spout.spark.deploy import check_deploy_mode
 
+    times = times or StartupTimes()
+    times.mark("spark imports")
     spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
+    times.mark("spark session")
     spec_file = process.rpartition(":")[0]
     if spec_file.endswith(".py"):
         spark.sparkContext.addPyFile(str(Path(spec_file).resolve()))
@@ -196,6 +219,8 @@ def run_with_lease(
         print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
         spark.stop()
         return 2
+    times.mark("build")
+    driver.startup = times
     lease.on_lost = lambda: driver.request_stop("job lease lost")
     stop.append(driver.request_stop)
     # After the SparkContext exists: PySpark installs its own SIGINT handler.

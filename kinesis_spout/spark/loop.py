@@ -1,4 +1,5 @@
-"""What both micro-batch loops share: stop requests and the run's summary."""
+"""What both micro-batch loops share: stop requests, the run's summary and the
+times of its start."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import logging
 from collections.abc import Callable
 
 from kinesis_spout.spark.reports import JobSummary, RunTotals, SpoutLike
+from kinesis_spout.spark.startup import StartupTimes
 
 log = logging.getLogger(__name__)
 
@@ -16,11 +18,13 @@ MAX_WAIT = 0.5
 
 
 class StopControl:
-    """Stop requests (first reason wins) and the totals behind the summary."""
+    """Stop requests (first reason wins), the totals behind the summary, and the
+    start-up phases (the entry point may hand in its own, begun at its first line)."""
 
     def __init__(self) -> None:
         self._stop_reason: str | None = None
         self._totals = RunTotals()
+        self.startup = StartupTimes()
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Finish the current batch, then stop (safe to call from a signal handler)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_job_helpers import log_deliveries, read_deliveries
+from spark_job_helpers import HANG, hang_once, log_deliveries, read_deliveries
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.spark.build import build_driver
@@ -107,4 +107,29 @@ def test_128_shards_are_read_and_each_checkpointed_at_its_last_record(
     assert summary.ok == 5120 and summary.failed == 0
     assert driver.spark_jobs == driver.micro_batches  # no job per shard, no re-runs
     assert driver.micro_batches < 128  # each job read many shards
+    assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
+
+
+def test_a_job_of_several_shards_past_its_deadline_runs_again_one_job_per_shard(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """A function that hangs in one shard of a grouped task: the job is given up and
+    each of its shards runs again alone, so the others are not held and nothing is lost."""
+    create_stream(moto_client, unique_name, 3)
+    items = spread_items(90)
+    items[40] = (items[40][0], HANG + b"-40")
+    put = put_records(moto_client, unique_name, items)
+    deliveries = tmp_path / "deliveries"
+    deliveries.mkdir()
+    marker = tmp_path / "hung"
+    fn = hang_once(str(marker), log_deliveries(str(deliveries)))
+    cfg = job_config(task_timeout=5.0, shards_per_task=3, batch_size=1000)
+    driver, summary = run_driver(cfg, fn, spark)
+
+    assert marker.exists() and driver.abandoned >= 1
+    assert tasks_of_job(spark, driver, 1) == [1]  # the three shards in one task
+    got = Counter((d.shard, d.seq) for d in read_deliveries(deliveries))
+    assert set(got) == set(put)  # nothing lost
+    assert summary.ok == 90 and summary.failed == 0 and summary.dead_lettered == 0
+    assert driver.micro_batches >= 4  # the given-up job, then one job per shard
     assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)

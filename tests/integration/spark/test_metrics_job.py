@@ -136,7 +136,7 @@ def test_the_job_serves_metrics_that_rise_and_end_at_its_summary(
         "metrics-port": str(port),
     }
     cmd = [
-        sys.executable, "-m", "kinesis_spout.cli", "run",
+        sys.executable, "-m", "kinesis_spout.cli", "--verbose", "run",
         "--process", f"{spark_job_helpers.__file__}:flaky_and_poison",
         "--spark-conf", "spark.ui.enabled=false",
         *[a for k, v in flags.items() for a in (f"--{k}", v)],
@@ -167,6 +167,17 @@ def test_the_job_serves_metrics_that_rise_and_end_at_its_summary(
     summary = parse_summary(text)
     assert summary.stopped_because == "SIGTERM"
     assert_matches_summary(last, summary, shards=2)
+    assert_startup_said(text)
+
+
+def assert_startup_said(text: str) -> None:
+    """``--verbose`` says where the start-up went, phase by phase, once."""
+    lines = [ln for ln in text.splitlines() if "startup: imports" in ln]
+    assert len(lines) == 1, text[-3000:]
+    body = "imports" + lines[0].split("startup: imports", 1)[1]
+    phases = [p.split()[0] for p in body.split(" | ")]
+    assert phases[:4] == ["imports", "config", "lease", "spark"]
+    assert phases[-2:] == ["first", "total"] and "stream" in phases
 
 
 def test_driver_reads_serve_the_same_metrics_and_match_the_summary(
