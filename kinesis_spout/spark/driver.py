@@ -50,8 +50,7 @@ from kinesis_spout.spark.reports import (
     JobSummary,
     RunLimits,
     SpoutLike,
-    _max_behind,
-    _stat,
+    batch_report,
     print_progress,
 )
 
@@ -313,35 +312,26 @@ class SparkDriver(StopControl):
         results += self._judge.settle(
             batch.batch_id, batch.iso, owners, lambda o: self._apply(o, owners, roots)
         )
-        ok = sum(len(r.acked) for r in results)
-        failed = sum(len(r.failed) for r in results)
-        stats = self.spout.stats()
-        dead = (_stat(stats, "dead_lettered") or 0) - (_stat(stats_before, "dead_lettered") or 0)
-        expired = (_stat(stats, "expired") or 0) - (_stat(stats_before, "expired") or 0)
         fast, self._fast_retried = self._fast_retried, 0
-        retried = sum(1 for r in records if r.attempt > 1) + fast
-        deliveries = len(records) + fast
-        age = _stat(stats, "checkpoint_age")
         now = self.clock()
         since = max(batch.started, self._last_completion or batch.started)
         self._last_completion = now
-        self._totals.add(deliveries, ok, failed, retried, dead, now - since, expired)
-        return BatchReport(
-            batch_id=batch.batch_id,
-            records=deliveries,
-            ok=ok,
-            failed=failed,
-            retried=retried,
-            dead_lettered=dead,
-            in_flight=int(_stat(stats, "in_flight") or self.spout.in_flight),
-            pending_trees=self.ledger.pending if self.ledger is not None else 0,
-            millis_behind_latest=_max_behind(stats),
-            checkpoint_age=float(age) if age is not None else None,
-            seconds=max(now - since, 1e-9),
+        report = batch_report(
+            batch.batch_id,
+            stats_before,
+            self.spout.stats(),
+            records=len(records) + fast,
+            ok=sum(len(r.acked) for r in results),
+            failed=sum(len(r.failed) for r in results),
+            retried=sum(1 for r in records if r.attempt > 1) + fast,
+            seconds=now - since,
             process_seconds=batch.compute_seconds + (now - t0),
             splits=batch.iso.splits,
-            expired=expired,
+            in_flight=self.spout.in_flight,
+            pending_trees=self.ledger.pending if self.ledger is not None else 0,
         )
+        self._totals.add_report(report)
+        return report
 
     def _apply(
         self, outcome: BatchOutcome, owners: Sequence[Record], roots: Sequence[int] | None

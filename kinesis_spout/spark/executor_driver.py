@@ -55,8 +55,7 @@ from kinesis_spout.spark.reports import (
     BatchReport,
     JobSummary,
     RunLimits,
-    _max_behind,
-    _stat,
+    batch_report,
     print_progress,
 )
 
@@ -70,12 +69,12 @@ class _Window:
     """What completed since the last progress line."""
 
     started: float
+    stats_before: Any
+    """The spout's stats when the window opened."""
     records: int = 0
     ok: int = 0
     failed: int = 0
     retried: int = 0
-    dead_before: int = 0
-    expired_before: int = 0
     splits: int = 0
     seconds: list[float] = field(default_factory=list)
 
@@ -231,12 +230,7 @@ class ExecutorDriver(StopControl):
     ) -> None:
         w = self._window
         if w is None:
-            stats = self.spout.stats()
-            dead = _stat(stats, "dead_lettered") or 0
-            expired = _stat(stats, "expired") or 0
-            w = self._window = _Window(
-                self._since or self.clock(), dead_before=dead, expired_before=expired
-            )
+            w = self._window = _Window(self._since or self.clock(), self.spout.stats())
         ok, failed = self.spout.apply(results)
         self.jobs.judge(job, iso)
         for alone, error in iso.alone:
@@ -278,27 +272,19 @@ class ExecutorDriver(StopControl):
         self._check_limits(had_records=bool(w.records or w.failed))
 
     def _report(self, w: _Window, now: float) -> None:
-        stats = self.spout.stats()
-        dead = (_stat(stats, "dead_lettered") or 0) - w.dead_before
-        expired = (_stat(stats, "expired") or 0) - w.expired_before
-        self._totals.add(w.records, w.ok, w.failed, w.retried, dead, now - w.started, expired)
-        age = _stat(stats, "checkpoint_age")
-        report = BatchReport(
-            batch_id=self._batch_id,
+        report = batch_report(
+            self._batch_id,
+            w.stats_before,
+            self.spout.stats(),
             records=w.records,
             ok=w.ok,
             failed=w.failed,
             retried=w.retried,
-            dead_lettered=dead,
-            in_flight=int(_stat(stats, "in_flight") or 0),
-            pending_trees=0,
-            millis_behind_latest=_max_behind(stats),
-            checkpoint_age=float(age) if age is not None else None,
-            seconds=max(now - w.started, 1e-9),
+            seconds=now - w.started,
             process_seconds=now - w.started,
             splits=w.splits,
-            expired=expired,
         )
+        self._totals.add_report(report)
         self._batch_id += 1
         self.metrics.increment("batches")
         self.last_report = report

@@ -143,6 +143,47 @@ def _max_behind(stats: Any) -> int | None:
     return int(behind) if isinstance(behind, int | float) else None
 
 
+def batch_report(
+    batch_id: int,
+    before: Any,
+    after: Any,
+    *,
+    records: int,
+    ok: int,
+    failed: int,
+    retried: int,
+    seconds: float,
+    process_seconds: float,
+    splits: int,
+    in_flight: int = 0,
+    pending_trees: int = 0,
+) -> BatchReport:
+    """A micro-batch's report (both loops): its own counts, what the spout's stats
+    ``before`` and ``after`` it say changed (dead letters, expired records), and what
+    they say now (in flight, lag, checkpoint age). ``in_flight``: when the stats have none."""
+
+    def grew(name: str) -> int:
+        return int((_stat(after, name) or 0) - (_stat(before, name) or 0))
+
+    age = _stat(after, "checkpoint_age")
+    return BatchReport(
+        batch_id=batch_id,
+        records=records,
+        ok=ok,
+        failed=failed,
+        retried=retried,
+        dead_lettered=grew("dead_lettered"),
+        in_flight=int(_stat(after, "in_flight") or in_flight),
+        pending_trees=pending_trees,
+        millis_behind_latest=_max_behind(after),
+        checkpoint_age=float(age) if age is not None else None,
+        seconds=max(seconds, 1e-9),
+        process_seconds=process_seconds,
+        splits=splits,
+        expired=grew("expired"),
+    )
+
+
 class RunLimits:
     """When a run stops by itself: ``max_batches`` reached, or idle for ``stop_when_idle``."""
 
@@ -208,6 +249,10 @@ class RunTotals:
         self.retried += retried
         self.dead_lettered += dead
         self.busy_seconds += seconds
+
+    def add_report(self, r: BatchReport) -> None:
+        """One micro-batch, from its report."""
+        self.add(r.records, r.ok, r.failed, r.retried, r.dead_lettered, r.seconds, r.expired)
 
     def summary(self, seconds: float, stopped_because: str) -> JobSummary:
         return JobSummary(
