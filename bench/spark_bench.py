@@ -23,6 +23,8 @@ Starts a moto server, puts ``--records`` records of ``--size`` bytes into a
   ``driver_cpu_us_per_record``, ``reader_processes``, ``scaling_2_vs_1``,
   ``records``/``lost``/``duplicates`` for executor reads, and the same under
   ``driver_mode``.
+* instead, with ``--shards 4,32,128``: the shard-scaling figures of the job run by
+  ``kinesis-spout run`` (see ``bench/spark_shards.py``).
 
 Spark starts once and is warmed up before the timed runs. Each job run uses
 a fresh job name (fresh checkpoints). With ``--json`` the last line is one
@@ -30,6 +32,7 @@ JSON object (``job_rps_10k``, ``boto3_rps``, ``ratio_vs_boto3_10k`` ...).
 ``--plot FILE`` also draws the figures as a PNG bar chart (the ``plots`` extra).
 
     python bench/spark_bench.py [--records 100000] [--size 200] [--cluster] [--json] [--plot FILE]
+    python bench/spark_bench.py --shards 4,32,128 [--records 40000] [--json]
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ from tracker import SequenceKey  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import poison_bench  # noqa: E402
 import spark_scale  # noqa: E402
+import spark_shards  # noqa: E402
 from reader_bench import stock_client  # noqa: E402
 from spark_scale import scale_figures  # noqa: E402
 
@@ -232,7 +236,7 @@ class LocalRuns:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--records", type=int, help="default 100,000 (per mode: see below)")
     parser.add_argument("--size", type=int, default=200, help="bytes per record")
     parser.add_argument("--json", action="store_true", help="one JSON object on the last line")
     parser.add_argument(
@@ -248,8 +252,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="instead: throughput with this fraction of poison records vs none "
         "(bench/poison_bench.py; --records defaults to 20,000 there)",
     )
+    spark_shards.add_shards_arguments(parser)
     add_plot_argument(parser)
     args = parser.parse_args(argv)
+    if args.records is None:
+        args.records = 20_000 if args.poison_rate else 40_000 if args.shards else 100_000
     check_plot_argument(parser, args.plot)
     return args
 
@@ -355,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     if args.poison_rate is not None:
         return poison_main(args)
+    if args.shards:
+        return spark_shards.shards_main(args)
     local, scale = measure(args)
     result = job_figures(args, local, scale)
     print_summary(result, scale)
@@ -370,13 +379,12 @@ def poison_main(args: argparse.Namespace) -> int:
     register: Any = cloudpickle.register_pickle_by_value
     register(poison_bench)  # the executors cannot import it
     logging.getLogger("kinesis_spout.deadletter").setLevel(logging.ERROR)  # one line per record
-    records = args.records if "--records" in sys.argv else 20_000
     with MotoServer() as moto, tempfile.TemporaryDirectory() as tmpdir:
         client = emulator_client(moto.endpoint_url)
         spark = local_spark_session("spark-bench-poison")
         try:
             result = poison_bench.poison_figures(
-                spark, client, moto.endpoint_url, Path(tmpdir), records, args.size,
+                spark, client, moto.endpoint_url, Path(tmpdir), args.records, args.size,
                 args.poison_rate,
             )  # fmt: skip
         finally:

@@ -1,0 +1,164 @@
+"""CPU time of a child's whole process tree (Linux ``/proc``; psutil is not needed).
+
+``getrusage(RUSAGE_CHILDREN)`` counts a descendant only once it, and every process
+between it and us, has been waited for. Two kinds of process escape it in the Spark
+job's tree: PySpark's worker daemon ignores SIGCHLD, so the kernel reaps its Python
+workers and their CPU time is added nowhere; and a process whose parent exits first
+is reparented away from the tree. :class:`TreeCpu` therefore samples ``/proc`` every
+``interval`` seconds while the child runs, and the tree's CPU time is
+
+    the RUSAGE_CHILDREN delta around the run
+    + for each process of those two kinds, its last sampled CPU (own and reaped children's).
+
+Only the CPU such a process spends after its last sample is missed (at most
+``interval`` each). :meth:`TreeCpu.sampled` is the sum of every process's own CPU as
+sampled (no rusage): what a window inside the run (from one instant to another) spent.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+TICKS = os.sysconf("SC_CLK_TCK")
+SIGCHLD_BIT = 1 << (17 - 1)  # SIGCHLD is 17 on Linux; SigIgn is a mask of 1 << (n - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcSample:
+    """One process as ``/proc/<pid>/stat`` shows it."""
+
+    pid: int
+    ppid: int
+    start: str
+    """Start time in clock ticks since boot: with the pid, names the process (pids are reused)."""
+    own: float
+    """CPU seconds of the process itself (user + system, every thread)."""
+    reaped: float
+    """CPU seconds of its children that it has waited for (``cutime`` + ``cstime``)."""
+
+
+def read_stat(pid: int) -> ProcSample | None:
+    """The process ``pid`` now, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    f = text.rpartition(b")")[2].split()  # the fields after the command name
+    return ProcSample(
+        pid,
+        int(f[1]),
+        f[19].decode(),
+        (int(f[11]) + int(f[12])) / TICKS,
+        (int(f[13]) + int(f[14])) / TICKS,
+    )
+
+
+def ignores_sigchld(pid: int) -> bool:
+    """True if ``pid`` ignores SIGCHLD (its children are reaped by the kernel, uncounted)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) & SIGCHLD_BIT)
+    except OSError:
+        pass
+    return False
+
+
+def descendants(root: int, procs: dict[int, ProcSample]) -> list[ProcSample]:
+    """``root`` and every process below it in ``procs`` (pid -> sample)."""
+    children: dict[int, list[int]] = {}
+    for p in procs.values():
+        children.setdefault(p.ppid, []).append(p.pid)
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if pid in procs:
+            found.append(procs[pid])
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+def all_processes() -> dict[int, ProcSample]:
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (s := read_stat(int(name))) is not None:
+            out[s.pid] = s
+    return out
+
+
+def _rusage_children() -> float:
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
+class TreeCpu:
+    """Samples the tree under ``root`` (a child of this process) from a thread::
+
+        with TreeCpu(proc.pid) as cpu:
+            ...  # wait for proc (proc.wait() reaps it)
+        cpu.seconds  # the whole tree's CPU time (see the module docstring)
+
+    Start it right after the child is launched, and leave the block after the child was
+    waited for. No other child of this process may end meanwhile (its CPU would count).
+    """
+
+    def __init__(self, root: int, interval: float = 0.2) -> None:
+        self.root = root
+        self.interval = interval
+        self.seconds = 0.0
+        self._last: dict[tuple[int, str], ProcSample] = {}
+        self._first_parent: dict[tuple[int, str], int] = {}
+        self._lost: set[tuple[int, str]] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tree-cpu", daemon=True)
+        self._rusage0 = 0.0
+
+    def __enter__(self) -> Self:
+        self._rusage0 = _rusage_children()
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # fmt: skip
+        self._stop.set()
+        self._thread.join()
+        lost = sum(self._last[k].own + self._last[k].reaped for k in self._lost)
+        self.seconds = _rusage_children() - self._rusage0 + lost
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> None:
+        """Read the tree now: new processes, their CPU so far, which ones are lost."""
+        procs = all_processes()
+        with self._lock:
+            for s in descendants(self.root, procs):
+                key = (s.pid, s.start)
+                self._last[key] = s
+                parent = self._first_parent.setdefault(key, s.ppid)
+                if key not in self._lost and ignores_sigchld(parent):
+                    self._lost.add(key)
+            for key in self._last:  # reparented: its parent exited without waiting for it
+                now = procs.get(key[0])
+                if now is not None and now.start == key[1]:
+                    self._last[key] = now
+                    if now.ppid != self._first_parent[key]:
+                        self._lost.add(key)
+
+    def sampled(self) -> float:
+        """The own CPU seconds of every process seen so far, sampled now."""
+        self.sample()
+        with self._lock:
+            return sum(s.own for s in self._last.values())

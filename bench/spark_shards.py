@@ -1,0 +1,282 @@
+"""``spark_bench.py --shards 4,32,128``: how the Spark job's cost grows with shards (issue 22).
+
+One moto server; every figure comes from the job run as a user runs it
+(:mod:`job_runs`: ``kinesis-spout run --config job.toml``, executor reads, ``local[2]``,
+a per-record no-op, file checkpoints in a temp dir, ``stop_when_idle`` 0.5 s for the data
+runs, the library's defaults otherwise: batch 10,000, ``empty_shard_backoff`` 1 s):
+
+* ``rps_<S>``: per shard count S, a fresh stream of S shards holding the same
+  ``--records`` records of ``--size`` bytes (a partition key each: spread evenly over the
+  shards), read from TRIM_HORIZON until idle: records/s from the job's summary line (records
+  done per second of processing; the first micro-batch, which starts the Python workers,
+  included). ``shards_<max>_vs_<min>``: ``rps`` at the largest S over the smallest. From the
+  progress lines as they arrived: ``rps_wall_<S>`` from the job's "opened stream" line to
+  its last progress line, ``rps_warm_<S>`` from its first progress line to its last (the
+  ratios ``shards_<max>_vs_<min>_wall`` and ``_warm``).
+* ``spark_jobs_per_batch``: those runs write Spark's event log; its SparkListenerJobStart
+  events over the micro-batches (progress lines) at the largest S (``spark_jobs_<S>``,
+  ``batches_<S>`` for each S).
+* idle: the job on an empty stream of the smallest and the largest S, SIGTERM
+  ``--idle-seconds`` (20) after it logged that it opened the stream, then waited for.
+  ``idle_cpu_s_<S>``/``idle_wall_s_<S>``: the CPU time of its whole process tree (launcher,
+  JVM, Python driver, Python workers: :mod:`proctree`) and the wall time, launch to exit.
+  ``idle_cpu_ms_per_shard_s`` = (CPU at large S - CPU at small S) / (large S - small S) /
+  idle seconds. ``idle_window_*``: the same from the tree's CPU sampled at the opening and
+  at the SIGTERM only (start-up and shut-down left out); ``idle_cores_<S>`` is that CPU per
+  second (2.0 = both cores busy: the figure is then capped by the machine).
+  ``idle_start_s_<S>``: launch to "opened stream"; ``idle_stop_s_<S>``: SIGTERM to exit.
+* ``startup_overhead_s``: the median of 3 of launch -> the first record reaching the
+  function (it writes a timestamp file on its first call; then SIGTERM), minus the median
+  of 3 of a bare Python run of ``SparkSession`` ``local[2]`` + ``parallelize([1]).count()``
+  (launch -> count done), the two interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import job_runs
+from job_runs import JobRun
+
+from kinesis_spout.testing.plots import Bar, BarChart, Panel, Series, finish_bench
+from kinesis_spout.testing.servers import MotoServer
+from kinesis_spout.testing.streams import (
+    create_stream,
+    emulator_client,
+    make_payloads,
+    put_records,
+)
+
+STARTUP_RUNS = 3
+
+
+def shard_counts(text: str) -> list[int]:
+    """``4,32,128`` -> [4, 32, 128] (sorted, each >= 1, at least two)."""
+    try:
+        counts = sorted({int(s) for s in text.split(",") if s.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected shard counts like 4,32,128") from None
+    if len(counts) < 2 or counts[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected two or more counts, each >= 1")
+    return counts
+
+
+def add_shards_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--shards",
+        type=shard_counts,
+        metavar="S1,S2,...",
+        help="instead: the shard-scaling figures at these shard counts (bench/spark_shards.py; "
+        "--records defaults to 40,000 there)",
+    )
+    parser.add_argument(
+        "--idle-seconds", type=float, default=20.0, help="with --shards: each idle run's length"
+    )
+
+
+def chart(shards: list[int]) -> BarChart:
+    """The chart of ``--shards ... --plot FILE``."""
+    bars = tuple(Bar(f"{s} shards", str(s)) for s in shards)
+    ends = tuple(Bar(f"{s} shards", str(s)) for s in (shards[0], shards[-1]))
+    return BarChart(
+        "spark_bench --shards: {records:,} records of {record_bytes} B, executor reads, "
+        "local[2], moto server",
+        (
+            Panel(
+                "throughput",
+                "records/s (higher is better)",
+                bars,
+                (
+                    Series("summary line", "rps_{}"),
+                    Series("opened to last batch", "rps_wall_{}"),
+                    Series("after batch 0", "rps_warm_{}"),
+                ),
+            ),
+            Panel(
+                "idle job, whole process tree",
+                "CPU cores busy (lower is better)",
+                ends,
+                (Series("", "idle_cores_{}"),),
+            ),
+        ),
+        note=f"shards_{shards[-1]}_vs_{shards[0]} {{shards_{shards[-1]}_vs_{shards[0]}:.2f}}; "
+        "idle {idle_cpu_ms_per_shard_s:.1f} ms CPU per shard-second; "
+        "start-up overhead {startup_overhead_s:.1f} s",
+    )
+
+
+def fill(client: Any, stream: str, shards: int, records: int, size: int) -> tuple[int, int]:
+    """A fresh stream of ``shards`` shards with ``records`` records; the fewest and most
+    records a shard got."""
+    create_stream(client, stream, shards)
+    # A partition key per record: the records spread evenly over the shards.
+    items = [(f"pk-{i}", data) for i, (_, data) in enumerate(make_payloads(records, size))]
+    put = put_records(client, stream, items)
+    per_shard = Counter(shard for shard, _ in put)
+    return min(per_shard.values()) if len(per_shard) == shards else 0, max(per_shard.values())
+
+
+def data_run(endpoint: str, tmp: Path, shards: int, records: int) -> dict[str, Any]:
+    """The job over the stream of ``shards`` shards, with Spark's event log: its figures."""
+    workdir = job_runs.job_dir(tmp, f"data-{shards}")
+    toml = job_runs.write_job(workdir, f"data-{shards}", endpoint, stop_when_idle=0.5)
+    events = workdir / "events"
+    run = job_runs.run_job(toml, spark_conf=job_runs.event_log_conf(events))
+    done = int(run.summary()["done"])
+    if done != records:
+        raise RuntimeError(f"{shards} shards: the job did {done} of {records} records")
+    warm, wall = run.warm_records_per_second(), run.wall_records_per_second()
+    return {
+        "rps": run.records_per_second,
+        "rps_wall": round(wall) if wall is not None else None,
+        "rps_warm": round(warm) if warm is not None else None,
+        "batches": len(run.batches()),
+        "spark_jobs": job_runs.count_job_starts(events),
+        "cpu_s": round(run.cpu_seconds, 2),
+        "wall_s": round(run.wall_seconds, 1),
+    }
+
+
+def idle_run(endpoint: str, tmp: Path, shards: int, seconds: float) -> JobRun:
+    workdir = job_runs.job_dir(tmp, f"idle-{shards}")
+    toml = job_runs.write_job(workdir, f"empty-{shards}", endpoint, stop_when_idle=0.0)
+    return job_runs.run_job(toml, stop_after=seconds)
+
+
+def startup_runs(endpoint: str, tmp: Path, stream: str) -> tuple[list[float], list[float]]:
+    """Launch -> first record of the job, and of the bare PySpark run, each ``STARTUP_RUNS``
+    times, interleaved (bare first)."""
+    job, bare = [], []
+    for i in range(STARTUP_RUNS):
+        bare.append(job_runs.bare_pyspark_seconds())
+        workdir = job_runs.job_dir(tmp, f"startup-{i}")
+        toml = job_runs.write_job(workdir, stream, endpoint, stop_when_idle=0.5)
+        run = job_runs.run_job(toml, stop_at_first_record=True)
+        if run.first_record is None:
+            raise RuntimeError("startup run: no record reached the function")
+        job.append(run.first_record - run.launched)
+        print(f"start-up {i + 1}: bare PySpark {bare[-1]:.1f} s, job to first record "
+              f"{job[-1]:.1f} s")  # fmt: skip
+    return job, bare
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What the runs measured, before rounding into figures."""
+
+    data: dict[int, dict[str, Any]]
+    """Per shard count: :func:`data_run`'s figures."""
+    idle: dict[int, JobRun]
+    """The idle runs, at the smallest and the largest shard count."""
+    startup_job: list[float]
+    startup_bare: list[float]
+
+
+def measure(args: argparse.Namespace) -> Measured:
+    """Fill the streams, then the data runs, the idle runs and the start-up runs, each
+    printed as it ends."""
+    ends = (args.shards[0], args.shards[-1])
+    with MotoServer() as moto, tempfile.TemporaryDirectory(prefix="spark-shards-") as tmpdir:
+        tmp, endpoint = Path(tmpdir), moto.endpoint_url
+        client = emulator_client(endpoint)
+        for s in args.shards:
+            t = time.perf_counter()
+            lo, hi = fill(client, f"data-{s}", s, args.records, args.size)
+            print(f"{s} shards: put {args.records:,} records of {args.size} B in "
+                  f"{time.perf_counter() - t:.1f} s ({lo}..{hi} per shard)")  # fmt: skip
+        for s in ends:
+            create_stream(client, f"empty-{s}", s)
+        data: dict[int, dict[str, Any]] = {}
+        for s in args.shards:
+            data[s] = r = data_run(endpoint, tmp, s, args.records)
+            print(f"{s:>4} shards: {r['rps']:>7,.0f} records/s (opened to last batch "
+                  f"{r['rps_wall'] or 0:,}, after the first micro-batch {r['rps_warm'] or 0:,}), "
+                  f"{r['batches']} micro-batches, {r['spark_jobs']} Spark jobs, tree CPU "
+                  f"{r['cpu_s']:.1f} s, wall {r['wall_s']:.0f} s")  # fmt: skip
+        idle: dict[int, JobRun] = {}
+        for s in ends:
+            idle[s] = run = idle_run(endpoint, tmp, s, args.idle_seconds)
+            print(f"idle, {s:>4} shards: {run.cpu_seconds:.1f} s CPU in {run.wall_seconds:.1f} s "
+                  f"wall (launch to exit; opened the stream after "
+                  f"{(run.opened or run.ended) - run.launched:.1f} s, exited "
+                  f"{run.ended - (run.stopped or run.ended):.1f} s after SIGTERM); "
+                  f"{run.window_cpu_seconds or 0:.1f} s CPU in the {_window(run):.1f} s idle "
+                  "window")  # fmt: skip
+        job, bare = startup_runs(endpoint, tmp, f"data-{args.shards[0]}")
+    return Measured(data, idle, job, bare)
+
+
+def _window(run: JobRun) -> float:
+    """Seconds from the job's "opened stream" to our SIGTERM."""
+    return (run.stopped or run.ended) - (run.opened or run.launched)
+
+
+def figures(args: argparse.Namespace, m: Measured) -> dict[str, Any]:
+    """Every figure of the module docstring, rounded, in one flat dict."""
+    lo, hi = args.shards[0], args.shards[-1]
+    out: dict[str, Any] = {"records": args.records, "record_bytes": args.size,
+                           "shards": args.shards, "master": job_runs.MASTER,
+                           "read_on": "executors"}  # fmt: skip
+    for s, r in m.data.items():
+        out.update({f"{k}_{s}": round(v) if k == "rps" else v for k, v in r.items()})
+    out[f"shards_{hi}_vs_{lo}"] = round(m.data[hi]["rps"] / m.data[lo]["rps"], 3)
+    for kind in ("wall", "warm"):
+        pair = (m.data[hi][f"rps_{kind}"], m.data[lo][f"rps_{kind}"])
+        out[f"shards_{hi}_vs_{lo}_{kind}"] = round(pair[0] / pair[1], 3) if all(pair) else None
+    out["spark_jobs_per_batch"] = round(m.data[hi]["spark_jobs"] / m.data[hi]["batches"], 2)
+    for s, run in m.idle.items():
+        window = _window(run)
+        out[f"idle_cpu_s_{s}"] = round(run.cpu_seconds, 2)
+        out[f"idle_wall_s_{s}"] = round(run.wall_seconds, 1)
+        out[f"idle_window_s_{s}"] = round(window, 2)
+        out[f"idle_window_cpu_s_{s}"] = round(run.window_cpu_seconds or 0.0, 2)
+        out[f"idle_cores_{s}"] = round((run.window_cpu_seconds or 0.0) / window, 3)
+        out[f"idle_start_s_{s}"] = round((run.opened or run.ended) - run.launched, 1)
+        out[f"idle_stop_s_{s}"] = round(run.ended - (run.stopped or run.ended), 1)
+    seconds = statistics.mean(_window(run) for run in m.idle.values())
+    cpu = m.idle[hi].cpu_seconds - m.idle[lo].cpu_seconds
+    out["idle_seconds"] = round(seconds, 2)
+    out["idle_cpu_ms_per_shard_s"] = round(1000 * cpu / (hi - lo) / seconds, 2)
+    cores = out[f"idle_cores_{hi}"] - out[f"idle_cores_{lo}"]
+    out["idle_window_cpu_ms_per_shard_s"] = round(1000 * cores / (hi - lo), 2)
+    job, bare = statistics.median(m.startup_job), statistics.median(m.startup_bare)
+    out["startup_job_s"], out["startup_bare_s"] = round(job, 2), round(bare, 2)
+    out["startup_job_s_runs"] = [round(x, 2) for x in m.startup_job]
+    out["startup_bare_s_runs"] = [round(x, 2) for x in m.startup_bare]
+    out["startup_overhead_s"] = round(job - bare, 2)
+    return out
+
+
+def print_summary(result: dict[str, Any], shards: list[int]) -> None:
+    lo, hi = shards[0], shards[-1]
+    print(
+        f"records/s at {hi} shards over {lo}: {result[f'shards_{hi}_vs_{lo}']:.2f} (summary "
+        f"lines; opened to last batch {result[f'shards_{hi}_vs_{lo}_wall']}, after the first "
+        f"micro-batch {result[f'shards_{hi}_vs_{lo}_warm']})"
+    )
+    print(f"Spark jobs per micro-batch at {hi} shards: {result['spark_jobs_per_batch']:.1f}")
+    print(
+        f"idle: {result['idle_cpu_ms_per_shard_s']:.1f} ms of CPU per shard-second (whole "
+        f"runs; over the idle window only: {result['idle_window_cpu_ms_per_shard_s']:.1f}); "
+        f"idle at {hi} shards the job keeps {result[f'idle_cores_{hi}']:.2f} cores busy, "
+        f"at {lo} {result[f'idle_cores_{lo}']:.2f}"
+    )
+    print(f"start-up overhead: {result['startup_overhead_s']:.1f} s (launch to first record "
+          f"{result['startup_job_s']:.1f} s; bare PySpark to its first task done "
+          f"{result['startup_bare_s']:.1f} s; medians of {STARTUP_RUNS})")  # fmt: skip
+
+
+def shards_main(args: argparse.Namespace) -> int:
+    """``spark_bench.py --shards``: measure, print, and finish as the other modes do."""
+    started = time.perf_counter()
+    result = figures(args, measure(args))
+    result["bench_seconds"] = round(time.perf_counter() - started)
+    print_summary(result, args.shards)
+    return finish_bench(chart(args.shards), result, args.plot, args.json)

@@ -1,0 +1,93 @@
+"""bench/spark_bench.py --shards: reading the job's lines, the process tree's CPU time, and
+the shard counts flag (the bench itself runs Spark; these parts do not)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kinesis_spout.spark.reports import BatchReport, JobSummary
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import job_runs  # noqa: E402
+import proctree  # noqa: E402
+import spark_shards  # noqa: E402
+
+
+def _report(batch_id: int, ok: int, seconds: float) -> str:
+    r = BatchReport(batch_id, ok, ok, 0, 0, 0, 0, 0, 0, 1.5, seconds, seconds)
+    return r.line() + "\n"
+
+
+def _run(lines: list[tuple[float, str]]) -> job_runs.JobRun:
+    return job_runs.JobRun(
+        [line for _, line in lines], [t for t, _ in lines], 0.0, None, None, None, 30.0, 1.0, None
+    )
+
+
+def test_the_figures_come_from_the_job_s_own_lines() -> None:
+    summary = JobSummary(3, 9_000, 9_000, 0, 0, 0, 12.0, "idle for 0.5s", busy_seconds=4.0)
+    run = _run(
+        [
+            (10.0, "INFO kinesis_spout.spout: opened stream s (ACTIVE) at x: 4 shards\n"),
+            (12.0, _report(0, 1_000, 2.0)),
+            (13.0, "WARN something else\n"),
+            (14.0, _report(1, 4_000, 2.0)),
+            (16.0, _report(2, 4_000, 0.001)),
+            (17.0, summary.line() + "\n"),
+        ]
+    )
+    assert run.records_per_second == pytest.approx(summary.done_per_second, rel=1e-3)
+    assert int(run.summary()["done"]) == 9_000
+    assert [d for _, d in run.batches()] == [1_000, 4_000, 4_000]
+    assert run.warm_records_per_second() == pytest.approx(8_000 / 4.0)  # lines at 12 -> 16 s
+    assert run.wall_records_per_second() == pytest.approx(9_000 / 6.0)  # opened at 10 s
+
+
+def test_without_a_summary_line_the_run_says_what_it_printed() -> None:
+    run = _run([(1.0, "Traceback (most recent call last):\n")])
+    with pytest.raises(RuntimeError, match="(?s)no summary line.*Traceback"):
+        run.summary()
+    assert run.warm_records_per_second() is None and run.wall_records_per_second() is None
+
+
+def test_descendants_are_the_tree_below_the_root() -> None:
+    procs = {
+        p: proctree.ProcSample(p, parent, "1", 0.0, 0.0)
+        for p, parent in ((10, 1), (11, 10), (12, 11), (13, 10), (20, 1))
+    }
+    assert sorted(s.pid for s in proctree.descendants(10, procs)) == [10, 11, 12, 13]
+
+
+BURN = """
+import os, signal, sys, time
+def burn(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # as PySpark's worker daemon: kernel-reaped
+if os.fork() == 0:
+    burn(0.6)
+    os._exit(0)
+burn(0.3)
+time.sleep(1.5)
+"""
+
+
+def test_the_tree_s_cpu_counts_children_reaped_by_nobody() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", BURN])
+    with proctree.TreeCpu(proc.pid, interval=0.05) as cpu:
+        proc.wait(30)
+    # rusage alone sees the child's 0.3 s (and its start), not the grandchild's 0.6 s
+    assert 0.85 <= cpu.seconds <= 2.0
+
+
+def test_shard_counts_are_sorted_and_checked() -> None:
+    assert spark_shards.shard_counts("128,4,32") == [4, 32, 128]
+    for bad in ("4", "0,4", "4,x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            spark_shards.shard_counts(bad)
