@@ -26,8 +26,8 @@ job of one plan fails its retry records (retried, or dead-lettered) or has
 its shard read again from the same position; a job of several plans has
 each plan run again as a job of its own, so only the plan that hangs is
 given up next time. The message timeout does not fail the records a running
-job holds. A progress line covers what completed since the last one: one
-when ``batch_size`` records are done or ``batch_max_wait`` passed.
+job holds. Each micro-batch that read or retried records has its progress
+line when its job is applied (``max_batches`` counts those).
 
 The config, sinks, progress lines, summary, signals and final checkpoint are
 those of the driver-read loop (:mod:`kinesis_spout.spark.driver`).
@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from kinesis_spout.config import SpoutConfig
@@ -62,21 +62,6 @@ from kinesis_spout.spark.reports import (
 log = logging.getLogger(__name__)
 
 Outcome = tuple[int, list[ReadPlan], list[ReadResult], ReadIsolation]
-
-
-@dataclass(slots=True)
-class _Window:
-    """What completed since the last progress line."""
-
-    started: float
-    stats_before: Any
-    """The spout's stats when the window opened."""
-    records: int = 0
-    ok: int = 0
-    failed: int = 0
-    retried: int = 0
-    splits: int = 0
-    seconds: list[float] = field(default_factory=list)
 
 
 class ExecutorDriver(StopControl):
@@ -118,14 +103,16 @@ class ExecutorDriver(StopControl):
         self._deadline = config.task_timeout or None
         self.abandoned = 0
         """Jobs given up past their deadline."""
-        self._window: _Window | None = None
-        self._since: float | None = None  # first task started since the last progress line
+        self._stats: Any = None
+        """The spout's stats at the last progress line (dead letters, expiries since)."""
+        self._last_line: float | None = None
         self.last_report: BatchReport | None = None
 
     def run(self) -> JobSummary:
         """Open the spout, loop, and always end with a forced checkpoint and close."""
         started = self.clock()
         self.spout.open()
+        self._stats = self.spout.stats()
         self.startup.mark("stream open")
         if self.spout.consumer_arn is not None:  # consumer = "efo": the tasks subscribe
             self.jobs.settings = replace(self.jobs.settings, consumer_arn=self.spout.consumer_arn)
@@ -159,13 +146,12 @@ class ExecutorDriver(StopControl):
         done, _ = wait_futures(list(self._running.values()), timeout, FIRST_COMPLETED)
         for job, future in list(self._running.items()):
             if future in done:
-                self._forget(job)
+                started, _ = self._forget(job)
                 self.startup.finish("first micro-batch")
-                self._apply(*future.result())
+                self._apply(started, *future.result())
         if self._deadline is not None:
             self._give_up_overdue(pool, self.clock(), self._deadline)
-        # A line at once when everything read is done (caught up): no records wait in it.
-        self._after(force=(self.stopping and not self._running) or bool(self.spout.is_idle))
+        self._after()
 
     def _submit(self, pool: ThreadPoolExecutor, plans: list[ReadPlan], now: float) -> None:
         if not self._job_ids:
@@ -176,16 +162,15 @@ class ExecutorDriver(StopControl):
         self._started[job] = (now, plans)
         for p in plans:
             self._busy[p.shard_id] = job
-        if self._since is None:
-            self._since = now
 
-    def _forget(self, job: int) -> list[ReadPlan]:
+    def _forget(self, job: int) -> tuple[float, list[ReadPlan]]:
+        """A job no longer runs (done or given up): when it started, and its plans."""
         del self._running[job]
-        _, plans = self._started.pop(job)
+        started, plans = self._started.pop(job)
         for p in plans:
             if self._busy.get(p.shard_id) == job:
                 del self._busy[p.shard_id]
-        return plans
+        return started, plans
 
     @property
     def micro_batches(self) -> int:
@@ -203,7 +188,7 @@ class ExecutorDriver(StopControl):
         for job, (started, _) in list(self._started.items()):
             if now - started <= deadline:
                 continue
-            plans = self._forget(job)
+            _, plans = self._forget(job)
             self.abandoned += 1
             self.jobs.cancel(job)
             error = f"micro-batch job {job} ran past its deadline of {deadline:.1f}s"
@@ -226,11 +211,15 @@ class ExecutorDriver(StopControl):
         return job, plans, results, iso
 
     def _apply(
-        self, job: int, plans: list[ReadPlan], results: list[ReadResult], iso: ReadIsolation
+        self,
+        started: float,
+        job: int,
+        plans: list[ReadPlan],
+        results: list[ReadResult],
+        iso: ReadIsolation,
     ) -> None:
-        w = self._window
-        if w is None:
-            w = self._window = _Window(self._since or self.clock(), self.spout.stats())
+        """A finished job: its statuses into the trackers, its lone failures judged, and
+        its progress line (a job that read nothing has none)."""
         ok, failed = self.spout.apply(results)
         self.jobs.judge(job, iso)
         for alone, error in iso.alone:
@@ -238,58 +227,48 @@ class ExecutorDriver(StopControl):
             ids = self.spout.fail_alone(alone, error)
             self.jobs.remember_poison(ids)  # its retries fail alone as known poison
             failed += len(ids)
-        w.ok += ok
-        w.failed += failed
-        retries = sum(len(p.retries) for p in plans)
-        w.retried += retries + sum(r.retried for r in results)
-        w.records += sum(len(r) for r in results if r.position is not None) + retries
-        w.records += sum(r.retried for r in results)  # fast retries are deliveries too
-        w.splits += iso.splits
-
-    def _idle(self, now: float) -> None:
-        """No task to run: wait for the next due shard or retry, check the limits."""
-        self._after(force=True)
-        if self.stopping or self._limits.idle_stop_due(now, bool(self.spout.is_idle)):
-            self._check_limits(had_records=False)
-            return
-        self.sleep(min(max(self.spout.wake_in(), MIN_WAIT), MAX_WAIT))
-        self._check_limits(had_records=False)
-
-    def _after(self, force: bool) -> None:
-        """Checkpoint per interval; a progress line once a micro-batch's worth is done."""
-        self.spout.checkpoint()
-        w = self._window
-        if w is None:
+        retries = sum(len(p.retries) for p in plans) + sum(r.retried for r in results)
+        records = sum(len(r) for r in results if r.position is not None) + retries
+        if not (records or failed):
             return
         now = self.clock()
-        due = w.records >= self.config.batch_size or now - w.started >= self.config.batch_max_wait
-        if not (due or force):
-            return
-        self._window = None
-        self._since = None
-        if w.records or w.failed:
-            self._report(w, now)
-        self._check_limits(had_records=bool(w.records or w.failed))
-
-    def _report(self, w: _Window, now: float) -> None:
+        since = max(started, self._last_line or started)  # overlapping jobs: counted once
+        self._last_line = now
+        stats = self.spout.stats()
         report = batch_report(
             self._batch_id,
-            w.stats_before,
-            self.spout.stats(),
-            records=w.records,
-            ok=w.ok,
-            failed=w.failed,
-            retried=w.retried,
-            seconds=now - w.started,
-            process_seconds=now - w.started,
-            splits=w.splits,
+            self._stats,
+            stats,
+            records=records,  # fast retries are deliveries too
+            ok=ok,
+            failed=failed,
+            retried=retries,
+            seconds=now - since,
+            process_seconds=now - started,
+            splits=iso.splits,
         )
+        self._stats = stats
         self._totals.add_report(report)
         self._batch_id += 1
         self.metrics.increment("batches")
         self.last_report = report
         if self.progress is not None:
             self.progress(report)
+        self._check_limits(had_records=True)
+
+    def _idle(self, now: float) -> None:
+        """No job to run: wait for the next due shard or retry, check the limits."""
+        self._after()
+        if self.stopping or self._limits.idle_stop_due(now, bool(self.spout.is_idle)):
+            self._check_limits(had_records=False)
+            return
+        self.sleep(min(max(self.spout.wake_in(), MIN_WAIT), MAX_WAIT))
+        self._check_limits(had_records=False)
+
+    def _after(self) -> None:
+        """Checkpoint per interval; the limits of a step that read nothing."""
+        self.spout.checkpoint()
+        self._check_limits(had_records=False)
 
     def _check_limits(self, had_records: bool) -> None:
         reason = self._limits.reason(
