@@ -179,7 +179,8 @@ class SpoutConfig:
     ``local[1]``)."""
     shards_per_task: int = 0
     """Executor reads: shards read by one Spark task of a micro-batch (0 = spread the
-    shards over the cluster's cores: one task per core, ``defaultParallelism``)."""
+    shards over the cluster's cores: one task per core, ``defaultParallelism``); with
+    ``consumer = "efo"`` each shard is a task of its own."""
     process_partitions: int = 0
     """Executor reads: spread the records read onto this many processing partitions
     (0 = process each shard's records in its read task)."""

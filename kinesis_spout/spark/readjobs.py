@@ -111,9 +111,10 @@ class ReadJobs:
     def tasks_for(self, plans: int) -> int:
         """How many read tasks ``plans`` plans make: ``shards_per_task`` plans each, or
         (0) one task per core of the cluster (``defaultParallelism``), never more
-        tasks than plans."""
-        if plans <= 1:
-            return 1
+        tasks than plans. With ``consumer = "efo"`` a task per plan: a subscription
+        waits for events, so a task's shards would share its deadline one after the other."""
+        if plans <= 1 or self.settings.consumer_arn is not None:
+            return max(plans, 1)
         per = self.shards_per_task
         if per <= 0:
             cores = max(int(self.spark.sparkContext.defaultParallelism), 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -214,3 +215,34 @@ def test_the_retry_of_a_record_a_read_found_failing_alone_is_known_poison() -> N
     with pytest.raises(BatchFailedError):  # a record never seen failing alone: systematic
         other = ReadPlan(3, "shard-1", None, retries=(_rec(3),))
         jobs.judge(3, ReadIsolation(splits_left=4, alone=[(other, "died")], exhausted=True))
+
+
+class _Context:
+    defaultParallelism = 2
+
+
+class _Spark:
+    sparkContext = _Context()
+
+
+@pytest.mark.parametrize(
+    ("plans", "per_task", "efo", "tasks"),
+    [
+        (0, 0, False, 1),
+        (1, 0, False, 1),
+        (5, 0, False, 2),  # one task per core
+        (128, 0, False, 2),
+        (2, 0, False, 2),
+        (12, 4, False, 3),
+        (13, 4, False, 4),
+        (3, 10, False, 1),
+        (6, 0, True, 6),  # enhanced fan-out: a task per shard
+        (6, 4, True, 6),
+    ],
+)
+def test_plans_are_grouped_into_tasks(plans: int, per_task: int, efo: bool, tasks: int) -> None:
+    read = ReadSettings("s", "us-east-1", None, 100, 5.0, 0.1, 1.0, 1.0)
+    if efo:
+        read = dataclasses.replace(read, consumer_arn="arn:consumer")
+    jobs = ReadJobs(_Spark(), lambda r: None, read, shards_per_task=per_task)
+    assert jobs.tasks_for(plans) == tasks
