@@ -142,7 +142,7 @@ class ExecutorDriver(StopControl):
         if not self._running:
             self._idle(now)
             return
-        timeout = min(max(self.spout.wake_in(), MIN_WAIT), MAX_WAIT)
+        timeout = min(max(self.spout.wake_in(self._busy), MIN_WAIT), MAX_WAIT)
         done, _ = wait_futures(list(self._running.values()), timeout, FIRST_COMPLETED)
         for job, future in list(self._running.items()):
             if future in done:

@@ -190,8 +190,9 @@ class ExecutorReadSpout(KinesisSpout):
             w.trim(sh.saved)
         return sh.room_in(self.config.max_in_flight, w.size, w.last)
 
-    def wake_in(self) -> float:
-        """Seconds until a plan may have a task (0: plan now)."""
+    def wake_in(self, busy: Collection[str] = ()) -> float:
+        """Seconds until a plan may have a task (0: plan now); the shards ``busy`` (in a
+        running job) cannot have one before that job is back, so their times do not count."""
         self._check_open()
         now = self._clock()
         t = min(self._checkpoint_at, self._set.refresh_at)
@@ -200,6 +201,10 @@ class ExecutorReadSpout(KinesisSpout):
         for sh in self._set.rotation:
             tracker, reader = sh.tracker, sh.reader
             if tracker is None or not sh.emitting:
+                continue
+            if sh.shard_id in busy:
+                if tracker.in_flight and self.config.message_timeout:
+                    t = min(t, now + 1.0)
                 continue
             due = tracker.next_retry_at()
             if due is not None:

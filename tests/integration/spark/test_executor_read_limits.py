@@ -200,3 +200,21 @@ def test_a_running_retry_task_keeps_its_records_past_the_message_timeout(
     sp.checkpoint(force=True)
     assert sp.stats().in_flight == 0 and sp.stats().dead_lettered == 0
     sp.close()
+
+
+def test_a_shard_in_a_running_job_does_not_wake_the_driver(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """While a job reads a shard, that shard's own poll time (due: it was just planned)
+    must not make the driver's loop wake at once, over and over, until the job is back
+    (a busy loop that cost 5 µs of driver CPU per record on a cluster)."""
+    create_stream(moto_client, unique_name, 1)
+    put_records(moto_client, unique_name, [("k", b"r0|x")])
+    sp = reader(moto_server.endpoint_url, unique_name, tmp_path, MemoryCheckpointStore("job"))
+    try:
+        plans = sp.plan(100)
+        assert [p.shard_id for p in plans] == [SHARD]
+        assert sp.wake_in() == 0.0  # due: planned but not back
+        assert sp.wake_in(busy={SHARD}) >= 0.4  # the next checkpoint, not the busy shard
+    finally:
+        sp.close()
