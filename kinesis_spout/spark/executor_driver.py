@@ -16,11 +16,13 @@ A micro-batch is **one Spark job** over every shard that can read now:
 4. **Checkpoint** per ``checkpoint_interval`` (and early when a shard's replay
    window is half full).
 
-While a job runs, the shards not in it (they were waiting: a caught-up
-shard's ``empty_shard_backoff``, a throttled shard's backoff, due retries)
-are planned into the next job as they become due, so a slow shard does not
-hold the others back; a shard is in at most one running job, so its reads
-stay in order. A job still running ``task_timeout`` seconds after it
+The next micro-batch starts when the last is back, with every shard due by
+then (a caught-up shard waits ``empty_shard_backoff``, a throttled one its
+backoff); a task reads within its deadline, so a slow or throttled shard
+holds a micro-batch at most that long. Only when the running jobs are slow
+(past twice the read deadline: a slow function, a hung task) does a job
+start beside them, for the shards not in them; a shard is in at most one
+running job, so its reads stay in order. A job still running ``task_timeout`` seconds after it
 started (a function that hangs) is given up: its Spark job is cancelled; a
 job of one plan fails its retry records (retried, or dead-lettered) or has
 its shard read again from the same position; a job of several plans has
@@ -135,7 +137,7 @@ class ExecutorDriver(StopControl):
     def _step(self, pool: ThreadPoolExecutor) -> None:
         """Start a job for the shards that can read, wait for a job, apply what finished."""
         now = self.clock()
-        if not self.stopping:
+        if not self.stopping and self._may_start(now):
             plans = self.spout.plan(self.config.batch_size, busy=set(self._busy))
             if plans:
                 self._submit(pool, plans, now)
@@ -152,6 +154,13 @@ class ExecutorDriver(StopControl):
         if self._deadline is not None:
             self._give_up_overdue(pool, self.clock(), self._deadline)
         self._after()
+
+    def _may_start(self, now: float) -> bool:
+        """A new micro-batch starts when none runs, or beside running ones that are
+        slow (every one past twice the read deadline: a slow function, a hung task),
+        so that the other shards go on."""
+        slow = 2 * self.jobs.settings.read_seconds
+        return all(now - started > slow for started, _ in self._started.values())
 
     def _submit(self, pool: ThreadPoolExecutor, plans: list[ReadPlan], now: float) -> None:
         if not self._job_ids:
