@@ -142,7 +142,7 @@ class ExecutorDriver(StopControl):
             if plans:
                 self._submit(pool, plans, now)
         if not self._running:
-            self._idle(now)
+            self._idle()
             return
         timeout = min(max(self.spout.wake_in(self._busy), MIN_WAIT), MAX_WAIT)
         done, _ = wait_futures(list(self._running.values()), timeout, FIRST_COMPLETED)
@@ -265,11 +265,10 @@ class ExecutorDriver(StopControl):
             self.progress(report)
         self._check_limits(had_records=True)
 
-    def _idle(self, now: float) -> None:
+    def _idle(self) -> None:
         """No job to run: wait for the next due shard or retry, check the limits."""
-        self._after()
-        if self.stopping or self._limits.idle_stop_due(now, bool(self.spout.is_idle)):
-            self._check_limits(had_records=False)
+        self._after()  # checks the limits: an idle stop that is due stops here
+        if self.stopping:
             return
         self.sleep(min(max(self.spout.wake_in(), MIN_WAIT), MAX_WAIT))
         self._check_limits(had_records=False)

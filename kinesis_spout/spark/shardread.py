@@ -1,6 +1,6 @@
 """Reading a shard inside a Spark read task, bounded by the plan.
 
-:func:`read_shard` reads from the plan's position until its limit in *user*
+:func:`read_shards` reads each plan from its position until its limit in *user*
 records (a KPL aggregate past the limit is cut, and the position handed on is
 inside it), the tip (an answer short of what was asked and not behind; an
 empty page that is behind is a gap or old data and is read past), the end of a
@@ -40,16 +40,6 @@ def _client(settings: ReadSettings) -> Any:
             settings.endpoint_url, settings.region, profile=settings.profile
         )
     return client
-
-
-def read_shard(
-    plan: ReadPlan,
-    settings: ReadSettings,
-    consume: Callable[[list[Record]], None],
-    res: ReadResult,
-) -> None:
-    """GetRecords from the plan's position until its limit or the end of the data."""
-    read_shards([(plan, consume, res)], settings)
 
 
 Read = tuple["ReadPlan", Callable[[list[Record]], None], "ReadResult"]
