@@ -22,10 +22,11 @@ backoff); a task reads within its deadline, so a slow or throttled shard
 holds a micro-batch at most that long. Only when the running jobs are slow
 (past twice the read deadline: a slow function, a hung task) does a job
 start beside them, for the shards not in them; a shard is in at most one
-running job, so its reads stay in order. A job still running ``task_timeout`` seconds after it
-started (a function that hangs) is given up: its Spark job is cancelled; a
-job of one plan fails its retry records (retried, or dead-lettered) or has
-its shard read again from the same position; a job of several plans has
+running job, so its reads stay in order. A job still running
+``task_timeout`` seconds after it started (a function that hangs) is given
+up: its Spark job is cancelled; a job of one plan fails its retry records
+(retried, or dead-lettered) or has its shard read again from the same
+position; a job of several plans has
 each plan run again as a job of its own, so only the plan that hangs is
 given up next time. The message timeout does not fail the records a running
 job holds. Each micro-batch that read or retried records has its progress
