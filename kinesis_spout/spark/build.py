@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.spark.driver import SparkDriver
 from kinesis_spout.spark.executor_driver import ExecutorDriver
-from kinesis_spout.spark.processing import RecordProcessor
+from kinesis_spout.spark.processing import (
+    FanOutProcessor,
+    Processor,
+    RecordProcessor,
+    TransformProcessor,
+)
 from kinesis_spout.spark.reports import BatchReport, JobSummary, SpoutLike, print_progress
 from kinesis_spout.spark.sinks import RowSink
+
+if TYPE_CHECKING:
+    from kinesis_spout.spark.framejobs import FrameJobs
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +68,12 @@ def build_driver(
 
         spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
     if config.read_on == "executors":
-        if isinstance(processor, RecordProcessor) and spout is None and row_sink is None:
+        if spout is None and row_sink is None:
             return _executor_driver(config, spark, processor, clock, sleep, progress, rng,
                                     metrics, job_lease)  # fmt: skip
         log.warning(
-            "reading on the driver: executor reads run per-record functions with the "
-            "configured sink (this is %s%s)",
-            type(processor).__name__,
-            ", with a spout or row sink object" if spout or row_sink else "",
+            "reading on the driver: executor reads use the configured sink, not a spout "
+            "or row sink object given by the caller"
         )
     sink = row_sink if row_sink is not None else open_sink(config.sink)
     fast = FastRetry.of(config)
@@ -104,7 +111,7 @@ def _driver_spout(
 def _executor_driver(
     config: SpoutConfig,
     spark: Any,
-    processor: RecordProcessor,
+    processor: Processor,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
     progress: Callable[[BatchReport], None] | None,
@@ -115,10 +122,42 @@ def _executor_driver(
     from kinesis_spout.spark.planner import ExecutorReadSpout
 
     reader = ExecutorReadSpout(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
+    frames = None
+    fn = processor.fn if isinstance(processor, RecordProcessor) else _nothing
+    if not isinstance(processor, RecordProcessor):
+        frames = _frame_jobs(config, spark, processor, clock)
     return ExecutorDriver(
-        config, spark, processor.fn, reader, clock=clock, sleep=sleep, progress=progress,
-        metrics=metrics,
+        config, spark, fn, reader, clock=clock, sleep=sleep, progress=progress,
+        metrics=metrics, frames=frames,
     )  # fmt: skip
+
+
+def _nothing(record: object) -> None:
+    """The per-record function of a transform's or fan-out's failure probes."""
+
+
+def _frame_jobs(
+    config: SpoutConfig,
+    spark: Any,
+    processor: TransformProcessor | FanOutProcessor,
+    clock: Callable[[], float],
+) -> FrameJobs:
+    """The jobs of a transform or fan-out on the executors; their reads record their
+    ends in the checkpoint store's batch-end store (a ``file://`` path made absolute,
+    the same for every executor on this machine)."""
+    from kinesis_spout.spark.framejobs import FrameJobs
+    from kinesis_spout.spark.recorded import RecordTo
+
+    url = config.checkpoint_store
+    if url.startswith("file://"):
+        url = "file://" + os.path.abspath(url[len("file://") :])
+    job, stream, auth = config.job_name, config.stream_name, config.zk_auth
+
+    def ends(run: str, key: int) -> RecordTo:
+        return RecordTo(url, job, stream, run, key, auth)
+
+    store = ends("", 0).open()
+    return FrameJobs(spark, processor, config.sink, ends, store, clock=clock)
 
 
 def run_job(config: SpoutConfig, process: Any, **kwargs: Any) -> JobSummary:

@@ -49,6 +49,7 @@ from typing import Any
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.spark.arrow import format_error
+from kinesis_spout.spark.framejobs import FrameJobs
 from kinesis_spout.spark.loop import MAX_WAIT, MIN_WAIT, StopControl, shut_down
 from kinesis_spout.spark.planner import ExecutorReadSpout
 from kinesis_spout.spark.processing import RecordFunction
@@ -81,7 +82,10 @@ class ExecutorDriver(StopControl):
         sleep: Callable[[float], None] = time.sleep,
         progress: Callable[[BatchReport], None] | None = print_progress,
         metrics: MetricsCollector | None = None,
+        frames: FrameJobs | None = None,
     ) -> None:
+        """``fn``: the per-record function; ``frames``: the jobs of a transform or
+        fan-out instead (``fn`` then only runs the probes of failure isolation)."""
         super().__init__()
         self.config = config
         self.spout = spout
@@ -96,6 +100,7 @@ class ExecutorDriver(StopControl):
             process_partitions=config.process_partitions,
             shards_per_task=config.shards_per_task,
             stopping=lambda: self.stopping,
+            frames=frames,
         )
         self._batch_id = 0
         self._limits = RunLimits(config)
@@ -132,7 +137,10 @@ class ExecutorDriver(StopControl):
             raise
         finally:
             pool.shutdown(wait=failure is None, cancel_futures=True)
-            shut_down(self.spout, failure, self._stop_reason)
+            try:
+                shut_down(self.spout, failure, self._stop_reason)
+            finally:
+                self.jobs.close()
         return self.summary(self.clock() - started)
 
     def _step(self, pool: ThreadPoolExecutor) -> None:

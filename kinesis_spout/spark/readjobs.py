@@ -22,12 +22,13 @@ job with nothing failed.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.spark.arrow import format_error
 from kinesis_spout.spark.isolation import LONE_FAILURES, POISON_MEMORY, BatchFailedError
@@ -35,6 +36,9 @@ from kinesis_spout.spark.processing import RecordFunction
 from kinesis_spout.spark.readshuffle import shuffled_results
 from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings, task_function
 from kinesis_spout.spark.runner import ProcessingContractError
+
+if TYPE_CHECKING:
+    from kinesis_spout.spark.framejobs import FrameJobs
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +68,12 @@ class ReadJobs:
         process_partitions: int = 0,
         shards_per_task: int = 0,
         stopping: Callable[[], bool] = lambda: False,
+        frames: FrameJobs | None = None,
     ) -> None:
         self.spark = spark
+        self.frames = frames
+        """The DataFrame styles (a transform, a fan-out): their jobs (None: ``fn`` per record)."""
+        self._keys = itertools.count(1)
         self.shards_per_task = shards_per_task
         """Plans per read task; 0: spread the plans over the cluster's cores."""
         self.run_id = uuid.uuid4().hex[:8]
@@ -95,6 +103,11 @@ class ReadJobs:
         sc.setJobGroup(self.group(batch_id), description, interruptOnCancel=True)
         self.jobs_run += 1
         rdd = sc.parallelize(plans, tasks)
+        if self.frames is not None:
+            key = next(self._keys)
+            done, jobs = self.frames.collect(rdd, plans, self.settings, self.run_id, key)
+            self.jobs_run += jobs - 1
+            return done
         if self.process_partitions:
             return shuffled_results(
                 rdd, plans, self.settings, self.fn, batch_id, self.process_partitions
@@ -103,6 +116,10 @@ class ReadJobs:
             task_function(self.settings, self.fn, batch_id)
         ).collect()
         return results
+
+    def close(self) -> None:
+        if self.frames is not None:
+            self.frames.close()
 
     def group(self, batch_id: int) -> str:
         """The Spark job group of a micro-batch's jobs (unique to this run)."""

@@ -42,11 +42,12 @@ from kinesis_spout.spark.processing import (
     TransformProcessor,
     record_function_mapper,
 )
-from kinesis_spout.spark.sinks import NullSink, RowSink
+from kinesis_spout.spark.sinks import NullSink, RowSink, ok_rows_writer, rows_writer
 
 log = logging.getLogger(__name__)
 
 INTERNAL_COLUMNS = (ROW, ROOT, "status", "error")
+STATUS_DDL = "_row long, ok boolean, error string"
 #: Most bytes of records per Spark task when a local Arrow table becomes a DataFrame
 #: (Spark warns about tasks over 1000 KiB).
 TASK_BYTES = 512 * 1024
@@ -121,8 +122,12 @@ class SparkRunner:
         processor: Processor,
         row_sink: RowSink | None = None,
         fast: FastRetry | None = None,
+        sink_target: str | None = None,
     ) -> None:
         self.spark = spark
+        self.sink_target = sink_target
+        """Executor reads: the ``sink`` the executors write the ok rows to (the rows
+        never reach the driver; ``row_sink`` is then unused)."""
         self.processor = processor
         self.fast = fast
         """Fast retries of the per-record style (None: none)."""
@@ -140,16 +145,30 @@ class SparkRunner:
         """Anchored sinks of a fan-out tree (the row sink counts as one)."""
         if not isinstance(self.processor, FanOutProcessor):
             return 0
-        return len(self.processor.sinks) + (0 if isinstance(self.row_sink, NullSink) else 1)
+        return len(self.processor.sinks) + (1 if self._has_row_sink else 0)
+
+    @property
+    def _has_row_sink(self) -> bool:
+        if self.sink_target is not None:
+            return self.sink_target != "none"
+        return not isinstance(self.row_sink, NullSink)
 
     def run(self, batch_id: int, table: pa.Table, start: int, stop: int) -> BatchOutcome:
         part = table.slice(start, stop - start)
         p = self.processor
         if isinstance(p, RecordProcessor):
             return self._run_records(batch_id, p, part, start, stop)
+        return self.run_frame(batch_id, self._to_dataframe(part), start, stop)
+
+    def run_frame(self, batch_id: int, df: Any, start: int, stop: int) -> BatchOutcome:
+        """The transform or fan-out of ``df``, the rows ``start..stop-1`` of a micro-batch
+        (its ``_row`` column numbers them; fan-out: with ``_root``)."""
+        p = self.processor
         if isinstance(p, TransformProcessor):
-            return self._run_transform(batch_id, p, part, start, stop)
-        return self._run_fan_out(batch_id, p, part, start, stop)
+            return self._run_transform(batch_id, p, df, start, stop)
+        if isinstance(p, FanOutProcessor):
+            return self._run_fan_out(batch_id, p, df, start, stop)
+        raise TypeError(f"run_frame runs transforms and fan-outs, not {type(p).__name__}")
 
     def _to_dataframe(self, part: pa.Table) -> Any:
         """``createDataFrame`` of ``part``, in partitions of about :data:`TASK_BYTES`.
@@ -191,18 +210,24 @@ class SparkRunner:
         return BatchOutcome(statuses, processed)
 
     def _run_transform(
-        self, batch_id: int, p: TransformProcessor, part: pa.Table, start: int, stop: int
+        self, batch_id: int, p: TransformProcessor, df: Any, start: int, stop: int
     ) -> BatchOutcome:
-        df = self._to_dataframe(part)
         out = p.transform(df)
         if out is None or not hasattr(out, "columns"):
             raise ProcessingContractError(
                 f"transform {p.name} returned {type(out).__name__}, not a DataFrame"
             )
         ok, error = _ok_and_error(out, f"transform {p.name}", ROW)
-        want_rows = not isinstance(self.row_sink, NullSink)
+        want_rows = self._has_row_sink
         extra = [c for c in out.columns if c not in INTERNAL_COLUMNS] if want_rows else []
-        back = out.select(ROW, ok, error, *extra).toArrow()
+        back = out.select(ROW, ok, error, *extra)
+        if want_rows and self.sink_target is not None:  # written on the executors
+            writer = ok_rows_writer(self.sink_target, batch_id, extra)
+            statuses = statuses_from_arrow(
+                back.mapInArrow(writer, STATUS_DDL).toArrow(), start, stop
+            )
+            return BatchOutcome(statuses)
+        back = back.toArrow()
         statuses = statuses_from_arrow(back, start, stop)
         processed = None
         if want_rows:
@@ -210,18 +235,20 @@ class SparkRunner:
         return BatchOutcome(statuses, processed)
 
     def _run_fan_out(
-        self, batch_id: int, p: FanOutProcessor, part: pa.Table, start: int, stop: int
+        self, batch_id: int, p: FanOutProcessor, df: Any, start: int, stop: int
     ) -> BatchOutcome:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         derived_schema, stage_struct = self._fan_out_schemas(p)
         sinks: list[tuple[str, FanOutSink]] = [(_sink_name(s), s) for s in p.sinks]
-        if not isinstance(self.row_sink, NullSink):
+        if self.sink_target is not None and self._has_row_sink:
+            branch = _ExecutorRowSinkBranch(self.sink_target, batch_id)
+            sinks.append((f"row sink {self.sink_target}", branch))
+        elif self._has_row_sink:
             sinks.append(
                 (f"row sink {self.row_sink.name}", _RowSinkBranch(self.row_sink, batch_id))
             )
-        df = self._to_dataframe(part)
         stage = df.mapInArrow(emit_mapper(p.emit, derived_schema, len(sinks)), stage_struct)
         stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
         try:
@@ -281,6 +308,20 @@ class _RowSinkBranch:
 
     def __call__(self, derived: Any) -> None:
         self.sink.write(self.batch_id, derived.drop(ROOT, ID).toArrow())
+
+
+class _ExecutorRowSinkBranch:
+    """The configured sink as one more anchored sink of a fan-out tree, written by the
+    executors (executor reads): every derived record is written, or the job fails."""
+
+    def __init__(self, target: str, batch_id: int) -> None:
+        self.target = target
+        self.batch_id = batch_id
+
+    def __call__(self, derived: Any) -> None:
+        columns = [c for c in derived.columns if c not in (ROOT, ID)]
+        writer = rows_writer(self.target, self.batch_id)
+        derived.select(*columns).mapInArrow(writer, "written long").collect()
 
 
 def _sink_statuses(sinks: list[tuple[str, FanOutSink]], derived: Any) -> list[SinkStatuses]:

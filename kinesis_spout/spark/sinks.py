@@ -23,10 +23,12 @@ import logging
 import os
 import sys
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Protocol
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
 from kinesis_spout.errors import ConfigError
@@ -148,3 +150,52 @@ def read_parquet_dir(directory: str | Path) -> pa.Table | None:
     if not files:
         return None
     return pa.concat_tables([pq.read_table(p) for p in files], promote_options="default")
+
+
+# --- written by the executors (executor reads) ---------------------------------
+
+
+def _write_on_executor(target: str, batch_id: int, tables: list[pa.Table]) -> int:
+    """Write the rows of one task to the sink; how many rows."""
+    rows = int(sum(t.num_rows for t in tables))
+    if not rows:
+        return 0
+    sink = open_sink(target)
+    try:
+        sink.write(batch_id, pa.concat_tables(tables))
+    finally:
+        sink.close()
+    return rows
+
+
+def ok_rows_writer(
+    target: str, batch_id: int, columns: list[str]
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function over ``_row, ok, error, *columns``: writes the
+    ``columns`` of the ok rows of its task to the sink, **then** yields the
+    statuses (``_row, ok, error``): no status leaves a task before its rows are written."""
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        statuses: list[pa.RecordBatch] = []
+        rows: list[pa.Table] = []
+        for b in batches:
+            ok = pa.compute.fill_null(b.column("ok"), False)
+            rows.append(pa.Table.from_batches([b.filter(ok)]).select(columns))
+            statuses.append(b.select(["_row", "ok", "error"]))
+        _write_on_executor(target, batch_id, rows)
+        yield from statuses
+
+    return run
+
+
+def rows_writer(
+    target: str, batch_id: int
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function writing every row of its task to the sink; yields the
+    count (one ``written long`` row)."""
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        n = _write_on_executor(target, batch_id, [pa.Table.from_batches([b]) for b in batches])
+        yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], names=["written"])
+
+    return run

@@ -1,0 +1,225 @@
+"""Executor reads whose ranges are recorded: every attempt of a task reads the same records.
+
+The DataFrame styles (a transform, a fan-out) hand the records a task read to
+Spark as a DataFrame, and Spark may compute a partition of it more than once:
+its cached block is lost with an executor, a stage is retried, a speculative
+copy runs, the user's code evaluates the DataFrame twice. Each computation must
+see exactly the same records, or statuses would come back for records the
+driver never saw.
+
+So a read task, once its reads are done and **before it returns any record**,
+records where each shard's read stopped in the batch-end store of the
+streaming source (:mod:`kinesis_spout.streaming.batch_ends`, the checkpoint
+store's), under ``(run, key, shard)``: the run id of the job and the number of
+the Spark job the plans belong to. The first writer wins. An attempt that finds
+another end recorded reads that range instead: the same plan (same start), up
+to the recorded count of user records, checked against the recorded last key.
+A leftover attempt of a job whose records were removed fails without recording.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+from kinesis_spout.config import InitialPosition
+from kinesis_spout.records import Record
+from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings, executor_id
+from kinesis_spout.spark.shardread import Read, read_shards
+from kinesis_spout.streaming.batch_ends import (
+    BatchEnd,
+    BatchEndError,
+    BatchEndStore,
+    check_planned,
+    open_batch_ends,
+    removed_error,
+)
+from kinesis_spout.streaming.batch_offset import PlannedFrom
+from kinesis_spout.streaming.offsets import ShardPosition, StartPosition
+
+REPLAY_ATTEMPTS = 5
+"""Reads of a recorded range (each within the read deadline) before the task fails."""
+
+KeptRead = tuple[ReadResult, list[Record]]
+"""A plan's result (keys, end, figures; statuses not yet known) and its records."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordTo:
+    """Where a job's read ends are recorded (shipped with its tasks)."""
+
+    url: str
+    """The checkpoint store (``file://DIR`` or ``zk://...``)."""
+    job: str
+    stream: str
+    run: str
+    """The run id of the job (:attr:`~kinesis_spout.spark.readjobs.ReadJobs.run_id`)."""
+    key: int
+    """The Spark job the plans belong to (unique within the run)."""
+    zk_auth: str | None = None
+
+    def open(self) -> BatchEndStore:
+        return open_batch_ends(self.url, self.job, self.stream, self.zk_auth)
+
+
+_STORES: dict[tuple[str, str, str, str | None], BatchEndStore] = {}
+"""Batch-end stores of this executor process (a ZooKeeper session each)."""
+
+
+def _store(to: RecordTo) -> BatchEndStore:
+    k = (to.url, to.job, to.stream, to.zk_auth)
+    store = _STORES.get(k)
+    if store is None:
+        store = _STORES[k] = to.open()
+    return store
+
+
+def planned_from(plan: ReadPlan, run: str) -> PlannedFrom:
+    """What a read plan reads from, as a batch-end record names it."""
+    pos = plan.position
+    assert pos is not None
+    after = None
+    if pos.after is not None:
+        after = ShardPosition(
+            str(pos.after.sequence), pos.after.sub_sequence, partial=not pos.after_whole
+        )
+    start = StartPosition()
+    if pos.initial is InitialPosition.AT_TIMESTAMP and pos.timestamp is not None:
+        start = StartPosition(InitialPosition.AT_TIMESTAMP, pos.timestamp)
+    return PlannedFrom(run, after, start, plan.limit)
+
+
+def end_of(res: ReadResult, planned: PlannedFrom) -> BatchEnd:
+    """Where a read stopped, as a batch-end record."""
+    position = None
+    if len(res):
+        last = res.key(len(res) - 1)
+        whole = res.position is None or res.position.after_whole
+        position = ShardPosition(
+            str(last.sequence), last.sub_sequence, partial=not whole and not res.ended,
+            ended=res.ended, count=len(res),
+        )  # fmt: skip
+    elif res.ended:
+        position = ShardPosition(None, ended=True)
+    return BatchEnd(
+        position, caught_up=res.caught_up, throttled=res.throttled > 0, at=time.time(),
+        reader=executor_id(), planned=planned,
+    )  # fmt: skip
+
+
+def _keeper(res: ReadResult, kept: list[Record]) -> Callable[[list[Record]], None]:
+    """The consumer of a read's pages: keep the records and their keys (statuses later)."""
+
+    def keep(records: list[Record]) -> None:
+        kept.extend(records)
+        res.seqs.extend(r.sequence_number for r in records)
+        res.subs.extend(r.sub_sequence_number for r in records)
+        res.ok.extend(bytes(len(records)))
+
+    return keep
+
+
+def _fresh(plan: ReadPlan) -> tuple[ReadResult, list[Record]]:
+    return ReadResult(plan.task, plan.shard_id, executor=executor_id(), pid=os.getpid()), []
+
+
+def read_recorded(plans: list[ReadPlan], settings: ReadSettings, to: RecordTo) -> list[KeptRead]:
+    """One task's plans read (retry plans: their records), each read's end recorded
+    (or the recorded range read instead), in plan order."""
+    t0 = time.monotonic()
+    out: list[KeptRead] = []
+    reads: list[Read] = []
+    for plan in plans:
+        res, kept = _fresh(plan)
+        if plan.is_retry:
+            _keeper(res, kept)(list(plan.retries))
+        else:
+            reads.append((plan, _keeper(res, kept), res))
+        out.append((res, kept))
+    if reads:
+        store = _store(to)
+        floor = store.floor(to.run)
+        if to.key < floor:
+            raise removed_error(store.where(to.run, to.key, plans[0].shard_id), to.key, floor)
+        read_shards(reads, settings)
+        for i, plan in enumerate(plans):
+            if not plan.is_retry:
+                out[i] = _settle(store, to, plan, out[i], settings)
+    seconds = time.monotonic() - t0
+    for res, _ in out:
+        res.seconds = seconds
+    return out
+
+
+def _settle(
+    store: BatchEndStore, to: RecordTo, plan: ReadPlan, mine: KeptRead, settings: ReadSettings
+) -> KeptRead:
+    """Record this read's end; if another attempt recorded first, read its range."""
+    planned = planned_from(plan, to.run)
+    end = end_of(mine[0], planned)
+    recorded = store.record(to.run, to.key, plan.shard_id, end)
+    if recorded == end:
+        return mine
+    where = store.where(to.run, to.key, plan.shard_id)
+    check_planned(recorded, planned, where)
+    if recorded.count == len(mine[0]) and (
+        recorded.position is None or recorded.position.key == _last_key(mine[0])
+    ):
+        return mine  # the same range (a record of another attempt that read the same)
+    return _replay(plan, recorded, settings, where)
+
+
+def _last_key(res: ReadResult) -> object:
+    return res.key(len(res) - 1) if len(res) else None
+
+
+def _replay(plan: ReadPlan, recorded: BatchEnd, settings: ReadSettings, where: str) -> KeptRead:
+    """Read the recorded range again: the plan's start, ``recorded.count`` user records."""
+    want = recorded.count
+    bounded = replace(plan, limit=want)
+    res, kept = _fresh(plan)
+    if want == 0:
+        res.ended = recorded.position is not None and recorded.position.ended
+        res.position = plan.position
+        return res, kept
+    for _ in range(REPLAY_ATTEMPTS):
+        part, part_kept = _fresh(plan)
+        start = (
+            bounded if not kept else replace(bounded, position=res.position, limit=want - len(kept))
+        )
+        read_shards([(start, _keeper(part, part_kept), part)], settings)
+        _merge(res, part, kept, part_kept)
+        if len(kept) >= want:
+            break
+    assert recorded.position is not None
+    if len(kept) != want or _last_key(res) != recorded.position.key:
+        raise BatchEndError(
+            f"the range recorded at {where} ({want} records up to {recorded.position.key}) "
+            f"could not be read again: got {len(kept)} records up to {_last_key(res)}"
+        )
+    return res, kept
+
+
+def _merge(res: ReadResult, part: ReadResult, kept: list[Record], part_kept: list[Record]) -> None:
+    kept.extend(part_kept)
+    res.seqs.extend(part.seqs)
+    res.subs.extend(part.subs)
+    res.ok.extend(part.ok)
+    res.position, res.ended, res.behind = part.position, part.ended, part.behind
+    res.caught_up, res.child_shards = part.caught_up, part.child_shards or res.child_shards
+    res.calls += part.calls
+    res.throttled += part.throttled
+    res.call_seconds.extend(part.call_seconds)
+
+
+def recorded_task(
+    settings: ReadSettings, to: RecordTo
+) -> Callable[[Iterator[ReadPlan]], Iterator[KeptRead]]:
+    """The ``mapPartitions`` body: the task's plans read, recorded, kept."""
+
+    def run(plans: Iterator[ReadPlan]) -> Iterator[KeptRead]:
+        yield from read_recorded(list(plans), settings, to)
+
+    return run

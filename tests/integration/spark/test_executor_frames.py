@@ -1,0 +1,192 @@
+"""The DataFrame styles on the executors: a transform and a fan-out read where they run.
+
+Real Spark (``local[2]``), moto over HTTP. The read tasks record each read's end
+(first writer wins), so a partition computed again has the same records.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spark_job_helpers import POISON, failing_word_sink, words_with_a_bad_one
+
+from kinesis_spout.checkpoint import open_store
+from kinesis_spout.config import InitialPosition
+from kinesis_spout.deadletter import read_dead_letters
+from kinesis_spout.examples.wordcount import (
+    WordCountSink,
+    expected_counts,
+    is_poison,
+    read_counts,
+    sample_records,
+    split_sentence,
+)
+from kinesis_spout.kinesis.getter import GetterPosition
+from kinesis_spout.spark.build import build_driver
+from kinesis_spout.spark.executor_driver import ExecutorDriver
+from kinesis_spout.spark.processing import dataframe_transform, fan_out
+from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.recorded import RecordTo, recorded_task
+from kinesis_spout.spark.sinks import read_parquet_dir
+from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
+
+
+def not_poison(df: Any) -> Any:
+    """A transform: a record whose data starts with POISON fails, the others pass."""
+    from pyspark.sql import functions as F
+
+    bad = F.col("data").cast("string").startswith(POISON.decode())
+    return df.select(
+        "_row",
+        "shardId",
+        "sequenceNumber",
+        (~bad).alias("status"),
+        F.when(bad, F.lit("poison record")).alias("error"),
+    )
+
+
+def checkpoints(cfg: Any, stream: str) -> dict[str, str | None]:
+    store = open_store(cfg.checkpoint_store, cfg.job_name)
+    try:
+        return {s: cp.sequence_number for s, cp in store.load(stream).items()}
+    finally:
+        store.close()
+
+
+def last_per_shard(put: list[tuple[str, str]]) -> dict[str, str | None]:
+    last: dict[str, int] = {}
+    for shard, seq in put:
+        last[shard] = max(last.get(shard, 0), int(seq))
+    return {s: str(v) for s, v in last.items()}
+
+
+def spy_results(driver: ExecutorDriver) -> list[ReadResult]:
+    seen: list[ReadResult] = []
+    apply = driver.spout.apply
+
+    def spy(results: Any) -> tuple[int, int]:
+        results = list(results)
+        seen.extend(results)
+        return apply(results)
+
+    driver.spout.apply = spy  # type: ignore[method-assign]
+    return seen
+
+
+def test_a_transform_reads_on_the_executors_and_they_write_its_sink(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+) -> None:
+    items = make_payloads(900, 120)
+    bad = set(range(5, 900, 97))
+    for i in bad:
+        items[i] = (items[i][0], POISON + b"-%d" % i)
+    create_stream(moto_client, unique_name, 4)
+    put = put_records(moto_client, unique_name, items)
+    out = tmp_path / "rows"
+    cfg = job_config(retry_limit=1, batch_size=300, sink=f"parquet://{out}")
+    driver = build_driver(cfg, dataframe_transform(not_poison), spark=spark, progress=None)
+    assert isinstance(driver, ExecutorDriver)
+    results = spy_results(driver)
+    summary = driver.run()
+
+    poison_ids = {f"{put[i][0]}:{put[i][1]}" for i in bad}
+    assert all(res.pid != os.getpid() for res in results)  # read on the executors
+    payloads = [r for res in results for r in res.failed.values()]
+    assert {r.message_id for r in payloads} == poison_ids  # only failed payloads came back
+    assert all(r.data.startswith(POISON) for r in payloads)
+    dead = read_dead_letters(cfg.dead_letter)
+    assert sorted(d["message_id"] for d in dead) == sorted(poison_ids)
+    assert {d["error"] for d in dead} == {"poison record"}
+    rows = read_parquet_dir(out)
+    assert rows is not None and rows.column_names == ["shardId", "sequenceNumber"]
+    written = Counter(zip(rows.column("shardId").to_pylist(),
+                          rows.column("sequenceNumber").to_pylist(), strict=True))  # fmt: skip
+    good = {p for i, p in enumerate(put) if i not in bad}
+    assert set(written) == good and set(written.values()) == {1}  # each ok record once
+    assert summary.ok == 900 - len(bad) and summary.dead_lettered == len(bad)
+    assert checkpoints(cfg, unique_name) == last_per_shard(put)
+
+
+def test_the_word_count_fan_out_reads_on_the_executors(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+) -> None:
+    items = sample_records(0, 600)
+    create_stream(moto_client, unique_name, 3)
+    put = put_records(moto_client, unique_name, items)
+    counts = tmp_path / "counts"
+    rows = tmp_path / "words"
+    process = fan_out(split_sentence, "word string", [WordCountSink(counts)], name="wordcount")
+    cfg = job_config(retry_limit=1, batch_size=250, sink=f"parquet://{rows}")
+    driver = build_driver(cfg, process, spark=spark, progress=None)
+    assert isinstance(driver, ExecutorDriver)
+    summary = driver.run()
+
+    assert read_counts(counts) == expected_counts(items)
+    words = read_parquet_dir(rows)  # the configured sink: one more anchored sink
+    assert words is not None
+    assert Counter(words.column("word").to_pylist()) == expected_counts(items)
+    poison_ids = {f"{put[i][0]}:{put[i][1]}" for i, (_, d) in enumerate(items) if is_poison(d)}
+    dead = read_dead_letters(cfg.dead_letter)
+    assert sorted(d["message_id"] for d in dead) == sorted(poison_ids)
+    assert summary.ok == len(items) - len(poison_ids)
+    assert checkpoints(cfg, unique_name) == last_per_shard(put)
+
+
+def test_a_fan_out_sink_that_fails_a_word_fails_its_sentences(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str
+) -> None:
+    items = [(f"k{i}", b"alpha beta" if i % 3 else b"alpha bad gamma") for i in range(60)]
+    create_stream(moto_client, unique_name, 2)
+    put = put_records(moto_client, unique_name, items)
+    process = fan_out(words_with_a_bad_one, "word string", [failing_word_sink("bad")])
+    cfg = job_config(retry_limit=1, batch_size=100)
+    summary = build_driver(cfg, process, spark=spark, progress=None).run()
+
+    failing = {f"{put[i][0]}:{put[i][1]}" for i in range(60) if i % 3 == 0}
+    dead = read_dead_letters(cfg.dead_letter)
+    assert sorted(d["message_id"] for d in dead) == sorted(failing)
+    assert all("cannot store 'bad'" in d["error"] for d in dead)
+    assert summary.ok == 40 and summary.dead_lettered == 20
+    assert checkpoints(cfg, unique_name) == last_per_shard(put)
+
+
+def test_a_read_computed_again_returns_the_same_records(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """Spark computes the read partitions twice (no cache); records put in between
+    are not in the second computation, which reads the recorded range again."""
+    create_stream(moto_client, unique_name, 2)
+    put_records(moto_client, unique_name, make_payloads(40, 50))
+    cfg = job_config()
+    shards = sorted({s for s, _ in put_records(moto_client, unique_name, make_payloads(2, 10))})
+    start = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
+    plans = [ReadPlan(i, s, start, limit=500) for i, s in enumerate(shards)]
+    to = RecordTo(cfg.checkpoint_store, cfg.job_name, unique_name, "run1", 1)
+    reads = spark.sparkContext.parallelize(plans, 2).mapPartitions(
+        recorded_task(ReadSettings.of(cfg), to)
+    )
+
+    def keys() -> list[tuple[str, list[str]]]:
+        return [(res.shard_id, [r.sequence_number for r in kept]) for res, kept in reads.collect()]
+
+    first = keys()
+    assert sum(len(k) for _, k in first) > 0
+    put_records(moto_client, unique_name, make_payloads(30, 50))  # the shards grow
+    assert keys() == first
+    ends = to.open()
+    try:
+        for shard, seqs in first:
+            end = ends.get("run1", 1, shard)
+            assert end is not None and end.count == len(seqs)
+            assert end.position is not None and end.position.sequence == seqs[-1]
+        ends.forget_before("run1", 2)
+        with pytest.raises(Exception, match="leftover"):
+            reads.collect()  # an attempt of a removed job records nothing
+    finally:
+        ends.close()
