@@ -18,6 +18,9 @@ Starts a moto server, puts ``--records`` records of ``--size`` bytes into a
 * **executor reads** (``read_on = "executors"``, the job's default): the same
   run at batch 10,000, read by the executors; ``vs_boto3`` is its records/s
   over the boto3 ceiling (the keys above are driver reads, as before);
+* **the DataFrame styles** with executor reads (``bench/spark_styles.py``): a
+  transform and the word-count fan-out, ``transform_vs_boto3`` and ``fanout_vs_boto3``
+  over the boto3 loop on their streams;
 * with ``--cluster``: the scale-out figures of both read modes on a
   standalone cluster of two 1-core workers (see ``bench/spark_scale.py``):
   ``driver_cpu_us_per_record``, ``reader_processes``, ``scaling_2_vs_1``,
@@ -79,6 +82,7 @@ import spark_scale  # noqa: E402
 import spark_shards  # noqa: E402
 from reader_bench import stock_client  # noqa: E402
 from spark_scale import scale_figures  # noqa: E402
+from spark_styles import style_figures  # noqa: E402
 
 SHARDS = 4
 STREAM = "bench-spark"
@@ -149,13 +153,13 @@ def noop(record: InputRecord) -> None:
     return None
 
 
-def boto3_loop(client: Any, total: int) -> float:
+def boto3_loop(client: Any, total: int, stream: str = STREAM) -> float:
     """Records/s of a plain GetRecords loop reading the whole stream once."""
-    shards = [s["ShardId"] for s in client.list_shards(StreamName=STREAM)["Shards"]]
+    shards = [s["ShardId"] for s in client.list_shards(StreamName=stream)["Shards"]]
     start = time.perf_counter()
     its = {
         s: client.get_shard_iterator(
-            StreamName=STREAM, ShardId=s, ShardIteratorType="TRIM_HORIZON"
+            StreamName=stream, ShardId=s, ShardIteratorType="TRIM_HORIZON"
         )["ShardIterator"]
         for s in shards
     }
@@ -232,6 +236,8 @@ class LocalRuns:
     executors: dict[str, float]
     """:func:`job_run` with executor reads, batch 10,000."""
     overhead_ms: float
+    styles: dict[str, float]
+    """``spark_styles.style_figures``: the transform and the fan-out."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -261,7 +267,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def local_runs(spark: Any, endpoint: str, tmp: Path, records: int) -> LocalRuns:
+def local_runs(spark: Any, endpoint: str, tmp: Path, records: int, client: Any) -> LocalRuns:
     """The boto3 loop, the job at each batch size and with executor reads, the loop again,
     and the per-batch overhead, each printed (after a warm-up run of each read mode)."""
     job_run(spark, endpoint, tmp, 10_000, records)  # warm-up
@@ -286,7 +292,11 @@ def local_runs(spark: Any, endpoint: str, tmp: Path, records: int) -> LocalRuns:
     print(f"boto3 GetRecords loop again: {boto_after:,.0f} records/s")
     overhead = batch_overhead_ms(spark)
     print(f"per-batch overhead (1-record micro-batch): {overhead:.0f} ms")
-    return LocalRuns(boto_before, boto_after, runs, executors, overhead)
+    styles = style_figures(
+        spark, client, endpoint, tmp, STREAM, records,
+        lambda c, stream, n: boto3_loop(c, n, stream), plain,
+    )  # fmt: skip
+    return LocalRuns(boto_before, boto_after, runs, executors, overhead, styles)
 
 
 def cluster_scale(client: Any, endpoint: str, tmp: Path, args: argparse.Namespace) -> Scale:
@@ -308,7 +318,7 @@ def measure(args: argparse.Namespace) -> tuple[LocalRuns, Scale | None]:
         print(f"put {args.records} records of {args.size} B in {put_seconds:.1f}s")
         spark = local_spark_session("spark-bench")
         try:
-            local = local_runs(spark, moto.endpoint_url, tmp, args.records)
+            local = local_runs(spark, moto.endpoint_url, tmp, args.records, client)
         finally:
             spark.stop()
         scale = cluster_scale(client, moto.endpoint_url, tmp, args) if args.cluster else None
@@ -336,6 +346,7 @@ def job_figures(args: argparse.Namespace, local: LocalRuns, scale: Scale | None)
         result[f"spark_ms_per_batch_{key}"] = round(r["spark_ms_per_batch"], 1)
     result["vs_boto3"] = round(local.executors["rps"] / boto, 3)
     result["job_rps_executors_10k"] = round(local.executors["rps"])
+    result.update(local.styles)
     if scale is not None:
         result.update(scale["executors"])
         result["vs_boto3_driver_mode"] = result["ratio_vs_boto3_10k"]
@@ -347,6 +358,9 @@ def print_summary(result: dict[str, Any], scale: Scale | None) -> None:
     """The job's ratios to the boto3 loop and the cluster's figures, against their goals."""
     print(f"job at 10,000: {result['ratio_vs_boto3_10k']:.2f}x the boto3 loop (goal >= 0.7)")
     print(f"executor reads at 10,000: {result['vs_boto3']:.2f}x the boto3 loop (goal >= 1.0)")
+    for key in ("transform", "fanout"):
+        print(f"{key} on the executors: {result[f'{key}_vs_boto3']:.2f}x the boto3 loop on its "
+              "stream (goal >= 1.0)")  # fmt: skip
     for mode, figures in (scale or {}).items():
         print(
             f"{mode} reads on the cluster: driver CPU "

@@ -27,57 +27,76 @@ from __future__ import annotations
 
 import bisect
 import logging
+import pickle
+import random
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import pyarrow as pa
+
 from kinesis_spout.records import Record
-from kinesis_spout.spark.arrow import Statuses, input_schema
+from kinesis_spout.spark.arrow import (
+    DATA_COLUMNS,
+    INPUT_SCHEMA,
+    ROOT,
+    ROW,
+    Statuses,
+    records_to_arrow,
+)
 from kinesis_spout.spark.ledger import FanOutLedger, TreeResults
 from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor
 from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.recorded import KeptRead, RecordTo, recorded_task
+from kinesis_spout.spark.recorded import KeptRead, RecordTo, read_recorded
 from kinesis_spout.spark.runner import SparkRunner
 from kinesis_spout.streaming.batch_ends import BatchEndStore
+from tracker import SequenceKey
 
 log = logging.getLogger(__name__)
 
-PlanKey = tuple[int, str]
-"""A plan in a micro-batch: its task number and shard."""
+PLAN = "_plan"
+"""The task number of the plan a row was read for."""
+META = "_meta"
+"""A plan's pickled :class:`ReadResult` (one row per plan, its other columns null)."""
+
+FRAME_SCHEMA = pa.schema(
+    [pa.field(f.name, f.type, nullable=True) for f in INPUT_SCHEMA]
+    + [pa.field(PLAN, pa.int64()), pa.field(META, pa.binary())]
+)
+"""The read stage's rows: a record (``_row`` its index in its plan's read) or a plan's end."""
 
 
-def _meta(kept: KeptRead) -> ReadResult:
-    return kept[0]
+def _as_batches(kept: list[KeptRead]) -> Iterator[pa.RecordBatch]:
+    """A task's reads as rows of :data:`FRAME_SCHEMA`: each plan's records, then its end."""
+    for res, records in kept:
+        if records:
+            table = records_to_arrow(records)
+            table = table.append_column(PLAN, pa.array([res.task] * len(records), pa.int64()))
+            table = table.append_column(META, pa.nulls(len(records), pa.binary()))
+            yield from table.cast(FRAME_SCHEMA).to_batches()
+        end: dict[str, list[Any]] = {name: [None] for name in FRAME_SCHEMA.names}
+        end[PLAN], end[META] = [res.task], [pickle.dumps(res)]
+        yield pa.RecordBatch.from_pydict(end, schema=FRAME_SCHEMA)
 
 
-def _rows(
-    bases: dict[PlanKey, int], roots: list[int] | None
-) -> Callable[[Iterable[KeptRead]], Iterator[tuple[Any, ...]]]:
-    """The rows of the records (the input columns, ``_row``, and ``_root`` for a fan-out)."""
+def frame_reader(
+    tasks: list[list[ReadPlan]], settings: ReadSettings, to: RecordTo
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` body over ``spark.range(len(tasks))``: task ``i`` reads
+    ``tasks[i]`` (:func:`~kinesis_spout.spark.recorded.read_recorded`)."""
 
-    def run(reads: Iterable[KeptRead]) -> Iterator[tuple[Any, ...]]:
-        for res, records in reads:
-            base = bases[(res.task, res.shard_id)]
-            for i, r in enumerate(records):
-                row = (
-                    r.stream_name, r.shard_id, r.sequence_number, r.sub_sequence_number,
-                    r.partition_key, r.data, r.approximate_arrival, r.attempt, base + i,
-                )  # fmt: skip
-                yield row if roots is None else (*row, roots[base + i])
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                yield from _as_batches(read_recorded(tasks[i], settings, to))
 
     return run
 
 
-def _picked(
-    wanted: dict[PlanKey, set[int]],
-) -> Callable[[Iterable[KeptRead]], Iterator[tuple[PlanKey, int, Record]]]:
-    def run(reads: Iterable[KeptRead]) -> Iterator[tuple[PlanKey, int, Record]]:
-        for res, records in reads:
-            key = (res.task, res.shard_id)
-            for i in sorted(wanted.get(key, ())):
-                yield key, i, records[i]
-
-    return run
+def split_tasks(plans: list[ReadPlan], tasks: int) -> list[list[ReadPlan]]:
+    """The plans in ``tasks`` groups, in order (as ``parallelize`` slices them)."""
+    n = len(plans)
+    return [plans[i * n // tasks : (i + 1) * n // tasks] for i in range(tasks)]
 
 
 class FrameJobs:
@@ -105,37 +124,49 @@ class FrameJobs:
         self._schema: Any = None
 
     def collect(
-        self, rdd: Any, plans: list[ReadPlan], settings: ReadSettings, run: str, key: int
+        self, plans: list[ReadPlan], tasks: int, settings: ReadSettings, run: str, key: int
     ) -> tuple[list[ReadResult], int]:
-        """The results of the plans (an RDD of them, one partition per read task), and
-        how many Spark jobs that took."""
+        """The results of the plans read in ``tasks`` tasks, and how many Spark jobs
+        that took."""
         from pyspark import StorageLevel
 
         self._active.add(key)
-        reads = rdd.mapPartitions(recorded_task(settings, self.ends(run, key)))
-        reads = reads.persist(StorageLevel.MEMORY_AND_DISK)
+        groups = split_tasks(plans, tasks)
+        reader = frame_reader(groups, settings, self.ends(run, key))
+        stage = self.spark.range(0, len(groups), 1, len(groups)).mapInArrow(reader, self._struct())
+        stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            return self._collect(reads, key)
+            return self._collect(stage, key)
         finally:
-            reads.unpersist()
+            stage.unpersist()
             self._active.discard(key)
             self.store.forget_before(run, min(self._active, default=key + 1))
 
     def close(self) -> None:
         self.store.close()
 
-    def _collect(self, reads: Any, key: int) -> tuple[list[ReadResult], int]:
-        results: list[ReadResult] = reads.map(_meta).collect()
-        bases: dict[PlanKey, int] = {}
+    def _collect(self, stage: Any, key: int) -> tuple[list[ReadResult], int]:
+        from pyspark.sql import functions as F
+
+        ends = stage.where(F.col(META).isNotNull()).select(PLAN, META).toArrow()
+        results: list[ReadResult] = [pickle.loads(b) for b in ends.column(META).to_pylist()]
+        bases: dict[int, int] = {}
         n = 0
         for res in results:
-            bases[(res.task, res.shard_id)] = n
+            bases[res.task] = n
             n += len(res)
         if not n:
             return results, 1
+        base_of = F.create_map(*[F.lit(x) for kv in bases.items() for x in kv])
+        row = (F.element_at(base_of, F.col(PLAN)) + F.col(ROW)).alias(ROW)
+        columns = [F.col(c) for c in DATA_COLUMNS] + [row]
         ledger = FanOutLedger(self.runner.n_sinks, timeout=1.0) if self.fan_out else None
-        roots = ledger.new_roots(n) if ledger is not None else None
-        df = self.spark.createDataFrame(reads.mapPartitions(_rows(bases, roots)), self._struct())
+        roots: list[int] | None = None
+        if ledger is not None:
+            first = random.getrandbits(62)  # the rows' roots: first + row (ids mix them)
+            roots = list(range(first, first + n))
+            columns.append((F.lit(first) + row).alias(ROOT))
+        df = stage.where(F.col(META).isNull()).select(*columns)
         outcome = self.runner.run_frame(key, df, 0, n)
         if ledger is not None and roots is not None and outcome.ack_vals is not None:
             trees = ledger.apply(range(n), roots, outcome.statuses, outcome.ack_vals,
@@ -146,7 +177,7 @@ class FrameJobs:
         failed = _place(results, bases, trees)
         jobs = 2 + len(outcome.sinks)
         if failed:
-            _fill_payloads(results, reads.mapPartitions(_picked(failed)).collect())
+            _fill_payloads(results, _failed_rows(stage, failed))
             jobs += 1
         return results, jobs
 
@@ -154,7 +185,7 @@ class FrameJobs:
         if self._schema is None:
             from pyspark.sql.pandas.types import from_arrow_schema
 
-            self._schema = from_arrow_schema(input_schema(self.fan_out))
+            self._schema = from_arrow_schema(FRAME_SCHEMA)
         return self._schema
 
 
@@ -167,30 +198,50 @@ def _trees(st: Statuses) -> TreeResults:
 
 
 def _place(
-    results: list[ReadResult], bases: dict[PlanKey, int], trees: TreeResults
-) -> dict[PlanKey, set[int]]:
-    """Statuses by row into the plans' results; the failed indexes by plan."""
-    keys = list(bases)
+    results: list[ReadResult], bases: dict[int, int], trees: TreeResults
+) -> dict[int, set[int]]:
+    """Statuses by row into the plans' results; the failed indexes by plan (task)."""
     filled = [i for i, res in enumerate(results) if len(res)]
-    starts = [bases[keys[i]] for i in filled]
+    starts = [bases[results[i].task] for i in filled]
 
-    def where(row: int) -> tuple[int, int]:
-        at = filled[bisect.bisect_right(starts, row) - 1]  # the plan whose rows hold row
-        return at, row - bases[keys[at]]
+    def where(row: int) -> tuple[ReadResult, int]:
+        res = results[filled[bisect.bisect_right(starts, row) - 1]]  # the plan holding row
+        return res, row - bases[res.task]
 
     for row in trees.acked:
-        at, j = where(int(row))
-        results[at].ok[j] = 1
-    failed: dict[PlanKey, set[int]] = {}
+        res, j = where(int(row))
+        res.ok[j] = 1
+    failed: dict[int, set[int]] = {}
     for row, error in trees.failed:
-        at, j = where(int(row))
-        results[at].ok[j] = 0
-        results[at].errors[j] = error
-        failed.setdefault(keys[at], set()).add(j)
+        res, j = where(int(row))
+        res.ok[j] = 0
+        res.errors[j] = error
+        failed.setdefault(res.task, set()).add(j)
     return failed
 
 
-def _fill_payloads(results: list[ReadResult], picked: list[tuple[PlanKey, int, Record]]) -> None:
-    by_key = {(r.task, r.shard_id): r for r in results}
-    for key, i, record in picked:
-        by_key[key].failed[i] = record
+def _failed_rows(stage: Any, failed: dict[int, set[int]]) -> list[tuple[int, int, Record]]:
+    """``(task, index, record)`` of the failed records, from the persisted reads."""
+    from pyspark.sql import functions as F
+
+    wanted = F.lit(False)
+    for task, rows in failed.items():
+        wanted = wanted | ((F.col(PLAN) == task) & F.col(ROW).isin(sorted(rows)))
+    table = stage.where(F.col(META).isNull() & wanted).toArrow()
+    out = []
+    for values in table.to_pylist():
+        record = Record(
+            values["stream"], values["shardId"], values["sequenceNumber"],
+            values["subSequenceNumber"], values["partitionKey"], values["data"],
+            values["approximateArrivalTimestamp"],
+            SequenceKey(int(values["sequenceNumber"]), values["subSequenceNumber"]),
+            attempt=values["attempt"],
+        )  # fmt: skip
+        out.append((values[PLAN], values[ROW], record))
+    return out
+
+
+def _fill_payloads(results: list[ReadResult], picked: list[tuple[int, int, Record]]) -> None:
+    by_task = {r.task: r for r in results}
+    for task, i, record in picked:
+        by_task[task].failed[i] = record

@@ -102,12 +102,12 @@ class ReadJobs:
         description = f"kinesis-spout batch {batch_id}: {len(plans)} shards in {tasks} tasks"
         sc.setJobGroup(self.group(batch_id), description, interruptOnCancel=True)
         self.jobs_run += 1
-        rdd = sc.parallelize(plans, tasks)
         if self.frames is not None:
             key = next(self._keys)
-            done, jobs = self.frames.collect(rdd, plans, self.settings, self.run_id, key)
+            done, jobs = self.frames.collect(plans, tasks, self.settings, self.run_id, key)
             self.jobs_run += jobs - 1
             return done
+        rdd = sc.parallelize(plans, tasks)
         if self.process_partitions:
             return shuffled_results(
                 rdd, plans, self.settings, self.fn, batch_id, self.process_partitions

@@ -28,6 +28,7 @@ from kinesis_spout.spark.arrow import (
     RECORD_STATUS_DDL,
     ROOT,
     ROW,
+    STATUS_DDL,
     Statuses,
     statuses_from_arrow,
 )
@@ -47,7 +48,6 @@ from kinesis_spout.spark.sinks import NullSink, RowSink, ok_rows_writer, rows_wr
 log = logging.getLogger(__name__)
 
 INTERNAL_COLUMNS = (ROW, ROOT, "status", "error")
-STATUS_DDL = "_row long, ok boolean, error string"
 #: Most bytes of records per Spark task when a local Arrow table becomes a DataFrame
 #: (Spark warns about tasks over 1000 KiB).
 TASK_BYTES = 512 * 1024

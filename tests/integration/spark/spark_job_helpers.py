@@ -17,8 +17,12 @@ from typing import Any, NamedTuple
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.spark.processing import (
+    FanOutProcessor,
     InputRecord,
     RecordProcessor,
+    TransformProcessor,
+    dataframe_transform,
+    fan_out,
     per_record,
     processor_factory,
 )
@@ -182,3 +186,45 @@ def flaky_and_poison(record: InputRecord) -> None:
         raise ValueError(f"poison record {record.data[:20]!r}")
     if record.data.startswith(b"FLAKY") and record.attempt == 1:
         raise ValueError("flaky: first try fails")
+
+
+def _logged(config: SpoutConfig) -> Callable[[InputRecord], None]:
+    import os
+
+    directory = os.environ["KSPOUT_TEST_DELIVERIES"]
+    return log_deliveries(directory, sleep_ms=float(os.environ.get("KSPOUT_TEST_SLOW_MS", "0")))
+
+
+@processor_factory
+def logged_transform_job(config: SpoutConfig) -> TransformProcessor:
+    """:func:`logged_job` as a DataFrame transform (a ``mapInArrow`` of the same function,
+    its ``ok`` as ``status``), keeping ``shardId`` and ``sequenceNumber`` for the sink."""
+    from kinesis_spout.spark.arrow import RECORD_STATUS_DDL
+    from kinesis_spout.spark.processing import record_function_mapper
+
+    fn = _logged(config)
+
+    def transform(df: Any) -> Any:
+        statuses = df.mapInArrow(record_function_mapper(fn), RECORD_STATUS_DDL)
+        keys = df.select("_row", "shardId", "sequenceNumber")
+        return statuses.withColumnRenamed("ok", "status").join(keys, "_row")
+
+    return dataframe_transform(transform, name="logged_transform")
+
+
+@processor_factory
+def logged_fan_out_job(config: SpoutConfig) -> FanOutProcessor:
+    """:func:`logged_job` as the emit of a fan-out: one derived record per source
+    (``"<shard>:<seq>"``), written by the configured sink (an anchored sink)."""
+    fn = _logged(config)
+
+    def emit(record: InputRecord) -> list[str]:
+        fn(record)
+        return [f"{record.shard_id}:{record.sequence_number}"]
+
+    return fan_out(emit, "id string", [written_by_the_row_sink], name="logged_fan_out")
+
+
+def written_by_the_row_sink(derived: Any) -> None:
+    """A fan-out sink with nothing to do (the configured sink writes the derived records)."""
+    return None

@@ -1,0 +1,84 @@
+"""The DataFrame styles with executor reads, against a plain boto3 loop on the same stream.
+
+Part of ``bench/spark_bench.py`` (its local ``local[2]`` session and moto server):
+
+* **transform**: a DataFrame transform that passes every record (``_row`` and a
+  ``True`` status) on the bench's stream of random payloads;
+* **fan-out**: the word count (:mod:`kinesis_spout.examples.wordcount`: each sentence
+  split into words on the executors, anchored with Storm's XOR acker, counted by a
+  sink writing Parquet) on a stream of as many sentence records (no poison).
+
+Each job reads the whole stream on the executors (batch 10,000); records/s from the
+start of the run to the ack of the last record, over the boto3 loop's on the same
+stream, run just before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kinesis_spout.examples.wordcount import WordCountSink, sample_records, split_sentence
+from kinesis_spout.spark.build import run_job
+from kinesis_spout.spark.processing import Processor, dataframe_transform, fan_out
+from kinesis_spout.testing.spark import bench_job_config
+from kinesis_spout.testing.streams import create_stream, put_records
+
+WORDS_STREAM = "bench-spark-words"
+
+
+def pass_all(df: Any) -> Any:
+    """The transform: every record ok (the figures are the framework's cost)."""
+    from pyspark.sql import functions as F
+
+    return df.select("_row", F.lit(True).alias("status"))
+
+
+def style_run(
+    spark: Any, endpoint: str, tmp: Path, stream: str, process: Processor, total: int
+) -> float:
+    """Records/s of one executor-read job over the whole stream."""
+    name = f"bench-style-{time.monotonic_ns()}"
+    cfg = bench_job_config(stream, endpoint, tmp, name, batch=10_000, read_on="executors")
+    acked: list[float] = []
+    start = time.perf_counter()
+    summary = run_job(
+        cfg, process, spark=spark, progress=lambda r: acked.append(time.perf_counter())
+    )
+    if summary.ok != total:
+        raise RuntimeError(f"{stream}: acked {summary.ok} of {total} records")
+    return total / (acked[-1] - start)
+
+
+def style_figures(
+    spark: Any,
+    client: Any,
+    endpoint: str,
+    tmp: Path,
+    stream: str,
+    records: int,
+    boto3_loop: Callable[[Any, str, int], float],
+    plain_client: Any,
+) -> dict[str, float]:
+    """``transform_vs_boto3`` and ``fanout_vs_boto3`` (and their records/s), printed."""
+    create_stream(client, WORDS_STREAM, 4)
+    put_records(client, WORDS_STREAM, sample_records(0, records, poison_every=0))
+    transform = dataframe_transform(pass_all)
+    words = fan_out(split_sentence, "word string", [WordCountSink(tmp / "counts")], "wordcount")
+    style_run(spark, endpoint, tmp, stream, transform, records)  # warm-up
+    out: dict[str, float] = {}
+    for key, name, process in (
+        ("transform", stream, transform),
+        ("fanout", WORDS_STREAM, words),
+    ):
+        boto = boto3_loop(plain_client, name, records)
+        rps = style_run(spark, endpoint, tmp, name, process, records)
+        out[f"job_rps_{key}"] = round(rps)
+        out[f"{key}_vs_boto3"] = round(rps / boto, 3)
+        print(
+            f"job, executor reads, {key}: {rps:>8,.0f} records/s, {rps / boto:.2f}x the "
+            f"boto3 loop on its stream ({boto:,.0f} records/s)"
+        )
+    return out
