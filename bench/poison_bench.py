@@ -21,7 +21,11 @@ one in the same process:
 
 from __future__ import annotations
 
+import argparse
+import logging
 import random
+import sys
+import tempfile
 import time
 from bisect import bisect_left
 from datetime import datetime
@@ -34,7 +38,15 @@ from kinesis_spout.deadletter import read_dead_letters
 from kinesis_spout.spark.build import run_job
 from kinesis_spout.spark.processing import InputRecord, per_record
 from kinesis_spout.spark.reports import BatchReport
-from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
+from kinesis_spout.testing.plots import Bar, BarChart, Panel, Series, finish_bench
+from kinesis_spout.testing.servers import MotoServer
+from kinesis_spout.testing.spark import local_spark_session
+from kinesis_spout.testing.streams import (
+    create_stream,
+    emulator_client,
+    make_payloads,
+    put_records,
+)
 
 POISON = b"poison|"
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -134,8 +146,14 @@ def latency_batches(log_path: Path, dead: list[dict[str, Any]], ends: list[float
 
 
 def paired_runs(
-    spark: Any, endpoint: str, tmp: Path, streams: tuple[str, str], n: int, mode: str,
-    extra: dict[str, Any], repeats: int,
+    spark: Any,
+    endpoint: str,
+    tmp: Path,
+    streams: tuple[str, str],
+    n: int,
+    mode: str,
+    extra: dict[str, Any],
+    repeats: int,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Clean and poisoned runs, alternated ``repeats`` times: the median-rps run of
     each (the poisoned one with the worst latency of all its runs)."""
@@ -151,7 +169,13 @@ def paired_runs(
 
 
 def poison_figures(
-    spark: Any, client: Any, endpoint: str, tmp: Path, n: int, size: int, rate: float,
+    spark: Any,
+    client: Any,
+    endpoint: str,
+    tmp: Path,
+    n: int,
+    size: int,
+    rate: float,
     repeats: int = 3,
 ) -> dict[str, Any]:
     """Every figure of the module docstring, per read mode and config."""
@@ -159,7 +183,10 @@ def poison_figures(
     for mode in READ_MODES:  # warm-up: Python workers, code paths
         one_run(spark, endpoint, tmp, clean, n, mode, CONFIGS["small"])
     out: dict[str, Any] = {
-        "poison_records": n_poison, "records": n, "poison_rate": rate, "repeats": repeats,
+        "poison_records": n_poison,
+        "records": n,
+        "poison_rate": rate,
+        "repeats": repeats,
     }
     worst_ratio, worst_latency = float("inf"), 0
     for mode in READ_MODES:
@@ -198,3 +225,52 @@ def poison_figures(
     out["poison_vs_clean"] = round(worst_ratio, 3)
     out["dead_letter_latency_batches_max"] = worst_latency
     return out
+
+
+POISON_CHART = BarChart(
+    "spark_bench --poison-rate {poison_rate:g}: {records:,} records, {poison_records:,} poison",
+    (
+        Panel(
+            "throughput, clean stream vs with poison records",
+            "records done/s (higher is better)",
+            tuple(
+                Bar(f"{mode} reads, {name}", f"{mode}_{name}")
+                for mode in ("driver", "executors")
+                for name in ("default", "small")
+            ),
+            (
+                Series("clean", "{}.clean_rps", baseline=True),
+                Series("with poison", "{}.poison_rps"),
+            ),
+        ),
+    ),
+    note="worst poison_vs_clean {poison_vs_clean:.2f} (goal >= 0.8); dead letter within "
+    "{dead_letter_latency_batches_max} batch(es); default = batch 10,000, small = batch 2,000",
+)
+"""The chart of ``--poison-rate R --plot FILE``."""
+
+
+def poison_main(args: argparse.Namespace) -> int:
+    """``--poison-rate``: the figures of bench/poison_bench.py."""
+    from pyspark import cloudpickle
+
+    if not 0 < args.poison_rate < 1:
+        raise SystemExit(f"--poison-rate must be between 0 and 1, not {args.poison_rate}")
+    register: Any = cloudpickle.register_pickle_by_value
+    register(sys.modules[__name__])  # the executors cannot import it
+    logging.getLogger("kinesis_spout.deadletter").setLevel(logging.ERROR)  # one line per record
+    with MotoServer() as moto, tempfile.TemporaryDirectory() as tmpdir:
+        client = emulator_client(moto.endpoint_url)
+        spark = local_spark_session("spark-bench-poison")
+        try:
+            result = poison_figures(
+                spark, client, moto.endpoint_url, Path(tmpdir), args.records, args.size,
+                args.poison_rate,
+            )  # fmt: skip
+        finally:
+            spark.stop()
+    print(
+        f"worst poison_vs_clean {result['poison_vs_clean']:.2f} (goal >= 0.8), worst dead-letter "
+        f"latency {result['dead_letter_latency_batches_max']} batches (goal <= 2)"
+    )
+    return finish_bench(POISON_CHART, result, args.plot, args.json)

@@ -125,27 +125,6 @@ CHART = BarChart(
     "per-batch overhead {batch_overhead_ms:g} ms",
 )
 """The chart ``--plot FILE`` draws (the cluster panels with ``--cluster``)."""
-POISON_CHART = BarChart(
-    "spark_bench --poison-rate {poison_rate:g}: {records:,} records, {poison_records:,} poison",
-    (
-        Panel(
-            "throughput, clean stream vs with poison records",
-            "records done/s (higher is better)",
-            tuple(
-                Bar(f"{mode} reads, {name}", f"{mode}_{name}")
-                for mode in ("driver", "executors")
-                for name in ("default", "small")
-            ),
-            (
-                Series("clean", "{}.clean_rps", baseline=True),
-                Series("with poison", "{}.poison_rps"),
-            ),
-        ),
-    ),
-    note="worst poison_vs_clean {poison_vs_clean:.2f} (goal >= 0.8); dead letter within "
-    "{dead_letter_latency_batches_max} batch(es); default = batch 10,000, small = batch 2,000",
-)
-"""The chart of ``--poison-rate R --plot FILE``."""
 
 
 def noop(record: InputRecord) -> None:
@@ -375,39 +354,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.poison_rate is not None:
-        return poison_main(args)
+        return poison_bench.poison_main(args)
     if args.shards:
         return spark_shards.shards_main(args)
     local, scale = measure(args)
     result = job_figures(args, local, scale)
     print_summary(result, scale)
     return finish_bench(CHART, result, args.plot, args.json)
-
-
-def poison_main(args: argparse.Namespace) -> int:
-    """``--poison-rate``: the figures of bench/poison_bench.py."""
-    from pyspark import cloudpickle
-
-    if not 0 < args.poison_rate < 1:
-        raise SystemExit(f"--poison-rate must be between 0 and 1, not {args.poison_rate}")
-    register: Any = cloudpickle.register_pickle_by_value
-    register(poison_bench)  # the executors cannot import it
-    logging.getLogger("kinesis_spout.deadletter").setLevel(logging.ERROR)  # one line per record
-    with MotoServer() as moto, tempfile.TemporaryDirectory() as tmpdir:
-        client = emulator_client(moto.endpoint_url)
-        spark = local_spark_session("spark-bench-poison")
-        try:
-            result = poison_bench.poison_figures(
-                spark, client, moto.endpoint_url, Path(tmpdir), args.records, args.size,
-                args.poison_rate,
-            )  # fmt: skip
-        finally:
-            spark.stop()
-    print(
-        f"worst poison_vs_clean {result['poison_vs_clean']:.2f} (goal >= 0.8), worst dead-letter "
-        f"latency {result['dead_letter_latency_batches_max']} batches (goal <= 2)"
-    )
-    return finish_bench(POISON_CHART, result, args.plot, args.json)
 
 
 if __name__ == "__main__":
