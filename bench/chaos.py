@@ -76,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the job reads Kinesis (default: %(default)s, the job's default)",
     )
     p.add_argument(
+        "--processing",
+        choices=("per-record", "fan-out"),
+        default=defaults.processing,
+        help="the chaos function per record, or a fan-out: each record split into words "
+        "(anchored with the acker), written by the sink and counted (default: %(default)s)",
+    )
+    p.add_argument(
         "--kpl",
         action="store_true",
         help="put most records as KPL aggregates of 2-50 (some empty, a few corrupt)",
@@ -169,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint_interval=args.checkpoint_interval,
             timeout=args.timeout,
             read_on=args.read_on,
+            processing=args.processing,
         )
     except KinesisSpoutError as exc:
         print(f"chaos: error: {exc}", file=sys.stderr)

@@ -22,8 +22,15 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from kinesis_spout.errors import KinesisSpoutError
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.kinesis.aggregation import MAGIC
+from kinesis_spout.spark.processing import (
+    FanOutProcessor,
+    InputRecord,
+    fan_out,
+    processor_factory,
+)
 
 SEPARATOR = b"|"
 OK_FLAG = b"ok"
@@ -81,3 +88,33 @@ def process(record: HasData) -> None:
         os._exit(3)
     if flag == POISON_FLAG:
         raise PoisonRecordError(f"poison record {rid}")
+
+
+WORDS_SCHEMA = (
+    "shardId string, sequenceNumber string, subSequenceNumber long, data binary, word string"
+)
+"""The fan-out's derived records: the source's keys and payload, and one of its words."""
+
+
+def split_words(record: InputRecord) -> list[tuple[str, str, int, bytes, str]]:
+    """The fan-out's emit: :func:`process`, then the record's words (its id and its flag),
+    each a derived record carrying the source's keys."""
+    process(record)
+    rid, flag = parse_flag(record.data)
+    keys = (record.shard_id, record.sequence_number, record.sub_sequence_number, record.data)
+    return [(*keys, rid), (*keys, flag.decode("ascii"))]
+
+
+@processor_factory
+def fan_out_job(config: SpoutConfig) -> FanOutProcessor:
+    """The chaos run's fan-out: :func:`split_words`, anchored to its record, written by
+    the job's Parquet sink and counted by a word-count sink into ``counts`` next to the
+    sink's folder (the record is acked when both wrote all its words)."""
+    from pathlib import Path
+
+    from kinesis_spout.examples.wordcount import WordCountSink
+
+    if not config.sink.startswith("parquet://"):
+        raise ConfigError("sink", config.sink, "parquet://DIR (the chaos run's fan-out)")
+    counts = Path(config.sink[len("parquet://") :]).with_name("counts")
+    return fan_out(split_words, WORDS_SCHEMA, [WordCountSink(counts)], name="chaos-words")

@@ -10,7 +10,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kinesis_spout.examples.chaos_process import parse_payload
+from kinesis_spout.examples.chaos_process import FLAGS, parse_payload
+
+FLAG_WORDS = [f.decode() for f in FLAGS]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +44,10 @@ class DeadLetter:
 
 
 def read_sink(directory: str | Path) -> list[SinkRow]:
-    """Every row of every ``part-*.parquet`` file (ids parsed from ``data``)."""
+    """Every row of every ``part-*.parquet`` file (ids parsed from ``data``); of a fan-out
+    run's derived rows (a ``word`` column), the one per delivery whose word is the flag."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     out: list[SinkRow] = []
@@ -51,7 +56,10 @@ def read_sink(directory: str | Path) -> list[SinkRow]:
         return out
     for p in sorted(base.glob("part-*.parquet")):
         names = ("shardId", "sequenceNumber", "subSequenceNumber", "data")
-        table = pq.read_table(p, columns=list(names))
+        table = pq.read_table(p)
+        if "word" in table.column_names:
+            words = pc.is_in(table.column("word"), value_set=pa.array(FLAG_WORDS))
+            table = table.filter(words)
         cols = [table.column(c).to_pylist() for c in names]
         for shard, seq, sub, data in zip(*cols, strict=True):
             out.append(SinkRow(shard, int(seq), parse_payload(data)[0], p.name, int(sub)))

@@ -15,7 +15,11 @@ from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.examples.chaos_process import make_payload, record_id
 from kinesis_spout.kinesis.aggregation import MAGIC
 
-PROCESS_SPEC = "kinesis_spout.examples.chaos_process:process"
+PROCESS_SPECS = {
+    "per-record": "kinesis_spout.examples.chaos_process:process",
+    "fan-out": "kinesis_spout.examples.chaos_process:fan_out_job",
+}
+"""The job's processing per ``ChaosPlan.processing``."""
 ZK_ROOT = "/chaos"
 JOB_NAME = "chaos"
 POLL_SECONDS = 0.2
@@ -96,6 +100,9 @@ class ChaosPlan:
     master: str = "local[2]"
     read_on: str = "executors"
     """Where the job reads Kinesis (the job's ``read_on``): ``executors`` or ``driver``."""
+    processing: str = "per-record"
+    """``per-record`` (the chaos function) or ``fan-out`` (each record split into words,
+    anchored with the acker, written by the Parquet sink and counted by a word-count sink)."""
     kpl: bool = False
     """Put most records as KPL aggregates of 2-50 user records, with some empty
     aggregates and a few corrupt ones (handed on whole) among them."""
@@ -126,6 +133,7 @@ class ChaosPlan:
         need(self.timeout > 0, "timeout", "a number of seconds > 0")
         need(self.max_job_failures >= 0, "max_job_failures", "an integer >= 0")
         need(self.read_on in ("executors", "driver"), "read_on", "executors or driver")
+        need(self.processing in PROCESS_SPECS, "processing", " or ".join(PROCESS_SPECS))
         most = self.records // 10
         need(0 <= self.kill_worker_records <= most, "kill_worker_records", f"between 0 and {most}")
 
@@ -256,4 +264,5 @@ def job_config(plan: ChaosPlan, *, stream: str, endpoint: str, zk_url: str, work
         message_timeout=plan.message_timeout,
         read_on=plan.read_on,
     )
-    return f'# chaos run, seed {plan.seed}\nprocess = "{PROCESS_SPEC}"\n' + to_toml(cfg, JOB_KEYS)
+    spec = PROCESS_SPECS[plan.processing]
+    return f'# chaos run, seed {plan.seed}\nprocess = "{spec}"\n' + to_toml(cfg, JOB_KEYS)

@@ -110,6 +110,7 @@ def _figures(
         "records": plan.records,
         "shards": plan.shards,
         "read_on": plan.read_on,
+        "processing": plan.processing,
         "seed": plan.seed,
         "kpl": plan.kpl,
         "kinesis_records": facts.kinesis_records,

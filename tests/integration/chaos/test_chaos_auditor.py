@@ -29,7 +29,7 @@ from kinesis_spout.spark.job import build_arg_parser
 from kinesis_spout.spark.job import job_config as spark_job_config
 from kinesis_spout.spark.sinks import ParquetSink
 from kinesis_spout.testing.chaos import (
-    PROCESS_SPEC,
+    PROCESS_SPECS,
     ChaosPlan,
     CheckpointSeen,
     CheckpointWatcher,
@@ -122,7 +122,7 @@ def test_job_config_is_what_the_spark_job_reads(tmp_path: Path) -> None:
     path = tmp_path / "job.toml"
     path.write_text(text)
     cfg, process_spec = spark_job_config(build_arg_parser().parse_args(["--config", str(path)]), {})
-    assert process_spec == PROCESS_SPEC
+    assert process_spec == PROCESS_SPECS["per-record"]
     assert (cfg.stream_name, cfg.batch_size, cfg.max_in_flight) == ("st", 400, 100)
     assert cfg.checkpoint_store == "zk://127.0.0.1:2/x"
     assert cfg.sink == f"parquet://{tmp_path / 'sink'}"
