@@ -96,6 +96,10 @@ class SpoutConfig:
     """GetRecords ``Limit``, 1..10000."""
     empty_shard_backoff: float = 1.0
     """Wait before polling a shard again after an empty answer."""
+    empty_shard_backoff_max: float = 5.0
+    """A shard that stays empty waits twice as long after each further empty answer, up to
+    this (its first new record waits at most this long); = ``empty_shard_backoff``: a fixed
+    wait."""
     max_calls_per_second: float = 5.0
     """GetRecords calls per second per shard (Kinesis allows 5)."""
     throttle_backoff: float = 0.5

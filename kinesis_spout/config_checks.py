@@ -83,6 +83,9 @@ def check_numbers(c: SpoutConfig) -> None:
     ):
         v = getattr(c, name)
         check(v >= 0, name, v, "a number of seconds >= 0")
+    check(c.empty_shard_backoff_max >= c.empty_shard_backoff, "empty_shard_backoff_max",
+          c.empty_shard_backoff_max,
+          f"seconds >= empty_shard_backoff ({c.empty_shard_backoff})")  # fmt: skip
     for name in (
         "throttle_backoff_max",
         "retry_backoff_max",

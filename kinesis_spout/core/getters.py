@@ -121,6 +121,7 @@ class GetterFactory:
             limit=cfg.records_per_call,
             max_calls_per_second=cfg.max_calls_per_second,
             empty_shard_backoff=cfg.empty_shard_backoff,
+            empty_shard_backoff_max=cfg.empty_shard_backoff_max,
         )
 
 

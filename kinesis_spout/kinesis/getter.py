@@ -120,6 +120,7 @@ class KinesisShardGetter:
         limit: int = 10_000,
         max_calls_per_second: float = 5.0,
         empty_shard_backoff: float = 1.0,
+        empty_shard_backoff_max: float | None = None,
         wall_clock: Callable[[], datetime] = _utcnow,
         iterator: str | None = None,
         after_whole: bool | None = None,
@@ -132,6 +133,9 @@ class KinesisShardGetter:
         self.limit = limit
         self.min_interval = 1.0 / max_calls_per_second
         self.empty_shard_backoff = empty_shard_backoff
+        self.empty_shard_backoff_max = max(empty_shard_backoff_max or 0.0, empty_shard_backoff)
+        """The longest wait after empty answers in a row (None: ``empty_shard_backoff``)."""
+        self._empty_answers = 0
         self._backoff = backoff
         self._position = position
         self._timestamp = timestamp
@@ -166,6 +170,18 @@ class KinesisShardGetter:
     @property
     def next_poll_at(self) -> float:
         return NEVER if self._ended else self._next_poll_at
+
+    def idle_wait(self, records: int) -> float:
+        """The wait after an answer at the shard's tip that had ``records`` records:
+        ``empty_shard_backoff``, doubled for each further empty answer in a row, up to
+        ``empty_shard_backoff_max`` (a quiet shard costs fewer calls; its first new record
+        waits at most that long)."""
+        if records:
+            self._empty_answers = 0
+            return self.empty_shard_backoff
+        self._empty_answers += 1
+        grown = self.empty_shard_backoff * 2.0 ** min(self._empty_answers - 1, 32)
+        return min(grown, self.empty_shard_backoff_max)
 
     def due(self, now: float) -> bool:
         return not self._ended and now >= self._next_poll_at
@@ -295,7 +311,9 @@ class KinesisShardGetter:
                 **extra,
             )
         if result.raw_count == 0 and not behind:
-            self._next_poll_at = max(self._next_poll_at, now + self.empty_shard_backoff)
+            self._next_poll_at = max(self._next_poll_at, now + self.idle_wait(0))
+        elif result.raw_count:
+            self._empty_answers = 0
         return ShardBatch(
             records,
             self._next_poll_at,

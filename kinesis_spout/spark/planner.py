@@ -111,6 +111,8 @@ class ExecutorReadSpout(KinesisSpout):
     def __init__(self, config: SpoutConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
         self._windows: dict[str, ReadWindow] = {}
+        self._early: dict[str, float] = {}
+        """Per shard waiting at its tip: how early it may join a micro-batch."""
         self._tasks = 0
         self.read_tasks = 0
         self.retry_tasks = 0
@@ -140,8 +142,13 @@ class ExecutorReadSpout(KinesisSpout):
                 self._rr.retried += len(retries)
                 self._metrics.increment("retries", len(retries), shard=sh.shard_id)
         planned = {p.shard_id for p in plans}
-        for sh in rotation:
-            if sh.shard_id not in busy and sh.shard_id not in planned and self._readable(sh, now):
+        free = [sh for sh in rotation if sh.shard_id not in busy and sh.shard_id not in planned]
+        # Shards waiting at their tip join a micro-batch that runs anyway up to half their
+        # wait early, so idle shards that fell out of step (a read cut by the deadline) poll
+        # together again: one Spark job per round, not one per group.
+        early = bool(plans) or any(self._readable(sh, now) for sh in free)
+        for sh in free:
+            if self._readable(sh, now, early):
                 limit = min(max_records, self._room(sh, now))
                 if limit > 0:
                     assert sh.reader is not None
@@ -164,7 +171,8 @@ class ExecutorReadSpout(KinesisSpout):
         self._tasks += 1
         return self._tasks
 
-    def _readable(self, sh: ShardPartition, now: float) -> bool:
+    def _readable(self, sh: ShardPartition, now: float, early: bool = False) -> bool:
+        """The shard may read now (``early``: or within its early margin)."""
         reader = sh.reader
         return (
             sh.state is ShardState.OPEN
@@ -172,7 +180,7 @@ class ExecutorReadSpout(KinesisSpout):
             and sh.tracker is not None
             and sh.emitting
             and not sh.releasing
-            and reader.getter.due(now)
+            and reader.getter.due(now + (self._early.get(sh.shard_id, 0.0) if early else 0.0))
         )
 
     def _window(self, shard_id: str) -> ReadWindow:
@@ -285,12 +293,15 @@ class ExecutorReadSpout(KinesisSpout):
         cfg = self.config
         getter = sh.reader.getter
         assert isinstance(getter, KinesisShardGetter)  # the driver only keeps positions
+        self._early.pop(sh.shard_id, None)
         if res.ended:
             wait = math.inf
         elif len(res) == 0 and res.throttled:
             wait = now + cfg.throttle_backoff
         elif res.caught_up:
-            wait = now + cfg.empty_shard_backoff
+            idle = getter.idle_wait(len(res))
+            wait = now + idle
+            self._early[sh.shard_id] = idle / 2  # see plan()
         else:
             wait = now
         getter.advance(

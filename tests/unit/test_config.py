@@ -80,6 +80,7 @@ def test_every_field_has_a_doc() -> None:
         ("records_per_call", "many", "an integer"),
         ("records_per_call", 2.5, "an integer"),
         ("empty_shard_backoff", -1, ">= 0"),
+        ("empty_shard_backoff_max", 0.5, ">= empty_shard_backoff (1.0)"),
         ("max_calls_per_second", 0, "between 0 (exclusive) and 1000"),
         ("max_calls_per_second", float("nan"), "finite"),
         ("retry_limit", -1, ">= 0"),

@@ -87,6 +87,28 @@ def test_empty_answer_backs_off_and_marks_caught_up() -> None:
     assert seqs(b) == ["10"] and not g.caught_up
 
 
+def test_a_shard_that_stays_empty_is_polled_less_and_less_often() -> None:
+    fk = FakeKinesis(shards=1)
+    g = make_getter(fk, empty_shard_backoff=1.5, empty_shard_backoff_max=5.0)
+    now, waits = 0.0, []
+    for _ in range(5):
+        b = g.poll(now)
+        assert b.called and b.records == []
+        waits.append(b.next_poll_at - now)
+        now = b.next_poll_at
+    assert waits == pytest.approx([1.5, 3.0, 5.0, 5.0, 5.0])  # doubled, up to the max
+    fk.put(S0, b"new")
+    assert seqs(g.poll(now)) == ["10"]
+    b = g.poll(now + 0.2)  # empty again after a record: the shortest wait again
+    assert b.records == [] and b.next_poll_at - (now + 0.2) == pytest.approx(1.5)
+
+
+def test_without_a_max_the_empty_wait_stays_fixed() -> None:
+    fk = FakeKinesis(shards=1)
+    g = make_getter(fk, empty_shard_backoff=1.5)
+    assert [g.idle_wait(0) for _ in range(4)] == [1.5] * 4
+
+
 @pytest.mark.parametrize(
     ("exc", "kind"),
     [

@@ -218,3 +218,41 @@ def test_a_shard_in_a_running_job_does_not_wake_the_driver(
         assert sp.wake_in(busy={SHARD}) >= 0.4  # the next checkpoint, not the busy shard
     finally:
         sp.close()
+
+
+def test_idle_shards_are_polled_less_often_and_poll_together(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """An empty shard waits twice as long after each empty read, up to
+    ``empty_shard_backoff_max``; a shard waiting at its tip joins a micro-batch that runs
+    anyway up to half its wait early (idle shards out of step poll in one job again), but
+    never starts one early."""
+    create_stream(moto_client, unique_name, 2)
+    now = [100.0]
+    sp = reader(moto_server.endpoint_url, unique_name, tmp_path, MemoryCheckpointStore("job"),
+                clock=lambda: now[0], empty_shard_backoff=1.0,
+                empty_shard_backoff_max=4.0, checkpoint_interval=60.0)  # fmt: skip
+    settings = ReadSettings.of(sp.config)
+
+    def read(plans: list[Any]) -> None:
+        sp.apply([run_plan(p, settings, lambda r: None, batch_id=1) for p in plans])
+
+    try:
+        waits = []
+        for _ in range(4):
+            plans = sp.plan(100)
+            assert len(plans) == 2, plans
+            read(plans)
+            waits.append(sp.wake_in())
+            now[0] += waits[-1]
+        assert waits == pytest.approx([1.0, 2.0, 4.0, 4.0], abs=0.01)
+        # out of step: one shard read now, the other 1.5 s later
+        first, second = sp.plan(100)
+        read([first])
+        now[0] += 1.5
+        read([second])
+        assert sp.plan(100) == []  # nobody due: no early job
+        now[0] += 2.5  # the first is due; the second (due in 1.5 s, half its wait is 2) joins
+        assert {p.shard_id for p in sp.plan(100)} == {first.shard_id, second.shard_id}
+    finally:
+        sp.close()
