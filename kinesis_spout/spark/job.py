@@ -31,11 +31,18 @@ if __name__ == "__main__" and sys.path and Path(sys.path[0]).resolve() == Path(_
     # Run as a script: this folder must not shadow top-level modules.
     sys.path.pop(0)
 
+
+if __name__ == "__main__":
+    from kinesis_spout.spark.sparkpath import prefer_installed_pyspark
+
+    sys.path[:] = prefer_installed_pyspark(sys.path)
+
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
+import threading  # noqa: E402
 from collections.abc import Callable, Mapping, Sequence  # noqa: E402
 from types import FrameType  # noqa: E402
 
@@ -200,16 +207,32 @@ def run_with_lease(
     exists, its ``request_stop`` is put in ``stop`` (for the launcher watch)."""
     from pyspark.sql import SparkSession
 
-    from kinesis_spout.spark.build import build_driver
-    from kinesis_spout.spark.deploy import check_deploy_mode
+    from kinesis_spout.spark.startup import import_in_background, warm_executors
 
     times = times or StartupTimes()
     times.mark("spark imports")
+    imports = import_in_background("kinesis_spout.spark.build", *DRIVER_MODULES)
     spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
     times.mark("spark session")
     spec_file = process.rpartition(":")[0]
-    if spec_file.endswith(".py"):
-        spark.sparkContext.addPyFile(str(Path(spec_file).resolve()))
+
+    def ship_process_file() -> None:
+        if spec_file.endswith(".py"):
+            spark.sparkContext.addPyFile(str(Path(spec_file).resolve()))
+
+    if config.read_on == "executors":
+        from kinesis_spout.spark.readtask import ReadSettings
+
+        shipped = warm_executors(spark, ReadSettings.of(config), EXECUTOR_MODULES,
+                                 before=ship_process_file)  # fmt: skip
+    else:
+        ship_process_file()
+        shipped = threading.Event()
+        shipped.set()
+    imports.join()
+    from kinesis_spout.spark.build import build_driver
+    from kinesis_spout.spark.deploy import check_deploy_mode
+
     print(describe(config, process), flush=True)
     try:
         check_deploy_mode(config, str(spark.conf.get("spark.submit.deployMode", "client")))
@@ -223,6 +246,7 @@ def run_with_lease(
     driver.startup = times
     lease.on_lost = lambda: driver.request_stop("job lease lost")
     stop.append(driver.request_stop)
+    shipped.wait()  # the executors have the process file before the first micro-batch
     # After the SparkContext exists: PySpark installs its own SIGINT handler.
     _stop_on_signals(driver.request_stop)
     code = 0
@@ -245,6 +269,12 @@ def run_with_lease(
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         spark.stop()
     return code
+
+
+DRIVER_MODULES = ("kinesis_spout.spark.deploy", "kinesis_spout.kinesis.client", "boto3")
+"""What the driver imports while its SparkSession is created (with the build module)."""
+EXECUTOR_MODULES = ("kinesis_spout.spark.readtask", "kinesis_spout.spark.framejobs")
+"""What a read task imports: the warm-up job imports them in every Python worker."""
 
 
 def _stop_on_signals(request_stop: Callable[[str], None]) -> None:

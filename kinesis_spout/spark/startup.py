@@ -14,9 +14,15 @@ Each phase is the time since the previous mark (the first since
 
 from __future__ import annotations
 
+import importlib
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kinesis_spout.spark.readtask import ReadSettings
 
 log = logging.getLogger(__name__)
 
@@ -56,3 +62,65 @@ class StartupTimes:
     def line(self) -> str:
         parts = " | ".join(f"{name} {seconds:.2f}s" for name, seconds in self.phases)
         return f"startup: {parts} | total {self.total:.2f}s"
+
+
+def import_in_background(*modules: str) -> threading.Thread:
+    """Import ``modules`` in a thread (started): while the SparkSession is created the
+    driver's Python only waits on the JVM, so the job's imports cost nothing there. An
+    import that fails here fails again, with its error, where the module is used."""
+
+    def run() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - said where it is imported for use
+                return
+
+    thread = threading.Thread(target=run, name="kinesis-spout-imports", daemon=True)
+    thread.start()
+    return thread
+
+
+def _warm(settings: ReadSettings, modules: tuple[str, ...]) -> Callable[[Iterable[int]], None]:
+    def run(_: Iterable[int]) -> None:
+        for name in modules:
+            importlib.import_module(name)
+        from kinesis_spout.spark.shardread import _client
+
+        _client(settings)
+
+    return run
+
+
+WARM_GROUP = "kinesis-spout-warm-up"
+"""The Spark job group of the warm-up job."""
+
+
+def warm_executors(
+    spark: Any,
+    settings: ReadSettings,
+    modules: tuple[str, ...],
+    before: Callable[[], None] = lambda: None,
+) -> threading.Event:
+    """Start the executors' Python workers (a task per core, in a thread) while the driver
+    builds and opens the stream: each imports the read task's ``modules`` and makes its
+    Kinesis client, so the first micro-batch does not wait for that. A failure is only
+    logged (the first micro-batch meets it again, and says so). ``before`` runs first, in
+    the thread (shipping the user's file); the event returned is set once it ran."""
+    sc = spark.sparkContext
+    cores = max(int(sc.defaultParallelism), 1)
+    ready = threading.Event()
+
+    def run() -> None:
+        try:
+            before()
+        finally:
+            ready.set()
+        try:
+            sc.setJobGroup(WARM_GROUP, "kinesis-spout: start the Python workers")
+            sc.parallelize(range(cores), cores).foreachPartition(_warm(settings, modules))
+        except Exception as exc:  # noqa: BLE001 - the first micro-batch reports it
+            log.debug("warm-up job: %s", exc)
+
+    threading.Thread(target=run, name="kinesis-spout-warm-up", daemon=True).start()
+    return ready
