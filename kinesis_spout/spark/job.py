@@ -45,6 +45,7 @@ import signal  # noqa: E402
 import threading  # noqa: E402
 from collections.abc import Callable, Mapping, Sequence  # noqa: E402
 from types import FrameType  # noqa: E402
+from typing import Any  # noqa: E402
 
 from kinesis_spout.config import SpoutConfig  # noqa: E402
 from kinesis_spout.config_load import add_config_arguments, load_config  # noqa: E402
@@ -205,31 +206,8 @@ def run_with_lease(
 ) -> int:
     """Start Spark and run the micro-batch loop; the exit code. Once the driver
     exists, its ``request_stop`` is put in ``stop`` (for the launcher watch)."""
-    from pyspark.sql import SparkSession
-
-    from kinesis_spout.spark.startup import import_in_background, warm_executors
-
     times = times or StartupTimes()
-    times.mark("spark imports")
-    imports = import_in_background("kinesis_spout.spark.build", *DRIVER_MODULES)
-    spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
-    times.mark("spark session")
-    spec_file = process.rpartition(":")[0]
-
-    def ship_process_file() -> None:
-        if spec_file.endswith(".py"):
-            spark.sparkContext.addPyFile(str(Path(spec_file).resolve()))
-
-    if config.read_on == "executors":
-        from kinesis_spout.spark.readtask import ReadSettings
-
-        shipped = warm_executors(spark, ReadSettings.of(config), EXECUTOR_MODULES,
-                                 before=ship_process_file)  # fmt: skip
-    else:
-        ship_process_file()
-        shipped = threading.Event()
-        shipped.set()
-    imports.join()
+    spark, shipped = start_spark(config, process, times)
     from kinesis_spout.spark.build import build_driver
     from kinesis_spout.spark.deploy import check_deploy_mode
 
@@ -269,6 +247,39 @@ def run_with_lease(
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         spark.stop()
     return code
+
+
+def start_spark(
+    config: SpoutConfig, process: str, times: StartupTimes
+) -> tuple[Any, threading.Event]:
+    """The SparkSession, started with everything that can overlap it: the driver's imports
+    meanwhile, then (executor reads) the user's file shipped and the executors' Python
+    workers started in a thread; the event is set once the file is shipped."""
+    from pyspark.sql import SparkSession
+
+    from kinesis_spout.spark.startup import import_in_background, warm_executors
+
+    times.mark("spark imports")
+    imports = import_in_background("kinesis_spout.spark.build", *DRIVER_MODULES)
+    spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
+    times.mark("spark session")
+    spec_file = process.rpartition(":")[0]
+
+    def ship_process_file() -> None:
+        if spec_file.endswith(".py"):
+            spark.sparkContext.addPyFile(str(Path(spec_file).resolve()))
+
+    if config.read_on == "executors":
+        from kinesis_spout.spark.readtask import ReadSettings
+
+        shipped = warm_executors(spark, ReadSettings.of(config), EXECUTOR_MODULES,
+                                 before=ship_process_file)  # fmt: skip
+    else:
+        ship_process_file()
+        shipped = threading.Event()
+        shipped.set()
+    imports.join()
+    return spark, shipped
 
 
 DRIVER_MODULES = ("kinesis_spout.spark.deploy", "kinesis_spout.kinesis.client", "boto3")
