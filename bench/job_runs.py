@@ -24,6 +24,7 @@ from proctree import TreeCpu
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config_load import to_toml
+from kinesis_spout.spark.startup import WARM_GROUP
 from kinesis_spout.spark.submit import job_environment
 from kinesis_spout.testing.processes import OutputLines
 
@@ -201,10 +202,18 @@ def event_log_conf(directory: Path) -> dict[str, str]:
     return conf | dict(item.split("=", 1) for item in EVENT_LOG_CONF)
 
 
-def count_job_starts(directory: Path) -> int:
-    """SparkListenerJobStart events in the event logs under ``directory``."""
+def count_job_starts(directory: Path, skip_group: str = WARM_GROUP) -> int:
+    """SparkListenerJobStart events in the event logs under ``directory``, but the jobs of
+    ``skip_group`` (the job's start-up warm-up job, one per run, not per micro-batch)."""
     marker = '"Event":"SparkListenerJobStart"'
-    return sum(p.read_text().count(marker) for p in directory.rglob("*") if p.is_file())
+    group = f'"spark.jobGroup.id":"{skip_group}"'
+    return sum(
+        1
+        for p in directory.rglob("*")
+        if p.is_file()
+        for line in p.read_text().splitlines()
+        if marker in line and group not in line
+    )
 
 
 def run_job(

@@ -14,8 +14,8 @@ runs, the library's defaults otherwise: batch 10,000, ``empty_shard_backoff`` 1 
   its last progress line, ``rps_warm_<S>`` from its first progress line to its last (the
   ratios ``shards_<max>_vs_<min>_wall`` and ``_warm``).
 * ``spark_jobs_per_batch``: those runs write Spark's event log; its SparkListenerJobStart
-  events over the micro-batches (progress lines) at the largest S (``spark_jobs_<S>``,
-  ``batches_<S>`` for each S).
+  events (but the start-up's warm-up job, one per run) over the micro-batches (progress
+  lines) at the largest S (``spark_jobs_<S>``, ``batches_<S>`` for each S).
 * idle: the job on an empty stream of the smallest and the largest S, SIGTERM
   ``--idle-seconds`` (20) after it logged that it opened the stream, then waited for.
   ``idle_cpu_s_<S>``/``idle_wall_s_<S>``: the CPU time of its whole process tree (launcher,

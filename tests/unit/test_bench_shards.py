@@ -91,3 +91,16 @@ def test_shard_counts_are_sorted_and_checked() -> None:
     for bad in ("4", "0,4", "4,x"):
         with pytest.raises(argparse.ArgumentTypeError):
             spark_shards.shard_counts(bad)
+
+
+def test_the_warm_up_job_is_not_counted_as_a_micro_batch_job(tmp_path: Path) -> None:
+    start = '{"Event":"SparkListenerJobStart","Job ID":%d,"Properties":{%s}}'
+    lines = [
+        start % (0, '"spark.jobGroup.id":"kinesis-spout-warm-up"'),
+        start % (1, '"spark.jobGroup.id":"kinesis-spout-abc-1"'),
+        start % (2, ""),
+        '{"Event":"SparkListenerJobEnd","Job ID":1}',
+    ]
+    (tmp_path / "app").write_text("\n".join(lines) + "\n")
+    assert job_runs.count_job_starts(tmp_path) == 2
+    assert job_runs.count_job_starts(tmp_path, skip_group="none") == 3
