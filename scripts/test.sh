@@ -18,4 +18,4 @@ echo "== ruff"
 echo "== mypy --strict"
 "$VENV/bin/mypy" --strict tracker kinesis_spout bench
 echo "== pytest"
-exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@"
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=30 "$@"

@@ -9,7 +9,8 @@ A micro-batch of these styles is:
    output is persisted on the executors; the driver collects only each plan's
    keys and read end (a Spark job).
 2. **Process**: the driver numbers the rows (``_row``, plan by plan) and, for a
-   fan-out, draws a root id per row; the records become a DataFrame on the
+   fan-out, gives each row its root id (a random first id plus the row: the derived
+   ids mix it, :mod:`~kinesis_spout.spark.fanout`); the records become a DataFrame on the
    executors, and the user's transform or fan-out runs on it exactly as with
    driver reads (:meth:`~kinesis_spout.spark.runner.SparkRunner.run_frame`); a
    configured ``sink`` is written by the executors. Statuses come back.

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kinesis_spout.config import InitialPosition
@@ -212,14 +212,3 @@ def _merge(res: ReadResult, part: ReadResult, kept: list[Record], part_kept: lis
     res.calls += part.calls
     res.throttled += part.throttled
     res.call_seconds.extend(part.call_seconds)
-
-
-def recorded_task(
-    settings: ReadSettings, to: RecordTo
-) -> Callable[[Iterator[ReadPlan]], Iterator[KeptRead]]:
-    """The ``mapPartitions`` body: the task's plans read, recorded, kept."""
-
-    def run(plans: Iterator[ReadPlan]) -> Iterator[KeptRead]:
-        yield from read_recorded(list(plans), settings, to)
-
-    return run

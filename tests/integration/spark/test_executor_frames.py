@@ -28,9 +28,10 @@ from kinesis_spout.examples.wordcount import (
 from kinesis_spout.kinesis.getter import GetterPosition
 from kinesis_spout.spark.build import build_driver
 from kinesis_spout.spark.executor_driver import ExecutorDriver
+from kinesis_spout.spark.framejobs import FRAME_SCHEMA, META, frame_reader
 from kinesis_spout.spark.processing import dataframe_transform, fan_out
 from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.recorded import RecordTo, recorded_task
+from kinesis_spout.spark.recorded import RecordTo
 from kinesis_spout.spark.sinks import read_parquet_dir
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
@@ -161,21 +162,28 @@ def test_a_read_computed_again_returns_the_same_records(
 ) -> None:
     """Spark computes the read partitions twice (no cache); records put in between
     are not in the second computation, which reads the recorded range again."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     create_stream(moto_client, unique_name, 2)
     put_records(moto_client, unique_name, make_payloads(40, 50))
     cfg = job_config()
-    shards = sorted({s for s, _ in put_records(moto_client, unique_name, make_payloads(2, 10))})
+    shards = [s["ShardId"] for s in moto_client.list_shards(StreamName=unique_name)["Shards"]]
     start = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
     plans = [ReadPlan(i, s, start, limit=500) for i, s in enumerate(shards)]
     to = RecordTo(cfg.checkpoint_store, cfg.job_name, unique_name, "run1", 1)
-    reads = spark.sparkContext.parallelize(plans, 2).mapPartitions(
-        recorded_task(ReadSettings.of(cfg), to)
-    )
+    reader = frame_reader([[p] for p in plans], ReadSettings.of(cfg), to)
+    n = len(plans)
+    reads = spark.range(0, n, 1, n).mapInArrow(reader, from_arrow_schema(FRAME_SCHEMA))
 
     def keys() -> list[tuple[str, list[str]]]:
-        return [(res.shard_id, [r.sequence_number for r in kept]) for res, kept in reads.collect()]
+        table = reads.where(F.col(META).isNull()).select("shardId", "sequenceNumber").toArrow()
+        got: dict[str, list[str]] = {}
+        for shard, seq in zip(*(c.to_pylist() for c in table.columns), strict=True):
+            got.setdefault(shard, []).append(seq)
+        return sorted(got.items())
 
-    first = keys()
+    first = keys()  # not persisted: every action computes the reads again
     assert sum(len(k) for _, k in first) > 0
     put_records(moto_client, unique_name, make_payloads(30, 50))  # the shards grow
     assert keys() == first
