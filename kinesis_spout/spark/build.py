@@ -122,10 +122,10 @@ def _executor_driver(
     from kinesis_spout.spark.planner import ExecutorReadSpout
 
     reader = ExecutorReadSpout(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
-    frames = None
-    fn = processor.fn if isinstance(processor, RecordProcessor) else _nothing
-    if not isinstance(processor, RecordProcessor):
-        frames = _frame_jobs(config, spark, processor, clock)
+    if isinstance(processor, RecordProcessor):
+        fn, frames = processor.fn, None
+    else:
+        fn, frames = _nothing, _frame_jobs(config, spark, processor, clock)
     return ExecutorDriver(
         config, spark, fn, reader, clock=clock, sleep=sleep, progress=progress,
         metrics=metrics, frames=frames,

@@ -42,8 +42,8 @@ import contextlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
-import threading  # noqa: E402
 from collections.abc import Callable, Mapping, Sequence  # noqa: E402
+from concurrent.futures import Future  # noqa: E402
 from types import FrameType  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -224,7 +224,7 @@ def run_with_lease(
     driver.startup = times
     lease.on_lost = lambda: driver.request_stop("job lease lost")
     stop.append(driver.request_stop)
-    shipped.wait()  # the executors have the process file before the first micro-batch
+    shipped.result()  # the executors have the process file before the first micro-batch
     # After the SparkContext exists: PySpark installs its own SIGINT handler.
     _stop_on_signals(driver.request_stop)
     code = 0
@@ -251,10 +251,11 @@ def run_with_lease(
 
 def start_spark(
     config: SpoutConfig, process: str, times: StartupTimes
-) -> tuple[Any, threading.Event]:
+) -> tuple[Any, Future[None]]:
     """The SparkSession, started with everything that can overlap it: the driver's imports
     meanwhile, then (executor reads) the user's file shipped and the executors' Python
-    workers started in a thread; the event is set once the file is shipped."""
+    workers started in a thread; the future is done once the file is shipped (its result
+    raises what shipping it raised)."""
     from pyspark.sql import SparkSession
 
     from kinesis_spout.spark.startup import import_in_background, warm_executors
@@ -276,8 +277,8 @@ def start_spark(
                                  before=ship_process_file)  # fmt: skip
     else:
         ship_process_file()
-        shipped = threading.Event()
-        shipped.set()
+        shipped = Future()
+        shipped.set_result(None)
     imports.join()
     return spark, shipped
 

@@ -247,13 +247,9 @@ def run_plans(
 def write_rows(sink_target: str, batch_id: int, rows: list[Record]) -> None:
     """The ok rows of this task, written before their statuses go back (at-least-once)."""
     from kinesis_spout.spark.arrow import records_to_arrow
-    from kinesis_spout.spark.sinks import open_sink
+    from kinesis_spout.spark.sinks import write_task_rows
 
-    sink = open_sink(sink_target)
-    try:
-        sink.write(batch_id, records_to_arrow(rows).drop_columns(["_row"]))
-    finally:
-        sink.close()
+    write_task_rows(sink_target, batch_id, [records_to_arrow(rows).drop_columns(["_row"])])
 
 
 def task_function(

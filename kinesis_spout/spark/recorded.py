@@ -160,14 +160,12 @@ def _settle(
     planned = planned_from(plan, to.run)
     end = end_of(mine[0], planned)
     recorded = store.record(to.run, to.key, plan.shard_id, end)
-    if recorded == end:
-        return mine
     where = store.where(to.run, to.key, plan.shard_id)
     check_planned(recorded, planned, where)
     if recorded.count == len(mine[0]) and (
         recorded.position is None or recorded.position.key == _last_key(mine[0])
     ):
-        return mine  # the same range (a record of another attempt that read the same)
+        return mine  # this read's range: recorded by it, or by an attempt that read the same
     return _replay(plan, recorded, settings, where)
 
 

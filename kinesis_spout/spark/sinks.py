@@ -155,8 +155,8 @@ def read_parquet_dir(directory: str | Path) -> pa.Table | None:
 # --- written by the executors (executor reads) ---------------------------------
 
 
-def _write_on_executor(target: str, batch_id: int, tables: list[pa.Table]) -> int:
-    """Write the rows of one task to the sink; how many rows."""
+def write_task_rows(target: str, batch_id: int, tables: list[pa.Table]) -> int:
+    """Write the rows of one task (on an executor) to the sink ``target``; how many rows."""
     rows = int(sum(t.num_rows for t in tables))
     if not rows:
         return 0
@@ -182,7 +182,7 @@ def ok_rows_writer(
             ok = pa.compute.fill_null(b.column("ok"), False)
             rows.append(pa.Table.from_batches([b.filter(ok)]).select(columns))
             statuses.append(b.select(["_row", "ok", "error"]))
-        _write_on_executor(target, batch_id, rows)
+        write_task_rows(target, batch_id, rows)
         yield from statuses
 
     return run
@@ -195,7 +195,7 @@ def rows_writer(
     count (one ``written long`` row)."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        n = _write_on_executor(target, batch_id, [pa.Table.from_batches([b]) for b in batches])
+        n = write_task_rows(target, batch_id, [pa.Table.from_batches([b]) for b in batches])
         yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], names=["written"])
 
     return run

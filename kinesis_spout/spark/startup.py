@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -101,21 +102,24 @@ def warm_executors(
     settings: ReadSettings,
     modules: tuple[str, ...],
     before: Callable[[], None] = lambda: None,
-) -> threading.Event:
+) -> Future[None]:
     """Start the executors' Python workers (a task per core, in a thread) while the driver
     builds and opens the stream: each imports the read task's ``modules`` and makes its
     Kinesis client, so the first micro-batch does not wait for that. A failure is only
     logged (the first micro-batch meets it again, and says so). ``before`` runs first, in
-    the thread (shipping the user's file); the event returned is set once it ran."""
+    the thread (shipping the user's file); the future returned is done once it ran, with
+    its error if it raised (then no warm-up job runs)."""
     sc = spark.sparkContext
     cores = max(int(sc.defaultParallelism), 1)
-    ready = threading.Event()
+    ready: Future[None] = Future()
 
     def run() -> None:
         try:
             before()
-        finally:
-            ready.set()
+        except BaseException as exc:
+            ready.set_exception(exc)
+            return
+        ready.set_result(None)
         try:
             sc.setJobGroup(WARM_GROUP, "kinesis-spout: start the Python workers")
             sc.parallelize(range(cores), cores).foreachPartition(_warm(settings, modules))

@@ -1,12 +1,19 @@
-"""StartupTimes: each phase is the time since the previous mark, said once."""
+"""StartupTimes: each phase is the time since the previous mark, said once; and the
+warm-up of the executors (with a stand-in SparkContext: only the order of things)."""
 
 from __future__ import annotations
 
 import logging
+import threading
+from typing import Any
 
 import pytest
 
-from kinesis_spout.spark.startup import StartupTimes
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.spark.readtask import ReadSettings
+from kinesis_spout.spark.startup import WARM_GROUP, StartupTimes, warm_executors
+
+_SETTINGS = ReadSettings.of(SpoutConfig(stream_name="s"))
 
 
 def test_phases_are_the_times_between_marks_and_the_line_is_said_once(
@@ -29,3 +36,43 @@ def test_phases_are_the_times_between_marks_and_the_line_is_said_once(
     assert said == [
         "startup: imports 0.50s | spark session 2.25s | first micro-batch 0.25s | total 3.00s"
     ]
+
+
+class _Context:
+    defaultParallelism = 2
+
+    def __init__(self) -> None:
+        self.groups: list[str] = []
+        self.jobs = threading.Event()
+
+    def setJobGroup(self, group: str, description: str) -> None:  # noqa: N802 - Spark's name
+        self.groups.append(group)
+
+    def parallelize(self, data: object, slices: int) -> _Context:
+        return self
+
+    def foreachPartition(self, fn: object) -> None:  # noqa: N802 - Spark's name
+        self.jobs.set()
+
+
+def _spark(sc: _Context) -> Any:
+    return type("Spark", (), {"sparkContext": sc})()
+
+
+def test_a_failure_to_ship_the_process_file_reaches_the_caller_and_nothing_warms() -> None:
+    sc = _Context()
+
+    def ship() -> None:
+        raise OSError("no such file: job.py")
+
+    shipped = warm_executors(_spark(sc), _SETTINGS, (), before=ship)
+    with pytest.raises(OSError, match="job.py"):
+        shipped.result(timeout=10)
+    assert not sc.jobs.wait(0.2) and sc.groups == []
+
+
+def test_the_warm_up_job_runs_in_its_own_group_once_the_file_is_shipped() -> None:
+    sc = _Context()
+    shipped = warm_executors(_spark(sc), _SETTINGS, ())
+    assert shipped.result(timeout=10) is None
+    assert sc.jobs.wait(10) and sc.groups == [WARM_GROUP]
