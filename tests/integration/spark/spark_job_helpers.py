@@ -228,3 +228,28 @@ def logged_fan_out_job(config: SpoutConfig) -> FanOutProcessor:
 def written_by_the_row_sink(derived: Any) -> None:
     """A fan-out sink with nothing to do (the configured sink writes the derived records)."""
     return None
+
+
+# --- what the tests check (driver side) ---------------------------------------------
+
+
+def last_per_shard(put: list[tuple[str, str]]) -> dict[str, str]:
+    """The last sequence number put into each shard (what its checkpoint ends at)."""
+    last: dict[str, int] = {}
+    for shard, seq in put:
+        last[shard] = max(last.get(shard, 0), int(seq))
+    return {s: str(v) for s, v in last.items()}
+
+
+def spy_results(driver: Any) -> list[Any]:
+    """Every ``ReadResult`` an ``ExecutorDriver`` applies, collected as it applies them."""
+    seen: list[Any] = []
+    apply = driver.spout.apply
+
+    def spy(results: Any) -> tuple[int, int]:
+        results = list(results)
+        seen.extend(results)
+        return apply(results)  # type: ignore[no-any-return]
+
+    driver.spout.apply = spy
+    return seen

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import spark_job_helpers
-from spark_job_helpers import POISON, read_deliveries
+from spark_job_helpers import POISON, last_per_shard, read_deliveries
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.deadletter import read_dead_letters
@@ -86,13 +86,6 @@ def poisoned(n: int, bad: set[int]) -> list[tuple[str, bytes]]:
     for i in bad:
         items[i] = (items[i][0], POISON + b"-%d" % i)
     return items
-
-
-def last_per_shard(put: list[tuple[str, str]]) -> dict[str, str]:
-    last: dict[str, int] = {}
-    for shard, seq in put:
-        last[shard] = max(last.get(shard, 0), int(seq))
-    return {s: str(v) for s, v in last.items()}
 
 
 class CheckpointWatch:

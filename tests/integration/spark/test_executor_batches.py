@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_job_helpers import HANG, hang_once, log_deliveries, read_deliveries
+from spark_job_helpers import HANG, hang_once, last_per_shard, log_deliveries, read_deliveries
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.spark.build import build_driver
@@ -25,13 +25,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(30
 def spread_items(n: int) -> list[tuple[str, bytes]]:
     """``n`` records with a partition key each, so every shard of a wide stream gets some."""
     return [(f"key-{i}", b"r%09d|" % i + b"x" * 60) for i in range(n)]
-
-
-def last_per_shard(put: list[tuple[str, str]]) -> dict[str, str]:
-    last: dict[str, int] = {}
-    for shard, seq in put:
-        last[shard] = max(last.get(shard, 0), int(seq))
-    return {s: str(v) for s, v in last.items()}
 
 
 def stored_checkpoints(cfg: Any, stream: str) -> dict[str, str | None]:

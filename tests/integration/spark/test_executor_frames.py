@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_job_helpers import POISON, failing_word_sink, words_with_a_bad_one
+from spark_job_helpers import (
+    POISON,
+    failing_word_sink,
+    last_per_shard,
+    spy_results,
+    words_with_a_bad_one,
+)
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.config import InitialPosition
@@ -30,7 +36,7 @@ from kinesis_spout.spark.build import build_driver
 from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.framejobs import FRAME_SCHEMA, META, frame_reader
 from kinesis_spout.spark.processing import dataframe_transform, fan_out
-from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.readtask import ReadPlan, ReadSettings
 from kinesis_spout.spark.recorded import RecordTo
 from kinesis_spout.spark.sinks import read_parquet_dir
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
@@ -58,26 +64,6 @@ def checkpoints(cfg: Any, stream: str) -> dict[str, str | None]:
         return {s: cp.sequence_number for s, cp in store.load(stream).items()}
     finally:
         store.close()
-
-
-def last_per_shard(put: list[tuple[str, str]]) -> dict[str, str | None]:
-    last: dict[str, int] = {}
-    for shard, seq in put:
-        last[shard] = max(last.get(shard, 0), int(seq))
-    return {s: str(v) for s, v in last.items()}
-
-
-def spy_results(driver: ExecutorDriver) -> list[ReadResult]:
-    seen: list[ReadResult] = []
-    apply = driver.spout.apply
-
-    def spy(results: Any) -> tuple[int, int]:
-        results = list(results)
-        seen.extend(results)
-        return apply(results)
-
-    driver.spout.apply = spy  # type: ignore[method-assign]
-    return seen
 
 
 def test_a_transform_reads_on_the_executors_and_they_write_its_sink(

@@ -12,13 +12,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_job_helpers import HANG, KILLER, POISON, hang_once, log_deliveries, read_deliveries
+from spark_job_helpers import (
+    HANG,
+    KILLER,
+    POISON,
+    hang_once,
+    last_per_shard,
+    log_deliveries,
+    read_deliveries,
+    spy_results,
+)
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.deadletter import read_dead_letters
 from kinesis_spout.spark.build import build_driver
 from kinesis_spout.spark.executor_driver import ExecutorDriver
-from kinesis_spout.spark.readtask import ReadResult
 from kinesis_spout.testing.servers import KinesisMock
 from kinesis_spout.testing.streams import (
     create_stream,
@@ -37,13 +45,6 @@ def checkpoints(url: str, job: str, stream: str) -> dict[str, tuple[str | None, 
         return {s: (cp.sequence_number, cp.shard_end) for s, cp in store.load(stream).items()}
     finally:
         store.close()
-
-
-def last_per_shard(put: list[tuple[str, str]]) -> dict[str, str]:
-    last: dict[str, int] = {}
-    for shard, seq in put:
-        last[shard] = max(last.get(shard, 0), int(seq))
-    return {s: str(v) for s, v in last.items()}
 
 
 @pytest.fixture
@@ -68,19 +69,6 @@ def put_stream(
 def assert_checkpointed_at_last(cfg: Any, stream: str, put: list[tuple[str, str]]) -> None:
     stored = checkpoints(cfg.checkpoint_store, stream, stream)
     assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put)
-
-
-def spy_results(driver: ExecutorDriver) -> list[ReadResult]:
-    seen: list[ReadResult] = []
-    apply = driver.spout.apply
-
-    def spy(results: Any) -> tuple[int, int]:
-        results = list(results)
-        seen.extend(results)
-        return apply(results)
-
-    driver.spout.apply = spy  # type: ignore[method-assign]
-    return seen
 
 
 def test_only_statuses_and_failed_payloads_reach_the_driver(
