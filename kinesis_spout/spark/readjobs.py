@@ -12,11 +12,12 @@ that many processing partitions (:mod:`kinesis_spout.spark.readshuffle`).
 A job that fails as a whole (a task failing ``spark.task.maxFailures`` times:
 a function that kills its Python worker, a Kinesis error that needs a human)
 is run again plan by plan (a job per shard); a read plan that fails alone is
-run again with half its limit, a retry plan with half its records, down to
-one record. Who fails alone is then judged as in driver mode
-(:mod:`kinesis_spout.spark.isolation`): poison (failed: retried, then
-dead-lettered) when something else ran, else a systematic error that stops the
-job with nothing failed.
+run again with half its limit (and, when that half reads ok, the rest of its
+limit from where the half stopped, halved in turn if it fails: a binary
+search), a retry plan with half its records, down to one record. Who fails
+alone is then judged as in driver mode (:mod:`kinesis_spout.spark.isolation`):
+poison (failed: retried, then dead-lettered) when something else ran, else a
+systematic error that stops the job with nothing failed.
 """
 
 from __future__ import annotations
@@ -179,8 +180,12 @@ class ReadJobs:
             len(parts),
         )
         out: list[ReadResult] = []
+        found = len(iso.alone) + len(iso.abandoned)
         for part in parts:
             out += self._split(batch_id, part, iso)
+        rest = _rest(plans, out) if len(iso.alone) + len(iso.abandoned) == found else None
+        if rest is not None:  # the first half read ok: the failure is in the rest
+            out += self._split(batch_id, [rest], iso)
         return out
 
     def judge(self, batch_id: int, iso: ReadIsolation) -> None:
@@ -243,6 +248,23 @@ class ReadJobs:
             log.warning("batch %d: a probe task failed too (%s)", batch_id, format_error(exc))
             return False
         return True
+
+
+def _rest(plans: list[ReadPlan], done: list[ReadResult]) -> ReadPlan | None:
+    """What is left of a lone read plan whose first half (``done``) read ok: the rest of
+    its limit from where that half stopped; None when nothing is (a retry plan, the
+    half failed, or its shard ended or was caught up). The caller asks only when the
+    half found no record failing alone (that record ends this micro-batch's read).
+    Reading on from there, not the whole limit again in the next micro-batch, finds a
+    record that fails every task in a number of failed jobs that grows with log2 of
+    the limit, not with its square."""
+    if len(plans) != 1 or plans[0].is_retry or not done:
+        return None
+    plan, last = plans[0], done[-1]
+    left = plan.limit - sum(len(r) for r in done)
+    if left <= 0 or last.position is None or last.ended or last.caught_up:
+        return None
+    return dataclasses.replace(plan, position=last.position, limit=left)
 
 
 def _halves(plans: list[ReadPlan]) -> list[list[ReadPlan]]:

@@ -32,7 +32,7 @@ from kinesis_spout.testing.processes import (
     free_port,
     port_open,
 )
-from kinesis_spout.testing.zookeeper import _java, pyspark_jars
+from kinesis_spout.testing.zookeeper import SHORT_JVM_FLAGS, _java, pyspark_jars
 
 
 def _spark_env(workdir: Path) -> dict[str, str]:
@@ -62,6 +62,7 @@ class _SparkJvm(ManagedProcess):
         cp = f"{pyspark_jars()}/*"
         return [
             _java(),
+            *SHORT_JVM_FLAGS,
             "-Xmx512m",
             "-cp",
             cp,
