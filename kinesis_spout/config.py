@@ -185,6 +185,9 @@ class SpoutConfig:
     """Executor reads: shards read by one Spark task of a micro-batch (0 = spread the
     shards over the cluster's cores: one task per core, ``defaultParallelism``); with
     ``consumer = "efo"`` each shard is a task of its own."""
+    poll_threads: int = 8
+    """Executor reads: GetRecords calls a read task keeps in flight at once, one per shard
+    at most (1 = its shards are polled one after the other)."""
     process_partitions: int = 0
     """Executor reads: spread the records read onto this many processing partitions
     (0 = process each shard's records in its read task)."""

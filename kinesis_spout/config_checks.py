@@ -133,6 +133,12 @@ def check_executor_reads(c: SpoutConfig) -> None:
         c.shards_per_task,
         "an integer between 0 and 100000 (0 = one read task per core)",
     )
+    check(
+        1 <= c.poll_threads <= 64,
+        "poll_threads",
+        c.poll_threads,
+        "an integer between 1 and 64 (1 = a read task polls its shards one at a time)",
+    )
 
 
 def check_targets(c: SpoutConfig) -> None:

@@ -63,6 +63,8 @@ class ReadSettings:
     registered it)."""
     profile: str | None = None
     """The AWS profile of the tasks' clients (None: ``AWS_PROFILE`` or the default chain)."""
+    poll_threads: int = 1
+    """GetRecords calls a task keeps in flight at once (one per shard at most)."""
 
     @classmethod
     def of(cls, config: SpoutConfig) -> ReadSettings:
@@ -78,6 +80,7 @@ class ReadSettings:
             sink=config.sink,
             fast=FastRetry.of(config),
             profile=config.profile,
+            poll_threads=config.poll_threads,
         )
 
 

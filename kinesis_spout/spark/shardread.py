@@ -15,6 +15,8 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.kinesis.efo_read import EfoTarget, read_until, subscribed_getter
@@ -52,8 +54,10 @@ def read_shards(reads: list[Read], settings: ReadSettings) -> None:
 
     Polled shards are read *interleaved*: the one due first is polled next, so a
     throttled shard's backoff is spent polling the others, and an idle shard costs
-    one GetRecords. Subscribed shards (``consumer = "efo"``) are read one after
-    the other, each within what is left of the deadline."""
+    one GetRecords. Up to ``poll_threads`` calls are in flight at once (one per shard
+    at most, :func:`_poll_together`): a call's wait for the network and the server is
+    spent on the other shards' calls. Subscribed shards (``consumer = "efo"``) are read
+    one after the other, each within what is left of the deadline."""
     deadline = time.monotonic() + settings.read_seconds
     polled: list[_PolledRead] = []
     for plan, consume, res in reads:
@@ -64,6 +68,16 @@ def read_shards(reads: list[Read], settings: ReadSettings) -> None:
         else:
             polled.append(_PolledRead(plan, settings, consume, res))
     active = [r for r in polled if not r.done]
+    if settings.poll_threads > 1 and len(active) > 1:
+        _poll_together(active, deadline, min(settings.poll_threads, len(active)))
+    else:
+        _poll_in_turn(active, deadline)
+    for r in polled:
+        r.finish()
+
+
+def _poll_in_turn(active: list[_PolledRead], deadline: float) -> None:
+    """One call at a time: the shard due first next (see :func:`read_shards`)."""
     turn = 0
     while active:
         first = min(active, key=lambda r: (r.getter.next_poll_at, r.turn))
@@ -81,14 +95,49 @@ def read_shards(reads: list[Read], settings: ReadSettings) -> None:
             active.remove(first)
         if time.monotonic() >= deadline:
             break
-    for r in polled:
-        r.finish()
+
+
+def _poll_together(active: list[_PolledRead], deadline: float, threads: int) -> None:
+    """Up to ``threads`` calls in flight, at most one per shard, the shards due first
+    first. A call only touches its shard's getter; its page is taken here, in this
+    thread, so the consumer sees each shard's pages in order and one at a time. Past
+    the deadline nothing more is asked, and the calls in flight are waited for."""
+    waiting = list(active)  # not done, no call in flight
+    flying: dict[Future[ShardBatch], _PolledRead] = {}
+    turn = 0
+    with ThreadPoolExecutor(threads, thread_name_prefix="kinesis-spout-poll") as pool:
+        while flying or waiting:
+            now = time.monotonic()
+            if now >= deadline and not flying:
+                break
+            waiting.sort(key=lambda r: (r.getter.next_poll_at, r.turn))
+            while now < deadline and waiting and len(flying) < threads:
+                if waiting[0].getter.next_poll_at > now:
+                    break
+                r = waiting.pop(0)
+                turn += 1
+                r.turn = turn
+                flying[pool.submit(r.fetch, now)] = r
+            wake = waiting[0].getter.next_poll_at if waiting and now < deadline else None
+            if not flying:
+                if wake is None or wake > deadline:
+                    break
+                time.sleep(max(wake - now, 0.0))
+                continue
+            room = len(flying) < threads and wake is not None
+            timeout = max(min(wake, deadline) - now, 0.0) if room and wake is not None else None
+            done, _ = wait_futures(list(flying), timeout, FIRST_COMPLETED)
+            for f in done:
+                r = flying.pop(f)
+                r.take(f.result())
+                if not r.done:
+                    waiting.append(r)
 
 
 class _PolledRead:
     """One shard's GetRecords read inside a task, a page per :meth:`step`."""
 
-    __slots__ = ("consume", "done", "getter", "remaining", "res", "settings", "turn")
+    __slots__ = ("asked", "consume", "done", "getter", "remaining", "res", "settings", "turn")
 
     def __init__(
         self,
@@ -103,13 +152,23 @@ class _PolledRead:
         self.res = res
         self.remaining = plan.limit
         self.turn = 0
+        self.asked = 0
         self.done = self.remaining <= 0 or self.getter.ended
 
     def step(self, now: float) -> None:
-        """Poll one page (an error is counted; the getter's backoff says when again)."""
-        getter, res = self.getter, self.res
-        asked = getter.limit = min(self.settings.records_per_call, self.remaining)
-        batch = getter.poll(now)
+        """Poll one page and take it."""
+        self.take(self.fetch(now))
+
+    def fetch(self, now: float) -> ShardBatch:
+        """One GetRecords call (only this shard's getter changes: it may run in a thread
+        of its own while other shards are fetched)."""
+        self.asked = self.getter.limit = min(self.settings.records_per_call, self.remaining)
+        return self.getter.poll(now)
+
+    def take(self, batch: ShardBatch) -> None:
+        """A page into the result and to the consumer (an error is counted; the getter's
+        backoff says when to call again)."""
+        getter, res, asked = self.getter, self.res, self.asked
         if batch.seconds is not None:
             res.call_seconds.append(batch.seconds)
         if batch.error is not None:

@@ -127,6 +127,8 @@ class FaultProxy:
         self._counts: Counter[str] = Counter()
         self._requests: Counter[str] = Counter()
         self._bodies: list[tuple[str, bytes]] = []
+        self._in_flight: Counter[str] = Counter()
+        self._most_in_flight: Counter[str] = Counter()
         self._port = port
         self._server: ProxyServer | None = None
         self._thread: threading.Thread | None = None
@@ -231,6 +233,12 @@ class FaultProxy:
         with self._lock:
             self._counts.clear()
             self._requests.clear()
+            self._most_in_flight.clear()
+
+    def most_in_flight(self, operation: str) -> int:
+        """The most ``operation`` requests that were being answered at once."""
+        with self._lock:
+            return self._most_in_flight[operation]
 
     @property
     def records_returned(self) -> int:
@@ -254,6 +262,16 @@ class FaultProxy:
         if operation == "SubscribeToShard":
             with self._lock:
                 self._bodies.append((operation, body))
+
+    def _enter(self, operation: str) -> None:
+        with self._lock:
+            self._in_flight[operation] += 1
+            most = self._most_in_flight
+            most[operation] = max(most[operation], self._in_flight[operation])
+
+    def _leave(self, operation: str) -> None:
+        with self._lock:
+            self._in_flight[operation] -= 1
 
     def _count(self, what: str, n: int = 1) -> None:
         with self._lock:

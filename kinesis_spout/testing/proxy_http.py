@@ -30,6 +30,10 @@ class FaultPlan(Protocol):
 
     def _record(self, operation: str, body: bytes) -> None: ...
 
+    def _enter(self, operation: str) -> None: ...
+
+    def _leave(self, operation: str) -> None: ...
+
 
 log = logging.getLogger("kinesis_spout.testing.faultproxy")
 
@@ -73,6 +77,13 @@ class ProxyHandler(BaseHTTPRequestHandler):
         operation = target.rsplit(".", 1)[-1] if target else ""
         proxy = self.server.proxy
         proxy._record(operation, body)
+        proxy._enter(operation)
+        try:
+            self._handle(proxy, operation, body)
+        finally:
+            proxy._leave(operation)
+
+    def _handle(self, proxy: FaultPlan, operation: str, body: bytes) -> None:
         fault = proxy._decide(operation)
         if fault == "throttle":
             code = (

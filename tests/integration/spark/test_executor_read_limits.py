@@ -18,7 +18,7 @@ from kinesis_spout.config import SpoutConfig
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.records import Record
 from kinesis_spout.spark.planner import ExecutorReadSpout
-from kinesis_spout.spark.readtask import ReadSettings, run_plan
+from kinesis_spout.spark.readtask import ReadSettings, run_plan, run_plans
 from kinesis_spout.testing.faultproxy import FaultProxy
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, kpl_aggregate, put_records
@@ -256,3 +256,37 @@ def test_idle_shards_are_polled_less_often_and_poll_together(
         assert {p.shard_id for p in sp.plan(100)} == {first.shard_id, second.shard_id}
     finally:
         sp.close()
+
+
+@pytest.mark.parametrize("threads", [4, 1])
+def test_a_task_keeps_up_to_poll_threads_calls_in_flight_and_each_shard_in_order(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path, threads: int
+) -> None:
+    """One task of six shards: with ``poll_threads`` 4, several GetRecords calls are
+    answered at once (never more than 4); with 1, one at a time. Either way every
+    shard's records reach the function once, in shard order, and every read ends
+    caught up at its shard's last record."""
+    create_stream(moto_client, unique_name, 6)
+    put = put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(300)])
+    store = MemoryCheckpointStore("job")
+    with FaultProxy(moto_server.endpoint_url) as px:
+        sp = reader(px.endpoint_url, unique_name, tmp_path, store, poll_threads=threads)
+        plans = sp.plan(10_000)
+        assert len(plans) == 6
+        seen: dict[str, list[int]] = {}
+        settings = replace(ReadSettings.of(sp.config), read_seconds=30.0)
+        results = run_plans(
+            plans,
+            settings,
+            lambda r: seen.setdefault(r.shard_id, []).append(int(r.sequence_number)),
+            1,
+        )
+        sp.apply(results)
+        sp.close()
+    most = px.most_in_flight("GetRecords")
+    assert (2 <= most <= 4) if threads == 4 else most == 1
+    by_shard: dict[str, list[int]] = {}
+    for shard, seq in put:
+        by_shard.setdefault(shard, []).append(int(seq))
+    assert seen == by_shard
+    assert all(r.caught_up and len(r) == len(by_shard[r.shard_id]) for r in results)
