@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
-
-import botocore.session
-from botocore.exceptions import ProfileNotFound
+from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.errors import ConfigError
+
+if TYPE_CHECKING:
+    import botocore.session
 
 FALLBACK_REGION = "us-east-1"
 
@@ -34,6 +34,9 @@ def resolve_region(profile: str | None = None, env: Mapping[str, str] | None = N
     for var in ("AWS_REGION", "AWS_DEFAULT_REGION"):
         if env.get(var):
             return env[var]
+    import botocore.session  # here: a config or variable that names the region skips it
+    from botocore.exceptions import ProfileNotFound
+
     session = botocore.session.Session(profile=profile)
     try:
         region = session.get_config_variable("region")
@@ -45,6 +48,9 @@ def resolve_region(profile: str | None = None, env: Mapping[str, str] | None = N
 def botocore_session(profile: str | None = None) -> botocore.session.Session:
     """A botocore session of ``profile`` (None: ``AWS_PROFILE`` or the default chain);
     a profile that does not exist is a :class:`ConfigError` naming it."""
+    import botocore.session
+    from botocore.exceptions import ProfileNotFound
+
     session = botocore.session.Session(profile=profile)
     try:
         session.get_scoped_config()

@@ -163,14 +163,16 @@ class _Formatter(argparse.HelpFormatter):
         super().__init__(prog, max_help_position=30)
 
 
-def _add(sub: Any, name: str, cmd: Command, nested: bool, path: str) -> None:
+def _add(
+    sub: Any, name: str, cmd: Command, nested: bool, path: str, only: Collection[str] | None
+) -> None:
     usage = cmd.usage if cmd.fields and not cmd.children else None
     p = sub.add_parser(
         name, help=cmd.help, description=cmd.help, formatter_class=_Formatter, usage=usage
     )
     if cmd.fields is None or cmd.fields:
         add_config_arguments(p, cmd.fields, nested=nested)
-    if cmd.extra is not None:
+    if cmd.extra is not None and (only is None or name in only):
         cmd.extra(p)
     p.set_defaults(handler=cmd.handler, command_parser=p, command_path=path)
     if cmd.children:
@@ -178,10 +180,13 @@ def _add(sub: Any, name: str, cmd: Command, nested: bool, path: str) -> None:
             dest=f"{name}_action", required=cmd.handler is None, metavar="ACTION"
         )
         for child_name, child in cmd.children:
-            _add(inner, child_name, child, bool(cmd.fields), f"{path} {child_name}")
+            _add(inner, child_name, child, bool(cmd.fields), f"{path} {child_name}", only)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``only``, the flags of their own (which import the
+    subcommand's module) only for the subcommands named there: ``kinesis-spout run``
+    then starts ``spark-submit`` without importing the status command's AWS clients."""
     parser = argparse.ArgumentParser(
         prog="kinesis-spout",
         description="Read Kinesis shards with Storm-grade reliability.",
@@ -191,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="DEBUG logging")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, cmd in COMMANDS.items():
-        _add(sub, name, cmd, False, name)
+        _add(sub, name, cmd, False, name, only)
     return parser
 
 
@@ -228,9 +233,11 @@ def unknown_argument_error(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(only={w for w in words if not w.startswith("-")})
     args, extras = parser.parse_known_args(argv)
     if extras:
+        parser = build_parser()  # every subcommand's flags: which ones take it
         command = getattr(args, "command_parser", parser)
         path = getattr(args, "command_path", "kinesis-spout")
         command.error(unknown_argument_error(parser, command, path, extras[0]))

@@ -167,6 +167,28 @@ def test_run_dry_run_prints_the_command(toml: Path, capsys: pytest.CaptureFixtur
     assert "spark-submit --master local[2]" in out and "--process mymod:handle" in out
 
 
+def test_run_starts_spark_submit_without_importing_botocore_or_other_subcommands(
+    toml: Path,
+) -> None:
+    """The launcher's imports delay every job's start: ``run`` with the region in the
+    environment imports neither botocore (0.2 s here) nor the status, dead-letter or demo
+    commands (the version that built every subcommand's flags imported them all)."""
+    import subprocess
+
+    code = (
+        "import sys; from kinesis_spout.cli import main; "
+        f"main(['run', '--config', {str(toml)!r}, '--dry-run']); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'botocore' or m in "
+        "('kinesis_spout.status.command', 'kinesis_spout.deadletter_cli', "
+        "'kinesis_spout.examples.demo')))"
+    )
+    env = {"PATH": "/usr/bin:/bin", "AWS_DEFAULT_REGION": "eu-west-1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    assert out.splitlines()[-1] == "[]", out
+
+
 def test_demo_flags() -> None:
     args = build_parser().parse_args(["demo", "--output", "/tmp/x", "--sentences", "10"])
     assert (args.output, args.sentences, args.shards, args.fresh) == ("/tmp/x", 10, 2, False)
