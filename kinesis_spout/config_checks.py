@@ -134,10 +134,10 @@ def check_executor_reads(c: SpoutConfig) -> None:
         "an integer between 0 and 100000 (0 = one read task per core)",
     )
     check(
-        1 <= c.poll_threads <= 64,
+        1 <= c.poll_threads <= 16,  # the client's connection pool holds 16
         "poll_threads",
         c.poll_threads,
-        "an integer between 1 and 64 (1 = a read task polls its shards one at a time)",
+        "an integer between 1 and 16 (1 = a read task polls its shards one at a time)",
     )
 
 

@@ -183,7 +183,9 @@ class ReadJobs:
         found = len(iso.alone) + len(iso.abandoned)
         for part in parts:
             out += self._split(batch_id, part, iso)
-        rest = _rest(plans, out) if len(iso.alone) + len(iso.abandoned) == found else None
+        go_on = len(iso.alone) + len(iso.abandoned) == found
+        go_on = go_on and batch_id not in self.cancelled and not self.stopping()
+        rest = _rest(plans, out) if go_on else None
         if rest is not None:  # the first half read ok: the failure is in the rest
             out += self._split(batch_id, [rest], iso)
         return out
@@ -262,8 +264,8 @@ def _rest(plans: list[ReadPlan], done: list[ReadResult]) -> ReadPlan | None:
         return None
     plan, last = plans[0], done[-1]
     left = plan.limit - sum(len(r) for r in done)
-    if left <= 0 or last.position is None or last.ended or last.caught_up:
-        return None
+    if not 0 < left < plan.limit or last.position is None or last.ended or last.caught_up:
+        return None  # nothing left, or nothing read (throttled): no progress to build on
     return dataclasses.replace(plan, position=last.position, limit=left)
 
 

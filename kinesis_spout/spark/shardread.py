@@ -124,8 +124,9 @@ def _poll_together(active: list[_PolledRead], deadline: float, threads: int) -> 
                     break
                 time.sleep(max(wake - now, 0.0))
                 continue
-            room = len(flying) < threads and wake is not None
-            timeout = max(min(wake, deadline) - now, 0.0) if room and wake is not None else None
+            # A free thread waits for the next shard due, a full pool for a call to end.
+            room = wake is not None and len(flying) < threads
+            timeout = max(min(wake, deadline) - now, 0.0) if wake is not None and room else None
             done, _ = wait_futures(list(flying), timeout, FIRST_COMPLETED)
             for f in done:
                 r = flying.pop(f)

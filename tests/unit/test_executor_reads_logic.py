@@ -19,7 +19,7 @@ from kinesis_spout.metrics import InMemoryMetrics
 from kinesis_spout.records import Record
 from kinesis_spout.spark.isolation import BatchFailedError
 from kinesis_spout.spark.planner import ReadWindow, sparse_marks
-from kinesis_spout.spark.readjobs import ReadIsolation, ReadJobs, _halves
+from kinesis_spout.spark.readjobs import ReadIsolation, ReadJobs, _halves, _rest
 from kinesis_spout.spark.readshuffle import LOST, assemble
 from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings
 from tracker import InflightRecordTracker, SequenceKey
@@ -298,3 +298,16 @@ def test_a_record_that_fails_every_task_is_found_in_log2_of_the_limit_failed_job
     ]
     assert jobs.failed_jobs <= 1 + math.ceil(math.log2(limit))
     assert not iso.exhausted and not iso.abandoned
+
+
+def test_a_half_that_read_nothing_is_not_followed_by_the_same_plan_again() -> None:
+    """A half whose calls were all throttled reads nothing and is not caught up: its
+    "rest" would be the plan that just failed (one more failed job each time, until the
+    split budget stops the job); the search ends the micro-batch there instead."""
+    plan = ReadPlan(1, "shard-1", _START, limit=8)
+    throttled = ReadResult(1, "shard-1", throttled=3)
+    throttled.position = _START
+    assert _rest([plan], [throttled]) is None
+    half = ReadResult(1, "shard-1", seqs=["1", "2", "3", "4"], subs=[0] * 4, ok=bytearray(4))
+    half.position = dataclasses.replace(_START, after=SequenceKey(4, 0))
+    assert _rest([plan], [half]) == dataclasses.replace(plan, position=half.position, limit=4)
