@@ -160,14 +160,23 @@ def test_renewal_and_a_cut_connection_resume_after_the_last_record(
         spout.open()
         put: list[tuple[str, str]] = []
         got: list[Record] = []
+        subscribed = 0
+
+        def renewed(at_least: int) -> Callable[[list[Record]], bool]:
+            return lambda g: len(proxy.bodies("SubscribeToShard")) >= at_least
+
         for rnd in range(4):
             put += put_records(client, unique_name, make_payloads(40, 80, prefix=f"r{rnd}-"))
             wanted = len(put)
             read_until(spout, lambda g, n=wanted: len(g) >= n, into=got)  # type: ignore[misc]
+            if rnd == 0:  # a renewal (each second) before the next round, however fast it is
+                read_until(spout, renewed(2), into=got)
             if rnd == 1:
                 subscribed = len(proxy.bodies("SubscribeToShard"))
                 cut_live_stream(proxy)  # the connection drops mid-subscription
                 last_before_cut = got[-1].sequence_number
+            if rnd == 3:  # the reconnect, and a renewal after it
+                read_until(spout, renewed(subscribed + 2), into=got)
         spout.close()
         bodies = proxy.bodies("SubscribeToShard")
 
