@@ -80,6 +80,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import poison_bench  # noqa: E402
 import spark_scale  # noqa: E402
 import spark_shards  # noqa: E402
+import spark_styles  # noqa: E402
 from reader_bench import stock_client  # noqa: E402
 from spark_scale import scale_figures  # noqa: E402
 from spark_styles import style_figures  # noqa: E402
@@ -285,7 +286,8 @@ def cluster_scale(client: Any, endpoint: str, tmp: Path, args: argparse.Namespac
     register: Any = cloudpickle.register_pickle_by_value
     register(spark_scale)  # the executors cannot import it
     fill_stream(client, CPU_STREAM, args.cpu_records, args.size, SHARDS)
-    return scale_figures(endpoint, tmp, STREAM, CPU_STREAM, args.records, args.cpu_records)
+    styles = spark_styles.cluster_styles(tmp, STREAM, args.records)
+    return scale_figures(endpoint, tmp, STREAM, CPU_STREAM, args.records, args.cpu_records, styles)
 
 
 def measure(args: argparse.Namespace) -> tuple[LocalRuns, Scale | None]:
@@ -348,6 +350,10 @@ def print_summary(result: dict[str, Any], scale: Scale | None) -> None:
             f"{figures['scaling_2_vs_1']:.2f}x (goal >= 1.5), lost {figures['lost']}, "
             f"duplicates {figures['duplicates']} of {figures['records']} records"
         )
+        for key in ("transform", "fanout"):
+            cpu = figures.get(f"driver_cpu_us_per_record_{key}")
+            if cpu is not None:
+                print(f"  {key} on the cluster: driver CPU {cpu:.2f} us/record (goal <= 2.0)")
 
 
 def main(argv: list[str] | None = None) -> int:

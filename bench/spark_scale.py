@@ -12,7 +12,10 @@ two 1-core workers started from PySpark's jars:
   gets ``spark.cores.max`` 2, then 1), on a CPU-bound function (~200 µs of
   pure-Python work per record);
 * ``lost`` / ``duplicates``: from a delivery log every executor appends each
-  processed message id to (one file per process), over every measured run.
+  processed message id to (one file per process), over every measured run;
+* executor reads only: ``driver_cpu_us_per_record_<style>``, the driver CPU per record
+  of the DataFrame styles on two workers (``styles``: the transform and the word-count
+  fan-out of ``spark_styles``), measured as for the per-record function.
 """
 
 from __future__ import annotations
@@ -109,6 +112,22 @@ def cluster_run(
     }
 
 
+def style_cpu_run(
+    spark: Any, endpoint: str, tmp: Path, stream: str, process: Any, total: int
+) -> float:
+    """Driver CPU µs per record of one executor-read run of a transform or fan-out."""
+    cfg = bench_job_config(
+        stream, endpoint, tmp, f"scale-style-{time.monotonic_ns()}", read_on="executors"
+    )
+    last: list[float] = []
+    driver = build_driver(cfg, process, spark=spark, progress=lambda r: last.append(_cpu()))
+    cpu0 = _cpu()
+    summary = driver.run()
+    if summary.ok != total:
+        raise RuntimeError(f"{stream}: acked {summary.ok} of {total} records")
+    return 1e6 * ((last[-1] if last else _cpu()) - cpu0) / total
+
+
 def _cpu() -> float:
     """CPU seconds of this process so far (user + system, every thread)."""
     use = resource.getrusage(resource.RUSAGE_SELF)
@@ -122,8 +141,18 @@ def _session(cluster: StandaloneCluster, cores: int, name: str) -> Any:
     return local_spark_session(name, master=master, **conf)
 
 
+Style = tuple[str, Any, int]
+"""A DataFrame style's run: its stream, its processing and the records in the stream."""
+
+
 def scale_figures(
-    endpoint: str, tmp: Path, stream: str, cpu_stream: str, total: int, cpu_total: int
+    endpoint: str,
+    tmp: Path,
+    stream: str,
+    cpu_stream: str,
+    total: int,
+    cpu_total: int,
+    styles: dict[str, Style] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The figures of both read modes on a two-worker cluster (see the module doc)."""
     spins = _calibrate()
@@ -132,12 +161,17 @@ def scale_figures(
         for mode in ("executors", "driver"):
             runs: list[dict[str, Any]] = []
             rps: dict[int, float] = {}
+            style_cpu: dict[str, float] = {}
             for cores in (2, 1):
                 spark = _session(cluster, cores, f"scale-{mode}-{cores}")
                 try:
                     if cores == 2:
                         cluster_run(spark, endpoint, tmp, stream, mode, 0, total)  # warm-up
                         runs.append(cluster_run(spark, endpoint, tmp, stream, mode, 0, total))
+                        if mode == "executors":
+                            for key, (name, process, n) in (styles or {}).items():
+                                cpu_us = style_cpu_run(spark, endpoint, tmp, name, process, n)
+                                style_cpu[f"driver_cpu_us_per_record_{key}"] = round(cpu_us, 2)
                     r = cluster_run(spark, endpoint, tmp, cpu_stream, mode, spins, cpu_total)
                     runs.append(r)
                     rps[cores] = r["rps"]
@@ -152,5 +186,5 @@ def scale_figures(
                 "records": sum(r["ok"] for r in runs),
                 "lost": sum(r["lost"] for r in runs),
                 "duplicates": sum(r["duplicates"] for r in runs),
-            }
+            } | style_cpu
     return out

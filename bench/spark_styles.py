@@ -52,6 +52,16 @@ def style_run(
     return total / (acked[-1] - start)
 
 
+def cluster_styles(tmp: Path, stream: str, records: int) -> dict[str, tuple[str, Any, int]]:
+    """The styles ``--cluster`` measures: the transform on ``stream``, the word count on
+    :data:`WORDS_STREAM` (both made by :func:`style_figures`, ``records`` records each)."""
+    words = fan_out(split_sentence, "word string", [WordCountSink(tmp / "counts")], "wordcount")
+    return {
+        "transform": (stream, dataframe_transform(pass_all), records),
+        "fanout": (WORDS_STREAM, words, records),
+    }
+
+
 def style_figures(
     spark: Any,
     client: Any,
