@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from kinesis_spout.records import Record
@@ -42,10 +43,9 @@ from kinesis_spout.spark.arrow import (
     INPUT_SCHEMA,
     ROOT,
     ROW,
-    Statuses,
     records_to_arrow,
 )
-from kinesis_spout.spark.ledger import FanOutLedger, TreeResults
+from kinesis_spout.spark.ledger import FanOutLedger
 from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor
 from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.recorded import KeptRead, RecordTo, read_recorded
@@ -173,9 +173,14 @@ class FrameJobs:
             trees = ledger.apply(range(n), roots, outcome.statuses, outcome.ack_vals,
                                  outcome.sinks, self.clock())  # fmt: skip
             trees.failed += ledger.expire(self.clock() + 2.0).failed
+            ok = np.zeros(n, dtype=np.bool_)
+            ok[np.fromiter(trees.acked, np.int64, len(trees.acked))] = True
+            failed_rows = trees.failed
         else:
-            trees = _trees(outcome.statuses)
-        failed = _place(results, bases, trees)
+            st = outcome.statuses  # rows 0..n-1
+            ok = st.ok
+            failed_rows = [(r, st.errors.get(r, "failed")) for r in st.failed_rows.tolist()]
+        failed = _place(results, bases, ok, failed_rows)
         jobs = 2 + len(outcome.sinks)
         if failed:
             _fill_payloads(results, _failed_rows(stage, failed))
@@ -190,31 +195,24 @@ class FrameJobs:
         return self._schema
 
 
-def _trees(st: Statuses) -> TreeResults:
-    """Transform statuses as ack/fail decisions by row."""
-    return TreeResults(
-        acked=st.ok_rows.tolist(),
-        failed=[(r, st.errors.get(r, "failed")) for r in st.failed_rows.tolist()],
-    )
-
-
 def _place(
-    results: list[ReadResult], bases: dict[int, int], trees: TreeResults
+    results: list[ReadResult],
+    bases: dict[int, int],
+    ok: np.ndarray[Any, np.dtype[np.bool_]],
+    failed_rows: list[tuple[int, str]],
 ) -> dict[int, set[int]]:
-    """Statuses by row into the plans' results; the failed indexes by plan (task)."""
+    """Statuses by row (``ok[row]``, the failed rows with their errors) into the plans'
+    results, a slice of ``ok`` per plan (no Python work per ok record); the failed
+    indexes by plan (task)."""
     filled = [i for i, res in enumerate(results) if len(res)]
     starts = [bases[results[i].task] for i in filled]
-
-    def where(row: int) -> tuple[ReadResult, int]:
-        res = results[filled[bisect.bisect_right(starts, row) - 1]]  # the plan holding row
-        return res, row - bases[res.task]
-
-    for row in trees.acked:
-        res, j = where(int(row))
-        res.ok[j] = 1
+    for i, base in zip(filled, starts, strict=True):
+        res = results[i]
+        res.ok[:] = ok[base : base + len(res)].astype(np.uint8).tobytes()
     failed: dict[int, set[int]] = {}
-    for row, error in trees.failed:
-        res, j = where(int(row))
+    for row, error in failed_rows:
+        res = results[filled[bisect.bisect_right(starts, int(row)) - 1]]  # the plan holding row
+        j = int(row) - bases[res.task]
         res.ok[j] = 0
         res.errors[j] = error
         failed.setdefault(res.task, set()).add(j)
