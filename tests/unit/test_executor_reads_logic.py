@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -23,6 +25,10 @@ from kinesis_spout.spark.readjobs import ReadIsolation, ReadJobs, _halves, _rest
 from kinesis_spout.spark.readshuffle import LOST, assemble
 from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings
 from tracker import InflightRecordTracker, SequenceKey
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from isolation_bench import START as _START  # noqa: E402
+from isolation_bench import SimulatedShardJobs  # noqa: E402
 
 reads = st.lists(st.lists(st.booleans(), min_size=0, max_size=12), min_size=1, max_size=5)
 
@@ -249,37 +255,6 @@ def test_plans_are_grouped_into_tasks(plans: int, per_task: int, efo: bool, task
     assert jobs.tasks_for(plans) == tasks
 
 
-_START = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
-
-
-class _ShardJobs(ReadJobs):
-    """ReadJobs over a simulated shard of records 1..n, where a job whose read would
-    take a record in ``killers`` fails as a whole (as a record that kills its Python
-    worker fails every task that processes it)."""
-
-    def __init__(self, n: int, killers: set[int]) -> None:
-        super().__init__(_Spark(), lambda r: None, ReadSettings("s", "r", None, 100, 5, 0.1, 1, 1))
-        self.n, self.killers, self.failed_jobs = n, killers, 0
-
-    def collect(self, batch_id: int, plans: list[ReadPlan]) -> list[ReadResult]:
-        out = []
-        for plan in plans:
-            assert plan.position is not None
-            after = plan.position.after
-            start = after.sequence if after is not None else 0
-            keys = list(range(start + 1, min(start + plan.limit, self.n) + 1))
-            if self.killers & set(keys):
-                self.failed_jobs += 1
-                raise RuntimeError("Python worker exited unexpectedly (crashed)")
-            res = ReadResult(plan.task, plan.shard_id, seqs=[str(k) for k in keys])
-            res.subs, res.ok = [0] * len(keys), bytearray([1] * len(keys))
-            last = keys[-1] if keys else start
-            res.position = dataclasses.replace(_START, after=SequenceKey(last, 0) if last else None)
-            res.caught_up = last >= self.n
-            out.append(res)
-        return out
-
-
 @settings(max_examples=300, deadline=None)
 @given(n=st.integers(2, 400), limit=st.integers(2, 400), at=st.floats(0, 1))
 def test_a_record_that_fails_every_task_is_found_in_log2_of_the_limit_failed_jobs(
@@ -290,7 +265,7 @@ def test_a_record_that_fails_every_task_is_found_in_log2_of_the_limit_failed_job
     killer are all read in this micro-batch, once, in order, and the killer is found
     alone after at most 1 + ceil(log2 limit) failed jobs."""
     killer = 1 + int(at * (min(n, limit) - 1))
-    jobs = _ShardJobs(n, {killer})
+    jobs = SimulatedShardJobs(n, {killer})
     results, iso = jobs.run(1, [ReadPlan(1, "shard-1", _START, limit=limit)])
     assert [int(s) for r in results for s in r.seqs] == list(range(1, killer))
     assert [(p.position, p.limit) for p, _ in iso.alone] == [
