@@ -213,6 +213,10 @@ def cluster_spark_conf(cluster: StandaloneCluster) -> dict[str, str]:
         "spark.pyspark.python": sys.executable,
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
         "spark.task.maxFailures": "4",
+        # The first job waits (up to 60 s) for every executor to register: on a busy
+        # machine one worker's executor may come late, and every task would run in the other.
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",
     } | {
         f"spark.executorEnv.{name}": os.environ.get(name, default)
         for name, default in _TEST_AWS_ENV.items()
