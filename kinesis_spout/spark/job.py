@@ -258,11 +258,16 @@ def start_spark(
     raises what shipping it raised)."""
     from pyspark.sql import SparkSession
 
-    from kinesis_spout.spark.startup import import_in_background, warm_executors
+    from kinesis_spout.spark.startup import (
+        import_in_background,
+        quiet_accumulator_errors,
+        warm_executors,
+    )
 
     times.mark("spark imports")
     imports = import_in_background("kinesis_spout.spark.build", *DRIVER_MODULES)
     spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
+    quiet_accumulator_errors(spark)
     times.mark("spark session")
     spec_file = process.rpartition(":")[0]
 

@@ -128,3 +128,27 @@ def warm_executors(
 
     threading.Thread(target=run, name="kinesis-spout-warm-up", daemon=True).start()
     return ready
+
+
+def quiet_accumulator_errors(spark: Any) -> None:
+    """One log line, not a traceback on stderr, when the JVM drops PySpark's accumulator
+    connection: a JVM stopping (SIGTERM to it, ``spark.stop()`` during a job) closes the
+    socket the driver's accumulator server reads task updates from, and ``socketserver``
+    prints that ``EOFError`` as a traceback although nothing is lost by it: the job's
+    state is in its checkpoints, not in accumulators. Other errors keep their traceback."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None:
+        return
+    print_traceback = server.handle_error
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        import sys
+
+        error = sys.exc_info()[1]
+        if isinstance(error, EOFError | ConnectionError):
+            log.info("Spark's accumulator connection closed (%s): the JVM is stopping",
+                     type(error).__name__)  # fmt: skip
+        else:
+            print_traceback(request, client_address)
+
+    server.handle_error = handle_error

@@ -76,3 +76,44 @@ def test_the_warm_up_job_runs_in_its_own_group_once_the_file_is_shipped() -> Non
     shipped = warm_executors(_spark(sc), _SETTINGS, ())
     assert shipped.result(timeout=10) is None
     assert sc.jobs.wait(10) and sc.groups == [WARM_GROUP]
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_dropped_accumulator_connection_is_one_log_line_not_a_traceback(
+    quiet: bool, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """PySpark's own accumulator server, its connection cut by the peer after the token
+    (what a stopping JVM does): without the job's handler it prints a traceback."""
+    import socket
+    import types
+
+    from pyspark import accumulators
+
+    from kinesis_spout.spark.startup import quiet_accumulator_errors
+
+    server = accumulators._start_update_server("token-1234", False, None)
+    try:
+        if quiet:
+            quiet_accumulator_errors(
+                types.SimpleNamespace(sparkContext=types.SimpleNamespace(_accumulatorServer=server))
+            )
+        handled = threading.Event()
+        handle_error = server.handle_error
+
+        def observed(request: Any, address: Any) -> None:
+            handle_error(request, address)
+            handled.set()
+
+        server.handle_error = observed
+        with caplog.at_level(logging.INFO, logger="kinesis_spout.spark.startup"):
+            with socket.create_connection(server.server_address[:2], timeout=5) as conn:
+                conn.sendall(b"token-1234")
+            assert handled.wait(10)
+    finally:
+        server.shutdown()
+    err = capfd.readouterr().err
+    if quiet:
+        assert "Traceback" not in err, err
+        assert "accumulator connection closed (EOFError)" in caplog.text
+    else:
+        assert "Traceback" in err and "EOFError" in err
