@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.poison_rate is not None:
         return poison_bench.poison_main(args)
     if args.shards:
-        return spark_shards.shards_main(args)
+        return spark_shards.shards_main(args, lambda c, stream, n: boto3_loop(c, n, stream))
     local, scale = measure(args)
     result = job_figures(args, local, scale)
     print_summary(result, scale)

@@ -38,15 +38,19 @@ import statistics
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import job_runs
+import spark_styles
 from job_runs import JobRun
+from reader_bench import stock_client
 
 from kinesis_spout.testing.plots import Bar, BarChart, Panel, Series, finish_bench
 from kinesis_spout.testing.servers import MotoServer
+from kinesis_spout.testing.spark import local_spark_session
 from kinesis_spout.testing.streams import (
     create_stream,
     emulator_client,
@@ -177,11 +181,17 @@ class Measured:
     """The idle runs, at the smallest and the largest shard count."""
     startup_job: list[float]
     startup_bare: list[float]
+    styles: dict[str, float]
+    """``spark_styles.style_figures``: the transform and the fan-out over boto3."""
 
 
-def measure(args: argparse.Namespace) -> Measured:
-    """Fill the streams, then the data runs, the idle runs and the start-up runs, each
-    printed as it ends."""
+BotoLoop = Callable[[Any, str, int], float]
+"""``(client, stream, records) -> records/s`` of a plain boto3 GetRecords loop."""
+
+
+def measure(args: argparse.Namespace, boto3_loop: BotoLoop) -> Measured:
+    """Fill the streams, then the data runs, the idle runs, the start-up runs and the
+    DataFrame styles, each printed as it ends."""
     ends = (args.shards[0], args.shards[-1])
     with MotoServer() as moto, tempfile.TemporaryDirectory(prefix="spark-shards-") as tmpdir:
         tmp, endpoint = Path(tmpdir), moto.endpoint_url
@@ -210,7 +220,15 @@ def measure(args: argparse.Namespace) -> Measured:
                   f"{run.window_cpu_seconds or 0:.1f} s CPU in the {_window(run):.1f} s idle "
                   "window")  # fmt: skip
         job, bare = startup_runs(endpoint, tmp, f"data-{args.shards[0]}")
-    return Measured(data, idle, job, bare)
+        spark = local_spark_session("spark-bench-styles")
+        try:
+            styles = spark_styles.style_figures(
+                spark, client, endpoint, tmp, f"data-{args.shards[0]}", args.records,
+                boto3_loop, stock_client(endpoint),
+            )  # fmt: skip
+        finally:
+            spark.stop()
+    return Measured(data, idle, job, bare, styles)
 
 
 def _window(run: JobRun) -> float:
@@ -251,6 +269,7 @@ def figures(args: argparse.Namespace, m: Measured) -> dict[str, Any]:
     out["startup_job_s_runs"] = [round(x, 2) for x in m.startup_job]
     out["startup_bare_s_runs"] = [round(x, 2) for x in m.startup_bare]
     out["startup_overhead_s"] = round(job - bare, 2)
+    out.update(m.styles)
     return out
 
 
@@ -271,12 +290,15 @@ def print_summary(result: dict[str, Any], shards: list[int]) -> None:
     print(f"start-up overhead: {result['startup_overhead_s']:.1f} s (launch to first record "
           f"{result['startup_job_s']:.1f} s; bare PySpark to its first task done "
           f"{result['startup_bare_s']:.1f} s; medians of {STARTUP_RUNS})")  # fmt: skip
+    for key in ("transform", "fanout"):
+        print(f"{key} on the executors: {result[f'{key}_vs_boto3']:.2f}x the boto3 loop on its "
+              "stream (goal >= 1.0)")  # fmt: skip
 
 
-def shards_main(args: argparse.Namespace) -> int:
+def shards_main(args: argparse.Namespace, boto3_loop: BotoLoop) -> int:
     """``spark_bench.py --shards``: measure, print, and finish as the other modes do."""
     started = time.perf_counter()
-    result = figures(args, measure(args))
+    result = figures(args, measure(args, boto3_loop))
     result["bench_seconds"] = round(time.perf_counter() - started)
     print_summary(result, args.shards)
     return finish_bench(chart(args.shards), result, args.plot, args.json)

@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 U64 = np.uint64
 ID = "_id"
 """Derived record id column (int64 bits of an unsigned 64-bit id)."""
+SINK_VALS = "_sink_vals"
+"""Per source record and sink: the XOR of its edges to that sink (the ack-val is
+their XOR); what a sink that wrote everything acks back, without its ids."""
 
 # Internal columns of the emit stage's output, before the derived fields.
 STAGE_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
@@ -56,6 +59,7 @@ STAGE_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
     ("_ok", pa.bool_()),
     ("_error", pa.string()),
     ("_ack_val", pa.int64()),
+    (SINK_VALS, pa.list_(pa.int64())),
 )
 
 _GOLDEN = U64(0x9E3779B97F4A7C15)
@@ -123,13 +127,18 @@ def xor_by_key(keys: IntArray, values: UIntArray) -> tuple[IntArray, UIntArray]:
     return uniq, xor_by_group(np.asarray(values, dtype=np.uint64)[order], counts)
 
 
+def sink_vals(roots: UIntArray, counts: IntArray, n_sinks: int) -> list[UIntArray]:
+    """Per sink, per root: the XOR of the edges of its derived records to that sink."""
+    ids = derived_ids(roots, counts)
+    return [xor_by_group(edge_ids(ids, s), counts) for s in range(n_sinks)]
+
+
 def ack_vals(roots: UIntArray, counts: IntArray, n_sinks: int) -> UIntArray:
     """Per root: the XOR of every edge of its derived records to every sink."""
-    ids = derived_ids(roots, counts)
-    acc = np.zeros(len(ids), dtype=np.uint64)
-    for s in range(n_sinks):
-        acc ^= edge_ids(ids, s)
-    return xor_by_group(acc, counts)
+    acc = np.zeros(len(counts), dtype=np.uint64)
+    for vals in sink_vals(roots, counts, n_sinks):
+        acc ^= vals
+    return acc
 
 
 def to_signed(values: UIntArray) -> IntArray:
@@ -187,7 +196,7 @@ def run_emit(
     """The ``mapInArrow`` body of the fan-out style.
 
     Per input batch yields one batch of status rows (one per source record:
-    ``_ok``, ``_error``, ``_ack_val``; ``_id`` null) and one of derived rows
+    ``_ok``, ``_error``, ``_ack_val``, ``_sink_vals``; ``_id`` null) and one of derived rows
     (``_id`` set). A record whose ``emit`` raised, or whose derived records
     do not fit the schema, fails with that error and contributes no rows.
     """
@@ -199,7 +208,11 @@ def run_emit(
         flat, derived_cols = _derived_columns(per_record, oks, errors, derived)
         counts = np.array([len(x) for x in per_record], dtype=np.int64)
         roots_u = to_unsigned(roots)
-        vals = np.where(np.array(oks, dtype=bool), ack_vals(roots_u, counts, n_sinks), U64(0))
+        emitted = np.array(oks, dtype=bool)
+        per_sink = [np.where(emitted, v, U64(0)) for v in sink_vals(roots_u, counts, n_sinks)]
+        vals = np.zeros(len(rows), dtype=np.uint64)
+        for v in per_sink:
+            vals ^= v
         n = len(rows)
         yield pa.RecordBatch.from_arrays(
             [
@@ -209,6 +222,7 @@ def run_emit(
                 pa.array(oks, pa.bool_()),
                 pa.array(errors, pa.string()),
                 pa.array(to_signed(vals), pa.int64()),
+                _per_row(per_sink, n),
                 *[pa.nulls(n, f.type) for f in derived],
             ],
             schema=schema,
@@ -224,10 +238,19 @@ def run_emit(
                     pa.nulls(m, pa.bool_()),
                     pa.nulls(m, pa.string()),
                     pa.nulls(m, pa.int64()),
+                    pa.nulls(m, pa.list_(pa.int64())),
                     *derived_cols,
                 ],
                 schema=schema,
             )
+
+
+def _per_row(per_sink: list[UIntArray], n: int) -> pa.Array:
+    """``[vals of sink 0, sink 1, ...]`` per row, as a list column."""
+    width = len(per_sink)
+    flat: Any = np.stack([to_signed(v) for v in per_sink], axis=1).ravel() if width else []
+    offsets = np.arange(n + 1, dtype=np.int32) * width
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int64()))
 
 
 def _emit_all(

@@ -17,8 +17,10 @@ A micro-batch of these styles is:
 3. **Failed payloads**: only when records failed, their payloads are taken from
    the persisted reads (a small Spark job).
 
-A fan-out's trees are complete when the micro-batch's sinks have answered:
-a tree not complete then (a derived record lost) fails its source record.
+A fan-out's trees are complete when the micro-batch's sinks have answered: they
+are settled in the statuses' Spark job (:mod:`~kinesis_spout.spark.settle`, the
+edges XORed per root on the executors), and a tree not complete then (a derived
+record lost) fails its source record.
 A job that fails as a whole is isolated by :class:`~kinesis_spout.spark.readjobs.ReadJobs`
 as with per-record functions; each of its re-runs is a Spark job of its own
 with its own recorded ends.
@@ -30,7 +32,6 @@ import bisect
 import logging
 import pickle
 import random
-import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -45,7 +46,6 @@ from kinesis_spout.spark.arrow import (
     ROW,
     records_to_arrow,
 )
-from kinesis_spout.spark.ledger import FanOutLedger
 from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor
 from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.recorded import KeptRead, RecordTo, read_recorded
@@ -110,17 +110,14 @@ class FrameJobs:
         sink: str,
         ends: Callable[[str, int], RecordTo],
         store: BatchEndStore,
-        *,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.spark = spark
-        self.runner = SparkRunner(spark, processor, sink_target=sink)
+        self.runner = SparkRunner(spark, processor, sink_target=sink, settle_trees=True)
         self.fan_out = isinstance(processor, FanOutProcessor)
         self.ends = ends
         """``ends(run, key)``: where the reads of Spark job ``key`` record their ends."""
         self.store = store
         """The batch-end store (the driver removes what no job needs any more)."""
-        self.clock = clock
         self._active: set[int] = set()
         self._schema: Any = None
 
@@ -161,27 +158,14 @@ class FrameJobs:
         base_of = F.create_map(*[F.lit(x) for kv in bases.items() for x in kv])
         row = (F.element_at(base_of, F.col(PLAN)) + F.col(ROW)).alias(ROW)
         columns = [F.col(c) for c in DATA_COLUMNS] + [row]
-        ledger = FanOutLedger(self.runner.n_sinks, timeout=1.0) if self.fan_out else None
-        roots: list[int] | None = None
-        if ledger is not None:
+        if self.fan_out:
             first = random.getrandbits(62)  # the rows' roots: first + row (ids mix them)
-            roots = list(range(first, first + n))
             columns.append((F.lit(first) + row).alias(ROOT))
         df = stage.where(F.col(META).isNull()).select(*columns)
-        outcome = self.runner.run_frame(key, df, 0, n)
-        if ledger is not None and roots is not None and outcome.ack_vals is not None:
-            trees = ledger.apply(range(n), roots, outcome.statuses, outcome.ack_vals,
-                                 outcome.sinks, self.clock())  # fmt: skip
-            trees.failed += ledger.expire(self.clock() + 2.0).failed
-            ok = np.zeros(n, dtype=np.bool_)
-            ok[np.fromiter(trees.acked, np.int64, len(trees.acked))] = True
-            failed_rows = trees.failed
-        else:
-            st = outcome.statuses  # rows 0..n-1
-            ok = st.ok
-            failed_rows = [(r, st.errors.get(r, "failed")) for r in st.failed_rows.tolist()]
-        failed = _place(results, bases, ok, failed_rows)
-        jobs = 2 + len(outcome.sinks)
+        st = self.runner.run_frame(key, df, 0, n).statuses  # rows 0..n-1, trees settled
+        failed_rows = [(r, st.errors.get(r, "failed")) for r in st.failed_rows.tolist()]
+        failed = _place(results, bases, st.ok, failed_rows)
+        jobs = 2 + self.runner.n_sinks  # the read, the statuses, each sink's writes
         if failed:
             _fill_payloads(results, _failed_rows(stage, failed))
             jobs += 1

@@ -43,6 +43,7 @@ from kinesis_spout.spark.processing import (
     TransformProcessor,
     record_function_mapper,
 )
+from kinesis_spout.spark.settle import partials_frame, settle
 from kinesis_spout.spark.sinks import NullSink, RowSink, ok_rows_writer, rows_writer
 
 log = logging.getLogger(__name__)
@@ -123,8 +124,12 @@ class SparkRunner:
         row_sink: RowSink | None = None,
         fast: FastRetry | None = None,
         sink_target: str | None = None,
+        settle_trees: bool = False,
     ) -> None:
         self.spark = spark
+        self.settle_trees = settle_trees
+        """Fan-out: the trees settled in the micro-batch's Spark job
+        (:mod:`~kinesis_spout.spark.settle`), statuses back instead of the edges."""
         self.sink_target = sink_target
         """Executor reads: the ``sink`` the executors write the ok rows to (the rows
         never reach the driver; ``row_sink`` is then unused)."""
@@ -252,6 +257,12 @@ class SparkRunner:
         stage = df.mapInArrow(emit_mapper(p.emit, derived_schema, len(sinks)), stage_struct)
         stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
         try:
+            if self.settle_trees:
+                derived = stage.where(F.col(ID).isNotNull()).select(
+                    ROOT, ID, *[f.name for f in derived_schema]
+                )
+                frames = [(name, _sink_frame(name, sink, derived)) for name, sink in sinks]
+                return BatchOutcome(settle(partials_frame(stage, frames).toArrow(), start, stop))
             back = (
                 stage.where(F.col(ID).isNull())
                 .select(ROW, F.col("_ok").alias("ok"), F.col("_error").alias("error"), "_ack_val")
@@ -324,38 +335,44 @@ class _ExecutorRowSinkBranch:
         derived.select(*columns).mapInArrow(writer, "written long").collect()
 
 
-def _sink_statuses(sinks: list[tuple[str, FanOutSink]], derived: Any) -> list[SinkStatuses]:
-    """Run each anchored sink on the derived records; their statuses, in sink order.
+def _sink_frame(name: str, sink: FanOutSink, derived: Any) -> Any:
+    """Run one anchored sink on the derived records: None if it wrote everything (it
+    returned None), else the DataFrame of its statuses (``_root``, ``_id``, ``ok``,
+    ``error``): it must keep the root and id columns."""
+    res = sink(derived)
+    if res is None:
+        return None
+    if not hasattr(res, "columns"):
+        raise ProcessingContractError(
+            f"sink {name} returned {type(res).__name__}: expected a DataFrame of statuses or None"
+        )
+    for key in (ROOT, ID):
+        if key not in res.columns:
+            raise ProcessingContractError(
+                f"sink {name} returned columns {res.columns}: it must keep {key!r}"
+            )
+    ok, error = _ok_and_error(res, f"sink {name}", ID)
+    return res.select(ROOT, ID, ok, error)
 
-    A sink that returns None wrote everything; otherwise it returns a DataFrame
-    of statuses that keeps the root and id columns.
-    """
+
+def _sink_statuses(sinks: list[tuple[str, FanOutSink]], derived: Any) -> list[SinkStatuses]:
+    """Run each anchored sink on the derived records; their statuses, in sink order
+    (the ids of the sinks that wrote everything are collected once)."""
     results: list[SinkStatuses] = []
     ids_table: pa.Table | None = None
     for i, (name, sink) in enumerate(sinks):
-        res = sink(derived)
-        if res is None:
-            if ids_table is None:
-                ids_table = derived.select(ROOT, ID).toArrow()
-            results.append(
-                SinkStatuses.all_ok(
-                    i,
-                    name,
-                    ids_table.column(ROOT).to_numpy(zero_copy_only=False),
-                    ids_table.column(ID).to_numpy(zero_copy_only=False),
-                )
-            )
+        frame = _sink_frame(name, sink, derived)
+        if frame is not None:
+            results.append(SinkStatuses.from_arrow(i, name, frame.toArrow()))
             continue
-        if not hasattr(res, "columns"):
-            raise ProcessingContractError(
-                f"sink {name} returned {type(res).__name__}: expected a DataFrame "
-                "of statuses or None"
+        if ids_table is None:
+            ids_table = derived.select(ROOT, ID).toArrow()
+        results.append(
+            SinkStatuses.all_ok(
+                i,
+                name,
+                ids_table.column(ROOT).to_numpy(zero_copy_only=False),
+                ids_table.column(ID).to_numpy(zero_copy_only=False),
             )
-        for key in (ROOT, ID):
-            if key not in res.columns:
-                raise ProcessingContractError(
-                    f"sink {name} returned columns {res.columns}: it must keep {key!r}"
-                )
-        ok, error = _ok_and_error(res, f"sink {name}", ID)
-        results.append(SinkStatuses.from_arrow(i, name, res.select(ROOT, ID, ok, error).toArrow()))
+        )
     return results

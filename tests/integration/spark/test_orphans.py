@@ -191,3 +191,22 @@ def test_sigterm_to_the_jvm_or_a_worker_stops_the_job_cleanly(
     finally:
         for pid in job_pids(token):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_job_on_a_stream_that_does_not_exist_fails_naming_it_and_leaves_nothing(
+    moto_server: MotoServer, unique_name: str, tmp_path: Path
+) -> None:
+    """The stream is opened while Spark starts: its error still ends the job, once."""
+    token = uuid.uuid4().hex
+    launcher = start_job(moto_server, unique_name, tmp_path, token)
+    try:
+        code = launcher.wait(timeout=120)
+        assert not wait_gone(token, 60), "a process of the job outlived its failure"
+        log = (tmp_path / "job.log").read_text()
+        assert code != 0, log
+        assert "kinesis-spout job: failed: " in log and unique_name in log, log
+        assert log.count("kinesis-spout job: failed: ") == 1, log
+        assert "Traceback" not in log, log
+    finally:
+        for pid in job_pids(token):
+            os.kill(pid, signal.SIGKILL)

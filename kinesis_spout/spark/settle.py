@@ -1,0 +1,198 @@
+"""Settling a micro-batch's fan-out trees where they were emitted: Storm's XOR acker,
+folded per root on the executors and finished in numpy on the driver.
+
+With executor reads every tree of a micro-batch ends within it: its sinks have
+answered when their statuses are read, and nothing can XOR into a tree later.
+So the edges need not travel to the driver one by one (on the word count, ten
+ids per record and sink): each task XORs the edges it saw per root, and the
+driver gets a few rows per source record (:func:`edge_partials`, its output
+:data:`PARTIAL_DDL`), all in one Spark job with the emit statuses
+(:func:`partials_frame`; a sink that wrote everything needs none: the emit stage
+has the XOR of its edges per root). :func:`settle` folds them as :class:`tracker.Acker`
+would decide (tested against it, property-based):
+
+* a record whose ``emit`` failed (or that emit lost) fails with that error;
+* else a sink that failed one of its derived records fails it, with the first
+  such sink's error (sink order);
+* else it is done iff its ack-val XOR every edge acked back is 0; otherwise a
+  derived record was lost and it fails as an incomplete tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from kinesis_spout.spark.arrow import ROOT, ROW, Statuses, clip_error
+from kinesis_spout.spark.fanout import (
+    ID,
+    SINK_VALS,
+    edge_ids,
+    to_signed,
+    to_unsigned,
+    xor_by_key,
+)
+
+SINK = "_sink"
+"""The sink number of a partial (-1: the emit stage's row)."""
+XOR = "_xor"
+FAILED = "_failed"
+ERROR = "_error"
+PARTIAL_SCHEMA = pa.schema(
+    [
+        pa.field(ROW, pa.int64()),
+        pa.field(ROOT, pa.int64()),
+        pa.field(SINK, pa.int64()),
+        pa.field(XOR, pa.int64()),
+        pa.field(FAILED, pa.bool_()),
+        pa.field(ERROR, pa.string()),
+    ]
+)
+"""A partial: the emit row of a record (``_row`` set, ``_xor`` its ack-val) or, per
+sink and root, the XOR of the edges a task saw acked and whether one failed."""
+PARTIAL_DDL = "_row long, _root long, _sink long, _xor long, _failed boolean, _error string"
+INCOMPLETE = "fan-out tree not complete within message_timeout (derived record lost)"
+EMIT_LOST = "emit lost the record"
+
+
+def _partials(sink: int, name: str, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """One task batch of a sink's statuses (``_root``, ``_id``, optional ``ok`` and
+    ``error``) as partials: the XOR of the ok edges per root, one row per failed root."""
+    roots = batch.column(ROOT).to_numpy(zero_copy_only=False).astype(np.int64)
+    ids = batch.column(ID).to_numpy(zero_copy_only=False).astype(np.int64)
+    if "ok" in batch.schema.names:
+        ok = batch.column("ok").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+    else:
+        ok = np.ones(len(roots), dtype=bool)
+    keys, xors = xor_by_key(roots[ok], edge_ids(to_unsigned(ids[ok]), sink))
+    bad = np.flatnonzero(~ok)
+    bad_roots, first = np.unique(roots[bad], return_index=True)
+    texts: list[str | None] = []
+    if len(bad):
+        column = batch.column("error") if "error" in batch.schema.names else None
+        picked = column.take(pa.array(bad[first])).to_pylist() if column is not None else []
+        texts = [
+            f"sink {name}: {clip_error(str(t)) if t is not None else 'sink reported a failure'}"
+            for t in (picked or [None] * len(first))
+        ]
+    n = len(keys) + len(bad_roots)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.nulls(n, pa.int64()),
+            pa.array(np.concatenate([keys, bad_roots]), pa.int64()),
+            pa.array(np.full(n, sink, dtype=np.int64)),
+            pa.array(np.concatenate([to_signed(xors), np.zeros(len(bad_roots), np.int64)])),
+            pa.array(np.arange(n) >= len(keys)),
+            pa.array([None] * len(keys) + texts, pa.string()),
+        ],
+        schema=PARTIAL_SCHEMA,
+    )
+
+
+def edge_partials(
+    sink: int, name: str
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` body that turns sink ``sink``'s statuses into partials."""
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows:
+                yield _partials(sink, name, batch)
+
+    return run
+
+
+def partials_frame(stage: Any, sinks: list[tuple[str, Any]]) -> Any:
+    """One DataFrame of every partial: the emit stage's status rows (``stage`` rows with
+    a null ``_id``) and each sink's statuses (``(name, DataFrame of _root, _id, ok,
+    error)``, in sink order) folded per task by :func:`edge_partials`.
+
+    A sink given as ``(name, None)`` wrote every derived record: it acks each edge to
+    it, whose XOR per root the emit stage already has (``_sink_vals``), so it is XORed
+    into the emit row instead of the derived records being read again."""
+    from pyspark.sql import functions as F
+
+    xor = F.col("_ack_val")
+    for i, (_, statuses) in enumerate(sinks):
+        if statuses is None:
+            xor = xor.bitwiseXOR(F.coalesce(F.element_at(SINK_VALS, i + 1), F.lit(0)))
+    frame = stage.where(F.col(ID).isNull()).select(
+        ROW, ROOT, F.lit(-1).cast("long").alias(SINK), xor.alias(XOR),
+        (~F.coalesce(F.col("_ok"), F.lit(False))).alias(FAILED), F.col("_error").alias(ERROR),
+    )  # fmt: skip
+    for i, (name, statuses) in enumerate(sinks):
+        if statuses is not None:
+            frame = frame.unionByName(statuses.mapInArrow(edge_partials(i, name), PARTIAL_DDL))
+    return frame
+
+
+def settle(partials: pa.Table, start: int, stop: int) -> Statuses:
+    """The status of rows ``start..stop-1`` from their partials (see the module)."""
+    n = stop - start
+    is_emit = partials.column(SINK).to_numpy(zero_copy_only=False) < 0
+    emit = partials.filter(pa.array(is_emit))
+    rows = emit.column(ROW).to_numpy(zero_copy_only=False).astype(np.int64) - start
+    if len(rows) and (rows.min() < 0 or rows.max() >= n):
+        bad = int(rows[(rows < 0) | (rows >= n)][0]) + start
+        raise ValueError(f"status for row {bad} outside the batch rows {start}..{stop - 1}")
+    seen = np.zeros(n, dtype=bool)
+    seen[rows] = True
+    emit_failed = np.zeros(n, dtype=bool)
+    emit_failed[rows] = emit.column(FAILED).to_numpy(zero_copy_only=False).astype(bool)
+    total = np.zeros(n, dtype=np.uint64)
+    total[rows] = to_unsigned(emit.column(XOR).fill_null(0).to_numpy(zero_copy_only=False))
+    roots = emit.column(ROOT).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    edges = partials.filter(pa.array(~is_emit))
+    at = _rows_of(edges.column(ROOT).to_numpy(zero_copy_only=False).astype(np.int64),
+                  roots, rows)  # fmt: skip
+    known = at >= 0
+    xors = to_unsigned(edges.column(XOR).to_numpy(zero_copy_only=False).astype(np.int64))
+    np.bitwise_xor.at(total, at[known], xors[known])
+    sink_failed = np.zeros(n, dtype=bool)
+    failed_at = edges.column(FAILED).to_numpy(zero_copy_only=False).astype(bool) & known
+    sink_failed[at[failed_at]] = True
+
+    ok = seen & ~emit_failed & ~sink_failed & (total == 0)
+    errors: dict[int, str] = {}
+    for i in np.flatnonzero(~seen).tolist():
+        errors[start + i] = EMIT_LOST
+    emit_errors = emit.column(ERROR)
+    for j in np.flatnonzero(emit.column(FAILED).to_numpy(zero_copy_only=False)).tolist():
+        text = emit_errors[j].as_py()
+        errors[start + int(rows[j])] = text if text is not None else "emit failed"
+    _first_sink_errors(edges, at, failed_at, errors, start)
+    for i in np.flatnonzero(~ok).tolist():
+        errors.setdefault(start + i, INCOMPLETE)
+    return Statuses(start, stop, ok, errors)
+
+
+def _rows_of(keys: np.ndarray[Any, Any], roots: np.ndarray[Any, Any],
+             rows: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.int64]]:  # fmt: skip
+    """The row of each root in ``keys`` (-1: not a root of these rows)."""
+    if not len(roots) or not len(keys):
+        return np.full(len(keys), -1, dtype=np.int64)
+    order = np.argsort(roots, kind="stable")
+    sorted_roots = roots[order]
+    pos = np.minimum(np.searchsorted(sorted_roots, keys), len(roots) - 1)
+    return np.where(sorted_roots[pos] == keys, rows[order[pos]], -1).astype(np.int64)
+
+
+def _first_sink_errors(
+    edges: pa.Table,
+    at: np.ndarray[Any, np.dtype[np.int64]],
+    failed_at: np.ndarray[Any, np.dtype[np.bool_]],
+    errors: dict[int, str],
+    start: int,
+) -> None:
+    """The error of the lowest-numbered sink that failed each row (emit errors stay)."""
+    picked = np.flatnonzero(failed_at)
+    if not len(picked):
+        return
+    sinks = edges.column(SINK).to_numpy(zero_copy_only=False)[picked]
+    texts = edges.column(ERROR).take(pa.array(picked)).to_pylist()
+    for k in np.argsort(sinks, kind="stable").tolist():
+        errors.setdefault(start + int(at[picked[k]]), texts[k] or "sink reported a failure")
