@@ -57,8 +57,7 @@ def build_driver(
     ``metrics``: where the spout and the loop report (the job passes its endpoint's);
     None: the spout's own (its endpoint with ``metrics_port``, else none).
     ``job_lease``: the spout takes the job lease on open (``job.py``, holding it: False).
-    ``reader``: executor reads: the spout to read with (``job.py`` opens it while Spark
-    starts); None: a new one of ``config``.
+    ``reader``: executor reads' spout (``job.py`` opens it while Spark starts); None: new.
     """
     from kinesis_spout.spark.fastretry import FastRetry
     from kinesis_spout.spark.processing import as_processor, load_processor
@@ -73,8 +72,7 @@ def build_driver(
         spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
     if config.read_on == "executors":
         if spout is None and row_sink is None:
-            if reader is None:
-                reader = _executor_spout(config, clock, rng, metrics, job_lease)
+            reader = reader or _executor_spout(config, clock, rng, metrics, job_lease)
             return _executor_driver(config, spark, processor, reader, clock, sleep, progress,
                                     metrics)  # fmt: skip
         log.warning(
