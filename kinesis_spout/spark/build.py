@@ -24,7 +24,6 @@ from kinesis_spout.spark.sinks import RowSink
 
 if TYPE_CHECKING:
     from kinesis_spout.spark.framejobs import FrameJobs
-    from kinesis_spout.spark.planner import ExecutorReadSpout
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +41,6 @@ def build_driver(
     rng: random.Random | None = None,
     metrics: MetricsCollector | None = None,
     job_lease: bool = True,
-    reader: ExecutorReadSpout | None = None,
 ) -> SparkDriver | ExecutorDriver:
     """A ready driver loop (not started): :class:`ExecutorDriver` for executor reads
     (``read_on = "executors"``, the default, of a per-record function), else
@@ -57,7 +55,6 @@ def build_driver(
     ``metrics``: where the spout and the loop report (the job passes its endpoint's);
     None: the spout's own (its endpoint with ``metrics_port``, else none).
     ``job_lease``: the spout takes the job lease on open (``job.py``, holding it: False).
-    ``reader``: executor reads' spout (``job.py`` opens it while Spark starts); None: new.
     """
     from kinesis_spout.spark.fastretry import FastRetry
     from kinesis_spout.spark.processing import as_processor, load_processor
@@ -72,9 +69,8 @@ def build_driver(
         spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
     if config.read_on == "executors":
         if spout is None and row_sink is None:
-            reader = reader or _executor_spout(config, clock, rng, metrics, job_lease)
-            return _executor_driver(config, spark, processor, reader, clock, sleep, progress,
-                                    metrics)  # fmt: skip
+            return _executor_driver(config, spark, processor, clock, sleep, progress, rng,
+                                    metrics, job_lease)  # fmt: skip
         log.warning(
             "reading on the driver: executor reads use the configured sink, not a spout "
             "or row sink object given by the caller"
@@ -112,28 +108,20 @@ def _driver_spout(
     )
 
 
-def _executor_spout(
-    config: SpoutConfig,
-    clock: Callable[[], float],
-    rng: random.Random | None,
-    metrics: MetricsCollector | None,
-    job_lease: bool,
-) -> ExecutorReadSpout:
-    from kinesis_spout.spark.planner import ExecutorReadSpout
-
-    return ExecutorReadSpout(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
-
-
 def _executor_driver(
     config: SpoutConfig,
     spark: Any,
     processor: Processor,
-    reader: ExecutorReadSpout,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
     progress: Callable[[BatchReport], None] | None,
+    rng: random.Random | None,
     metrics: MetricsCollector | None,
+    job_lease: bool,
 ) -> ExecutorDriver:
+    from kinesis_spout.spark.planner import ExecutorReadSpout
+
+    reader = ExecutorReadSpout(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
     if isinstance(processor, RecordProcessor):
         fn, frames = processor.fn, None
     else:

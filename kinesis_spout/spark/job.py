@@ -59,7 +59,7 @@ from kinesis_spout.spark.launcher import (  # noqa: E402
     watch_launcher,
     watch_parent,
 )
-from kinesis_spout.spark.startup import EarlyReader, StartupTimes  # noqa: E402
+from kinesis_spout.spark.startup import StartupTimes  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -207,22 +207,17 @@ def run_with_lease(
     """Start Spark and run the micro-batch loop; the exit code. Once the driver
     exists, its ``request_stop`` is put in ``stop`` (for the launcher watch)."""
     times = times or StartupTimes()
-    early = EarlyReader(config, metrics) if config.read_on == "executors" else None
     spark, shipped = start_spark(config, process, times)
     from kinesis_spout.spark.build import build_driver
     from kinesis_spout.spark.deploy import check_deploy_mode
 
     print(describe(config, process), flush=True)
-    # The lease is this process's already (take_job_lease): the spout takes none.
-    reader = early.reader() if early is not None else None
     try:
         check_deploy_mode(config, str(spark.conf.get("spark.submit.deployMode", "client")))
-        driver = build_driver(config, process, spark=spark, metrics=metrics, job_lease=False,
-                              reader=reader)  # fmt: skip
+        # The lease is this process's already (take_job_lease): the spout takes none.
+        driver = build_driver(config, process, spark=spark, metrics=metrics, job_lease=False)
     except KinesisSpoutError as exc:
         print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
-        if reader is not None:
-            reader.close()
         spark.stop()
         return 2
     times.mark("build")

@@ -68,40 +68,18 @@ def read_shards(reads: list[Read], settings: ReadSettings) -> None:
         else:
             polled.append(_PolledRead(plan, settings, consume, res))
     active = [r for r in polled if not r.done]
-    if settings.poll_threads > 1 and len(active) > 1:
-        _poll_together(active, deadline, min(settings.poll_threads, len(active)))
-    else:
-        _poll_in_turn(active, deadline)
+    if active:
+        _poll_together(active, deadline, max(1, min(settings.poll_threads, len(active))))
     for r in polled:
         r.finish()
 
 
-def _poll_in_turn(active: list[_PolledRead], deadline: float) -> None:
-    """One call at a time: the shard due first next (see :func:`read_shards`)."""
-    turn = 0
-    while active:
-        first = min(active, key=lambda r: (r.getter.next_poll_at, r.turn))
-        now = time.monotonic()
-        wake = first.getter.next_poll_at
-        if wake > now:
-            if wake > deadline:
-                break
-            time.sleep(wake - now)
-            now = time.monotonic()
-        turn += 1
-        first.turn = turn  # among shards due at once, the one polled longest ago is next
-        first.step(now)
-        if first.done:
-            active.remove(first)
-        if time.monotonic() >= deadline:
-            break
-
-
 def _poll_together(active: list[_PolledRead], deadline: float, threads: int) -> None:
-    """Up to ``threads`` calls in flight, at most one per shard, the shards due first
-    first. A call only touches its shard's getter; its page is taken here, in this
-    thread, so the consumer sees each shard's pages in order and one at a time. Past
-    the deadline nothing more is asked, and the calls in flight are waited for."""
+    """Up to ``threads`` calls in flight (``poll_threads = 1``: one at a time), at most
+    one per shard, the shards due first first. A call only touches its shard's getter;
+    its page is taken here, in this thread, so the consumer sees each shard's pages in
+    order and one at a time. Past the deadline nothing more is asked, and the calls in
+    flight are waited for."""
     waiting = list(active)  # not done, no call in flight
     flying: dict[Future[ShardBatch], _PolledRead] = {}
     turn = 0
@@ -136,7 +114,8 @@ def _poll_together(active: list[_PolledRead], deadline: float, threads: int) -> 
 
 
 class _PolledRead:
-    """One shard's GetRecords read inside a task, a page per :meth:`step`."""
+    """One shard's GetRecords read inside a task: a page per :meth:`fetch` (in a poll
+    thread) and :meth:`take` (in the task's thread)."""
 
     __slots__ = ("asked", "consume", "done", "getter", "remaining", "res", "settings", "turn")
 
@@ -155,10 +134,6 @@ class _PolledRead:
         self.turn = 0
         self.asked = 0
         self.done = self.remaining <= 0 or self.getter.ended
-
-    def step(self, now: float) -> None:
-        """Poll one page and take it."""
-        self.take(self.fetch(now))
 
     def fetch(self, now: float) -> ShardBatch:
         """One GetRecords call (only this shard's getter changes: it may run in a thread

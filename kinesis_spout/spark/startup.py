@@ -23,9 +23,6 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kinesis_spout.config import SpoutConfig
-    from kinesis_spout.metrics import MetricsCollector
-    from kinesis_spout.spark.planner import ExecutorReadSpout
     from kinesis_spout.spark.readtask import ReadSettings
 
 log = logging.getLogger(__name__)
@@ -155,34 +152,3 @@ def quiet_accumulator_errors(spark: Any) -> None:
             print_traceback(request, client_address)
 
     server.handle_error = handle_error
-
-
-class EarlyReader:
-    """The executor-read spout made and opened in a thread while Spark starts (the
-    stream described, shards listed, checkpoints loaded: a few round trips that
-    would otherwise follow the session's seconds).
-
-    An error is not raised here: :meth:`reader` gives the spout unopened, and the
-    driver's own ``open()`` raises it as it would have without this. Only for the
-    job process (``job.py``), which holds the job lease itself."""
-
-    def __init__(self, config: SpoutConfig, metrics: MetricsCollector | None) -> None:
-        self._config = config
-        self._metrics = metrics
-        self._reader: ExecutorReadSpout | None = None
-        self._thread = threading.Thread(target=self._open, name="kinesis-spout-open", daemon=True)
-        self._thread.start()
-
-    def _open(self) -> None:
-        from kinesis_spout.spark.planner import ExecutorReadSpout
-
-        try:
-            self._reader = ExecutorReadSpout(self._config, metrics=self._metrics, job_lease=False)
-            self._reader.open()
-        except Exception as exc:  # the driver's open() raises it again, in the main thread
-            log.debug("opening the stream while Spark starts: %s", exc)
-
-    def reader(self) -> ExecutorReadSpout | None:
-        """The spout (opened unless opening failed); None if it could not be made."""
-        self._thread.join()
-        return self._reader

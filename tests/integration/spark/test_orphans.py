@@ -196,7 +196,6 @@ def test_sigterm_to_the_jvm_or_a_worker_stops_the_job_cleanly(
 def test_a_job_on_a_stream_that_does_not_exist_fails_naming_it_and_leaves_nothing(
     moto_server: MotoServer, unique_name: str, tmp_path: Path
 ) -> None:
-    """The stream is opened while Spark starts: its error still ends the job, once."""
     token = uuid.uuid4().hex
     launcher = start_job(moto_server, unique_name, tmp_path, token)
     try:
