@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kinesis_spout.config import InitialPosition  # noqa: E402
 from kinesis_spout.kinesis.getter import GetterPosition  # noqa: E402
 from kinesis_spout.spark.readjobs import ReadJobs  # noqa: E402
-from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings  # noqa: E402
+from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings  # noqa: E402
 from tracker import SequenceKey  # noqa: E402
 
 START = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)

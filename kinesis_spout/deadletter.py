@@ -285,27 +285,3 @@ class FilteredDeadLetterSink:
 
     def close(self) -> None:
         self.inner.close()
-
-
-def open_dead_letter_sink(
-    target: str,
-    job_name: str,
-    on: Iterable[str] = REASONS,
-    *,
-    region: str | None = None,
-    profile: str | None = None,
-) -> DeadLetterSink:
-    """The sink named by the ``dead_letter`` config value (``s3://``, a directory,
-    or ``none``), filtered by ``dead_letter_on``; an S3 sink's client has the
-    config's ``region`` and ``profile``."""
-    sink: DeadLetterSink
-    if target.lower() == "none":
-        return LoggingDeadLetterSink()
-    if target.startswith("s3://"):
-        from kinesis_spout.deadletter_s3 import S3DeadLetterSink, s3_client
-
-        sink = S3DeadLetterSink(target, job_name, s3_client(region=region, profile=profile))
-    else:
-        sink = JsonlDeadLetterSink(target, job_name)
-    on = frozenset(on)
-    return sink if on >= set(REASONS) else FilteredDeadLetterSink(sink, on)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.records import ShardBatch
-from kinesis_spout.spark.readtask import ReadPlan
+from kinesis_spout.spark.readplan import ReadPlan
 from tracker import Backoff
 
 log = logging.getLogger(__name__)

@@ -54,7 +54,7 @@ from kinesis_spout.spark.loop import MAX_WAIT, MIN_WAIT, StopControl, shut_down
 from kinesis_spout.spark.planner import ExecutorReadSpout
 from kinesis_spout.spark.processing import RecordFunction
 from kinesis_spout.spark.readjobs import ReadIsolation, ReadJobs
-from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.reports import (
     BatchReport,
     JobSummary,

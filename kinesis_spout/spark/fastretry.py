@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 from kinesis_spout.core.age import too_old
 from tracker import ExponentialBackoff
@@ -27,7 +27,22 @@ if TYPE_CHECKING:
     from kinesis_spout.config import SpoutConfig
     from kinesis_spout.metrics import MetricsCollector
     from kinesis_spout.records import Record
-    from kinesis_spout.spark.processing import InputRecord
+
+
+class Delivery(Protocol):
+    """What a retry needs of a record: its delivery number and arrival, and a copy with
+    another delivery number (:class:`~kinesis_spout.spark.processing.InputRecord` is one)."""
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def approximate_arrival(self) -> datetime | None: ...
+
+    def _replace(self, *, attempt: int) -> Self: ...
+
+
+D = TypeVar("D", bound=Delivery)
 
 
 def count_fast_retries(
@@ -74,8 +89,8 @@ class FastRetry:
 
     def call(
         self,
-        fn: Callable[[InputRecord], Any],
-        record: InputRecord,
+        fn: Callable[[D], Any],
+        record: D,
         format_error: Callable[[BaseException], str],
         sleep: Callable[[float], None] = time.sleep,
     ) -> tuple[str | None, int]:

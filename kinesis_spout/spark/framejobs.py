@@ -47,7 +47,7 @@ from kinesis_spout.spark.arrow import (
     records_to_arrow,
 )
 from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor
-from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.recorded import KeptRead, RecordTo, read_recorded
 from kinesis_spout.spark.runner import SparkRunner
 from kinesis_spout.streaming.batch_ends import BatchEndStore

@@ -276,7 +276,7 @@ def start_spark(
             spark.sparkContext.addPyFile(str(Path(spec_file).resolve()))
 
     if config.read_on == "executors":
-        from kinesis_spout.spark.readtask import ReadSettings
+        from kinesis_spout.spark.readplan import ReadSettings
 
         shipped = warm_executors(spark, ReadSettings.of(config), EXECUTOR_MODULES,
                                  before=ship_process_file)  # fmt: skip

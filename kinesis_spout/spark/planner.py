@@ -42,7 +42,7 @@ from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.records import ShardBatch, ShardState
 from kinesis_spout.spark.alone import read_alone
-from kinesis_spout.spark.readtask import ReadPlan, ReadResult
+from kinesis_spout.spark.readplan import ReadPlan, ReadResult
 from kinesis_spout.spout import KinesisSpout
 from tracker import SequenceKey
 

@@ -1,10 +1,10 @@
 """Running a micro-batch's read plans on Spark, and isolating what fails them.
 
 One Spark job per call: an RDD of
-:class:`~kinesis_spout.spark.readtask.ReadPlan` s in :meth:`ReadJobs.tasks_for`
+:class:`~kinesis_spout.spark.readplan.ReadPlan` s in :meth:`ReadJobs.tasks_for`
 partitions (``shards_per_task`` plans each, or one task per core), each task
 reading and processing its shards on an executor, ``collect`` of the
-:class:`~kinesis_spout.spark.readtask.ReadResult` s. Spark
+:class:`~kinesis_spout.spark.readplan.ReadResult` s. Spark
 keeps one result per partition, so a task it ran again (a lost executor) is
 counted once. With ``process_partitions`` the records read are spread onto
 that many processing partitions (:mod:`kinesis_spout.spark.readshuffle`).
@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any
 from kinesis_spout.spark.arrow import format_error
 from kinesis_spout.spark.isolation import LONE_FAILURES, POISON_MEMORY, BatchFailedError
 from kinesis_spout.spark.processing import RecordFunction
+from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.readshuffle import shuffled_results
-from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings, task_function
+from kinesis_spout.spark.readtask import task_function
 from kinesis_spout.spark.runner import ProcessingContractError
 
 if TYPE_CHECKING:

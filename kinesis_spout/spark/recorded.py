@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.records import Record
-from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings, executor_id
+from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.readtask import executor_id
 from kinesis_spout.spark.shardread import Read, read_shards
 from kinesis_spout.streaming.batch_ends import (
     BatchEnd,

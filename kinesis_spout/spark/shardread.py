@@ -26,7 +26,7 @@ from kinesis_spout.spark.arrow import format_error
 from tracker import ExponentialBackoff, JitteredBackoff
 
 if TYPE_CHECKING:
-    from kinesis_spout.spark.readtask import ReadPlan, ReadResult, ReadSettings
+    from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
 
 _CLIENTS: dict[tuple[str | None, str, str | None], Any] = {}
 """boto3 clients of this executor process, per (endpoint, region)."""

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.spark.readtask import ReadSettings
+from kinesis_spout.spark.readplan import ReadSettings
 from kinesis_spout.spark.startup import WARM_GROUP, StartupTimes, warm_executors
 
 _SETTINGS = ReadSettings.of(SpoutConfig(stream_name="s"))

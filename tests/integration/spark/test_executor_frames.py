@@ -36,7 +36,7 @@ from kinesis_spout.spark.build import build_driver
 from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.framejobs import FRAME_SCHEMA, META, frame_reader
 from kinesis_spout.spark.processing import dataframe_transform, fan_out
-from kinesis_spout.spark.readtask import ReadPlan, ReadSettings
+from kinesis_spout.spark.readplan import ReadPlan, ReadSettings
 from kinesis_spout.spark.recorded import RecordTo
 from kinesis_spout.spark.sinks import read_parquet_dir
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records

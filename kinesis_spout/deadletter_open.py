@@ -1,0 +1,38 @@
+"""The dead-letter sink a config names: ``s3://BUCKET/PREFIX``, a directory, or ``none``
+(its own module: the S3 sink is built on :mod:`kinesis_spout.deadletter`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kinesis_spout.deadletter import (
+    REASONS,
+    DeadLetterSink,
+    FilteredDeadLetterSink,
+    JsonlDeadLetterSink,
+    LoggingDeadLetterSink,
+)
+
+
+def open_dead_letter_sink(
+    target: str,
+    job_name: str,
+    on: Iterable[str] = REASONS,
+    *,
+    region: str | None = None,
+    profile: str | None = None,
+) -> DeadLetterSink:
+    """The sink named by the ``dead_letter`` config value (``s3://``, a directory,
+    or ``none``), filtered by ``dead_letter_on``; an S3 sink's client has the
+    config's ``region`` and ``profile``."""
+    sink: DeadLetterSink
+    if target.lower() == "none":
+        return LoggingDeadLetterSink()
+    if target.startswith("s3://"):
+        from kinesis_spout.deadletter_s3 import S3DeadLetterSink, s3_client
+
+        sink = S3DeadLetterSink(target, job_name, s3_client(region=region, profile=profile))
+    else:
+        sink = JsonlDeadLetterSink(target, job_name)
+    on = frozenset(on)
+    return sink if on >= set(REASONS) else FilteredDeadLetterSink(sink, on)
