@@ -111,12 +111,35 @@ def hang_once(
     return process
 
 
+_PEERS_SEEN = False
+"""This Python worker saw deliveries from ``peers`` executors (see log_deliveries)."""
+
+
+def _wait_for_peers(directory: str, peers: int, timeout: float = 60.0) -> None:
+    """Block until deliveries of ``peers`` executor processes are in ``directory`` (at
+    most ``timeout`` seconds: then go on, and the test's assertion says what is missing)."""
+    global _PEERS_SEEN
+    deadline = time.monotonic() + timeout
+    while not _PEERS_SEEN and time.monotonic() < deadline:
+        executors = {p.name.split(".")[5] for p in Path(directory).iterdir()}
+        _PEERS_SEEN = len(executors) >= peers
+        if not _PEERS_SEEN:
+            time.sleep(0.05)
+
+
 def log_deliveries(
-    directory: str, *, fail: bytes = POISON, kill: bytes = KILLER, sleep_ms: float = 0.0
+    directory: str,
+    *,
+    fail: bytes = POISON,
+    kill: bytes = KILLER,
+    sleep_ms: float = 0.0,
+    peers: int = 0,
 ) -> Callable[[InputRecord], None]:
     """A per-record function that leaves one file per delivery (see :class:`Delivery`);
     records starting with ``fail`` raise, records starting with ``kill`` end the
-    Python worker; every record takes ``sleep_ms`` first."""
+    Python worker; every record takes ``sleep_ms`` first. ``peers``: after its first
+    delivery, an executor waits until that many executors have delivered (its core
+    busy, the micro-batch's other tasks must run on the others)."""
 
     def process(record: InputRecord) -> None:
         import os
@@ -132,6 +155,8 @@ def log_deliveries(
             f"{record.attempt}.{part}.{os.getppid()}.{time.time_ns()}.{uuid.uuid4().hex[:8]}"
         )
         Path(directory, name).touch()
+        if peers:
+            _wait_for_peers(directory, peers)
         if record.data.startswith(kill):
             os._exit(3)
         if record.data.startswith(fail):
@@ -157,7 +182,8 @@ def logged_job(config: SpoutConfig) -> RecordProcessor:
 
     directory = os.environ["KSPOUT_TEST_DELIVERIES"]
     slow = float(os.environ.get("KSPOUT_TEST_SLOW_MS", "0"))
-    return per_record(log_deliveries(directory, sleep_ms=slow), name="logged")
+    peers = int(os.environ.get("KSPOUT_TEST_PEERS", "0"))
+    return per_record(log_deliveries(directory, sleep_ms=slow, peers=peers), name="logged")
 
 
 def poison_until_fixed(fixed: str, record: InputRecord) -> None:

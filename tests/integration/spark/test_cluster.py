@@ -34,6 +34,7 @@ def start_job(
     *extra: str,
     slow_ms: float = 0.0,
     process: str = "logged_job",
+    peers: int = 0,
 ) -> subprocess.Popen[str]:
     conf = [
         f"--spark-conf={k}={v}"
@@ -75,6 +76,7 @@ def start_job(
     env = os.environ | {
         "KSPOUT_TEST_DELIVERIES": str(tmp / "deliveries"),
         "KSPOUT_TEST_SLOW_MS": str(slow_ms),
+        "KSPOUT_TEST_PEERS": str(peers),
     }
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
@@ -125,9 +127,13 @@ def test_records_are_read_in_two_executors_and_every_one_is_done(
     create_stream(moto_client, unique_name, 4)
     bad = {5, 333, 777}
     put = put_records(moto_client, unique_name, poisoned(1000, bad))
+    # Each executor's first delivery waits for the other's: one executor finishing both
+    # tasks of the only micro-batch while the other still starts its Python worker (a
+    # busy machine) would leave nothing to show that both read.
     proc = start_job(
-        spark_cluster, moto_server, unique_name, tmp_path, "--retry-limit", "1", slow_ms=1
-    )
+        spark_cluster, moto_server, unique_name, tmp_path, "--retry-limit", "1", slow_ms=1,
+        peers=2,
+    )  # fmt: skip
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
 
