@@ -19,6 +19,10 @@ How it is tracked, as in Storm's acker:
   Spark task that is recomputed (a lost cache block, a retried task) yields
   exactly the same ids; if the user's ``emit`` is not deterministic, the XOR
   simply never returns to 0 and the tree times out (safe, never a false ack).
+  With executor reads (:mod:`~kinesis_spout.spark.settle`) a sink that returns
+  None acks through the emit stage's ``_sink_vals``: a source is then acked when
+  every such sink was given, and wrote, a whole evaluation of its ``emit`` (a
+  record's derived records are in one partition, computed together).
 * The driver ``init``\\ s the root with that ack-val; each sink returns a
   status per derived record (``_root``, ``_id``, ``status``, ``error``); the
   driver XORs ``edge(id, s)`` of every ok row into its root (``update``) and

@@ -32,7 +32,7 @@ from kinesis_spout.spark.arrow import (
     Statuses,
     statuses_from_arrow,
 )
-from kinesis_spout.spark.fanout import ID, IntArray, emit_mapper, stage_schema
+from kinesis_spout.spark.fanout import ID, SINK_VALS, IntArray, emit_mapper, stage_schema
 from kinesis_spout.spark.fastretry import FastRetry
 from kinesis_spout.spark.ledger import SinkStatuses
 from kinesis_spout.spark.processing import (
@@ -296,7 +296,7 @@ class SparkRunner:
                     f"fan-out schema {p.schema!r}: expected a DDL string, StructType or "
                     "pyarrow.Schema"
                 )
-            clash = {ROW, ROOT, ID, "_ok", "_error", "_ack_val"} & set(schema.names)
+            clash = {ROW, ROOT, ID, "_ok", "_error", "_ack_val", SINK_VALS} & set(schema.names)
             if clash:
                 raise ProcessingContractError(f"fan-out schema uses reserved names {sorted(clash)}")
             self._derived_arrow = schema

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kinesis_spout.spark.arrow import ROOT, ROW, Statuses, clip_error
 from kinesis_spout.spark.fanout import (
@@ -37,7 +38,12 @@ from kinesis_spout.spark.fanout import (
 )
 
 SINK = "_sink"
-"""The sink number of a partial (-1: the emit stage's row)."""
+"""The sink number of a partial (negative: the emit stage's row, :data:`EMIT`)."""
+EMIT = -1
+"""``_sink`` of the emit row of a record."""
+EMIT_DONE = -2
+"""``_sink`` of the emit row of a record emitted ok with no edges (its ack-val 0): the
+acker's ``init`` completes its tree at once, and no sink row can change that."""
 XOR = "_xor"
 FAILED = "_failed"
 ERROR = "_error"
@@ -61,6 +67,9 @@ EMIT_LOST = "emit lost the record"
 def _partials(sink: int, name: str, batch: pa.RecordBatch) -> pa.RecordBatch:
     """One task batch of a sink's statuses (``_root``, ``_id``, optional ``ok`` and
     ``error``) as partials: the XOR of the ok edges per root, one row per failed root."""
+    keyed = pc.and_(pc.is_valid(batch.column(ROOT)), pc.is_valid(batch.column(ID)))
+    if not pc.all(keyed).as_py():  # a row without its keys acks nothing, fails nothing
+        batch = batch.filter(keyed)
     roots = batch.column(ROOT).to_numpy(zero_copy_only=False).astype(np.int64)
     ids = batch.column(ID).to_numpy(zero_copy_only=False).astype(np.int64)
     if "ok" in batch.schema.names:
@@ -119,9 +128,11 @@ def partials_frame(stage: Any, sinks: list[tuple[str, Any]]) -> Any:
     for i, (_, statuses) in enumerate(sinks):
         if statuses is None:
             xor = xor.bitwiseXOR(F.coalesce(F.element_at(SINK_VALS, i + 1), F.lit(0)))
+    ok = F.coalesce(F.col("_ok"), F.lit(False))
+    sink = F.when(ok & (F.col("_ack_val") == 0), F.lit(EMIT_DONE)).otherwise(F.lit(EMIT))
     frame = stage.where(F.col(ID).isNull()).select(
-        ROW, ROOT, F.lit(-1).cast("long").alias(SINK), xor.alias(XOR),
-        (~F.coalesce(F.col("_ok"), F.lit(False))).alias(FAILED), F.col("_error").alias(ERROR),
+        ROW, ROOT, sink.cast("long").alias(SINK), xor.alias(XOR),
+        (~ok).alias(FAILED), F.col("_error").alias(ERROR),
     )  # fmt: skip
     for i, (name, statuses) in enumerate(sinks):
         if statuses is not None:
@@ -132,42 +143,71 @@ def partials_frame(stage: Any, sinks: list[tuple[str, Any]]) -> Any:
 def settle(partials: pa.Table, start: int, stop: int) -> Statuses:
     """The status of rows ``start..stop-1`` from their partials (see the module)."""
     n = stop - start
-    is_emit = partials.column(SINK).to_numpy(zero_copy_only=False) < 0
-    emit = partials.filter(pa.array(is_emit))
-    rows = emit.column(ROW).to_numpy(zero_copy_only=False).astype(np.int64) - start
-    if len(rows) and (rows.min() < 0 or rows.max() >= n):
-        bad = int(rows[(rows < 0) | (rows >= n)][0]) + start
-        raise ValueError(f"status for row {bad} outside the batch rows {start}..{stop - 1}")
-    seen = np.zeros(n, dtype=bool)
-    seen[rows] = True
-    emit_failed = np.zeros(n, dtype=bool)
-    emit_failed[rows] = emit.column(FAILED).to_numpy(zero_copy_only=False).astype(bool)
-    total = np.zeros(n, dtype=np.uint64)
-    total[rows] = to_unsigned(emit.column(XOR).fill_null(0).to_numpy(zero_copy_only=False))
-    roots = emit.column(ROOT).to_numpy(zero_copy_only=False).astype(np.int64)
-
-    edges = partials.filter(pa.array(~is_emit))
+    sinks = partials.column(SINK).to_numpy(zero_copy_only=False)
+    emit = _EmitRows(partials.filter(pa.array(sinks < 0)), start, n)
+    edges = partials.filter(pa.array(sinks >= 0))
     at = _rows_of(edges.column(ROOT).to_numpy(zero_copy_only=False).astype(np.int64),
-                  roots, rows)  # fmt: skip
+                  emit.roots, emit.rows)  # fmt: skip
     known = at >= 0
+    known[known] = ~emit.done_at_init[at[known]]  # the acker ignores a finished tree's rows
     xors = to_unsigned(edges.column(XOR).to_numpy(zero_copy_only=False).astype(np.int64))
+    total = emit.total
     np.bitwise_xor.at(total, at[known], xors[known])
     sink_failed = np.zeros(n, dtype=bool)
     failed_at = edges.column(FAILED).to_numpy(zero_copy_only=False).astype(bool) & known
     sink_failed[at[failed_at]] = True
 
-    ok = seen & ~emit_failed & ~sink_failed & (total == 0)
-    errors: dict[int, str] = {}
-    for i in np.flatnonzero(~seen).tolist():
-        errors[start + i] = EMIT_LOST
-    emit_errors = emit.column(ERROR)
-    for j in np.flatnonzero(emit.column(FAILED).to_numpy(zero_copy_only=False)).tolist():
-        text = emit_errors[j].as_py()
-        errors[start + int(rows[j])] = text if text is not None else "emit failed"
+    ok = emit.seen & ~emit.twice & ~emit.failed & ~sink_failed & (total == 0)
+    errors = emit.errors()
     _first_sink_errors(edges, at, failed_at, errors, start)
     for i in np.flatnonzero(~ok).tolist():
         errors.setdefault(start + i, INCOMPLETE)
     return Statuses(start, stop, ok, errors)
+
+
+class _EmitRows:
+    """The emit rows of a (sub-)batch, by row: seen, failed, twice, the XOR to start from,
+    complete at once (no edges), and their errors."""
+
+    def __init__(self, emit: pa.Table, start: int, n: int) -> None:
+        self.start = start
+        self.emit = emit
+        rows = emit.column(ROW).to_numpy(zero_copy_only=False).astype(np.int64) - start
+        if len(rows) and (rows.min() < 0 or rows.max() >= n):
+            bad = int(rows[(rows < 0) | (rows >= n)][0]) + start
+            raise ValueError(
+                f"status for row {bad} outside the batch rows {start}..{start + n - 1}"
+            )
+        self.rows = rows
+        self.roots = emit.column(ROOT).to_numpy(zero_copy_only=False).astype(np.int64)
+        self.count = np.bincount(rows, minlength=n)
+        self.seen = self.count > 0
+        self.twice = self.count > 1
+        self.failed_each = emit.column(FAILED).to_numpy(zero_copy_only=False).astype(bool)
+        self.failed = np.zeros(n, dtype=bool)
+        np.logical_or.at(self.failed, rows, self.failed_each)
+        done = emit.column(SINK).to_numpy(zero_copy_only=False) == EMIT_DONE
+        self.done_at_init = np.zeros(n, dtype=bool)
+        self.done_at_init[rows[done & ~self.failed_each]] = True
+        self.total = np.zeros(n, dtype=np.uint64)
+        vals = to_unsigned(emit.column(XOR).fill_null(0).to_numpy(zero_copy_only=False))
+        np.bitwise_xor.at(self.total, rows, vals)
+
+    def errors(self) -> dict[int, str]:
+        """Lost, failed (the emit's error) and repeated rows, by row."""
+        start = self.start
+        errors = {start + i: EMIT_LOST for i in np.flatnonzero(~self.seen).tolist()}
+        texts = self.emit.column(ERROR)
+        for j in np.flatnonzero(self.failed_each).tolist():
+            text = texts[j].as_py()
+            errors.setdefault(
+                start + int(self.rows[j]), text if text is not None else "emit failed"
+            )
+        for i in np.flatnonzero(self.twice).tolist():
+            errors.setdefault(
+                start + i, f"the emit stage returned the record {self.count[i]} times"
+            )
+        return errors
 
 
 def _rows_of(keys: np.ndarray[Any, Any], roots: np.ndarray[Any, Any],

@@ -62,6 +62,7 @@ class Batch:
         """The emit rows as ``partials_frame`` makes them: the ack-val XOR the edges of
         each sink in ``wrote_all`` (sinks that returned None)."""
         keep = [i for i in range(self.n) if not self.lost[i]]
+        raw = self.vals().tolist()
         xor = to_unsigned(self.vals())
         per_sink = sink_vals(to_unsigned(self.roots), self.counts, self.n_sinks)
         for s in wrote_all:
@@ -70,7 +71,9 @@ class Batch:
             {
                 "_row": pa.array([START + i for i in keep], pa.int64()),
                 ROOT: pa.array(self.roots[keep], pa.int64()),
-                "_sink": pa.array([-1] * len(keep), pa.int64()),
+                # EMIT_DONE: emitted ok with no edges (the raw ack-val 0)
+                "_sink": pa.array([-2 if self.emit_ok[i] and not raw[i] else -1 for i in keep],
+                                  pa.int64()),  # fmt: skip
                 "_xor": pa.array(to_signed(xor)[keep], pa.int64()),
                 "_failed": pa.array([not self.emit_ok[i] for i in keep]),
                 "_error": pa.array([None if self.emit_ok[i] else f"emit {i}" for i in keep],
@@ -115,8 +118,9 @@ def batches(draw: Any) -> tuple[Batch, list[pa.Table | None]]:
                 rows.append((r, i, not failed, f"no {i}" if failed else None))
             if fate in ("twice", "both"):  # both: failed, then ok
                 rows.append((r, i, True, None))
-        if draw(st.booleans()):
-            rows.append((draw(st.integers(-(2**63), 2**63 - 1)), 7, draw(st.booleans()), "x"))
+        if draw(st.booleans()):  # a row of another root: any, or one of the batch's
+            other = st.integers(-(2**63), 2**63 - 1) | st.sampled_from(roots.tolist())
+            rows.append((draw(other), 7, draw(st.booleans()), "x"))
         sinks.append(pa.table(
             {ROOT: pa.array([r[0] for r in rows], pa.int64()),
              ID: pa.array([r[1] for r in rows], pa.int64()),
@@ -186,3 +190,42 @@ def test_a_row_outside_the_batch_is_a_clear_error() -> None:
     batch = Batch(np.array([1], np.int64), [True], [False], np.array([0], np.int64), 1)
     with pytest.raises(ValueError, match="row 5 outside the batch rows 6..6"):
         settle(batch.emit_table(), START + 1, START + 2)
+
+
+def test_a_tree_without_edges_is_done_whatever_a_sink_says_of_its_root() -> None:
+    """As the acker: its ``init`` with ack-val 0 completes the tree; later rows are ignored."""
+    batch = Batch(np.array([11, 22], np.int64), [True, True], [False, False],
+                  np.array([0, 1], np.int64), 1)  # fmt: skip
+    roots, ids = batch.derived()
+    sink = pa.table({ROOT: pa.array([11, 11, *roots.tolist()], pa.int64()),
+                     ID: pa.array([7, 8, *ids.tolist()], pa.int64()),
+                     "ok": [False, True, True], "error": ["x", None, None]})  # fmt: skip
+    got = settle(partials(batch, [sink], 1), START, START + 2)
+    assert got.ok.tolist() == [True, True] == reference(batch, [sink]).ok.tolist()
+    assert got.errors == {}
+
+
+def test_a_record_the_emit_stage_returned_twice_fails() -> None:
+    batch = Batch(np.array([11], np.int64), [True], [False], np.array([0], np.int64), 1)
+    table = pa.concat_tables([batch.emit_table(), batch.emit_table()])
+    got = settle(table, START, START + 1)
+    assert got.ok.tolist() == [False]
+    assert got.errors == {START: "the emit stage returned the record 2 times"}
+
+
+def test_sink_rows_without_a_root_or_id_ack_nothing_and_fail_nothing() -> None:
+    batch = Batch(np.array([2**62 + 1], np.int64), [True], [False], np.array([1], np.int64), 1)
+    roots, ids = batch.derived()
+    sink = pa.table({ROOT: pa.array([roots[0], None, roots[0]], pa.int64()),
+                     ID: pa.array([None, ids[0], ids[0]], pa.int64()),
+                     "ok": [False, False, True], "error": ["x", "y", None]})  # fmt: skip
+    got = settle(partials(batch, [sink], 1), START, START + 1)
+    assert got.ok.tolist() == [True] and got.errors == {}
+    missing = settle(partials(batch, [sink.slice(0, 2)], 1), START, START + 1)
+    assert missing.errors == {START: INCOMPLETE}
+
+
+def test_a_row_past_the_batch_is_a_clear_error() -> None:
+    batch = Batch(np.array([1], np.int64), [True], [False], np.array([0], np.int64), 1)
+    with pytest.raises(ValueError, match="row 5 outside the batch rows 3..4"):
+        settle(batch.emit_table(), START - 2, START)
