@@ -33,15 +33,13 @@ answer that does not come in time is also "unavailable", never success.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
@@ -55,12 +53,13 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL
 
 from kinesis_spout.checkpoint.base import check_forward
-from kinesis_spout.checkpoint.codec import decode_checkpoint, encode_checkpoint
+from kinesis_spout.checkpoint.codec import encode_checkpoint
 from kinesis_spout.checkpoint.resets import ResetFence
-from kinesis_spout.checkpoint.zk_connect import connect, forget, wait_for
+from kinesis_spout.checkpoint.zk_connect import connect, forget
 from kinesis_spout.checkpoint.zk_fencing import LeaseFence, taken_over
 from kinesis_spout.checkpoint.zk_layout import ZkPaths
 from kinesis_spout.checkpoint.zk_layout import check_component as _check_component
+from kinesis_spout.checkpoint.zk_nodes import ZkNodes
 from kinesis_spout.checkpoint.zk_reset import reset_node
 from kinesis_spout.errors import (
     CheckpointError,
@@ -110,20 +109,16 @@ class ZooKeeperCheckpointStore:
         self.job_name = job_name
         self.owner = owner
         self.paths = ZkPaths(root.rstrip("/"), job_name)
-        self.op_timeout = op_timeout
-        self._client = client
-        self._acl = acl
         self._own_client = own_client
         self._now = now
         self._description = description or f"root={root}"
-        self._closed = False
-        self._state: str = KazooState.CONNECTED if client.connected else KazooState.SUSPENDED
-        self._lock = threading.Lock()
-        self._created: set[str] = set()
+        self.nodes = ZkNodes(
+            client, self.paths, acl=acl, op_timeout=op_timeout, description=self._description,
+            name=repr(self),
+        )  # fmt: skip
         self._secrets: tuple[str, ...] = ()
         self._fence_of = LeaseFence(owner)
         self._resets = ResetFence()
-        client.add_listener(self._on_state)
 
     @classmethod
     def from_url(
@@ -165,89 +160,54 @@ class ZooKeeperCheckpointStore:
     def __repr__(self) -> str:
         return f"ZooKeeperCheckpointStore({self._description}, job={self.job_name!r})"
 
-    # -- connection ------------------------------------------------------------------
+    # -- connection (the coordination's too) ------------------------------------------
     @property
     def client(self) -> KazooClient:
         """The kazoo client (shared with the shard coordinator)."""
-        return self._client
+        return self.nodes.client
 
     @property
     def acl(self) -> list[ACL] | None:
         """The ACL given to the nodes this store (and its coordinator) creates."""
-        return self._acl
+        return self.nodes.acl
+
+    @property
+    def op_timeout(self) -> float:
+        return self.nodes.op_timeout
 
     @property
     def connected(self) -> bool:
         """True while kazoo reports CONNECTED (leases and writes can be trusted)."""
-        return self._state == KazooState.CONNECTED and not self._closed
+        return self.nodes.connected
 
     @property
     def session_id(self) -> int | None:
         """The current ZooKeeper session id, or None when not connected."""
-        cid = self._client.client_id
+        cid = self.nodes.client.client_id
         return int(cid[0]) if cid else None
 
-    def _on_state(self, state: str) -> None:
-        # Runs on kazoo's thread: only record the state, never block.
-        self._state = state
-        if state != KazooState.CONNECTED:
-            log.warning("ZooKeeper connection %s (%s)", state, self._description)
-        else:
-            log.info("ZooKeeper connection CONNECTED (%s)", self._description)
-
-    def _check_usable(self, what: str) -> None:
-        if self._closed:
-            raise CheckpointError(f"{self!r} is closed ({what})")
-        if self._state != KazooState.CONNECTED:
-            raise CheckpointStoreUnavailableError(
-                f"ZooKeeper is {self._state} ({self._description}): {what} not attempted"
-            )
-
     def wait(self, async_result: Any, what: str, expect: tuple[type[Exception], ...] = ()) -> Any:
-        """Wait for a kazoo async result, at most ``op_timeout``; translate errors.
-
-        Errors in ``expect`` (e.g. ``NoNodeError``) are raised as they are, for
-        the caller to interpret. Connection problems become
-        :class:`CheckpointStoreUnavailableError` (retriable); anything else from
-        kazoo a non-retriable :class:`CheckpointError`.
-        """
-        return wait_for(async_result, what, expect, self.op_timeout, self._description, repr(self))
+        """:meth:`ZkNodes.wait <kinesis_spout.checkpoint.zk_nodes.ZkNodes.wait>`."""
+        return self.nodes.wait(async_result, what, expect)
 
     def ensure_path(self, path: str) -> None:
-        """Create ``path`` and its parents if missing (cached per store).
-
-        Nodes above ``/<root>/<job>`` get the open ACL, the rest the store's ACL.
-        """
-        if path in self._created:
-            return
-        job_path = self.paths.job_path
-        parts = path.strip("/").split("/")
-        for i in range(1, len(parts) + 1):
-            p = "/" + "/".join(parts[:i])
-            if p in self._created:
-                continue
-            acl = self._acl if len(p) >= len(job_path) else None
-            with contextlib.suppress(NodeExistsError):
-                self.wait(
-                    self._client.create_async(p, b"", acl=acl), f"create {p}", (NodeExistsError,)
-                )
-            self._created.add(p)
+        """:meth:`ZkNodes.ensure_path <kinesis_spout.checkpoint.zk_nodes.ZkNodes.ensure_path>`."""
+        self.nodes.ensure_path(path)
 
     # -- the protocol ------------------------------------------------------------------
     def load(self, stream_name: str) -> dict[str, Checkpoint]:
         """Every checkpoint of ``stream_name``; a foreign or corrupt node raises
         :class:`~kinesis_spout.errors.CorruptCheckpointError` naming its path."""
         _check_component("stream_name", stream_name)
-        self._check_usable(f"load {stream_name}")
+        self.nodes.check_usable(f"load {stream_name}")
         base = self.paths.stream(stream_name)
+        client = self.nodes.client
         try:
-            children = self.wait(
-                self._client.get_children_async(base), f"list {base}", (NoNodeError,)
-            )
+            children = self.wait(client.get_children_async(base), f"list {base}", (NoNodeError,))
         except NoNodeError:
             return {}
         shards = sorted(c for c in children if not c.startswith("@"))
-        pending = [(s, self._client.get_async(f"{base}/{s}")) for s in shards]
+        pending = [(s, client.get_async(f"{base}/{s}")) for s in shards]
         out: dict[str, Checkpoint] = {}
         for shard, res in pending:
             path = f"{base}/{shard}"
@@ -255,7 +215,7 @@ class ZooKeeperCheckpointStore:
                 data, _stat = self.wait(res, f"read {path}", (NoNodeError,))
             except NoNodeError:
                 continue
-            out[shard] = self._decode(data, path, stream_name, shard)
+            out[shard] = self.nodes.decode(data, path, stream_name, shard)
         self._resets.loaded(stream_name, out)
         return out
 
@@ -286,19 +246,17 @@ class ZooKeeperCheckpointStore:
 
     def reset(self, stream_name: str, shard_id: str, checkpoint: Checkpoint) -> Checkpoint:
         """See :meth:`CheckpointStore.reset` (:func:`~.zk_reset.reset_node`)."""
-
-        return reset_node(self, stream_name, shard_id, checkpoint)
+        return reset_node(self.nodes, self.owner, self._now, stream_name, shard_id, checkpoint)
 
     def close(self) -> None:
-        if self._closed:
+        if self.nodes.closed:
             return
-        self._closed = True
-        self._client.remove_listener(self._on_state)
+        self.nodes.close()
         if self._own_client:
             try:
-                self._client.stop()
+                self.nodes.client.stop()
             finally:
-                self._client.close()
+                self.nodes.client.close()
                 forget(self._secrets)
         log.info("closed %r", self)
 
@@ -315,22 +273,11 @@ class ZooKeeperCheckpointStore:
         return self._fence_of.epoch(stream_name, shard_id)
 
     # -- internals ---------------------------------------------------------------------
-    def _decode(self, data: bytes, path: str, stream: str, shard: str) -> Checkpoint:
-        return decode_checkpoint(data, where=path, stream=stream, shard=shard, job=self.job_name)
-
-    def _read(self, stream: str, shard: str) -> tuple[Checkpoint | None, int | None]:
-        path = self.paths.checkpoint(stream, shard)
-        try:
-            data, stat = self.wait(self._client.get_async(path), f"read {path}", (NoNodeError,))
-        except NoNodeError:
-            return None, None
-        return self._decode(data, path, stream, shard), int(stat.version)
-
     def _check_epoch(self, stream: str, shard: str, epoch: int, owner: str) -> None:
         """:class:`StaleCheckpointError` unless the lease node still has version ``epoch``."""
         path = self.paths.lease(stream, shard)
         try:
-            _, stat = self.wait(self._client.get_async(path), f"read {path}", (NoNodeError,))
+            _, stat = self.wait(self.client.get_async(path), f"read {path}", (NoNodeError,))
         except NoNodeError:
             raise taken_over(stream, shard, epoch, owner) from None
         if int(stat.version) != epoch:
@@ -340,12 +287,12 @@ class ZooKeeperCheckpointStore:
         self, stream: str, shard: str, build: Callable[[Checkpoint | None], Checkpoint]
     ) -> Checkpoint:
         what = f"checkpoint {stream}/{shard}"
-        self._check_usable(what)
+        self.nodes.check_usable(what)
         path = self.paths.checkpoint(stream, shard)
         self.ensure_path(self.paths.stream(stream))
         for _ in range(_CAS_ATTEMPTS):
             epoch = self._fence_of.for_write(stream, shard)
-            stored, version = self._read(stream, shard)
+            stored, version = self.nodes.read_checkpoint(stream, shard)
             new = self._resets.carry(stored, replace(build(stored), updated_at=self._now()))
             if not check_forward(stored, new):
                 assert stored is not None
@@ -353,12 +300,12 @@ class ZooKeeperCheckpointStore:
                     # Nothing to write, but a stale owner must still hear it is stale.
                     self._check_epoch(stream, shard, epoch, new.owner)
                 return stored
-            self._check_usable(what)
-            tx = self._client.transaction()
+            self.nodes.check_usable(what)
+            tx = self.client.transaction()
             if epoch is not None:
                 tx.check(self.paths.lease(stream, shard), epoch)
             if version is None:
-                tx.create(path, encode_checkpoint(new), acl=self._acl)
+                tx.create(path, encode_checkpoint(new), acl=self.acl)
             else:
                 tx.set_data(path, encode_checkpoint(new), version)
             results = self.wait(tx.commit_async(), f"write {path}")
