@@ -119,6 +119,18 @@ class _ChaosLoop:
             self.timeline.event(restart.stopped_at, EventKind.ZK_STOP)
             self.timeline.event(restart.stopped_at + restart.unreachable, EventKind.ZK_START)
 
+    def _wait_for_new_rows(self, timeout: float = 5.0) -> None:
+        """Until a sink file appears (at most ``timeout`` seconds): a task has just written
+        rows that its micro-batch has not yet acked and checkpointed, so the kill lands
+        inside a replay window (a kill between micro-batches would replay nothing)."""
+        before = self.progress.files
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.job.poll() is None:
+            self.progress.refresh()
+            if self.progress.files - before:
+                return
+            time.sleep(0.005)
+
     @property
     def _zk_down(self) -> bool:
         return any(r.running for r in self.zk_restarts)
@@ -159,6 +171,7 @@ class _ChaosLoop:
 
     def _kill(self, delay: float) -> None:
         time.sleep(delay)
+        self._wait_for_new_rows()
         killed_at = time.monotonic() - self.origin
         self.job.kill()
         time.sleep(0.2)  # let ZooKeeper apply a write that was on the wire

@@ -218,7 +218,9 @@ def _logged(config: SpoutConfig) -> Callable[[InputRecord], None]:
     import os
 
     directory = os.environ["KSPOUT_TEST_DELIVERIES"]
-    return log_deliveries(directory, sleep_ms=float(os.environ.get("KSPOUT_TEST_SLOW_MS", "0")))
+    slow = float(os.environ.get("KSPOUT_TEST_SLOW_MS", "0"))
+    peers = int(os.environ.get("KSPOUT_TEST_PEERS", "0"))
+    return log_deliveries(directory, sleep_ms=slow, peers=peers)
 
 
 @processor_factory

@@ -201,7 +201,7 @@ def test_the_dataframe_styles_read_on_the_executors_and_survive_a_killed_worker(
         proc = start_job(
             cluster, moto_server, unique_name, tmp_path, "--retry-limit", "1",
             "--batch-size", "300", "--sink", f"parquet://{sink}", slow_ms=4,
-            process=f"logged_{style}_job",
+            process=f"logged_{style}_job", peers=2,
         )  # fmt: skip
         deliveries = tmp_path / "deliveries"
         deadline = time.monotonic() + 180
