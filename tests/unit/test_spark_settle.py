@@ -229,3 +229,14 @@ def test_a_row_past_the_batch_is_a_clear_error() -> None:
     batch = Batch(np.array([1], np.int64), [True], [False], np.array([0], np.int64), 1)
     with pytest.raises(ValueError, match="row 5 outside the batch rows 3..4"):
         settle(batch.emit_table(), START - 2, START)
+
+
+@pytest.mark.parametrize("name", ["_sink_vals", "_ack_val", "_root"])
+def test_a_fan_out_schema_may_not_use_the_stage_columns(name: str) -> None:
+    from kinesis_spout.spark.processing import fan_out
+    from kinesis_spout.spark.runner import ProcessingContractError, SparkRunner
+
+    process = fan_out(lambda r: [], pa.schema([pa.field(name, pa.int64())]), [lambda d: None], "f")
+    runner = SparkRunner(None, process)
+    with pytest.raises(ProcessingContractError, match=f"reserved names \\['{name}'\\]"):
+        runner._fan_out_schemas(process)
