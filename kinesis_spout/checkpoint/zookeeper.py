@@ -172,10 +172,6 @@ class ZooKeeperCheckpointStore:
         return self.nodes.acl
 
     @property
-    def op_timeout(self) -> float:
-        return self.nodes.op_timeout
-
-    @property
     def connected(self) -> bool:
         """True while kazoo reports CONNECTED (leases and writes can be trusted)."""
         return self.nodes.connected

@@ -137,12 +137,17 @@ def sink_vals(roots: UIntArray, counts: IntArray, n_sinks: int) -> list[UIntArra
     return [xor_by_group(edge_ids(ids, s), counts) for s in range(n_sinks)]
 
 
+def xor_each(arrays: Sequence[UIntArray], n: int) -> UIntArray:
+    """Element by element, the XOR of ``arrays`` (each of length ``n``; none: zeros)."""
+    acc = np.zeros(n, dtype=np.uint64)
+    for values in arrays:
+        acc ^= values
+    return acc
+
+
 def ack_vals(roots: UIntArray, counts: IntArray, n_sinks: int) -> UIntArray:
     """Per root: the XOR of every edge of its derived records to every sink."""
-    acc = np.zeros(len(counts), dtype=np.uint64)
-    for vals in sink_vals(roots, counts, n_sinks):
-        acc ^= vals
-    return acc
+    return xor_each(sink_vals(roots, counts, n_sinks), len(counts))
 
 
 def to_signed(values: UIntArray) -> IntArray:
@@ -214,9 +219,7 @@ def run_emit(
         roots_u = to_unsigned(roots)
         emitted = np.array(oks, dtype=bool)
         per_sink = [np.where(emitted, v, U64(0)) for v in sink_vals(roots_u, counts, n_sinks)]
-        vals = np.zeros(len(rows), dtype=np.uint64)
-        for v in per_sink:
-            vals ^= v
+        vals = xor_each(per_sink, len(rows))
         n = len(rows)
         yield pa.RecordBatch.from_arrays(
             [

@@ -65,28 +65,22 @@ EMIT_LOST = "emit lost the record"
 
 
 def _partials(sink: int, name: str, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """One task batch of a sink's statuses (``_root``, ``_id``, optional ``ok`` and
-    ``error``) as partials: the XOR of the ok edges per root, one row per failed root."""
+    """One task batch of a sink's statuses (``_root``, ``_id``, ``ok``, ``error``: the
+    runner's ``_sink_frame``) as partials: the XOR of the ok edges per root, one row per
+    failed root."""
     keyed = pc.and_(pc.is_valid(batch.column(ROOT)), pc.is_valid(batch.column(ID)))
     if not pc.all(keyed).as_py():  # a row without its keys acks nothing, fails nothing
         batch = batch.filter(keyed)
     roots = batch.column(ROOT).to_numpy(zero_copy_only=False).astype(np.int64)
     ids = batch.column(ID).to_numpy(zero_copy_only=False).astype(np.int64)
-    if "ok" in batch.schema.names:
-        ok = batch.column("ok").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
-    else:
-        ok = np.ones(len(roots), dtype=bool)
+    ok = batch.column("ok").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
     keys, xors = xor_by_key(roots[ok], edge_ids(to_unsigned(ids[ok]), sink))
     bad = np.flatnonzero(~ok)
     bad_roots, first = np.unique(roots[bad], return_index=True)
-    texts: list[str | None] = []
-    if len(bad):
-        column = batch.column("error") if "error" in batch.schema.names else None
-        picked = column.take(pa.array(bad[first])).to_pylist() if column is not None else []
-        texts = [
-            f"sink {name}: {clip_error(str(t)) if t is not None else 'sink reported a failure'}"
-            for t in (picked or [None] * len(first))
-        ]
+    texts = [
+        f"sink {name}: {clip_error(str(t)) if t is not None else 'sink reported a failure'}"
+        for t in batch.column("error").take(pa.array(bad[first], pa.int64())).to_pylist()
+    ]
     n = len(keys) + len(bad_roots)
     return pa.RecordBatch.from_arrays(
         [
@@ -95,7 +89,7 @@ def _partials(sink: int, name: str, batch: pa.RecordBatch) -> pa.RecordBatch:
             pa.array(np.full(n, sink, dtype=np.int64)),
             pa.array(np.concatenate([to_signed(xors), np.zeros(len(bad_roots), np.int64)])),
             pa.array(np.arange(n) >= len(keys)),
-            pa.array([None] * len(keys) + texts, pa.string()),
+            pa.array([*[None] * len(keys), *texts], pa.string()),
         ],
         schema=PARTIAL_SCHEMA,
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -142,8 +143,6 @@ def quiet_accumulator_errors(spark: Any) -> None:
     print_traceback = server.handle_error
 
     def handle_error(request: Any, client_address: Any) -> None:
-        import sys
-
         error = sys.exc_info()[1]
         if isinstance(error, EOFError | ConnectionError):
             log.info("Spark's accumulator connection closed (%s): the JVM is stopping",

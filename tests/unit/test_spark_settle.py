@@ -180,7 +180,8 @@ def test_a_lost_derived_record_fails_its_source_as_an_incomplete_tree() -> None:
     batch = Batch(np.array([11, 22], np.int64), [True, True], [False, False],
                   np.array([2, 1], np.int64), 1)  # fmt: skip
     roots, ids = batch.derived()
-    sink = pa.table({ROOT: roots[1:], ID: ids[1:]})  # the first derived record lost
+    sink = pa.table({ROOT: roots[1:], ID: ids[1:], "ok": [True] * (len(ids) - 1),
+                     "error": pa.nulls(len(ids) - 1, pa.string())})  # the first one lost
     got = settle(partials(batch, [sink], 1), START, START + 2)
     assert got.ok.tolist() == [False, True]
     assert got.errors == {START: INCOMPLETE}

@@ -177,13 +177,8 @@ def read_deliveries(directory: str | Path) -> list[Delivery]:
 @processor_factory
 def logged_job(config: SpoutConfig) -> RecordProcessor:
     """:func:`log_deliveries` into ``$KSPOUT_TEST_DELIVERIES``, ``$KSPOUT_TEST_SLOW_MS``
-    per record (for jobs started with ``kinesis-spout run``)."""
-    import os
-
-    directory = os.environ["KSPOUT_TEST_DELIVERIES"]
-    slow = float(os.environ.get("KSPOUT_TEST_SLOW_MS", "0"))
-    peers = int(os.environ.get("KSPOUT_TEST_PEERS", "0"))
-    return per_record(log_deliveries(directory, sleep_ms=slow, peers=peers), name="logged")
+    per record, ``$KSPOUT_TEST_PEERS`` (for jobs started with ``kinesis-spout run``)."""
+    return per_record(_logged(config), name="logged")
 
 
 def poison_until_fixed(fixed: str, record: InputRecord) -> None:
