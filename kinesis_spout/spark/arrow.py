@@ -139,6 +139,11 @@ def clip_error(text: str) -> str:
     return text[: MAX_ERROR_CHARS - 15] + "... (truncated)"
 
 
+def sink_error(text: object) -> str:
+    """A fan-out sink's error for one derived record, as it reports it (None: none given)."""
+    return clip_error(str(text)) if text is not None else "sink reported a failure"
+
+
 @dataclass(slots=True)
 class Statuses:
     """Per-record results of rows ``start..stop-1`` of a micro-batch.

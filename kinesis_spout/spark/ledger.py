@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from kinesis_spout.spark.arrow import ROOT, Statuses, clip_error
+from kinesis_spout.spark.arrow import ROOT, Statuses, sink_error
 from kinesis_spout.spark.fanout import (
     ID,
     MASK64,
@@ -60,7 +60,7 @@ class SinkStatuses:
                 else [None] * len(bad)
             )
             for i, t in zip(bad.tolist(), texts, strict=True):
-                errors[i] = clip_error(str(t)) if t is not None else "sink reported a failure"
+                errors[i] = sink_error(t)
         return cls(sink, name, roots, ids, ok, errors)
 
     @classmethod

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kinesis_spout.spark.arrow import ROOT, ROW, Statuses, clip_error
+from kinesis_spout.spark.arrow import ROOT, ROW, Statuses, sink_error
 from kinesis_spout.spark.fanout import (
     ID,
     SINK_VALS,
@@ -77,10 +77,8 @@ def _partials(sink: int, name: str, batch: pa.RecordBatch) -> pa.RecordBatch:
     keys, xors = xor_by_key(roots[ok], edge_ids(to_unsigned(ids[ok]), sink))
     bad = np.flatnonzero(~ok)
     bad_roots, first = np.unique(roots[bad], return_index=True)
-    texts = [
-        f"sink {name}: {clip_error(str(t)) if t is not None else 'sink reported a failure'}"
-        for t in batch.column("error").take(pa.array(bad[first], pa.int64())).to_pylist()
-    ]
+    picked = batch.column("error").take(pa.array(bad[first], pa.int64())).to_pylist()
+    texts = [f"sink {name}: {sink_error(t)}" for t in picked]
     n = len(keys) + len(bad_roots)
     return pa.RecordBatch.from_arrays(
         [
