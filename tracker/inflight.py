@@ -34,6 +34,8 @@ Ack: pop the key from ``_slot`` (and from ``_att``/``_retries`` if it was ever
 failed), nothing else.  Reading ``checkpoint`` advances the head of the
 emit-order array over the done entries; done runs collapse lazily when the
 array outgrows ``3 * in_flight + 64`` entries (see :mod:`tracker.layout`).
+
+Over 400 lines because it is one class that does one job (its docstring says why).
 """
 
 from __future__ import annotations
