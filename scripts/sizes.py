@@ -3,8 +3,11 @@
 and bench/.
 
 Limits: module 400 lines, class 300, function 60 (docs/STYLE). Items over a limit are flagged
-with ``OVER``; ``--check`` exits 1 when any item is over. Sizes are ast spans
-(``end_lineno - lineno + 1``, decorators included), modules count physical lines.
+with ``OVER``. ``--check`` exits 1 when a function is over; a module or class over its limit
+is reported only, as issue 23 has it: one that does one job is fine when its docstring says
+why, while a class cut into mixins that share its state, a helper moved only to save lines or
+``# fmt: skip`` used to fit a limit is not. Sizes are ast spans (``end_lineno - lineno + 1``,
+decorators included), modules count physical lines.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LIMITS = {"module": 400, "class": 300, "function": 60}
+CHECKED = ("function",)
+"""The kinds ``--check`` fails on; the others are reported."""
 ROOTS = ("tracker", "kinesis_spout", "bench")
 
 
@@ -75,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     items = collect(args.base)
     over = [i for i in items if i.over]
+    failing = [i for i in over if i.kind in CHECKED]
     for kind, limit in LIMITS.items():
         ranked = sorted((i for i in items if i.kind == kind), key=lambda i: -i.lines)
         shown = {id(i) for i in ranked[: args.top]} | {id(i) for i in ranked if i.over}
@@ -84,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             if id(item) in shown:
                 flag = "  OVER" if item.over else ""
                 print(f"  {item.lines:5d}  {item.name}{flag}")
-    print(f"{len(over)} over the limits")
-    return 1 if args.check and over else 0
+    print(f"{len(over)} over the limits, {len(failing)} of them functions (--check fails on those)")
+    return 1 if args.check and failing else 0
 
 
 if __name__ == "__main__":

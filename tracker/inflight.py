@@ -19,31 +19,27 @@ Contract in a few lines (details in ``docs/tracker.md``):
 Layout.  An ordered hash map in emit order, kept lazily.  ``_slot`` maps the
 key of every record not yet done (in flight or awaiting a retry) to its
 record, so ``len(_slot)`` is the in-flight count and its insertion order is
-emit order.  ``_keys`` is the emit-order array of emitted keys (done or not)
-from ``_head`` (the earliest pointer: no entry before it is pending) on;
-``_latest`` is the greatest key ever emitted.  An entry is done when its key is
-no longer in ``_slot``.  Deliveries are 1 unless the key is in ``_att`` (keys
-failed at least once); a key awaits a retry when it is in ``_retry``.  No
-per-record Python object is created and nothing here feeds the cyclic
-garbage collector.
+emit order; an emitted key is done once it is no longer there.  ``_order``
+(:class:`~tracker.layout.EmitOrder`) is the emit-order array of the emitted
+keys with its head and the checkpoint; ``_latest`` is the greatest key ever
+emitted.  Deliveries are 1 unless the key is in ``_att`` (keys failed at
+least once); a key awaits a retry when it is in ``_retries``
+(:class:`~tracker.retrying.RetryQueue`), and each delivery has a deadline in
+``_deadlines`` (:class:`~tracker.timeouts.Deadlines`) when there is a message
+timeout.  ``_counts`` (:class:`~tracker.counters.Counters`) counts the cold
+paths.  No per-record Python object is created and nothing here feeds the
+cyclic garbage collector.
 
-Ack: pop the key from ``_slot`` (and from ``_att``/``_retry`` if it was ever
-failed), nothing else.  Reading ``checkpoint`` advances the head over the done
-entries (amortised O(1) each, at C speed); the checkpoint is the key of the
-last done entry it passed.  Done runs collapse lazily: when ``_keys`` holds
-more than ``3 * in_flight + 64`` entries, a compaction keeps only the pending
-keys, the last key of each done run between them (its representative: the
-checkpoint once the head reaches the next pending key) and the latest key, so
-at most ``2 * in_flight + 1`` entries remain and memory stays proportional to
-the records in flight (the array is dropped when the tracker has drained).
-The dict never holds positions, so a compaction never touches it.  The
-logical list (every pending key, plus the last key of each done run between
-them) is what ``_nodes()`` derives for the tests.
+Ack: pop the key from ``_slot`` (and from ``_att``/``_retries`` if it was ever
+failed), nothing else.  Reading ``checkpoint`` advances the head of the
+emit-order array over the done entries; done runs collapse lazily when the
+array outgrows ``3 * in_flight + 64`` entries (see :mod:`tracker.layout`).
+
+Over 400 lines because it is one class that does one job (its docstring says why).
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator
 from typing import Generic, cast
@@ -51,7 +47,7 @@ from typing import Generic, cast
 from tracker.backoff import Backoff, NoBackoff
 from tracker.counters import Counters
 from tracker.keys import SequenceKey
-from tracker.layout import Layout
+from tracker.layout import EmitOrder
 from tracker.outcomes import (
     FailAction,
     FailOutcome,
@@ -61,7 +57,7 @@ from tracker.outcomes import (
     check_arguments,
 )
 from tracker.retrying import RetryQueue
-from tracker.timeouts import Timeouts
+from tracker.timeouts import Deadlines
 
 __all__ = [
     "FailAction",
@@ -77,7 +73,7 @@ _LOW = SequenceKey(-1, -1)
 _GONE: object = object()
 
 
-class InflightRecordTracker(RetryQueue[R], Timeouts[R], Layout, Counters, Generic[R]):
+class InflightRecordTracker(Generic[R]):
     """Tracks the records of one shard from emit to ack, retry or dead letter.
 
     ``retry_limit`` is the number of extra deliveries: with 0 the first fail
@@ -89,34 +85,30 @@ class InflightRecordTracker(RetryQueue[R], Timeouts[R], Layout, Counters, Generi
     tracker never reads a clock.
 
     Not thread-safe: one tracker per shard, used by one thread.
+
+    Why one class of over 300 lines: it does one job, the life of a record
+    from emit to done, and its public face (some twenty methods, each with its
+    contract) is most of it.  The state of the hot paths (``emitted``,
+    ``ack``, ``ack_many``, ``checkpoint``) is its own, one attribute lookup
+    away, and so is the logic that ties the parts together; what has state
+    and rules of its own is a component it holds: the emit-order array
+    (``EmitOrder``), the retry queue, the deadlines and the cold counters.
+    The ``_nodes``, ``_keys``, ``_heap``, ``_tq_*`` members are for the tests.
     """
 
     __slots__ = (
         "_att",
         "_backoff",
-        "_checkpoint",
-        "_dup_acks",
+        "_counts",
+        "_deadlines",
         "_emitted",
-        "_expired",
         "_given",
-        "_given_up",
-        "_head",
-        "_heap",
-        "_ignored_emits",
-        "_ignored_fails",
-        "_keys",
-        "_late_acks",
         "_latest",
         "_max_in_flight",
-        "_retried",
-        "_retry",
+        "_order",
+        "_retries",
         "_retry_limit",
         "_slot",
-        "_timeout",
-        "_tq_at",
-        "_tq_key",
-        "_tq_n",
-        "_unknown_acks",
     )
 
     def __init__(
@@ -131,40 +123,21 @@ class InflightRecordTracker(RetryQueue[R], Timeouts[R], Layout, Counters, Generi
         check_arguments(retry_limit, max_in_flight, message_timeout, backoff, resume_after)
         self._retry_limit = retry_limit
         self._max_in_flight = max_in_flight
-        self._timeout: float | None = None if message_timeout is None else float(message_timeout)
         self._backoff: Backoff = NoBackoff() if backoff is None else backoff
 
         # Ordered hash map in emit order (see the module doc).
         self._slot: dict[SequenceKey, object] = {}  # pending key -> record, in emit order
-        self._keys: list[SequenceKey] = []  # emitted keys in emit order, from _head on
-        self._head = 0  # the earliest entry that may be pending
+        self._order = EmitOrder(resume_after)  # emitted keys in emit order, and the checkpoint
         self._att: dict[SequenceKey, int] = {}  # deliveries, for keys failed at least once
         # Given up, dead letter not confirmed yet: pending in _slot, no retry, no timeout.
         self._given: set[SequenceKey] = set()
         # A restored checkpoint: keys up to it are done (re-reads of them are ignored).
         self._latest = _LOW if resume_after is None else resume_after
-        self._checkpoint: SequenceKey | None = resume_after
+        self._emitted = 0  # new records emitted (the one counter of the hot path)
 
-        # Retries: a heap of (due, key) with lazy deletion; _retry holds the live entry per key.
-        # Keys grow in emit order, so (due, key) ties break by emit order.
-        self._heap: list[tuple[float, SequenceKey]] = []
-        self._retry: dict[SequenceKey, tuple[float, SequenceKey]] = {}
-
-        # Message timeout: deliveries in time order, (deadline, key, delivery number)
-        # in three parallel deques.
-        self._tq_at: deque[float] = deque()
-        self._tq_key: deque[SequenceKey] = deque()
-        self._tq_n: deque[int] = deque()
-
-        self._emitted = 0
-        self._retried = 0
-        self._given_up = 0
-        self._dup_acks = 0
-        self._unknown_acks = 0
-        self._late_acks = 0
-        self._ignored_fails = 0
-        self._ignored_emits = 0
-        self._expired = 0
+        self._retries = RetryQueue()
+        self._deadlines = None if message_timeout is None else Deadlines(float(message_timeout))
+        self._counts = Counters()
 
     # ------------------------------------------------------------------ emit
 
@@ -179,30 +152,24 @@ class InflightRecordTracker(RetryQueue[R], Timeouts[R], Layout, Counters, Generi
         if key > self._latest:
             self._latest = key
             self._slot[key] = record
-            self._keys.append(key)
+            self._order.keys.append(key)
             self._emitted += 1
-            if self._timeout is not None:
+            if self._deadlines is not None:
                 self._arm(key, 1, now)
             return True
         return self._emit_known(key, record, now)
 
     def _emit_known(self, key: SequenceKey, record: R | None, now: float) -> bool:
-        entry = self._retry.pop(key, None)
-        if entry is None:  # unknown, in flight or done
-            self._ignored_emits += 1
+        if not self._retries.remove(key):  # unknown, in flight or done
+            self._counts.ignored_emits += 1
             return False
         # Awaiting a retry: this is the retry.
-        heap = self._heap
-        if heap[0] is entry:
-            heapq.heappop(heap)
-        else:
-            self._maybe_compact_heap()
         deliveries = self._att[key] + 1
         self._att[key] = deliveries
         if record is not None:
             self._slot[key] = record
-        self._retried += 1
-        if self._timeout is not None:
+        self._counts.retried += 1
+        if self._deadlines is not None:
             self._arm(key, deliveries, now)
         return True
 
@@ -218,15 +185,15 @@ class InflightRecordTracker(RetryQueue[R], Timeouts[R], Layout, Counters, Generi
         """
         slot = self._slot
         if self._given and key in self._given:  # its dead letter decides, not an ack
-            self._dup_acks += 1
+            self._counts.duplicate_acks += 1
             return False
         if slot.pop(key, _GONE) is _GONE:
-            self._bad_ack(key)
+            self._counts.bad_ack(key, self._latest)
             return False
         if self._att:
             self._forget(key)
-        if len(self._keys) > 3 * len(slot) + 64:
-            self._compact()
+        if len(self._order.keys) > 3 * len(slot) + 64:
+            self._order.compact(slot)
         return True
 
     def ack_many(self, keys: Iterable[SequenceKey]) -> int:
@@ -244,25 +211,23 @@ class InflightRecordTracker(RetryQueue[R], Timeouts[R], Layout, Counters, Generi
         try:
             for key in keys:
                 if given and key in given:
-                    self._dup_acks += 1
+                    self._counts.duplicate_acks += 1
                     continue
                 if slot_pop(key, gone) is gone:
-                    self._bad_ack(key)
+                    self._counts.bad_ack(key, self._latest)
                     continue
                 done += 1
                 if att:
                     self._forget(key)
         finally:  # keep the map bounded even if a key blows up (e.g. unhashable)
-            if len(self._keys) > 3 * len(slot) + 64:
-                self._compact()
+            if len(self._order.keys) > 3 * len(slot) + 64:
+                self._order.compact(slot)
         return done
 
     def _forget(self, key: SequenceKey) -> None:
         """Drop the retry state of a key that just became done (it was failed before)."""
-        if self._att.pop(key, None) is not None and key in self._retry:
-            del self._retry[key]
-            self._late_acks += 1
-            self._maybe_compact_heap()
+        if self._att.pop(key, None) is not None and self._retries.remove(key):
+            self._counts.late_acks += 1
 
     # ------------------------------------------------------------------ fail
 
@@ -285,21 +250,19 @@ class InflightRecordTracker(RetryQueue[R], Timeouts[R], Layout, Counters, Generi
         """
         record = cast("R | None", self._slot.get(key, _GONE))
         if record is _GONE:
-            self._ignored_fails += 1
+            self._counts.ignored_fails += 1
             return FailOutcome(FailAction.IGNORED, key, None, 0, None, error)
         deliveries = max(self._att.get(key, 1), deliveries)
-        if key in self._retry or key in self._given:
-            self._ignored_fails += 1
+        if key in self._retries or key in self._given:
+            self._counts.ignored_fails += 1
             return FailOutcome(FailAction.IGNORED, key, None, deliveries, None, error)
         if give_up or deliveries > self._retry_limit:
-            self._given_up += 1
+            self._counts.given_up += 1
             self._given.add(key)  # pending until the caller confirms its dead letter
             return FailOutcome(FailAction.GIVEN_UP, key, record, deliveries, None, error)
         retry_at = now + self._backoff.delay(deliveries)
         self._att[key] = deliveries
-        entry = (retry_at, key)
-        heapq.heappush(self._heap, entry)
-        self._retry[key] = entry
+        self._retries.push(key, retry_at)
         return FailOutcome(FailAction.RETRY, key, record, deliveries, retry_at, error)
 
     def fail_many(
@@ -317,13 +280,13 @@ class InflightRecordTracker(RetryQueue[R], Timeouts[R], Layout, Counters, Generi
         """
         given = self._given
         if key not in given:
-            self._ignored_fails += 1
+            self._counts.ignored_fails += 1
             return False
         given.remove(key)
         del self._slot[key]
         self._att.pop(key, None)
-        if len(self._keys) > 3 * len(self._slot) + 64:
-            self._compact()
+        if len(self._order.keys) > 3 * len(self._slot) + 64:
+            self._order.compact(self._slot)
         return True
 
     def dead_lettered_many(self, keys: Iterable[SequenceKey]) -> int:
@@ -332,6 +295,64 @@ class InflightRecordTracker(RetryQueue[R], Timeouts[R], Layout, Counters, Generi
         return sum(1 for key in keys if confirm(key))
 
     # ---------------------------------------------------------------- retries
+
+    def next_retry(self, now: float = 0.0) -> RetryItem[R] | None:
+        """The earliest-due retry whose time has come (ties: emit order), or None.
+
+        Does not mark it emitted: call ``emitted(item.key, item.record, now)``
+        when it is handed out.  Until then the same item is returned again.
+        """
+        entry = self._retries.first()
+        if entry is None or entry[0] > now:
+            return None
+        key = entry[1]
+        return RetryItem(key, cast("R | None", self._slot[key]), self._att[key] + 1)
+
+    def next_retry_at(self) -> float | None:
+        """When the earliest pending retry becomes due, or None if none is pending."""
+        entry = self._retries.first()
+        return None if entry is None else entry[0]
+
+    def record_of(self, key: SequenceKey) -> R | None:
+        """The record held for pending ``key`` (None: unknown, done, or held without one)."""
+        return cast("R | None", self._slot.get(key))
+
+    # --------------------------------------------------------- message timeout
+
+    def expire(self, now: float) -> list[FailOutcome[R]]:
+        """Fail every record whose latest delivery is older than ``message_timeout``.
+
+        A delivery at ``t`` expires once ``now > t + message_timeout``.  Each
+        expiry is a ``fail`` (RETRY or GIVEN_UP) with a timeout error, counted in
+        ``expired``.  A no-op without a timeout.  Deliveries are taken in the
+        order they were emitted, so ``now`` passed to ``emitted`` should not go
+        backwards (if it does, a record may expire late, never early).
+        """
+        deadlines = self._deadlines
+        if deadlines is None:
+            return []
+        out: list[FailOutcome[R]] = []
+        for key, delivery in deadlines.overdue(now):
+            if self._live_delivery(key, delivery):
+                self._counts.expired += 1
+                out.append(self.fail(key, now, deadlines.error))
+        return out
+
+    def _arm(self, key: SequenceKey, delivery: int, now: float) -> None:
+        deadlines = self._deadlines
+        assert deadlines is not None
+        deadlines.arm(key, delivery, now)
+        if len(deadlines) > 2 * len(self._slot) + 64:
+            deadlines.keep(self._live_delivery)
+
+    def _live_delivery(self, key: SequenceKey, delivery: int) -> bool:
+        """True if delivery number ``delivery`` of ``key`` is its latest and still in flight."""
+        return (
+            key in self._slot
+            and key not in self._retries
+            and key not in self._given
+            and self._att.get(key, 1) == delivery
+        )
 
     # ------------------------------------------------------------- read side
 
@@ -342,8 +363,9 @@ class InflightRecordTracker(RetryQueue[R], Timeouts[R], Layout, Counters, Generi
         None until the first one is.  Never decreases.  Resume a shard with
         ``AFTER_SEQUENCE_NUMBER`` of it (and skip sub-sequences up to its own).
         """
-        self._advance()
-        return self._checkpoint
+        order = self._order
+        order.advance(self._slot)
+        return order.checkpoint
 
     @property
     def latest(self) -> SequenceKey | None:
@@ -369,8 +391,50 @@ class InflightRecordTracker(RetryQueue[R], Timeouts[R], Layout, Counters, Generi
         """True if ``key`` is in flight or awaiting a retry."""
         return key in self._slot
 
+    @property
+    def stats(self) -> TrackerStats:
+        """A snapshot of the counters."""
+        return self._counts.snapshot(
+            self._emitted, len(self._slot), len(self._retries), len(self), len(self._given)
+        )
+
+    def __len__(self) -> int:
+        """Entries held in the emit-order key array (at most ``3 * in_flight + 64``)."""
+        return len(self._order.keys)
+
     def __repr__(self) -> str:
         return (
             f"<InflightRecordTracker in_flight={len(self._slot)} nodes={len(self)}"
-            f" checkpoint={self._checkpoint!s} retries={len(self._retry)}>"
+            f" checkpoint={self._order.checkpoint!s} retries={len(self._retries)}>"
         )
+
+    # ------------------------------------------------------- for the tests
+
+    def _nodes(self) -> list[tuple[SequenceKey, bool]]:
+        """The collapsed list, head to tail, as (key, done), after checking the layout."""
+        retries = self._retries.keys()
+        if not set(self._att) <= self._slot.keys() or not retries <= self._att.keys():
+            raise AssertionError("retry state for keys not pending")
+        if not self._given <= self._slot.keys() or self._given & retries:
+            raise AssertionError("retry state for keys not pending")
+        return self._order.nodes(self._slot, self._latest)
+
+    @property
+    def _keys(self) -> list[SequenceKey]:
+        """The emit-order key array (the tests check it is dropped once drained)."""
+        return self._order.keys
+
+    @property
+    def _heap(self) -> list[tuple[float, SequenceKey]]:
+        """The retry queue's heap, stale entries included (the tests bound its size)."""
+        return self._retries.heap
+
+    @property
+    def _tq_at(self) -> deque[float]:
+        """The deadlines armed, live or not (empty without a timeout; the tests bound it)."""
+        return deque() if self._deadlines is None else self._deadlines.at
+
+    @property
+    def _tq_key(self) -> deque[SequenceKey]:
+        """The keys of the deadlines armed (empty without a timeout)."""
+        return deque() if self._deadlines is None else self._deadlines.keys

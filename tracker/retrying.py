@@ -1,65 +1,77 @@
-"""The retry queue of the in-flight tracker.
+"""The in-flight tracker's retry queue: keys awaiting a retry, earliest due first.
 
-A heap of ``(due, key)`` with lazy deletion; ``_retry`` maps each key awaiting
-its retry to its live heap entry, so a retry cancelled by a late ack (or
-handed out) just leaves a stale entry that is skipped and, once stale entries
-outnumber the live ones, compacted. Keys grow in emit order, so equal due
-times break by emit order. A mixin of
-:class:`~tracker.inflight.InflightRecordTracker` (its state lives there).
+A heap of ``(due, key)`` with lazy deletion; ``_live`` maps each key awaiting
+its retry to its one live heap entry, so a retry that is handed out or
+cancelled by a late ack only leaves a stale entry behind. Stale entries are
+recognised by identity (never returned, so none can stall a shard, unlike the
+Java original) and compacted once they outnumber the live ones. Keys grow in
+emit order, so equal due times break by emit order.
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import Generic, cast
 
 from tracker.keys import SequenceKey
-from tracker.outcomes import R, RetryItem
+
+_Entry = tuple[float, SequenceKey]
 
 
-class RetryQueue(Generic[R]):
-    """Due retries, earliest first (ties: emit order)."""
+class RetryQueue:
+    """Keys awaiting a retry with their due times; held by one tracker.
 
-    # No __slots__ of its own: mypy would refuse assigning the tracker's slots here;
-    # the tracker declares them all.
-    _heap: list[tuple[float, SequenceKey]]
-    _retry: dict[SequenceKey, tuple[float, SequenceKey]]
-    _att: dict[SequenceKey, int]
-    _slot: dict[SequenceKey, object]
+    It knows nothing of records or deliveries: the tracker keeps those, and
+    asks the queue only what is due and whether a key awaits a retry.
+    """
 
-    def _retry_top(self) -> tuple[float, SequenceKey] | None:
+    __slots__ = ("_heap", "_live")
+
+    def __init__(self) -> None:
+        self._heap: list[_Entry] = []
+        self._live: dict[SequenceKey, _Entry] = {}
+
+    def __len__(self) -> int:
+        """Keys awaiting a retry."""
+        return len(self._live)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._live
+
+    def keys(self) -> set[SequenceKey]:
+        """The keys awaiting a retry (a snapshot, for the layout checks of the tests)."""
+        return set(self._live)
+
+    @property
+    def heap(self) -> list[_Entry]:
+        """The heap itself, stale entries included (its size is bounded; tests check it)."""
+        return self._heap
+
+    def push(self, key: SequenceKey, due: float) -> None:
+        """Schedule the retry of ``key`` (which awaits none) at ``due``."""
+        entry = (due, key)
+        heapq.heappush(self._heap, entry)
+        self._live[key] = entry
+
+    def remove(self, key: SequenceKey) -> bool:
+        """Drop the pending retry of ``key`` (handed out, or cancelled); False if it had none."""
+        entry = self._live.pop(key, None)
+        if entry is None:
+            return False
         heap = self._heap
-        retry = self._retry
+        if heap[0] is entry:
+            heapq.heappop(heap)
+        elif len(heap) > 2 * len(self._live) + 32:
+            heap[:] = self._live.values()
+            heapq.heapify(heap)
+        return True
+
+    def first(self) -> _Entry | None:
+        """The live ``(due, key)`` due earliest (ties: emit order), or None."""
+        heap = self._heap
+        live = self._live
         while heap:
             entry = heap[0]
-            if retry.get(entry[1]) is entry:
+            if live.get(entry[1]) is entry:
                 return entry
-            heapq.heappop(heap)  # stale: acked late, or already re-emitted
+            heapq.heappop(heap)  # stale: cancelled by a late ack, or already handed out
         return None
-
-    def next_retry(self, now: float = 0.0) -> RetryItem[R] | None:
-        """The earliest-due retry whose time has come (ties: emit order), or None.
-
-        Does not mark it emitted: call ``emitted(item.key, item.record, now)``
-        when it is handed out.  Until then the same item is returned again.
-        """
-        entry = self._retry_top()
-        if entry is None or entry[0] > now:
-            return None
-        key = entry[1]
-        return RetryItem(key, cast("R | None", self._slot[key]), self._att[key] + 1)
-
-    def record_of(self, key: SequenceKey) -> R | None:
-        """The record held for pending ``key`` (None: unknown, done, or held without one)."""
-        return cast("R | None", self._slot.get(key))
-
-    def next_retry_at(self) -> float | None:
-        """When the earliest pending retry becomes due, or None if none is pending."""
-        entry = self._retry_top()
-        return None if entry is None else entry[0]
-
-    def _maybe_compact_heap(self) -> None:
-        heap = self._heap
-        if len(heap) > 2 * len(self._retry) + 32:
-            heap[:] = self._retry.values()
-            heapq.heapify(heap)
