@@ -41,15 +41,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kinesis_spout.errors import KinesisSpoutError
-from kinesis_spout.testing.chaos import (
+from devkit.chaos import (
     ChaosPlan,
     ChaosResult,
     draw_chaos_result,
     figures_json,
     run_chaos,
 )
-from kinesis_spout.testing.plots import add_plot_argument, check_plot_argument, save_chart
+from devkit.plots import add_plot_argument, check_plot_argument, save_chart
+from kinesis_spout.errors import KinesisSpoutError
 
 
 def build_parser() -> argparse.ArgumentParser:

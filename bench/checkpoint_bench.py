@@ -39,14 +39,7 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 from kazoo.client import KazooClient  # noqa: E402
 
-from kinesis_spout.checkpoint.base import CheckpointStore  # noqa: E402
-from kinesis_spout.checkpoint.file import FileCheckpointStore  # noqa: E402
-from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore  # noqa: E402
-from kinesis_spout.config import SpoutConfig  # noqa: E402
-from kinesis_spout.kinesis.client import make_client  # noqa: E402
-from kinesis_spout.records import Checkpoint  # noqa: E402
-from kinesis_spout.spout import KinesisSpout  # noqa: E402
-from kinesis_spout.testing.plots import (  # noqa: E402
+from devkit.plots import (  # noqa: E402
     Bar,
     BarChart,
     Panel,
@@ -55,6 +48,13 @@ from kinesis_spout.testing.plots import (  # noqa: E402
     check_plot_argument,
     finish_bench,
 )
+from kinesis_spout.checkpoint.base import CheckpointStore  # noqa: E402
+from kinesis_spout.checkpoint.file import FileCheckpointStore  # noqa: E402
+from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore  # noqa: E402
+from kinesis_spout.config import SpoutConfig  # noqa: E402
+from kinesis_spout.kinesis.client import make_client  # noqa: E402
+from kinesis_spout.records import Checkpoint  # noqa: E402
+from kinesis_spout.spout import KinesisSpout  # noqa: E402
 from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer  # noqa: E402
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records  # noqa: E402
 

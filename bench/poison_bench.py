@@ -33,14 +33,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from devkit.plots import Bar, BarChart, Panel, Series, finish_bench
+from devkit.spark import local_spark_session
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.deadletter import read_dead_letters
 from kinesis_spout.spark.build import run_job
 from kinesis_spout.spark.processing import InputRecord, per_record
 from kinesis_spout.spark.reports import BatchReport
-from kinesis_spout.testing.plots import Bar, BarChart, Panel, Series, finish_bench
 from kinesis_spout.testing.servers import MotoServer
-from kinesis_spout.testing.spark import local_spark_session
 from kinesis_spout.testing.streams import (
     create_stream,
     emulator_client,

@@ -34,11 +34,11 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+from devkit.spark import local_spark_session  # noqa: E402
 from kinesis_spout.config import SpoutConfig  # noqa: E402
 from kinesis_spout.spark.build import build_driver  # noqa: E402
 from kinesis_spout.spark.processing import InputRecord  # noqa: E402
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
-from kinesis_spout.testing.spark import local_spark_session  # noqa: E402
 from kinesis_spout.testing.streams import (  # noqa: E402
     create_stream,
     emulator_client,

@@ -45,8 +45,7 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 import boto3  # noqa: E402
 from botocore.config import Config as BotoConfig  # noqa: E402
 
-from kinesis_spout.kinesis.client import make_client  # noqa: E402
-from kinesis_spout.testing.plots import (  # noqa: E402
+from devkit.plots import (  # noqa: E402
     Bar,
     BarChart,
     Panel,
@@ -55,6 +54,7 @@ from kinesis_spout.testing.plots import (  # noqa: E402
     check_plot_argument,
     finish_bench,
 )
+from kinesis_spout.kinesis.client import make_client  # noqa: E402
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
 from kinesis_spout.testing.streams import fill_stream  # noqa: E402
 

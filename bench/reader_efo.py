@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from devkit.localstack import LocalStackServer
 from kinesis_spout.checkpoint.base import MemoryCheckpointStore
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.kinesis.api import KinesisApi
@@ -34,7 +35,6 @@ from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.kinesis.consumer import ensure_consumer
 from kinesis_spout.kinesis.efo_api import FanOutApi
 from kinesis_spout.spout import KinesisSpout
-from kinesis_spout.testing.localstack import LocalStackServer
 from kinesis_spout.testing.streams import fill_stream
 
 SHARDS = 4

@@ -43,7 +43,7 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from kinesis_spout.testing.plots import (  # noqa: E402
+from devkit.plots import (  # noqa: E402
     Bar,
     BarChart,
     Panel,
@@ -51,8 +51,8 @@ from kinesis_spout.testing.plots import (  # noqa: E402
     check_plot_argument,
     finish_bench,
 )
+from devkit.spark import bench_job_config, local_spark_session  # noqa: E402
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
-from kinesis_spout.testing.spark import bench_job_config, local_spark_session  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from source_latency import latency_figures  # noqa: E402
@@ -171,7 +171,7 @@ def fetches_per_record(
     spark: Any, endpoint: str, stream: str, records: int, max_per_shard: int, workdir: Path
 ) -> tuple[float, int]:
     """(c): the source through the fault proxy (no faults): records fetched ÷ records."""
-    from kinesis_spout.testing.faultproxy import FaultProxy
+    from devkit.faultproxy import FaultProxy
 
     with FaultProxy(endpoint) as proxy:
         run_source(spark, proxy.endpoint_url, stream, records, max_per_shard, workdir)

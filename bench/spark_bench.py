@@ -56,13 +56,7 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from kinesis_spout.records import Record  # noqa: E402
-from kinesis_spout.spark.arrow import records_to_arrow  # noqa: E402
-from kinesis_spout.spark.build import run_job  # noqa: E402
-from kinesis_spout.spark.driver import BatchReport  # noqa: E402
-from kinesis_spout.spark.processing import InputRecord, per_record  # noqa: E402
-from kinesis_spout.spark.runner import SparkRunner  # noqa: E402
-from kinesis_spout.testing.plots import (  # noqa: E402
+from devkit.plots import (  # noqa: E402
     Bar,
     BarChart,
     Panel,
@@ -71,8 +65,14 @@ from kinesis_spout.testing.plots import (  # noqa: E402
     check_plot_argument,
     finish_bench,
 )
+from devkit.spark import bench_job_config, local_spark_session  # noqa: E402
+from kinesis_spout.records import Record  # noqa: E402
+from kinesis_spout.spark.arrow import records_to_arrow  # noqa: E402
+from kinesis_spout.spark.build import run_job  # noqa: E402
+from kinesis_spout.spark.driver import BatchReport  # noqa: E402
+from kinesis_spout.spark.processing import InputRecord, per_record  # noqa: E402
+from kinesis_spout.spark.runner import SparkRunner  # noqa: E402
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
-from kinesis_spout.testing.spark import bench_job_config, local_spark_session  # noqa: E402
 from kinesis_spout.testing.streams import emulator_client, fill_stream  # noqa: E402
 from tracker import SequenceKey  # noqa: E402
 

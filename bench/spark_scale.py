@@ -27,11 +27,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from devkit.cluster import StandaloneCluster, cluster_spark_conf
+from devkit.spark import bench_job_config, local_spark_session
 from kinesis_spout.spark.build import build_driver
 from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.processing import InputRecord
-from kinesis_spout.testing.cluster import StandaloneCluster, cluster_spark_conf
-from kinesis_spout.testing.spark import bench_job_config, local_spark_session
 
 BURN_US = 200.0
 

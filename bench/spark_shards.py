@@ -48,9 +48,9 @@ import spark_styles
 from job_runs import JobRun
 from reader_bench import stock_client
 
-from kinesis_spout.testing.plots import Bar, BarChart, Panel, Series, finish_bench
+from devkit.plots import Bar, BarChart, Panel, Series, finish_bench
+from devkit.spark import local_spark_session
 from kinesis_spout.testing.servers import MotoServer
-from kinesis_spout.testing.spark import local_spark_session
 from kinesis_spout.testing.streams import (
     create_stream,
     emulator_client,

@@ -46,7 +46,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 
 from sortedcontainers import SortedList  # noqa: E402
 
-from kinesis_spout.testing.plots import (  # noqa: E402
+from devkit.plots import (  # noqa: E402
     Bar,
     BarChart,
     Panel,

@@ -11,7 +11,7 @@ endpoint URL; its files and log live in ``--dir`` (default
 ``.cache/localstack-run``), its pid in ``<dir>/localstack.pid``. ``stop``
 sends SIGTERM, then SIGKILL after 5 s, to LocalStack and the kinesis-mock it
 started. Run it with the project's virtualenv (it uses
-``kinesis_spout.testing.localstack``); LocalStack itself runs from
+``devkit.localstack``); LocalStack itself runs from
 ``.cache/localstack-venv`` (``scripts/setup-common.sh``: ``ensure_localstack``).
 """
 
@@ -28,8 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from devkit.localstack import LocalStackServer, descendants  # noqa: E402
 from kinesis_spout.errors import KinesisSpoutError  # noqa: E402
-from kinesis_spout.testing.localstack import LocalStackServer, descendants  # noqa: E402
 from kinesis_spout.testing.servers import port_open  # noqa: E402
 
 DEFAULT_DIR = REPO / ".cache" / "localstack-run"

@@ -42,6 +42,16 @@ ensure_venv() {  # $1: extras, e.g. "test" or "spark"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[$1]" >>.cache/pip.log 2>&1 \
     || { grep -v "is ignored" .cache/pip.log | tail -40 >&2; exit 1; }
   "$VENV/bin/python" -c "import kinesis_spout, tracker" || { echo "install of kinesis-spout[$1] failed" >&2; exit 1; }
+  if [[ "$1" == *test* || "$1" == *dev* ]]; then
+    # devkit/ (the chaos runner, plots, fault proxy, cluster and LocalStack fixtures) is not in
+    # the wheel; tests, bench/ and the Spark workers they start import it from the checkout.
+    "$VENV/bin/python" - "$PWD" <<'PY'
+import sys, sysconfig
+from pathlib import Path
+Path(sysconfig.get_paths()["purelib"], "kinesis_spout_devkit.pth").write_text(sys.argv[1] + "\n")
+PY
+    "$VENV/bin/python" -c "import devkit" || { echo "devkit/ is not importable from $VENV" >&2; exit 1; }
+  fi
 }
 
 ensure_kinesis_mock() {
@@ -57,7 +67,7 @@ ensure_kinesis_mock() {
 # Python 3.11, and some of its dependencies need pins. Its Kinesis engine (npm kinesis-local,
 # the version LocalStack 4.9.2 asks for) is installed ahead of time into
 # .cache/localstack-libs/kinesis-local/<version>/ (the layout of LocalStack's own
-# var/lib/localstack/lib); kinesis_spout/testing/localstack.py links it into LocalStack's
+# var/lib/localstack/lib); devkit/localstack.py links it into LocalStack's
 # FILESYSTEM_ROOT, so LocalStack never runs `npm install` itself.
 LOCALSTACK_VERSION="4.9.2"
 LOCALSTACK_KINESIS_LOCAL_VERSION="0.4.13"

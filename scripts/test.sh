@@ -16,7 +16,7 @@ ensure_localstack
 echo "== ruff"
 "$VENV/bin/ruff" check .
 echo "== mypy --strict"
-"$VENV/bin/mypy" --strict tracker kinesis_spout bench
+"$VENV/bin/mypy" --strict tracker kinesis_spout devkit bench
 echo "== pytest"
 # Two processes (pytest-xdist), a test file's tests in one of them: most tests wait on JVMs
 # and emulators, so two take about 2/3 of the time of one on two cores. `-n 0`: one process.

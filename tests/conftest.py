@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kinesis_spout.testing.localstack import LocalStackServer
+from devkit.localstack import LocalStackServer
 from kinesis_spout.testing.servers import (
     REPO_ROOT,
     KinesisEmulator,
@@ -99,7 +99,7 @@ def unique_name(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local[2] SparkSession for the whole test session (starting one takes ~5 s)."""
-    from kinesis_spout.testing.spark import local_spark_session
+    from devkit.spark import local_spark_session
 
     session = local_spark_session("kinesis-spout-tests")
     try:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from devkit.chaos_process import make_payload, record_id
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import (
     CheckpointStoreUnavailableError,
@@ -32,7 +33,6 @@ from kinesis_spout.errors import (
     KinesisError,
     StreamNotFoundError,
 )
-from kinesis_spout.examples.chaos_process import make_payload, record_id
 from kinesis_spout.spark.build import run_job
 from kinesis_spout.spark.submit import job_environment
 from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer, free_port
@@ -40,7 +40,7 @@ from kinesis_spout.testing.streams import create_stream, put_records
 
 pytestmark = pytest.mark.integration
 
-PROCESS = "kinesis_spout.examples.chaos_process:process"
+PROCESS = "devkit.chaos_process:process"
 SHARD0 = "shardId-000000000000"
 
 

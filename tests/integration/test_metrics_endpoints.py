@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from devkit.scrape import Scrape, scrape, wait_for_scrape
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.coordination.worker import run_worker
 from kinesis_spout.errors import ConfigError
@@ -32,7 +33,6 @@ from kinesis_spout.records import Record
 from kinesis_spout.spark import job
 from kinesis_spout.spark.submit import job_environment
 from kinesis_spout.spout import KinesisSpout
-from kinesis_spout.testing.scrape import Scrape, scrape, wait_for_scrape
 from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer, free_port
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
@@ -304,7 +304,7 @@ def job_toml(tmp_path: Path, stream: str, endpoint: str, extra: str) -> Path:
         f'stream_name = "{stream}"\nendpoint_url = "{endpoint}"\n'
         f'checkpoint_store = "file://{tmp_path / "checkpoints"}"\n'
         f'dead_letter = "{tmp_path / "dead"}"\n'
-        'process = "kinesis_spout.examples.chaos_process:process"\n' + extra
+        'process = "devkit.chaos_process:process"\n' + extra
     )
     return path
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kinesis_spout.testing.chaos import (
+from devkit.chaos import (
     ChaosResult,
     CheckpointSeen,
     EventKind,
@@ -21,14 +21,14 @@ from kinesis_spout.testing.chaos import (
     throughput,
     timeline_figure,
 )
-from kinesis_spout.testing.chaos.timeline_figure import (
+from devkit.chaos.timeline_figure import (
     auto_window,
     checkpoint_lines,
     dead_letter_line,
     starting_spans,
     zookeeper_spans,
 )
-from kinesis_spout.testing.plots import PlotError, png_size
+from devkit.plots import PlotError, png_size
 
 S0, S1 = "shardId-000000000000", "shardId-000000000001"
 SEQUENCES = {S0: [10, 20, 30, 40], S1: [15, 25]}

@@ -1,4 +1,4 @@
-"""kinesis_spout.testing.plots: a bench's chart as data, resolved against its figures, drawn
+"""devkit.plots: a bench's chart as data, resolved against its figures, drawn
 into a PNG on the Agg canvas; and ``--plot`` without matplotlib."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kinesis_spout.testing.plots import (
+from devkit.plots import (
     PLOTS_EXTRA,
     Bar,
     BarChart,
@@ -30,7 +30,7 @@ from kinesis_spout.testing.plots import (
     save_bench_chart,
     value_label,
 )
-from kinesis_spout.testing.plots.render import GREYS, PALETTE, series_colours
+from devkit.plots.render import GREYS, PALETTE, series_colours
 
 ROOT = Path(__file__).resolve().parents[2]
 

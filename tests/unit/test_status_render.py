@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from devkit.status import table_rows
 from kinesis_spout.cli import main
 from kinesis_spout.records import Checkpoint, ShardInfo
 from kinesis_spout.status.collect import StatusInputs, collect
@@ -27,7 +28,6 @@ from kinesis_spout.status.render import to_json
 from kinesis_spout.status.sources_deadletters import count_dead_letters, count_directory
 from kinesis_spout.status.sources_leases import file_job_lease
 from kinesis_spout.status.table import COLUMNS, duration, to_table
-from kinesis_spout.testing.status import table_rows
 
 NOW = datetime(2026, 11, 24, 12, 0, 0, tzinfo=UTC)
 S0, S1, S2 = (f"shardId-00000000000{i}" for i in range(3))

@@ -14,21 +14,7 @@ import pyarrow as pa
 import pytest
 from kazoo.client import KazooClient
 
-from kinesis_spout.checkpoint import open_store
-from kinesis_spout.deadletter import JsonlDeadLetterSink
-from kinesis_spout.errors import ConfigError
-from kinesis_spout.examples.chaos_process import (
-    PoisonRecordError,
-    make_payload,
-    parse_payload,
-    process,
-    record_id,
-)
-from kinesis_spout.records import Checkpoint, Record
-from kinesis_spout.spark.job import build_arg_parser
-from kinesis_spout.spark.job import job_config as spark_job_config
-from kinesis_spout.spark.sinks import ParquetSink
-from kinesis_spout.testing.chaos import (
+from devkit.chaos import (
     PROCESS_SPECS,
     ChaosPlan,
     CheckpointSeen,
@@ -49,6 +35,20 @@ from kinesis_spout.testing.chaos import (
     session_members,
     tally,
 )
+from devkit.chaos_process import (
+    PoisonRecordError,
+    make_payload,
+    parse_payload,
+    process,
+    record_id,
+)
+from kinesis_spout.checkpoint import open_store
+from kinesis_spout.deadletter import JsonlDeadLetterSink
+from kinesis_spout.errors import ConfigError
+from kinesis_spout.records import Checkpoint, Record
+from kinesis_spout.spark.job import build_arg_parser
+from kinesis_spout.spark.job import job_config as spark_job_config
+from kinesis_spout.spark.sinks import ParquetSink
 from kinesis_spout.testing.processes import wait_until
 from kinesis_spout.testing.servers import ZooKeeperServer
 from tracker import SequenceKey

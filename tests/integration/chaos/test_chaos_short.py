@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kinesis_spout.testing.chaos import (
+from devkit.chaos import (
     ChaosPlan,
     ChaosResult,
     EventKind,
@@ -24,7 +24,7 @@ from kinesis_spout.testing.chaos import (
     run_chaos,
     timeline_figure,
 )
-from kinesis_spout.testing.plots import png_size
+from devkit.plots import png_size
 
 BENCH_CHAOS = Path(__file__).resolve().parents[3] / "bench" / "chaos.py"
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from devkit.holders import start_lease_holder
 from kinesis_spout.checkpoint import CheckpointStore, open_store
 from kinesis_spout.cli import main
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import StaleCheckpointError
 from kinesis_spout.records import Checkpoint, Record
 from kinesis_spout.spout import KinesisSpout
-from kinesis_spout.testing.holders import start_lease_holder
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, emulator_client, put_records
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from devkit.holders import start_lease_holder
 from kinesis_spout.coordination.joblease import JobLease, JobLeaseHeldError, open_job_lease
-from kinesis_spout.testing.holders import start_lease_holder
 from kinesis_spout.testing.servers import ZooKeeperServer
 
 pytestmark = pytest.mark.integration

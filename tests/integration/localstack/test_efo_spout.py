@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from aws_kinesis_agg.aggregator import RecordAggregator
 
+from devkit.faultproxy import FaultProxy
+from devkit.localstack import LocalStackServer
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import KinesisError
@@ -28,8 +30,6 @@ from kinesis_spout.kinesis.efo_api import FanOutApi
 from kinesis_spout.kinesis.efo_getter import EfoShardGetter
 from kinesis_spout.records import Record
 from kinesis_spout.spout import KinesisSpout
-from kinesis_spout.testing.faultproxy import FaultProxy
-from kinesis_spout.testing.localstack import LocalStackServer
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import (
     create_stream,

@@ -129,7 +129,7 @@ def test_get_records_is_never_throttled(any_emulator: KinesisEmulator, unique_na
     """Real Kinesis: 5 GetRecords calls per second per shard, then
     ProvisionedThroughputExceededException. No emulator enforces it, so the
     reader's rate limit and throttle backoff can only be tested through a
-    fault-injecting proxy (kinesis_spout.testing.faultproxy)."""
+    fault-injecting proxy (devkit.faultproxy)."""
     client = emulator_client(any_emulator.endpoint_url)
     create_stream(client, unique_name, shards=1)
     api = KinesisApi(client, unique_name)

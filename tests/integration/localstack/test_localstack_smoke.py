@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from devkit.localstack import (
+    LOCALSTACK_KINESIS_MOCK_VERSION,
+    LocalStackServer,
+    descendants,
+)
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.deadletter import read_dead_letters
 from kinesis_spout.records import Record
 from kinesis_spout.spout import KinesisSpout
-from kinesis_spout.testing.localstack import (
-    LOCALSTACK_KINESIS_MOCK_VERSION,
-    LocalStackServer,
-    descendants,
-)
 from kinesis_spout.testing.streams import create_stream, emulator_client, make_payloads, put_records
 
 pytestmark = pytest.mark.integration

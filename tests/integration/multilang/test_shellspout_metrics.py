@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from devkit.scrape import Scrape, wait_for_scrape
 from kinesis_spout.multilang.testing import ShellSpoutParent
-from kinesis_spout.testing.scrape import Scrape, wait_for_scrape
 from kinesis_spout.testing.servers import MotoServer, free_port
 from kinesis_spout.testing.streams import create_stream, emulator_client, make_payloads, put_records
 

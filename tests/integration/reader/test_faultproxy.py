@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from devkit.faultproxy import FaultProxy, InjectedFaults
 from kinesis_spout.errors import (
     ConfigError,
     ExpiredIteratorError,
@@ -13,7 +14,6 @@ from kinesis_spout.errors import (
     TransientKinesisError,
 )
 from kinesis_spout.kinesis.api import KinesisApi
-from kinesis_spout.testing.faultproxy import FaultProxy, InjectedFaults
 from kinesis_spout.testing.servers import MotoServer, free_port
 from kinesis_spout.testing.streams import create_stream, emulator_client, put_records
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from reader_helpers import drive, fill, ids, rid, spout
 
+from devkit.faultproxy import FaultProxy
 from kinesis_spout.checkpoint.base import MemoryCheckpointStore
 from kinesis_spout.metrics import InMemoryMetrics
 from kinesis_spout.records import Record
-from kinesis_spout.testing.faultproxy import FaultProxy
 from kinesis_spout.testing.servers import KinesisEmulator
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import spark_job_helpers
 
+from devkit.cluster import StandaloneCluster
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.testing.cluster import StandaloneCluster
 from kinesis_spout.testing.servers import MotoServer
 
 

@@ -171,7 +171,7 @@ def test_throttling_errors_and_expired_iterators_are_retried_inside_the_tasks(
     spark: Any, moto_server: Any, moto_client: Any, job_config: Any, unique_name: str,
     deliveries: Path,
 ) -> None:  # fmt: skip
-    from kinesis_spout.testing.faultproxy import FaultProxy
+    from devkit.faultproxy import FaultProxy
 
     put = put_stream(moto_client, unique_name, 2, 400, 60, {})
     with FaultProxy(moto_server.endpoint_url, seed=3, operations=["GetRecords"]) as proxy:

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import spark_job_helpers
 
+from devkit.holders import start_lease_holder
 from kinesis_spout.checkpoint import open_store
-from kinesis_spout.testing.holders import start_lease_holder
 from kinesis_spout.testing.processes import OutputLines
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records

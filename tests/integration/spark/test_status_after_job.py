@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from spark_job_helpers import POISON, flaky_and_poison
 
+from devkit.holders import start_lease_holder
+from devkit.status import run_status, status_json, table_rows
 from kinesis_spout.deadletter import read_dead_letters
 from kinesis_spout.spark.build import run_job
 from kinesis_spout.spark.processing import per_record
-from kinesis_spout.testing.holders import start_lease_holder
 from kinesis_spout.testing.servers import MotoServer
-from kinesis_spout.testing.status import run_status, status_json, table_rows
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]

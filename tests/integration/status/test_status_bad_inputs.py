@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from devkit.status import run_status, status_json, table_rows
 from kinesis_spout.testing.servers import MotoServer
-from kinesis_spout.testing.status import run_status, status_json, table_rows
 from kinesis_spout.testing.streams import create_stream, emulator_client, make_payloads, put_records
 
 pytestmark = pytest.mark.integration

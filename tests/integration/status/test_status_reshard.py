@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from devkit.status import status_json
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.spout import KinesisSpout
 from kinesis_spout.testing.servers import KinesisMock
-from kinesis_spout.testing.status import status_json
 from kinesis_spout.testing.streams import (
     create_stream,
     emulator_client,

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from devkit.holders import start_lease_holder
+from devkit.status import run_status, status_json, table_rows
 from kinesis_spout.config_load import load_config
 from kinesis_spout.status.command import gather
 from kinesis_spout.status.model import StatusReport
-from kinesis_spout.testing.holders import start_lease_holder
 from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer
-from kinesis_spout.testing.status import run_status, status_json, table_rows
 from kinesis_spout.testing.streams import create_stream, emulator_client, make_payloads, put_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from streaming_helpers import BatchSink, start_query  # noqa: E402
 
+from devkit.spark import local_spark_session  # noqa: E402
 from kinesis_spout.streaming import register  # noqa: E402
-from kinesis_spout.testing.spark import local_spark_session  # noqa: E402
 
 
 class HangingSink(BatchSink):

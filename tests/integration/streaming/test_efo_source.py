@@ -12,8 +12,8 @@ import pytest
 from streaming_helpers import BatchSink, assert_exactly_once, assert_shard_order, fill, start_query
 from test_streaming_source import shard_max
 
+from devkit.localstack import LocalStackServer
 from kinesis_spout.checkpoint import open_store
-from kinesis_spout.testing.localstack import LocalStackServer
 from kinesis_spout.testing.streams import create_stream, emulator_client
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(300)]

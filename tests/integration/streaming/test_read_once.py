@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from streaming_helpers import BatchSink, Row, assert_exactly_once, fill, rid, start_query
 
+from devkit.faultproxy import FaultProxy
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.streaming.batch_ends import FileBatchEnds
 from kinesis_spout.streaming.executor_read import read_batch_shard
-from kinesis_spout.testing.faultproxy import FaultProxy
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from streaming_helpers import Row, assert_exactly_once, fill
 
+from devkit.cluster import StandaloneCluster, cluster_spark_conf
+from devkit.faultproxy import FaultProxy
 from kinesis_spout.spark.submit import job_environment
-from kinesis_spout.testing.cluster import StandaloneCluster, cluster_spark_conf
-from kinesis_spout.testing.faultproxy import FaultProxy
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream
 

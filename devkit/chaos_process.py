@@ -14,7 +14,7 @@ it is acked, and the auditor reads the ids back from the ``data`` column.
 Run it with::
 
     spark-submit kinesis_spout/spark/job.py --config chaos.toml \\
-        --process kinesis_spout.examples.chaos_process:process
+        --process devkit.chaos_process:process
 """
 
 from __future__ import annotations

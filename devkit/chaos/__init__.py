@@ -48,7 +48,7 @@ not met):
 
 from __future__ import annotations
 
-from kinesis_spout.testing.chaos.auditor import (
+from devkit.chaos.auditor import (
     DeadLetter,
     KillSnapshot,
     ReplayReport,
@@ -59,8 +59,8 @@ from kinesis_spout.testing.chaos.auditor import (
     replay_windows,
     tally,
 )
-from kinesis_spout.testing.chaos.chart import draw_chaos_result, draw_timeline
-from kinesis_spout.testing.chaos.plan import (
+from devkit.chaos.chart import draw_chaos_result, draw_timeline
+from devkit.chaos.plan import (
     JOB_KEYS,
     JOB_NAME,
     POLL_SECONDS,
@@ -74,10 +74,10 @@ from kinesis_spout.testing.chaos.plan import (
     make_records,
     make_schedule,
 )
-from kinesis_spout.testing.chaos.process import JobProcess, job_command, session_members
-from kinesis_spout.testing.chaos.report import ChaosResult, RunFacts, build_result, figures_json
-from kinesis_spout.testing.chaos.runner import run_chaos
-from kinesis_spout.testing.chaos.timeline import (
+from devkit.chaos.process import JobProcess, job_command, session_members
+from devkit.chaos.report import ChaosResult, RunFacts, build_result, figures_json
+from devkit.chaos.runner import run_chaos
+from devkit.chaos.timeline import (
     CheckpointPoint,
     Event,
     EventKind,
@@ -86,7 +86,7 @@ from kinesis_spout.testing.chaos.timeline import (
     TimelineRecorder,
     checkpoint_points,
 )
-from kinesis_spout.testing.chaos.timeline_figure import (
+from devkit.chaos.timeline_figure import (
     Line,
     Marker,
     Span,
@@ -95,7 +95,7 @@ from kinesis_spout.testing.chaos.timeline_figure import (
     throughput,
     timeline_figure,
 )
-from kinesis_spout.testing.chaos.watch import (
+from devkit.chaos.watch import (
     CheckpointSeen,
     CheckpointWatcher,
     MonotonicReport,

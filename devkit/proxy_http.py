@@ -1,4 +1,4 @@
-"""The HTTP side of :class:`~kinesis_spout.testing.faultproxy.FaultProxy`: the request
+"""The HTTP side of :class:`~devkit.faultproxy.FaultProxy`: the request
 handler (answers an injected fault, drops the connection, or forwards to the
 upstream) and the threaded server that can cut every open connection."""
 
@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 
 class FaultPlan(Protocol):
-    """What the HTTP side needs of :class:`~kinesis_spout.testing.faultproxy.FaultProxy`
+    """What the HTTP side needs of :class:`~devkit.faultproxy.FaultProxy`
     (a protocol, so the two modules do not import each other)."""
 
     upstream_url: str
@@ -35,7 +35,7 @@ class FaultPlan(Protocol):
     def _leave(self, operation: str) -> None: ...
 
 
-log = logging.getLogger("kinesis_spout.testing.faultproxy")
+log = logging.getLogger("devkit.faultproxy")
 
 BEHIND_MS = 60_000
 """MillisBehindLatest of an injected ``empty`` page."""

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from kinesis_spout.testing.chaos.plan import ChaosError
+from devkit.chaos.plan import ChaosError
 
-_kazoo_log = logging.getLogger("kinesis_spout.testing.chaos.kazoo")
+_kazoo_log = logging.getLogger("devkit.chaos.kazoo")
 """The watcher's kazoo client logs here (ERROR and above by default: ZooKeeper
 going away is part of the plan, not news)."""
 if _kazoo_log.level == logging.NOTSET:

@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Any, Self
 
-from kinesis_spout.testing.chaos.plan import ChaosError
+from devkit.chaos.plan import ChaosError
 
 
 class ZooKeeperRestart:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kinesis_spout.testing.plots.errors import PlotError
+from devkit.plots.errors import PlotError
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,7 @@ class PanelData:
 
 @dataclass(frozen=True, slots=True)
 class ChartData:
-    """What :func:`~kinesis_spout.testing.plots.render.draw_bar_chart` draws."""
+    """What :func:`~devkit.plots.render.draw_bar_chart` draws."""
 
     title: str
     note: str

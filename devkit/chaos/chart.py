@@ -1,26 +1,26 @@
 """Draws a chaos run's :class:`~.timeline_figure.TimelineFigure` into a PNG (matplotlib,
-imported lazily through :mod:`kinesis_spout.testing.plots`; the Agg canvas)."""
+imported lazily through :mod:`devkit.plots`; the Agg canvas)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kinesis_spout.testing.chaos.timeline import EventKind
-from kinesis_spout.testing.chaos.timeline_figure import (
+from devkit.chaos.timeline import EventKind
+from devkit.chaos.timeline_figure import (
     Line,
     TimelineFigure,
     chaos_titles,
     timeline_figure,
 )
-from kinesis_spout.testing.plots.errors import PlotError
-from kinesis_spout.testing.plots.render import PALETTE, new_figure, save_png, tick_label
+from devkit.plots.errors import PlotError
+from devkit.plots.render import PALETTE, new_figure, save_png, tick_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from kinesis_spout.testing.chaos.report import ChaosResult
+    from devkit.chaos.report import ChaosResult
 
 STYLE: dict[EventKind, tuple[str, str, str]] = {
     EventKind.KILL: ("#d62728", "--", "SIGKILL of the job"),

@@ -9,7 +9,7 @@ option of every bench: checked before the bench runs, drawn at its end, then the
 
 from __future__ import annotations
 
-from kinesis_spout.testing.plots.bars import (
+from devkit.plots.bars import (
     Bar,
     BarChart,
     ChartData,
@@ -22,7 +22,7 @@ from kinesis_spout.testing.plots.bars import (
     format_note,
     value_label,
 )
-from kinesis_spout.testing.plots.cli import (
+from devkit.plots.cli import (
     add_plot_argument,
     check_plot_argument,
     describe_png,
@@ -30,8 +30,8 @@ from kinesis_spout.testing.plots.cli import (
     save_bench_chart,
     save_chart,
 )
-from kinesis_spout.testing.plots.errors import PLOTS_EXTRA, PlotError
-from kinesis_spout.testing.plots.render import (
+from devkit.plots.errors import PLOTS_EXTRA, PlotError
+from devkit.plots.render import (
     draw_bar_chart,
     new_figure,
     png_size,

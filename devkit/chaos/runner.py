@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kinesis_spout.testing.chaos.auditor import KillSnapshot, read_dead_letter_dir, read_sink
-from kinesis_spout.testing.chaos.plan import (
+from devkit.chaos.auditor import KillSnapshot, read_dead_letter_dir, read_sink
+from devkit.chaos.plan import (
     JOB_NAME,
     POLL_SECONDS,
     ZK_ROOT,
@@ -22,16 +22,16 @@ from kinesis_spout.testing.chaos.plan import (
     make_records,
     make_schedule,
 )
-from kinesis_spout.testing.chaos.process import JobProcess, job_command
-from kinesis_spout.testing.chaos.report import ChaosResult, RunFacts, build_result
-from kinesis_spout.testing.chaos.timeline import EventKind, TimelineRecorder
-from kinesis_spout.testing.chaos.watch import (
+from devkit.chaos.process import JobProcess, job_command
+from devkit.chaos.report import ChaosResult, RunFacts, build_result
+from devkit.chaos.timeline import EventKind, TimelineRecorder
+from devkit.chaos.watch import (
     CheckpointWatcher,
     SinkProgress,
     check_monotonic,
     dead_letter_lines,
 )
-from kinesis_spout.testing.chaos.zkrestart import ZooKeeperRestart
+from devkit.chaos.zkrestart import ZooKeeperRestart
 
 
 class _ChaosLoop:
@@ -213,7 +213,7 @@ def run_chaos(
     dead letters and the checkpoints. Raises :class:`ChaosError` when the run
     itself cannot be carried out (the audit's findings are in the result).
     """
-    from kinesis_spout.testing.faultproxy import FaultProxy
+    from devkit.faultproxy import FaultProxy
     from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer
 
     for name, value in (("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test")):

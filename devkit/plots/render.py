@@ -12,8 +12,8 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kinesis_spout.testing.plots.bars import ChartData, PanelData, value_label
-from kinesis_spout.testing.plots.errors import PLOTS_EXTRA, PlotError
+from devkit.plots.bars import ChartData, PanelData, value_label
+from devkit.plots.errors import PLOTS_EXTRA, PlotError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

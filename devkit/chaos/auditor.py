@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kinesis_spout.examples.chaos_process import FLAGS, parse_payload
+from devkit.chaos_process import FLAGS, parse_payload
 
 FLAG_WORDS = [f.decode() for f in FLAGS]
 

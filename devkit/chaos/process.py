@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
-from kinesis_spout.testing.chaos.plan import ChaosError
+from devkit.chaos.plan import ChaosError
 
 
 def session_members(sid: int) -> list[int]:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kinesis_spout.testing.chaos.timeline import EventKind, Sample, Timeline
+from devkit.chaos.timeline import EventKind, Sample, Timeline
 
 Point = tuple[float, float]
 

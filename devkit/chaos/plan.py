@@ -9,15 +9,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from devkit.chaos_process import make_payload, record_id
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config_load import to_toml
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
-from kinesis_spout.examples.chaos_process import make_payload, record_id
 from kinesis_spout.kinesis.aggregation import MAGIC
 
 PROCESS_SPECS = {
-    "per-record": "kinesis_spout.examples.chaos_process:process",
-    "fan-out": "kinesis_spout.examples.chaos_process:fan_out_job",
+    "per-record": "devkit.chaos_process:process",
+    "fan-out": "devkit.chaos_process:fan_out_job",
 }
 """The job's processing per ``ChaosPlan.processing``."""
 ZK_ROOT = "/chaos"

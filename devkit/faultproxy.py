@@ -47,8 +47,8 @@ from types import TracebackType
 from typing import Self
 from urllib.parse import urlsplit
 
+from devkit.proxy_http import ProxyServer
 from kinesis_spout.errors import ConfigError
-from kinesis_spout.testing.proxy_http import ProxyServer
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kinesis_spout.testing.plots.bars import BarChart, chart_data
-from kinesis_spout.testing.plots.errors import PlotError
-from kinesis_spout.testing.plots.render import draw_bar_chart, png_size, require_matplotlib
+from devkit.plots.bars import BarChart, chart_data
+from devkit.plots.errors import PlotError
+from devkit.plots.render import draw_bar_chart, png_size, require_matplotlib
 
 
 def add_plot_argument(parser: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kinesis_spout.testing.chaos.auditor import (
+from devkit.chaos.auditor import (
     DeadLetter,
     KillSnapshot,
     ReplayReport,
@@ -17,10 +17,10 @@ from kinesis_spout.testing.chaos.auditor import (
     replay_windows,
     tally,
 )
-from kinesis_spout.testing.chaos.plan import ChaosPlan, ChaosRecords
-from kinesis_spout.testing.chaos.timeline import Timeline
-from kinesis_spout.testing.chaos.watch import CheckpointSeen, MonotonicReport
-from kinesis_spout.testing.faultproxy import InjectedFaults
+from devkit.chaos.plan import ChaosPlan, ChaosRecords
+from devkit.chaos.timeline import Timeline
+from devkit.chaos.watch import CheckpointSeen, MonotonicReport
+from devkit.faultproxy import InjectedFaults
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from kinesis_spout.testing.chaos.watch import CheckpointSeen
+from devkit.chaos.watch import CheckpointSeen
 
 
 class EventKind(Enum):
