@@ -27,21 +27,23 @@ Safety rules:
   took the shard over meanwhile: the epoch fence), every shard is dropped,
   and the worker rejoins and re-acquires what is assigned to it. It emits
   nothing in between.
+
+The queue, the session's state and what kazoo's events mean are the
+coordinator's :class:`~kinesis_spout.coordination.session.ZkSession`; the
+coordinator holds the lease tables and the spout and acts on what it is told.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import time
 from collections.abc import Callable
-from typing import Any
 
 from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 from kinesis_spout.coordination.assignment import assign_shards
 from kinesis_spout.coordination.control import ShardLister, SpoutControl, plan_leases
 from kinesis_spout.coordination.leases import Lease, LeaseState, ZooKeeperLeases
-from kinesis_spout.coordination.session import SessionEvents
+from kinesis_spout.coordination.session import ZkSession
 from kinesis_spout.errors import (
     CheckpointStoreUnavailableError,
     KinesisSpoutError,
@@ -51,13 +53,16 @@ from kinesis_spout.metrics import MetricsCollector, NoopMetrics
 log = logging.getLogger(__name__)
 
 
-class ShardCoordinator(SessionEvents):
+class ShardCoordinator:
     """Shard ownership of one worker on one stream; see the module docstring.
 
     ``list_shards`` is called at start and every ``shard_refresh_interval``
     seconds. Shards whose checkpoint says ``shard_end`` are not assigned.
     ``retry_interval``: how often a lease held by another worker is tried
     again (a deletion watch usually wakes us sooner).
+
+    Over 300 lines as one job: the lease tables and every change to them
+    (rebalance, release, the session's news), the spout steered from them.
     """
 
     def __init__(
@@ -79,6 +84,7 @@ class ShardCoordinator(SessionEvents):
         self.worker_id = worker_id
         self.spout = spout
         self.leases = ZooKeeperLeases(store, stream_name, worker_id)
+        self.session = ZkSession(store)
         self._list_shards = list_shards
         self._clock = clock
         self._refresh_interval = shard_refresh_interval
@@ -86,18 +92,14 @@ class ShardCoordinator(SessionEvents):
         self._drain_timeout = drain_timeout
         self._metrics: MetricsCollector = metrics or NoopMetrics()
 
-        self._events: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
         self._states: dict[str, LeaseState] = {}
         self._held: dict[str, Lease] = {}
         self._to_release: dict[str, Lease] = {}
         self._spout_shards: frozenset[str] | None = None
         self._spout_active: bool | None = None
         self._shards: list[str] | None = None
-        self._session: int | None = None
         self._registered = False
         self._dirty = True
-        self._verify = False
-        self._lost = False
         self._next_check = 0.0
         self._next_refresh = 0.0
         self._next_register = 0.0
@@ -116,8 +118,7 @@ class ShardCoordinator(SessionEvents):
             return
         self._started = True
         self.store.require_leases(self.stream_name)
-        self._session = self.store.session_id
-        self.store.client.add_listener(self._on_state)
+        self.session.listen()
         self._sync_spout()
         self._set_active(False)
         log.info("coordinator of worker %s on %s started", self.worker_id, self.stream_name)
@@ -142,14 +143,7 @@ class ShardCoordinator(SessionEvents):
 
     def close(self) -> None:
         """Stop listening (the store and the spout are the caller's to close)."""
-        self.store.client.remove_listener(self._on_state)
-
-    # -- kazoo's thread: enqueue only ------------------------------------------------
-    def _on_state(self, state: str) -> None:
-        self._events.put(("state", state))
-
-    def _on_watch(self, event: Any) -> None:
-        self._events.put(("watch", str(getattr(event, "path", ""))))
+        self.session.close()
 
     # -- the worker's thread --------------------------------------------------------
     def poll(self) -> None:
@@ -169,7 +163,7 @@ class ShardCoordinator(SessionEvents):
 
     def poll_delay(self) -> float:
         """Seconds until :meth:`poll` has timed work to do (0 = now)."""
-        if not self._events.empty():
+        if self.session.pending:
             return 0.0
         if not self.store.connected:
             return min(0.1, self._retry_interval)
@@ -199,7 +193,7 @@ class ShardCoordinator(SessionEvents):
     def _should_emit(self) -> bool:
         return (
             self.store.connected
-            and not self._lost
+            and not self.session.lost
             and all(st is not LeaseState.SUSPENDED for st in self._states.values())
         )
 
@@ -226,10 +220,68 @@ class ShardCoordinator(SessionEvents):
             log.warning("spout could not take its new shard set yet: %s", exc)
             self._spout_shards = None  # try again on the next poll
 
+    # -- session events (what they mean: ZkSession) ----------------------------------
+    def _drain_events(self) -> None:
+        news = self.session.drain()
+        if news.newly_lost:
+            log.warning(
+                "worker %s: ZooKeeper session lost; its %d lease(s) are gone",
+                self.worker_id,
+                len(self._held),
+            )
+        if news.lose:
+            self._registered = False
+        if news.lose or news.suspend:
+            for shard, st in self._states.items():
+                if news.lose or st in (LeaseState.HELD, LeaseState.RELEASING):
+                    self._states[shard] = LeaseState.SUSPENDED
+        if news.rebalance:
+            self._dirty = True
+
+    def _recover_from_loss(self) -> None:
+        """New session after LOST: flush what we can, drop every shard, start over."""
+        try:
+            self.spout.checkpoint(force=True)
+        except KinesisSpoutError as exc:
+            log.info("flush after session loss partly refused: %s", exc)
+        lost = sorted(self._states)
+        self._states.clear()
+        self._sync_spout()
+        for shard in lost:
+            self.leases.forget(shard)
+        self._metrics.increment("leases_lost", len(self._held))
+        self._held.clear()
+        self._to_release.clear()
+        self.session.renewed()
+        self._dirty = True
+        log.info("worker %s dropped %d shard(s) after session loss", self.worker_id, len(lost))
+
+    def _verify_suspended(self) -> None:
+        """Same session back: keep the leases whose holder node is still ours."""
+        gone = []
+        for shard, st in list(self._states.items()):
+            if st is not LeaseState.SUSPENDED:
+                continue
+            lease = self._held.get(shard)
+            if lease is not None and self.leases.still_held(lease):
+                self._states[shard] = LeaseState.HELD
+            else:
+                gone.append(shard)
+        if gone:
+            log.warning("worker %s: leases of %s gone while disconnected", self.worker_id, gone)
+            for shard in gone:
+                del self._states[shard]
+            self._sync_spout()
+            for shard in gone:
+                self._held.pop(shard, None)
+                self.leases.forget(shard)
+        self.session.verified()
+
+    # -- leases: step, rebalance, release -------------------------------------------
     def _step(self, now: float) -> None:
-        if self._lost:
+        if self.session.lost:
             self._recover_from_loss()
-        if self._verify:
+        if self.session.reconnected:
             self._verify_suspended()
         for shard, lease in list(self._to_release.items()):
             self.leases.release(lease)
@@ -250,7 +302,7 @@ class ShardCoordinator(SessionEvents):
     def _rebalance(self, now: float) -> None:
         self._dirty = False
         self._next_check = now + self._refresh_interval
-        workers = self.leases.workers(watch=self._on_watch)
+        workers = self.leases.workers(watch=self.session.on_watch)
         if self._shards is None or now >= self._next_refresh:
             try:
                 self._shards = sorted(set(self._list_shards()))
@@ -278,7 +330,7 @@ class ShardCoordinator(SessionEvents):
         for shard in given_up:
             log.info("worker %s gives up %s/%s", self.worker_id, self.stream_name, shard)
         for shard in to_acquire:
-            lease = self.leases.acquire(shard, watch=self._on_watch)
+            lease = self.leases.acquire(shard, watch=self.session.on_watch)
             if lease is None:
                 self._states[shard] = LeaseState.ACQUIRING
             else:

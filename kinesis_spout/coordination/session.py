@@ -1,128 +1,128 @@
-"""The shard coordinator's side of ZooKeeper sessions: SUSPENDED, LOST, CONNECTED.
+"""The ZooKeeper session the shard coordinator's leases live in: SUSPENDED, LOST, CONNECTED.
 
-kazoo reports connection states on its own thread; the coordinator queues them
-and handles them here, on the thread that owns the spout:
+kazoo reports connection states and fires watches on its own thread;
+:class:`ZkSession` only queues them there. On the thread that owns the spout,
+:meth:`ZkSession.drain` reads the queue and says what the events mean
+(:class:`SessionNews`); the coordinator, which owns the lease tables and the
+spout, acts on it:
 
 * SUSPENDED: every held or releasing lease is SUSPENDED (the spout stops);
-* LOST, or CONNECTED with a new session: every lease is gone; once a session
-  is up, what the spout can flush is flushed (accepted only where no other
-  worker took the shard over), every shard is dropped and the worker rejoins;
-* CONNECTED, same session: each suspended lease whose holder node is still
-  ours is HELD again; the others are dropped.
-
-A mixin of :class:`~kinesis_spout.coordination.coordinator.ShardCoordinator`
-(its state lives there).
+* LOST, or CONNECTED with a new session: every lease is gone (the session is
+  *lost*); once a session is up, what the spout can flush is flushed
+  (accepted only where no other worker took the shard over), every shard is
+  dropped, the coordinator says so (:meth:`ZkSession.renewed`) and the worker
+  rejoins;
+* CONNECTED, same session: the session is *reconnected*: each suspended lease
+  whose holder node is still ours is HELD again, the others are dropped, and
+  the coordinator says so (:meth:`ZkSession.verified`);
+* a watch, or CONNECTED: the coordinator rebalances.
 """
 
 from __future__ import annotations
 
-import logging
 import queue
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooState
-
-from kinesis_spout.coordination.control import SpoutControl
-from kinesis_spout.coordination.leases import Lease, LeaseState, ZooKeeperLeases
-from kinesis_spout.errors import KinesisSpoutError
-from kinesis_spout.metrics import MetricsCollector
 
 if TYPE_CHECKING:
     from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 
-log = logging.getLogger("kinesis_spout.coordination.coordinator")
+
+@dataclass(frozen=True, slots=True)
+class SessionNews:
+    """What the events one :meth:`ZkSession.drain` handled mean for the coordinator."""
+
+    rebalance: bool
+    """A watched node changed, or the connection is back: rebalance."""
+    suspend: bool
+    """SUSPENDED: the held and releasing leases are suspended."""
+    lose: bool
+    """The session is gone: every lease is suspended, the member node is gone."""
+    newly_lost: bool
+    """``lose``, and the session was not lost before these events (worth a warning)."""
 
 
-class SessionEvents:
-    """Connection-state handling of the coordinator; see the module docstring."""
+class ZkSession:
+    """kazoo's events, queued for the coordinator, and the state of its session.
 
-    store: ZooKeeperCheckpointStore
-    spout: SpoutControl
-    leases: ZooKeeperLeases
-    worker_id: str
-    _metrics: MetricsCollector
-    _events: queue.SimpleQueue[tuple[str, str]]
-    _states: dict[str, LeaseState]
-    _held: dict[str, Lease]
-    _to_release: dict[str, Lease]
-    _session: int | None
-    _registered: bool
-    _dirty: bool
-    _verify: bool
-    _lost: bool
+    Its own state: the queue, the id of the session the coordinator's leases
+    were taken in, whether that session is lost (until :meth:`renewed`) and
+    whether the connection came back in it (until :meth:`verified`). The
+    lease tables are the coordinator's; see the module docstring.
+    """
 
-    def _sync_spout(self) -> None:
-        raise NotImplementedError  # the coordinator's
+    def __init__(self, store: ZooKeeperCheckpointStore) -> None:
+        self._store = store
+        self._events: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+        self._session: int | None = None
+        self._lost = False
+        self._reconnected = False
 
-    def _drain_events(self) -> None:
+    # -- kazoo's thread: enqueue only ------------------------------------------------
+    def _on_state(self, state: str) -> None:
+        self._events.put(("state", state))
+
+    def on_watch(self, event: Any) -> None:
+        """The watch to pass to ZooKeeper reads: wakes the coordinator to rebalance."""
+        self._events.put(("watch", str(getattr(event, "path", ""))))
+
+    # -- the worker's thread --------------------------------------------------------
+    def listen(self) -> None:
+        """Take the current session as the leases' one; listen to connection states."""
+        self._session = self._store.session_id
+        self._store.client.add_listener(self._on_state)
+
+    def close(self) -> None:
+        """Stop listening."""
+        self._store.client.remove_listener(self._on_state)
+
+    @property
+    def pending(self) -> bool:
+        """Whether events are queued (:meth:`drain` has work)."""
+        return not self._events.empty()
+
+    @property
+    def lost(self) -> bool:
+        """The leases' session is gone, and the coordinator has not yet dropped its shards."""
+        return self._lost
+
+    @property
+    def reconnected(self) -> bool:
+        """The connection came back; the suspended leases are to be checked."""
+        return self._reconnected
+
+    def drain(self) -> SessionNews:
+        """Handle every queued event, in order; say what they mean together."""
+        rebalance = suspend = lose = False
+        was_lost = self._lost
         while True:
             try:
                 kind, value = self._events.get_nowait()
             except queue.Empty:
-                return
+                break
             if kind == "watch":
-                self._dirty = True
+                rebalance = True
             elif value == KazooState.SUSPENDED:
-                for shard, st in self._states.items():
-                    if st in (LeaseState.HELD, LeaseState.RELEASING):
-                        self._states[shard] = LeaseState.SUSPENDED
+                suspend = True
             elif value == KazooState.LOST:
-                self._lose_leases()
+                lose = True
             elif value == KazooState.CONNECTED:
-                if self.store.session_id != self._session:
-                    self._lose_leases()
-                self._verify = True
-                self._dirty = True
+                if self._store.session_id != self._session:
+                    lose = True
+                self._reconnected = True
+                rebalance = True
+        self._lost = was_lost or lose
+        return SessionNews(rebalance, suspend, lose, lose and not was_lost)
 
-    def _lose_leases(self) -> None:
-        if not self._lost:
-            log.warning(
-                "worker %s: ZooKeeper session lost; its %d lease(s) are gone",
-                self.worker_id,
-                len(self._held),
-            )
-        self._lost = True
-        self._registered = False
-        for shard in self._states:
-            self._states[shard] = LeaseState.SUSPENDED
-
-    def _recover_from_loss(self) -> None:
-        """New session after LOST: flush what we can, drop every shard, start over."""
-        try:
-            self.spout.checkpoint(force=True)
-        except KinesisSpoutError as exc:
-            log.info("flush after session loss partly refused: %s", exc)
-        lost = sorted(self._states)
-        self._states.clear()
-        self._sync_spout()
-        for shard in lost:
-            self.leases.forget(shard)
-        self._metrics.increment("leases_lost", len(self._held))
-        self._held.clear()
-        self._to_release.clear()
-        self._session = self.store.session_id
+    def renewed(self) -> None:
+        """The coordinator dropped every shard of the lost session: the current
+        session is the leases' one, nothing is lost or left to check."""
+        self._session = self._store.session_id
         self._lost = False
-        self._verify = False
-        self._dirty = True
-        log.info("worker %s dropped %d shard(s) after session loss", self.worker_id, len(lost))
+        self._reconnected = False
 
-    def _verify_suspended(self) -> None:
-        """Same session back: keep the leases whose holder node is still ours."""
-        gone = []
-        for shard, st in list(self._states.items()):
-            if st is not LeaseState.SUSPENDED:
-                continue
-            lease = self._held.get(shard)
-            if lease is not None and self.leases.still_held(lease):
-                self._states[shard] = LeaseState.HELD
-            else:
-                gone.append(shard)
-        if gone:
-            log.warning("worker %s: leases of %s gone while disconnected", self.worker_id, gone)
-            for shard in gone:
-                del self._states[shard]
-            self._sync_spout()
-            for shard in gone:
-                self._held.pop(shard, None)
-                self.leases.forget(shard)
-        self._verify = False
+    def verified(self) -> None:
+        """The coordinator checked the suspended leases after a reconnection."""
+        self._reconnected = False
