@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinesis_spout import __version__
-from kinesis_spout.config_load import (
+from kinesis_spout.config.load import (
     AWS_FIELDS,
     STORE_FIELDS,
     add_config_arguments,

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kinesis_spout.config import DEAD_LETTER_REASONS, SpoutConfig
-from kinesis_spout.config_load import config_from_args
+from kinesis_spout.config.load import config_from_args
 from kinesis_spout.deadletter_redrive import Redriven
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 

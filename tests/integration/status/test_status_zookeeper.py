@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from kinesis_spout.config_load import load_config
+from kinesis_spout.config.load import load_config
 from kinesis_spout.status.command import gather
 from kinesis_spout.status.model import StatusReport
 from kinesis_spout.testing.holders import start_lease_holder
