@@ -137,18 +137,18 @@ COMMANDS: dict[str, Command] = {
                 "list",
                 Command(
                     "print the dead letters (--json: whole entries)",
-                    _lazy("kinesis_spout.deadletter_cli", "cmd_list"),
+                    _lazy("kinesis_spout.deadletter.cli", "cmd_list"),
                     DEAD_LETTER_FIELDS,
-                    _lazy("kinesis_spout.deadletter_cli", "add_list_arguments"),
+                    _lazy("kinesis_spout.deadletter.cli", "add_list_arguments"),
                 ),
             ),
             (
                 "redrive",
                 Command(
                     "put dead letters back on a stream (--delete: then remove them)",
-                    _lazy("kinesis_spout.deadletter_cli", "cmd_redrive"),
+                    _lazy("kinesis_spout.deadletter.cli", "cmd_redrive"),
                     (*DEAD_LETTER_FIELDS, "endpoint_url"),
-                    _lazy("kinesis_spout.deadletter_cli", "add_redrive_arguments"),
+                    _lazy("kinesis_spout.deadletter.cli", "add_redrive_arguments"),
                 ),
             ),
         ),
