@@ -23,7 +23,7 @@ from typing import IO
 from proctree import TreeCpu
 
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.config_load import to_toml
+from kinesis_spout.config.load import to_toml
 from kinesis_spout.spark.startup import WARM_GROUP
 from kinesis_spout.spark.submit import job_environment
 from kinesis_spout.testing.processes import OutputLines

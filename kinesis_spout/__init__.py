@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.config import InitialPosition, SpoutConfig
-from kinesis_spout.config_load import load_config
+from kinesis_spout.config.load import load_config
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.records import Checkpoint, Record, ShardInfo
 from kinesis_spout.stopping import StopSignals

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinesis_spout import __version__
-from kinesis_spout.config_load import (
+from kinesis_spout.config.load import (
     AWS_FIELDS,
     STORE_FIELDS,
     add_config_arguments,
@@ -137,18 +137,18 @@ COMMANDS: dict[str, Command] = {
                 "list",
                 Command(
                     "print the dead letters (--json: whole entries)",
-                    _lazy("kinesis_spout.deadletter_cli", "cmd_list"),
+                    _lazy("kinesis_spout.deadletter.cli", "cmd_list"),
                     DEAD_LETTER_FIELDS,
-                    _lazy("kinesis_spout.deadletter_cli", "add_list_arguments"),
+                    _lazy("kinesis_spout.deadletter.cli", "add_list_arguments"),
                 ),
             ),
             (
                 "redrive",
                 Command(
                     "put dead letters back on a stream (--delete: then remove them)",
-                    _lazy("kinesis_spout.deadletter_cli", "cmd_redrive"),
+                    _lazy("kinesis_spout.deadletter.cli", "cmd_redrive"),
                     (*DEAD_LETTER_FIELDS, "endpoint_url"),
-                    _lazy("kinesis_spout.deadletter_cli", "add_redrive_arguments"),
+                    _lazy("kinesis_spout.deadletter.cli", "add_redrive_arguments"),
                 ),
             ),
         ),

@@ -57,7 +57,7 @@ from kinesis_spout.core.shardset import ShardSet
 from kinesis_spout.core.spoutview import SpoutView
 from kinesis_spout.core.startup import describe_stream, load_and_adopt
 from kinesis_spout.deadletter import DeadLetterSink
-from kinesis_spout.deadletter_open import open_dead_letter_sink
+from kinesis_spout.deadletter.open import open_dead_letter_sink
 from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from devkit.chaos_process import make_payload, record_id
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.config_load import to_toml
+from kinesis_spout.config.load import to_toml
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.kinesis.aggregation import MAGIC
 

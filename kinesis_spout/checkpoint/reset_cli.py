@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 
 from kinesis_spout.checkpoint.base import CheckpointStore
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.config_load import config_from_args
+from kinesis_spout.config.load import config_from_args
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.records import Checkpoint
 

@@ -37,7 +37,7 @@ from typing import TextIO
 
 from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.config_load import add_config_arguments, config_from_args
+from kinesis_spout.config.load import add_config_arguments, config_from_args
 from kinesis_spout.coordination.coordinator import ShardCoordinator
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi

@@ -29,7 +29,7 @@ from types import FrameType
 from typing import IO, Any
 
 from kinesis_spout.config import FIELD_NAMES, SpoutConfig
-from kinesis_spout.config_load import add_config_arguments, load_config
+from kinesis_spout.config.load import add_config_arguments, load_config
 from kinesis_spout.errors import ConfigError
 from kinesis_spout.multilang.adapter import (
     DATA_ENCODINGS,

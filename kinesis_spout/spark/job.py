@@ -48,7 +48,7 @@ from types import FrameType  # noqa: E402
 from typing import Any  # noqa: E402
 
 from kinesis_spout.config import SpoutConfig  # noqa: E402
-from kinesis_spout.config_load import add_config_arguments, load_config  # noqa: E402
+from kinesis_spout.config.load import add_config_arguments, load_config  # noqa: E402
 from kinesis_spout.coordination.joblease import JobLease, open_job_lease  # noqa: E402
 from kinesis_spout.errors import ConfigError, KinesisSpoutError  # noqa: E402
 from kinesis_spout.metrics import MetricsCollector  # noqa: E402

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.config_load import config_from_args
+from kinesis_spout.config.load import config_from_args
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.status.collect import StatusInputs, collect, probe_starts
 from kinesis_spout.status.model import LagProbe, StatusReport

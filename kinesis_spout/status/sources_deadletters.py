@@ -33,7 +33,7 @@ def count_s3(
     target: str, job: str, stream: str, client: object = None, *, profile: str | None = None
 ) -> dict[str, int]:
     """``{shard: entries}`` of an ``s3://bucket/prefix`` dead-letter target."""
-    from kinesis_spout.deadletter_s3 import (
+    from kinesis_spout.deadletter.s3 import (
         iter_s3_keys,
         key_prefix,
         parse_s3_url,

@@ -10,7 +10,7 @@ import pytest
 
 from kinesis_spout.cli import build_parser, main
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.config_load import load_config
+from kinesis_spout.config.load import load_config
 from kinesis_spout.errors import ConfigError
 
 

@@ -3,7 +3,7 @@ botocore's standard mode for one-shot CLI calls (issue 26, hole 5)."""
 
 from __future__ import annotations
 
-from kinesis_spout.deadletter_s3 import s3_client
+from kinesis_spout.deadletter.s3 import s3_client
 from kinesis_spout.kinesis.client import ONE_SHOT_RETRIES, make_client
 
 

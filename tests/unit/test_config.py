@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kinesis_spout.config import FIELD_DOCS, FIELD_NAMES, InitialPosition, SpoutConfig
-from kinesis_spout.config_load import add_config_arguments, config_from_args, load_config, to_toml
+from kinesis_spout.config.load import add_config_arguments, config_from_args, load_config, to_toml
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from test_deadletter import rec
 
-from kinesis_spout import deadletter
 from kinesis_spout.deadletter import JsonlDeadLetterSink, read_dead_letters
+from kinesis_spout.deadletter import jsonl as deadletter
 
 
 def disk_full() -> OSError:

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.config_load import load_config
+from kinesis_spout.config.load import load_config
 from kinesis_spout.errors import ConfigError
 from kinesis_spout.metrics import InMemoryMetrics, NoopMetrics
 from kinesis_spout.observability.endpoint import MetricsEndpoint

@@ -179,7 +179,7 @@ def test_run_starts_spark_submit_without_importing_botocore_or_other_subcommands
         "import sys; from kinesis_spout.cli import main; "
         f"main(['run', '--config', {str(toml)!r}, '--dry-run']); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'botocore' or m in "
-        "('kinesis_spout.status.command', 'kinesis_spout.deadletter_cli', "
+        "('kinesis_spout.status.command', 'kinesis_spout.deadletter.cli', "
         "'kinesis_spout.examples.demo')))"
     )
     env = {"PATH": "/usr/bin:/bin", "AWS_DEFAULT_REGION": "eu-west-1"}

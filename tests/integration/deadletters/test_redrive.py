@@ -19,8 +19,8 @@ import pytest
 from kinesis_spout.cli import main
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.deadletter import DeadLetter, JsonlDeadLetterSink, read_dead_letters
-from kinesis_spout.deadletter_cli import load_sources
-from kinesis_spout.deadletter_s3 import S3DeadLetterSink
+from kinesis_spout.deadletter.cli import load_sources
+from kinesis_spout.deadletter.s3 import S3DeadLetterSink
 from kinesis_spout.records import Record
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, emulator_client
@@ -132,7 +132,7 @@ def test_a_redrive_that_failed_half_way_puts_no_entry_twice(
     cfg = SpoutConfig(stream_name=unique_name, job_name="job", dead_letter=str(dead),
                       endpoint_url=moto_server.endpoint_url)  # fmt: skip
 
-    from kinesis_spout.deadletter_cli import redrive
+    from kinesis_spout.deadletter.cli import redrive
 
     def go(progress: Any = None) -> int:
         sources = load_sources(cfg)

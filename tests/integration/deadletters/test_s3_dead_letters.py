@@ -21,8 +21,8 @@ import pytest
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.deadletter import DeadLetter
-from kinesis_spout.deadletter_cli import load_sources
-from kinesis_spout.deadletter_s3 import DeadLetterWriteError, S3DeadLetterSink
+from kinesis_spout.deadletter.cli import load_sources
+from kinesis_spout.deadletter.s3 import DeadLetterWriteError, S3DeadLetterSink
 from kinesis_spout.metrics import InMemoryMetrics
 from kinesis_spout.records import Record
 from kinesis_spout.spout import KinesisSpout

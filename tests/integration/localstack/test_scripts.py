@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from devkit.localstack import LOCALSTACK_VERSION
-from kinesis_spout.config_load import load_config
+from kinesis_spout.config.load import load_config
 from kinesis_spout.testing.servers import REPO_ROOT, free_port, port_open
 from kinesis_spout.testing.streams import create_stream, emulator_client
 

@@ -9,7 +9,7 @@ import pytest
 from reader_helpers import config, fill, ids, read_all
 
 from kinesis_spout.checkpoint.base import MemoryCheckpointStore
-from kinesis_spout.config_load import load_config
+from kinesis_spout.config.load import load_config
 from kinesis_spout.deadletter import JsonlDeadLetterSink
 from kinesis_spout.errors import ConfigError, EndpointUnreachableError, StreamNotFoundError
 from kinesis_spout.kinesis.getter import InvalidPositionError

@@ -23,8 +23,8 @@ import pytest
 import spark_job_helpers
 
 from kinesis_spout.cli import main as cli_main
-from kinesis_spout.config_load import load_config
-from kinesis_spout.deadletter_s3 import iter_s3_entries
+from kinesis_spout.config.load import load_config
+from kinesis_spout.deadletter.s3 import iter_s3_entries
 from kinesis_spout.spark.build import run_job
 from kinesis_spout.spark.processing import per_record
 from kinesis_spout.spark.sinks import read_parquet_dir

@@ -14,7 +14,7 @@ import pytest
 import spark_job_helpers
 
 from kinesis_spout.checkpoint import open_store
-from kinesis_spout.config_load import load_config
+from kinesis_spout.config.load import load_config
 from kinesis_spout.spark.build import run_job
 from kinesis_spout.spark.sinks import read_parquet_dir
 from kinesis_spout.spark.submit import DEFAULT_CONF, find_spark_submit, job_environment, job_file

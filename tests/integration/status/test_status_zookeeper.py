@@ -22,7 +22,7 @@ from kazoo.client import KazooClient
 
 from devkit.holders import start_lease_holder
 from devkit.status import run_status, status_json, table_rows
-from kinesis_spout.config_load import load_config
+from kinesis_spout.config.load import load_config
 from kinesis_spout.status.command import gather
 from kinesis_spout.status.model import StatusReport
 from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer

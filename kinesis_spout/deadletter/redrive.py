@@ -121,7 +121,7 @@ class S3RedriveLog:
         self.prefix = prefix + S3_LOG_DIR + "/"
 
     def done(self, to_stream: str) -> set[str]:
-        from kinesis_spout.deadletter_s3 import DeadLetterWriteError, describe_error
+        from kinesis_spout.deadletter.s3 import DeadLetterWriteError, describe_error
 
         out: set[str] = set()
         try:
@@ -140,7 +140,7 @@ class S3RedriveLog:
         return out
 
     def record(self, items: Iterable[Redriven]) -> None:
-        from kinesis_spout.deadletter_s3 import DeadLetterWriteError, describe_error
+        from kinesis_spout.deadletter.s3 import DeadLetterWriteError, describe_error
 
         at = _now()
         body = "".join(item.line(at) for item in items).encode("utf-8")
@@ -158,7 +158,7 @@ class S3RedriveLog:
 def open_redrive_log(cfg: SpoutConfig, s3: Any = None) -> RedriveLog:
     """The re-drive log of ``cfg``'s dead-letter target, job and stream."""
     if cfg.dead_letter.startswith("s3://"):
-        from kinesis_spout.deadletter_s3 import key_prefix, parse_s3_url
+        from kinesis_spout.deadletter.s3 import key_prefix, parse_s3_url
 
         bucket, prefix = parse_s3_url(cfg.dead_letter)
         return S3RedriveLog(s3, bucket, key_prefix(prefix, cfg.job_name, cfg.stream_name))

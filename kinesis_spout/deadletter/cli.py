@@ -11,11 +11,11 @@ The target, job and stream come from the usual config (``dead_letter``,
   default the configured one) with their partition keys and payloads, with
   PutRecords in batches of 500; failed entries of a batch are put again with
   backoff. Each accepted entry is recorded in the target's re-drive log
-  (:mod:`kinesis_spout.deadletter_redrive`) before the next call, and entries
+  (:mod:`kinesis_spout.deadletter.redrive`) before the next call, and entries
   the log has already put on that stream are skipped: a re-drive that failed
   half-way is run again without putting an entry twice. ``--delete`` then
   removes the re-driven entries (and only those) from the target, safely while
-  a reader writes more (:mod:`kinesis_spout.deadletter_remove`). ``--dry-run``
+  a reader writes more (:mod:`kinesis_spout.deadletter.remove`). ``--dry-run``
   shows what would be put.
 
 ``--shard`` and ``--reason`` select entries for both.
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from kinesis_spout.config import DEAD_LETTER_REASONS, SpoutConfig
-from kinesis_spout.config_load import config_from_args
-from kinesis_spout.deadletter_redrive import Redriven
+from kinesis_spout.config.load import config_from_args
+from kinesis_spout.deadletter.redrive import Redriven
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 
 Entry = dict[str, Any]
@@ -86,13 +86,13 @@ def load_sources(cfg: SpoutConfig) -> list[Source]:
             "dead_letter", target, "a directory or s3:// target (none keeps no dead letters)"
         )
     if target.startswith("s3://"):
-        from kinesis_spout.deadletter_s3 import (
+        from kinesis_spout.deadletter.s3 import (
             iter_s3_keys,
             key_prefix,
             parse_s3_url,
             read_s3_object,
         )
-        from kinesis_spout.deadletter_s3 import s3_client as make
+        from kinesis_spout.deadletter.s3 import s3_client as make
 
         bucket, prefix = parse_s3_url(target)
         client = make(region=cfg.region, profile=cfg.profile)
@@ -173,7 +173,7 @@ def _kinesis_client(cfg: SpoutConfig) -> Any:
 def _s3(cfg: SpoutConfig) -> Any:
     if not cfg.dead_letter.startswith("s3://"):
         return None
-    from kinesis_spout.deadletter_s3 import s3_client
+    from kinesis_spout.deadletter.s3 import s3_client
 
     return s3_client(one_shot=True, region=cfg.region, profile=cfg.profile)
 
@@ -191,7 +191,7 @@ def redrive(
 ) -> int:
     """Put ``entries`` not yet re-driven onto ``stream``, logging each accepted one; with
     ``delete``, then remove every selected entry that is on the stream from the target."""
-    from kinesis_spout.deadletter_redrive import open_redrive_log
+    from kinesis_spout.deadletter.redrive import open_redrive_log
 
     s3 = _s3(cfg)
     log = open_redrive_log(cfg, s3)
@@ -279,16 +279,16 @@ def _put(client: Any, stream: str, entries: list[dict[str, Any]]) -> list[dict[s
 
 def remove_entries(sources: list[Source], ids: set[str], s3: Any = None) -> tuple[int, int]:
     """Remove the entries with ``ids`` from every source that holds one, safely beside
-    running writers (:mod:`kinesis_spout.deadletter_remove`): (entries removed, files or
+    running writers (:mod:`kinesis_spout.deadletter.remove`): (entries removed, files or
     objects emptied)."""
-    from kinesis_spout.deadletter_remove import remove_from_file, remove_from_s3
+    from kinesis_spout.deadletter.remove import remove_from_file, remove_from_s3
 
     removed = emptied = 0
     for s in sources:
         if not any(str(e.get("message_id")) in ids for e in s.entries):
             continue
         if s.name.startswith("s3://"):
-            from kinesis_spout.deadletter_s3 import parse_s3_url
+            from kinesis_spout.deadletter.s3 import parse_s3_url
 
             bucket, key = parse_s3_url(s.name)
             n, gone = remove_from_s3(s3, bucket, key, ids)

@@ -2,7 +2,7 @@
 
 Values come from, lowest precedence first: the defaults below, a TOML file,
 the environment (``KINESIS_SPOUT_<FIELD>``), and explicit overrides (CLI
-flags): :mod:`kinesis_spout.config_load` reads them. Everything is validated
+flags): :mod:`kinesis_spout.config.load` reads them. Everything is validated
 when the object is built; a bad value raises
 :class:`~kinesis_spout.errors.ConfigError` naming the field, the value and
 what is allowed.
@@ -24,37 +24,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kinesis_spout.config_checks import check as _check
-from kinesis_spout.config_checks import (
+from kinesis_spout.config.checks import check as _check
+from kinesis_spout.config.checks import (
     check_consumer,
     check_executor_reads,
     check_names,
     check_numbers,
     check_targets,
 )
-from kinesis_spout.config_values import (
-    CONSUMER_NAME,
-    CONSUMER_NAME_RULE,
-    CONSUMERS,
-    DEAD_LETTER_REASONS,
-    ENV_PREFIX,
-    MAX_RECORDS_PER_CALL,
-    READ_ON,
-    InitialPosition,
-)
+from kinesis_spout.config.values import MAX_RECORDS_PER_CALL, InitialPosition
 from kinesis_spout.errors import ConfigError
 
 __all__ = [
-    "CONSUMER_NAME",
-    "CONSUMER_NAME_RULE",
-    "CONSUMERS",
-    "DEAD_LETTER_REASONS",
-    "ENV_PREFIX",
     "FIELD_DOCS",
     "FIELD_NAMES",
-    "MAX_RECORDS_PER_CALL",
-    "READ_ON",
-    "InitialPosition",
     "SpoutConfig",
     "coerce_values",
     "is_field",

@@ -1,10 +1,15 @@
-"""The value checks of :class:`~kinesis_spout.config.SpoutConfig` (each names the field)."""
+"""The value checks of :class:`~kinesis_spout.config.SpoutConfig` (each names the field).
+
+They read the config through :class:`CheckedConfig`, the fields they check, so this module
+does not import the model that calls them (:mod:`kinesis_spout.config.model`).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Any, Protocol
 
-from kinesis_spout.config_values import (
+from kinesis_spout.config.values import (
     CONSUMER_NAME,
     CONSUMER_NAME_RULE,
     CONSUMERS,
@@ -15,8 +20,74 @@ from kinesis_spout.config_values import (
 )
 from kinesis_spout.errors import ConfigError
 
-if TYPE_CHECKING:
-    from kinesis_spout.config import SpoutConfig
+
+class CheckedConfig(Protocol):
+    """The fields of a :class:`~kinesis_spout.config.SpoutConfig` that the checks read
+    (read-only, as the frozen dataclass has them; the checks also read more of its
+    number fields by name, with ``getattr``)."""
+
+    @property
+    def stream_name(self) -> str: ...
+    @property
+    def job_name(self) -> str: ...
+    @property
+    def region(self) -> str: ...
+    @property
+    def endpoint_url(self) -> str | None: ...
+    @property
+    def initial_position(self) -> InitialPosition: ...
+    @property
+    def initial_timestamp(self) -> datetime | None: ...
+    @property
+    def records_per_call(self) -> int: ...
+    @property
+    def empty_shard_backoff(self) -> float: ...
+    @property
+    def empty_shard_backoff_max(self) -> float: ...
+    @property
+    def max_calls_per_second(self) -> float: ...
+    @property
+    def consumer(self) -> str: ...
+    @property
+    def consumer_name(self) -> str | None: ...
+    @property
+    def subscription_renewal(self) -> float: ...
+    @property
+    def retry_limit(self) -> int: ...
+    @property
+    def max_in_flight(self) -> int: ...
+    @property
+    def checkpoint_store(self) -> str: ...
+    @property
+    def zk_auth(self) -> str | None: ...
+    @property
+    def dead_letter(self) -> str: ...
+    @property
+    def dead_letter_on(self) -> str: ...
+    @property
+    def max_record_age(self) -> float | None: ...
+    @property
+    def worker_id(self) -> str: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def sink(self) -> str: ...
+    @property
+    def max_batches(self) -> int: ...
+    @property
+    def read_on(self) -> str: ...
+    @property
+    def shards_per_task(self) -> int: ...
+    @property
+    def poll_threads(self) -> int: ...
+    @property
+    def process_partitions(self) -> int: ...
+    @property
+    def task_timeout(self) -> float: ...
+    @property
+    def metrics_port(self) -> int | None: ...
+    @property
+    def metrics_host(self) -> str: ...
 
 
 def check(cond: bool, name: str, value: Any, allowed: str) -> None:
@@ -24,7 +95,7 @@ def check(cond: bool, name: str, value: Any, allowed: str) -> None:
         raise ConfigError(name, value, allowed)
 
 
-def check_names(c: SpoutConfig) -> None:
+def check_names(c: CheckedConfig) -> None:
     """The stream, job, region, endpoint and start position."""
     check(bool(c.stream_name.strip()), "stream_name", c.stream_name, "a non-empty stream name")
     check(len(c.stream_name) <= 128, "stream_name", c.stream_name, "at most 128 characters")
@@ -51,7 +122,7 @@ def check_names(c: SpoutConfig) -> None:
         )
 
 
-def check_consumer(c: SpoutConfig) -> None:
+def check_consumer(c: CheckedConfig) -> None:
     """``consumer``, the consumer's name and the subscription renewal."""
     check(c.consumer in CONSUMERS, "consumer", c.consumer, " or ".join(CONSUMERS))
     rule = CONSUMER_NAME_RULE
@@ -65,7 +136,7 @@ def check_consumer(c: SpoutConfig) -> None:
           "seconds, > 0 and <= 300 (Kinesis ends a subscription after 300)")  # fmt: skip
 
 
-def check_numbers(c: SpoutConfig) -> None:
+def check_numbers(c: CheckedConfig) -> None:
     """Limits, counts and durations."""
     check(
         1 <= c.records_per_call <= MAX_RECORDS_PER_CALL,
@@ -118,7 +189,7 @@ def check_numbers(c: SpoutConfig) -> None:
         )
 
 
-def check_executor_reads(c: SpoutConfig) -> None:
+def check_executor_reads(c: CheckedConfig) -> None:
     """The Spark job's executor-read settings: task grouping, processing spread, deadline."""
     check(c.task_timeout >= 0, "task_timeout", c.task_timeout, "a number of seconds >= 0")
     check(
@@ -141,7 +212,7 @@ def check_executor_reads(c: SpoutConfig) -> None:
     )
 
 
-def check_targets(c: SpoutConfig) -> None:
+def check_targets(c: CheckedConfig) -> None:
     """Where checkpoints, dead letters and rows go, and who this worker is."""
     check(
         c.checkpoint_store.startswith(("file://", "zk://", "memory://")),

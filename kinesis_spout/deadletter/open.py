@@ -1,17 +1,17 @@
 """The dead-letter sink a config names: ``s3://BUCKET/PREFIX``, a directory, or ``none``
-(its own module: the S3 sink is built on :mod:`kinesis_spout.deadletter`)."""
+(the S3 sink, :mod:`kinesis_spout.deadletter.s3`, is imported only when named)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kinesis_spout.deadletter import (
+from kinesis_spout.deadletter.base import (
     REASONS,
     DeadLetterSink,
     FilteredDeadLetterSink,
-    JsonlDeadLetterSink,
     LoggingDeadLetterSink,
 )
+from kinesis_spout.deadletter.jsonl import JsonlDeadLetterSink
 
 
 def open_dead_letter_sink(
@@ -29,7 +29,7 @@ def open_dead_letter_sink(
     if target.lower() == "none":
         return LoggingDeadLetterSink()
     if target.startswith("s3://"):
-        from kinesis_spout.deadletter_s3 import S3DeadLetterSink, s3_client
+        from kinesis_spout.deadletter.s3 import S3DeadLetterSink, s3_client
 
         sink = S3DeadLetterSink(target, job_name, s3_client(region=region, profile=profile))
     else:

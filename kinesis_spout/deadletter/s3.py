@@ -29,10 +29,11 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from kinesis_spout.deadletter import DeadLetter, dead_letter_entry
+from kinesis_spout.deadletter.base import DeadLetter, dead_letter_entry
 from kinesis_spout.errors import KinesisSpoutError
 
-log = logging.getLogger(__name__)
+# The logger the S3 sink had before the dead-letter modules became a package.
+log = logging.getLogger("kinesis_spout.deadletter_s3")
 
 
 class DeadLetterWriteError(KinesisSpoutError):

@@ -22,14 +22,14 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kinesis_spout.config import (
-    ENV_PREFIX,
+from kinesis_spout.config.model import (
     FIELD_DOCS,
     FIELD_NAMES,
     SpoutConfig,
     coerce_values,
     is_field,
 )
+from kinesis_spout.config.values import ENV_PREFIX
 from kinesis_spout.errors import ConfigError
 
 

@@ -6,7 +6,7 @@ Only entries whose ids were re-driven are removed, from what the target holds
 
 * a shard's file is read, rewritten to a new file and renamed over the old one
   while holding the same exclusive ``flock`` the writers take
-  (:class:`~kinesis_spout.deadletter.JsonlDeadLetterSink`); a writer that held
+  (:class:`~kinesis_spout.deadletter.jsonl.JsonlDeadLetterSink`); a writer that held
   the old file open sees the rename under the lock and re-opens the new file.
   Nothing appended before the lock is lost (it is read under the lock), and
   nothing after it goes to the old copy. Lines that are not entries (torn or
@@ -27,7 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kinesis_spout.deadletter import same_file
+from kinesis_spout.deadletter.jsonl import same_file
 from kinesis_spout.durable import fsync_dir, replace_synced
 
 
@@ -74,7 +74,7 @@ def _rewrite(fd: int, path: Path, ids: set[str]) -> tuple[int, bool]:
 def remove_from_s3(client: Any, bucket: str, key: str, ids: set[str]) -> tuple[int, bool]:
     """Remove the entries with ``ids`` from one object (see the module docstring):
     (how many were removed, whether the object was deleted with nothing kept)."""
-    from kinesis_spout.deadletter_s3 import read_s3_object
+    from kinesis_spout.deadletter.s3 import read_s3_object
 
     try:
         entries = read_s3_object(client, bucket, key)
