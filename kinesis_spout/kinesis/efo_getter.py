@@ -139,6 +139,11 @@ class EfoShardGetter:
     def due(self, now: float) -> bool:
         return not self._ended and now >= self.next_poll_at
 
+    def at_tip_after(self, batch: ShardBatch, asked: int) -> bool:
+        """A bounded read's rule for the tip: the last event taken was not behind and no
+        other event waits (``asked`` does not matter: an event holds what it holds)."""
+        return self.at_tip and not self.buffered
+
     @property
     def position(self) -> GetterPosition:
         """Where the next read starts (no iterator: a subscription starts from a key).

@@ -186,6 +186,11 @@ class KinesisShardGetter:
     def due(self, now: float) -> bool:
         return not self._ended and now >= self._next_poll_at
 
+    def at_tip_after(self, batch: ShardBatch, asked: int) -> bool:
+        """A bounded read's rule for the tip: an answer short of the ``asked`` records and
+        not behind (an empty answer that is behind is a gap or old data: read on)."""
+        return len(batch.records) < asked and not batch.millis_behind_latest
+
     @property
     def position(self) -> GetterPosition:
         """Where the next read starts: what a reader elsewhere needs to continue."""

@@ -3,27 +3,28 @@
 Its Python worker died on it, so no task returned its position: the driver
 reads it here (one GetRecords of limit 1) to fail it in its tracker. The plan's
 iterator may have expired long ago (a halving cycle can outlast the 5 minutes
-of an iterator), and a call may be throttled or fail: :func:`read_alone` makes
-up to :data:`ATTEMPTS` polls, re-opening the iterator after the last key read
-when it expired, and backing off after throttling and 5xx answers.
+of an iterator), and a call may be throttled or fail: :func:`read_alone` is the
+bounded read of :mod:`kinesis_spout.kinesis.bounded` with a limit of one record,
+up to :data:`ATTEMPTS` answers or errors in a row, re-opening the iterator after
+the last key read when it expired, and backing off after throttling and 5xx answers.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 
+from kinesis_spout.errors import KinesisError
 from kinesis_spout.kinesis.api import KinesisApi
+from kinesis_spout.kinesis.bounded import read_until
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.records import ShardBatch
 from kinesis_spout.spark.readplan import ReadPlan
 from tracker import Backoff
 
-log = logging.getLogger(__name__)
-
 ATTEMPTS = 5
-"""Polls before giving up for this cycle (the next cycle tries again)."""
+"""Answers, or errors in a row, before giving up for this cycle (the next cycle tries
+again)."""
 
 
 def read_alone(
@@ -50,19 +51,21 @@ def read_alone(
         limit=1,
         empty_shard_backoff=0.0,
     )
-    page = ShardBatch([], 0.0)
-    for attempt in range(1, ATTEMPTS + 1):
-        now = clock()
-        if getter.next_poll_at > now:
-            sleep(getter.next_poll_at - now)
-        page = getter.poll(clock())
-        if page.records or page.ended or (page.error is None and getter.caught_up):
-            return getter, page
-        if page.error is not None:
-            log.info(
-                "shard %s: reading the record that fails alone, attempt %d: %s",
-                plan.shard_id,
-                attempt,
-                page.error,
-            )
-    return getter, page
+    pages: list[ShardBatch] = []
+
+    def take(batch: ShardBatch) -> int:
+        pages.append(batch)
+        return len(batch.records)
+
+    try:
+        end = read_until(
+            getter, 1, None, take, clock=clock, sleep=sleep,
+            per_call=1, max_calls=ATTEMPTS, max_errors=ATTEMPTS,
+        )  # fmt: skip
+    except KinesisError as exc:
+        if not exc.retriable:
+            raise
+        return getter, ShardBatch([], 0.0, error=exc)  # throttled or failing ATTEMPTS times
+    if pages and (pages[-1].records or pages[-1].ended):
+        return getter, pages[-1]
+    return getter, ShardBatch([], 0.0, error=end.errors[-1] if end.errors else None)

@@ -4,7 +4,8 @@
 records (a KPL aggregate past the limit is cut, and the position handed on is
 inside it), the tip (an answer short of what was asked and not behind; an
 empty page that is behind is a gap or old data and is read past), the end of a
-closed shard, or ``read_seconds``. Polling uses the same
+closed shard, or ``read_seconds``: the bounded read every reading mode shares
+(:mod:`kinesis_spout.kinesis.bounded`). Polling uses the same
 :class:`~kinesis_spout.kinesis.getter.KinesisShardGetter` as driver reads
 (throttling, 5xx and expired iterators retried with backoff inside the task);
 with ``consumer = "efo"`` it subscribes instead (:mod:`kinesis_spout.kinesis.efo_read`).
@@ -15,11 +16,11 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from typing import TYPE_CHECKING, Any
 
-from kinesis_spout.kinesis.efo_read import EfoTarget, read_until, subscribed_getter
+from kinesis_spout.errors import KinesisError
+from kinesis_spout.kinesis.bounded import BoundedRead, ReadEnd, Take, read_together, read_until
+from kinesis_spout.kinesis.efo_read import EfoTarget, subscribed_getter
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.records import Record, ShardBatch
 from kinesis_spout.spark.arrow import format_error
@@ -50,124 +51,56 @@ Read = tuple["ReadPlan", Callable[[list[Record]], None], "ReadResult"]
 
 def read_shards(reads: list[Read], settings: ReadSettings) -> None:
     """Read every plan of a task until its limit or the end of its data, all of them
-    within one deadline (``read_seconds`` from now).
+    within one deadline (``read_seconds`` from now), each by
+    :class:`~kinesis_spout.kinesis.bounded.BoundedRead`.
 
-    Polled shards are read *interleaved*: the one due first is polled next, so a
-    throttled shard's backoff is spent polling the others, and an idle shard costs
-    one GetRecords. Up to ``poll_threads`` calls are in flight at once (one per shard
-    at most, :func:`_poll_together`): a call's wait for the network and the server is
-    spent on the other shards' calls. Subscribed shards (``consumer = "efo"``) are read
+    Polled shards are read *interleaved* (:func:`~kinesis_spout.kinesis.bounded.read_together`):
+    the one due first is polled next, so a throttled shard's backoff is spent polling the
+    others, and an idle shard costs one GetRecords. Up to ``poll_threads`` calls are in
+    flight at once (one per shard at most): a call's wait for the network and the server
+    is spent on the other shards' calls. Subscribed shards (``consumer = "efo"``) are read
     one after the other, each within what is left of the deadline."""
     deadline = time.monotonic() + settings.read_seconds
-    polled: list[_PolledRead] = []
+    polled: list[tuple[BoundedRead, ReadResult]] = []
     for plan, consume, res in reads:
         assert plan.position is not None
         if settings.consumer_arn is not None:
             left = max(deadline - time.monotonic(), 0.0)
             read_subscribed(plan, settings, consume, res, seconds=left)
         else:
-            polled.append(_PolledRead(plan, settings, consume, res))
-    active = [r for r in polled if not r.done]
-    if active:
-        _poll_together(active, deadline, max(1, min(settings.poll_threads, len(active))))
-    for r in polled:
-        r.finish()
+            read = BoundedRead(
+                _polling_getter(plan, settings),
+                plan.limit,
+                _taker(res, consume),
+                per_call=settings.records_per_call,
+            )
+            polled.append((read, res))
+    ends = read_together([r for r, _ in polled], deadline, settings.poll_threads)
+    for (_, res), end in zip(polled, ends, strict=True):
+        _end_into(res, end)
 
 
-def _poll_together(active: list[_PolledRead], deadline: float, threads: int) -> None:
-    """Up to ``threads`` calls in flight (``poll_threads = 1``: one at a time), at most
-    one per shard, the shards due first first. A call only touches its shard's getter;
-    its page is taken here, in this thread, so the consumer sees each shard's pages in
-    order and one at a time. Past the deadline nothing more is asked, and the calls in
-    flight are waited for."""
-    waiting = list(active)  # not done, no call in flight
-    flying: dict[Future[ShardBatch], _PolledRead] = {}
-    turn = 0
-    with ThreadPoolExecutor(threads, thread_name_prefix="kinesis-spout-poll") as pool:
-        while flying or waiting:
-            now = time.monotonic()
-            if now >= deadline and not flying:
-                break
-            waiting.sort(key=lambda r: (r.getter.next_poll_at, r.turn))
-            while now < deadline and waiting and len(flying) < threads:
-                if waiting[0].getter.next_poll_at > now:
-                    break
-                r = waiting.pop(0)
-                turn += 1
-                r.turn = turn
-                flying[pool.submit(r.fetch, now)] = r
-            wake = waiting[0].getter.next_poll_at if waiting and now < deadline else None
-            if not flying:
-                if wake is None or wake > deadline:
-                    break
-                time.sleep(max(wake - now, 0.0))
-                continue
-            # A free thread waits for the next shard due, a full pool for a call to end.
-            room = wake is not None and len(flying) < threads
-            timeout = max(min(wake, deadline) - now, 0.0) if wake is not None and room else None
-            done, _ = wait_futures(list(flying), timeout, FIRST_COMPLETED)
-            for f in done:
-                r = flying.pop(f)
-                r.take(f.result())
-                if not r.done:
-                    waiting.append(r)
+def _taker(res: ReadResult, consume: Callable[[list[Record]], None]) -> Take:
+    """A page into the result's figures and to the consumer; all of it is taken."""
 
-
-class _PolledRead:
-    """One shard's GetRecords read inside a task: a page per :meth:`fetch` (in a poll
-    thread) and :meth:`take` (in the task's thread)."""
-
-    __slots__ = ("asked", "consume", "done", "getter", "remaining", "res", "settings", "turn")
-
-    def __init__(
-        self,
-        plan: ReadPlan,
-        settings: ReadSettings,
-        consume: Callable[[list[Record]], None],
-        res: ReadResult,
-    ) -> None:
-        self.getter = _polling_getter(plan, settings)
-        self.settings = settings
-        self.consume = consume
-        self.res = res
-        self.remaining = plan.limit
-        self.turn = 0
-        self.asked = 0
-        self.done = self.remaining <= 0 or self.getter.ended
-
-    def fetch(self, now: float) -> ShardBatch:
-        """One GetRecords call (only this shard's getter changes: it may run in a thread
-        of its own while other shards are fetched)."""
-        self.asked = self.getter.limit = min(self.settings.records_per_call, self.remaining)
-        return self.getter.poll(now)
-
-    def take(self, batch: ShardBatch) -> None:
-        """A page into the result and to the consumer (an error is counted; the getter's
-        backoff says when to call again)."""
-        getter, res, asked = self.getter, self.res, self.asked
-        if batch.seconds is not None:
-            res.call_seconds.append(batch.seconds)
-        if batch.error is not None:
-            _count_error(res, batch)
-            return
-        if len(batch.records) > self.remaining:  # a KPL aggregate past the limit: keep the bound
-            batch = getter.cut(batch, self.remaining)
+    def take(batch: ShardBatch) -> int:
         _take_page(res, batch)
-        self.consume(batch.records)
-        got = len(batch.records)
-        self.remaining -= got
-        # The tip, by the getter's rule: an answer short of what was asked and not behind
-        # (an empty page that is behind is a gap or old data: read on).
-        res.caught_up = got < asked and not batch.millis_behind_latest
-        self.done = self.remaining <= 0 or batch.ended or res.caught_up or getter.ended
+        consume(batch.records)
+        return len(batch.records)
 
-    def finish(self) -> None:
-        """The read's end into its result."""
-        getter, res = self.getter, self.res
-        res.position = getter.position
-        res.ended = getter.ended
-        res.behind = getter.millis_behind_latest
-        res.calls = getter.calls
+    return take
+
+
+def _end_into(res: ReadResult, end: ReadEnd) -> None:
+    """A read's end into its result: errors, call durations, position, lag."""
+    for err in end.errors:
+        _count_error(res, err)
+    res.call_seconds.extend(end.seconds)
+    res.caught_up = end.caught_up
+    res.position = end.position
+    res.ended = end.ended
+    res.behind = end.behind
+    res.calls = end.calls
 
 
 def _polling_getter(plan: ReadPlan, settings: ReadSettings) -> KinesisShardGetter:
@@ -225,28 +158,14 @@ def read_subscribed(
         limit=plan.limit,
         closed=plan.closed,
     )
-
-    def take(batch: ShardBatch) -> int:
-        _take_page(res, batch)
-        consume(batch.records)
-        return len(batch.records)
-
     budget = settings.read_seconds if seconds is None else seconds
-    end = read_until(getter, plan.limit, budget, take)
-    for err in end.errors:
-        _count_error(res, ShardBatch([], 0.0, error=err))
-    res.caught_up = end.caught_up
-    res.position = getter.position
-    res.ended = getter.ended
-    res.behind = getter.millis_behind_latest
-    res.calls = end.events
+    _end_into(res, read_until(getter, plan.limit, budget, _taker(res, consume)))
 
 
-def _count_error(res: ReadResult, batch: ShardBatch) -> None:
+def _count_error(res: ReadResult, err: KinesisError) -> None:
     from kinesis_spout.errors import ExpiredIteratorError, ResourceInUseError, ThrottledError
 
-    err = batch.error
-    res.last_error = format_error(err) if err is not None else None
+    res.last_error = format_error(err)
     if isinstance(err, ThrottledError | ResourceInUseError):
         res.throttled += 1
     elif isinstance(err, ExpiredIteratorError):

@@ -1,35 +1,38 @@
-"""Kinesis reads of the streaming source, on the executors: a fresh read and a range replay.
+"""Kinesis reads of the streaming source, on the executors: a first read and a range replay.
 
-An executor's first read of a batch's shard (:func:`read_fresh`) walks the shard
-from the batch start for at most a quota of user records, keeps them and says
-where it stopped; that end is recorded for the (batch, shard), first writer
-wins. A task run again reads exactly the recorded range (:func:`read_range`),
-with the same start and the same filter, so the batch has the same records on
-every replay as long as Kinesis retains them. :func:`read_ahead` is the same
-walk without keeping the records. Both sides count user records after KPL
-de-aggregation, and a cut inside an aggregate is kept in the position.
+An executor's first read of a batch's shard (:func:`read_fresh`, or
+:func:`~kinesis_spout.streaming.subscribed_read.read_fresh_subscribed` by
+enhanced fan-out; both :func:`first_read`) walks the shard from the batch start
+for at most a quota of user records, keeps them and says where it stopped; that
+end is recorded for the (batch, shard), first writer wins. A task run again
+reads exactly the recorded range (:func:`read_range`), with the same start and
+the same filter, so the batch has the same records on every replay as long as
+Kinesis retains them. Both are the one bounded read of
+:mod:`kinesis_spout.kinesis.bounded` over a getter; both count user records after
+KPL de-aggregation, and a cut inside an aggregate is kept in the position.
 """
 
 from __future__ import annotations
 
-import functools
+import bisect
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from kinesis_spout.errors import ExpiredIteratorError, KinesisSpoutError
+from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
-from kinesis_spout.records import Record
+from kinesis_spout.kinesis.bounded import BoundedGetter, read_until
+from kinesis_spout.kinesis.getter import KinesisShardGetter
+from kinesis_spout.records import Record, ShardBatch
 from kinesis_spout.streaming.errors import DataLossError
 from kinesis_spout.streaming.offsets import ShardPosition, ShardRange, StartPosition
-from tracker import ExponentialBackoff, SequenceKey
+from tracker import Backoff, ExponentialBackoff
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 #: Empty GetRecords answers in a row, at the tip (MillisBehindLatest 0), after
 #: which a replay that has not reached its planned end gives up: the records are gone.
@@ -38,19 +41,36 @@ MAX_EMPTY_AT_TIP = 20
 MAX_EMPTY_BEHIND = 500
 
 
-def open_iterator(
-    api: KinesisApi, shard_id: str, after: ShardPosition | None, start: StartPosition
-) -> str:
-    """An iterator at the first record after ``after`` (or at ``start``).
+def polling_getter(
+    api: KinesisApi,
+    shard_id: str,
+    after: ShardPosition | None,
+    start: StartPosition,
+    fetch: int,
+    *,
+    iterator: str | None = None,
+    backoff: Backoff | None = None,
+) -> KinesisShardGetter:
+    """A GetRecords getter for one bounded read after ``after`` (or at ``start``),
+    unthrottled (a read ends at its bounds, not on a rate).
 
-    After a cut inside a KPL aggregate the iterator is *at* its sequence
-    number; the caller skips the user records up to ``after`` by key.
-    """
-    if after is not None and after.sequence is not None:
-        if after.partial:
-            return api.shard_iterator(shard_id, at_sequence=after.sequence)
-        return api.shard_iterator(shard_id, after_sequence=after.sequence)
-    return api.shard_iterator(shard_id, position=start.kind, timestamp=start.timestamp)
+    After a cut inside a KPL aggregate (``after.partial``) its iterator is *at* that
+    sequence number, and the user records up to ``after`` are skipped by key.
+    ``iterator``, when given, must continue exactly after ``after``."""
+    key = after.key if after is not None else None
+    return KinesisShardGetter(
+        api,
+        shard_id,
+        backoff=backoff or ExponentialBackoff(0.2, cap=5.0),
+        start=key,
+        after_whole=None if key is None or after is None else not after.partial,
+        position=start.kind,
+        timestamp=start.timestamp,
+        iterator=iterator,
+        limit=max(1, fetch),
+        max_calls_per_second=math.inf,
+        empty_shard_backoff=0.0,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +90,7 @@ class ReadAhead:
     """The shard ended: the child shards its last page named."""
 
 
-def read_ahead(
+def read_fresh(
     api: KinesisApi,
     shard_id: str,
     after: ShardPosition | None,
@@ -81,137 +101,86 @@ def read_ahead(
     iterator: str | None = None,
     cutoff: datetime | None = None,
     max_calls: int = 50,
-) -> ReadAhead:
-    """Read at most ``quota`` user records of ``shard_id`` after ``after``.
+) -> tuple[list[Record], ReadAhead]:
+    """At most ``quota`` user records of ``shard_id`` after ``after``, by GetRecords,
+    and where the read stopped (see :func:`first_read`).
 
-    ``iterator`` (optional) must continue exactly after ``after``; it is
-    re-opened if expired. ``cutoff``: records that arrived later are left out
-    and the read stops there (Trigger.AvailableNow). Retriable Kinesis errors
-    end the read early and are returned, not raised: the caller backs off.
-    """
-    return _ahead(_AheadRead(api, shard_id, after, start, quota, fetch, cutoff, max_calls),
-                  iterator)  # fmt: skip
+    ``iterator`` (optional) must continue exactly after ``after``; it is re-opened if
+    expired. A retriable Kinesis error ends the read early and is returned, not
+    raised: the caller backs off. At most ``max_calls`` GetRecords calls."""
+    getter = polling_getter(api, shard_id, after, start, fetch, iterator=iterator)
+    return first_read(
+        getter,
+        after,
+        quota,
+        cutoff=cutoff,
+        per_call=fetch,
+        stop_on_error=True,
+        max_calls=max_calls,
+        max_empty_behind=MAX_EMPTY_BEHIND,
+    )
 
 
-def read_fresh(
-    api: KinesisApi,
-    shard_id: str,
+def first_read(
+    getter: BoundedGetter,
     after: ShardPosition | None,
-    start: StartPosition,
     quota: int,
     *,
-    fetch: int,
     cutoff: datetime | None = None,
-    max_calls: int = 50,
+    seconds: float | None = None,
+    **bounds: Any,
 ) -> tuple[list[Record], ReadAhead]:
-    """:func:`read_ahead` that also keeps the records it took (an executor's first
-    read of a batch's shard: the records are read once)."""
-    read = _AheadRead(api, shard_id, after, start, quota, fetch, cutoff, max_calls)
-    read.kept = []
-    result = _ahead(read, None)
-    return read.kept, result
+    """An executor's first read of a batch's shard over ``getter`` (polling or
+    subscribed): up to ``quota`` user records, the tip, the shard's end or the
+    availableNow ``cutoff`` (records that arrived later are left out and the read
+    stops there), within ``seconds``; the records it took and where it stopped."""
+    kept: list[Record] = []
+    cut = _Cut()
+
+    def take(batch: ShardBatch) -> int:
+        recs = batch.records
+        n = _before(recs, cutoff)
+        if n < len(recs):
+            cut.at_cutoff = True
+            cut.partial = n > 0 and recs[n].sequence_number == recs[n - 1].sequence_number
+        kept.extend(recs[:n] if n < len(recs) else recs)
+        return n
+
+    end = read_until(getter, quota, seconds, take, **bounds)
+    assert end.position is not None
+    partial = cut.partial if cut.at_cutoff else not end.position.after_whole
+    last = kept[-1] if kept else None
+    position = _position(after, last, len(kept), partial and last is not None, end.ended)
+    error = end.errors[-1] if end.stopped_by_error or (end.errors and not end.events) else None
+    stopped_there = cut.at_cutoff or end.ended or end.stopped_by_error
+    ahead = ReadAhead(
+        getter.shard_id,
+        position,
+        cut.at_cutoff or end.caught_up,
+        None if stopped_there else end.position.iterator,
+        error if isinstance(error, KinesisSpoutError) else None,
+        end.children if end.ended else (),
+    )
+    return kept, ahead
 
 
-def _ahead(read: _AheadRead, iterator: str | None) -> ReadAhead:
-    api, shard_id, after, start = read.api, read.shard_id, read.after, read.start
-    error: KinesisSpoutError | None = None
-    try:
-        it: str | None = iterator or open_iterator(api, shard_id, after, start)
-        while it is not None:
-            it = read.step(it, cached=iterator is not None)
-    except KinesisSpoutError as exc:
-        if not exc.retriable:
-            raise
-        # Errors come between pages, and pages hold whole Kinesis records: the
-        # position of ``last`` is exact and not inside an aggregate.
-        log.info("read-ahead of %s/%s cut short: %s", api.stream_name, shard_id, exc)
-        error, read.next_it, read.partial = exc, None, False
-    position = _position(after, read.last, read.taken, read.partial, read.ended)
-    return ReadAhead(shard_id, position, read.idle, read.next_it, error, read.children)
+def _before(records: list[Record], cutoff: datetime | None) -> int:
+    """How many of ``records`` arrived up to ``cutoff`` (all without one)."""
+    if cutoff is not None:
+        for i, r in enumerate(records):
+            if r.approximate_arrival is not None and r.approximate_arrival > cutoff:
+                return i
+    return len(records)
 
 
-class _AheadRead:
-    """The state of one :func:`read_ahead`: what was taken and how the read ended."""
+class _Cut:
+    """How the records a first read took were cut by the cutoff."""
 
-    def __init__(
-        self,
-        api: KinesisApi,
-        shard_id: str,
-        after: ShardPosition | None,
-        start: StartPosition,
-        quota: int,
-        fetch: int,
-        cutoff: datetime | None,
-        max_calls: int,
-    ) -> None:
-        self.api, self.shard_id, self.after, self.start = api, shard_id, after, start
-        self.quota, self.fetch, self.cutoff, self.max_calls = quota, fetch, cutoff, max_calls
-        self.after_key = after.key if after is not None else None
-        self.taken = self.calls = self.empty = 0
-        self.last: Record | None = None
-        self.partial = self.ended = self.idle = False
-        self.next_it: str | None = None
-        self.kept: list[Record] | None = None
-        """The records taken, when the caller keeps them."""
-        self.children: tuple[str, ...] = ()
+    __slots__ = ("at_cutoff", "partial")
 
-    def step(self, it: str, *, cached: bool) -> str | None:
-        """Read one page at ``it``; the iterator to go on with, or ``None``: done."""
-        asked = max(1, min(self.fetch, self.quota - self.taken))
-        try:
-            res = self.api.get_records(self.shard_id, it, asked)
-        except ExpiredIteratorError:
-            if self.calls or not cached:
-                raise
-            it = open_iterator(self.api, self.shard_id, self.after, self.start)  # cache expired
-            res = self.api.get_records(self.shard_id, it, asked)
-        self.calls += 1
-        recs, stop_at_cutoff = self._before_cutoff(_after(res.records, self.after_key))
-        take = recs[: self.quota - self.taken]
-        if take:
-            self.last = take[-1]
-            self.taken += len(take)
-            if self.kept is not None:
-                self.kept.extend(take)
-        if len(take) < len(recs):  # quota reached inside this page
-            self.partial = recs[len(take)].sequence_number == take[-1].sequence_number
-            return None
-        if stop_at_cutoff:
-            self.idle = True
-            return None
-        if res.next_iterator is None:
-            self.ended = True
-            self.children = tuple(c.shard_id for c in res.child_shards)
-            return None
-        return self._next(res.next_iterator, res.raw_count, res.millis_behind_latest, asked)
-
-    def _next(self, it: str, raw_count: int, behind: int | None, asked: int) -> str | None:
-        """After a page that did not end the read: go on at ``it``, or stop there."""
-        if self.taken >= self.quota or self.calls >= self.max_calls:
-            self.next_it = it
-            return None
-        if raw_count == 0:
-            if not behind:  # an empty page at the tip
-                self.idle, self.next_it = True, it
-                return None
-            self.empty += 1  # Kinesis walks over gaps one empty page at a time
-            if self.empty >= MAX_EMPTY_BEHIND:
-                self.next_it = it
-                return None
-            return it
-        self.empty = 0
-        if behind == 0 and raw_count < asked:
-            self.idle, self.next_it = True, it  # a short page with nothing behind: the tip
-            return None
-        return it
-
-    def _before_cutoff(self, recs: list[Record]) -> tuple[list[Record], bool]:
-        """The records that arrived up to the cutoff, and whether one arrived later."""
-        if self.cutoff is not None:
-            for i, r in enumerate(recs):
-                if r.approximate_arrival is not None and r.approximate_arrival > self.cutoff:
-                    return recs[:i], True
-        return recs, False
+    def __init__(self) -> None:
+        self.at_cutoff = False
+        self.partial = False
 
 
 def _position(
@@ -228,37 +197,6 @@ def _position(
     return ShardPosition(None, 0, False, True, 0)
 
 
-def _after(records: list[Record], after_key: SequenceKey | None) -> list[Record]:
-    if after_key is None or not records or records[0].key > after_key:
-        return records
-    return [r for r in records if r.key > after_key]
-
-
-# --- executors ---------------------------------------------------------------------------
-
-
-def _retrying(
-    what: str,
-    fn: Callable[[], T],
-    *,
-    attempts: int,
-    backoff: ExponentialBackoff,
-    sleep: Callable[[float], None],
-) -> T:
-    """``fn()``, retried on retriable errors with backoff (executor tasks may block;
-    in local mode Spark does not retry a failed task)."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except KinesisSpoutError as exc:
-            if not exc.retriable or isinstance(exc, ExpiredIteratorError) or attempt == attempts:
-                raise
-            delay = backoff.delay(attempt)
-            log.info("%s: %s; retry %d in %.2fs", what, exc, attempt, delay)
-            sleep(delay)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
 def read_range(
     api: KinesisApi,
     rng: ShardRange,
@@ -266,94 +204,68 @@ def read_range(
     fetch: int,
     fail_on_data_loss: bool = True,
     attempts: int = 8,
-    backoff: ExponentialBackoff | None = None,
+    backoff: Backoff | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[list[Record]]:
     """The user records of ``rng``, page by page: exactly those of its first read.
 
-    Raises :class:`DataLossError` (or logs, with ``fail_on_data_loss=False``)
-    when the range cannot be read as planned: its records expired.
+    Throttling and 5xx answers are retried with ``backoff``, up to ``attempts`` in a
+    row (then raised); an expired iterator is re-opened after the last record read.
+    Raises :class:`DataLossError` (or logs, with ``fail_on_data_loss=False``) when
+    the range cannot be read as planned: its records expired.
     """
-    retry: dict[str, Any] = {
-        "attempts": attempts,
-        "backoff": backoff or ExponentialBackoff(0.2, cap=5.0),
-        "sleep": sleep,
-    }
-    read = _RangeRead(api, rng, fetch, retry)
-    yield from read.pages()
-    read.check(fail_on_data_loss)
+    last_key, expected = rng.last_key, rng.last.count
+    pages: list[list[Record]] = []
+
+    def take(batch: ShardBatch) -> int:
+        page = batch.records
+        n = len(page)
+        if page and page[-1].key > last_key:  # beyond the planned end: clip, stop
+            n = bisect.bisect_right([r.key for r in page], last_key)
+        if n:
+            pages.append(page[:n])
+        return n
+
+    getter = polling_getter(
+        api,
+        rng.shard_id,
+        rng.after,
+        rng.start,
+        fetch,
+        backoff=backoff or ExponentialBackoff(0.2, cap=5.0),
+    )
+    end = read_until(
+        getter,
+        expected,
+        None,
+        take,
+        clock=clock,
+        sleep=sleep,
+        per_call=fetch,
+        to_tip=False,
+        max_errors=attempts,
+        max_empty_at_tip=MAX_EMPTY_AT_TIP,
+        max_empty_behind=MAX_EMPTY_BEHIND,
+    )
+    yield from pages
+    reached = bool(pages) and pages[-1][-1].key == last_key
+    _check_range(api, rng, end.taken, reached, fail_on_data_loss)
 
 
-class _RangeRead:
-    """The state of one :func:`read_range`: user records returned and where it stopped."""
-
-    def __init__(self, api: KinesisApi, rng: ShardRange, fetch: int, retry: dict[str, Any]):
-        self.api, self.rng, self.fetch, self.retry = api, rng, fetch, retry
-        self.what = f"{api.stream_name}/{rng.shard_id}"
-        self.after_key = rng.after_key
-        self.count = self.empty = 0
-        self.reached = self.beyond = False
-
-    def _reopen(self) -> str:
-        shard, start = self.rng.shard_id, self.rng.start
-        if self.after_key is not None and self.count:
-            # Resume at the last returned record; its earlier user records are skipped by key.
-            key = self.after_key
-            pos = ShardPosition(str(key.sequence), key.sub_sequence, partial=True)
-            return open_iterator(self.api, shard, pos, start)
-        return open_iterator(self.api, shard, self.rng.after, start)
-
-    def _open(self) -> str:
-        return _retrying(f"GetShardIterator {self.what}", self._reopen, **self.retry)
-
-    def pages(self) -> Iterator[list[Record]]:
-        """The pages of the range, clipped to its planned end."""
-        last_key, expected = self.rng.last_key, self.rng.last.count
-        it: str | None = self._open()
-        while it is not None:
-            limit = max(1, min(self.fetch, expected - self.count))
-            get = functools.partial(self.api.get_records, self.rng.shard_id, it, limit)
-            try:
-                res = _retrying(f"GetRecords {self.what}", get, **self.retry)
-            except ExpiredIteratorError:
-                it = self._open()
-                continue
-            page = _after(res.records, self.after_key)
-            if page and page[-1].key > last_key:
-                self.beyond = True
-                page = [r for r in page if r.key <= last_key]
-            if page:
-                self.count += len(page)
-                self.after_key = page[-1].key
-                yield page
-            self.reached = self.after_key == last_key
-            if (
-                self.reached
-                or self.beyond
-                or self._gave_up(res.raw_count, res.millis_behind_latest)
-            ):
-                break
-            it = res.next_iterator
-
-    def _gave_up(self, raw_count: int, behind: int | None) -> bool:
-        """Too many empty answers in a row: the planned records are gone."""
-        if raw_count:
-            self.empty = 0
-            return False
-        self.empty += 1
-        return self.empty >= (MAX_EMPTY_AT_TIP if not behind else MAX_EMPTY_BEHIND)
-
-    def check(self, fail_on_data_loss: bool) -> None:
-        """Raise :class:`DataLossError` (or log) unless the whole range was read."""
-        rng, expected = self.rng, self.rng.last.count
-        if self.reached and self.count == expected:
-            return
-        msg = (
-            f"{self.what}: the batch planned {expected} records after "
-            f"{rng.after_key or rng.start.kind.value} up to {rng.last_key}, but Kinesis "
-            f"returned {self.count}{' and stopped before the end' if not self.reached else ''}: "
-            "records expired (retention) or the stream was re-created"
-        )
-        if fail_on_data_loss:
-            raise DataLossError(msg + "; set failOnDataLoss=false to go on without them")
-        log.warning("%s (failOnDataLoss=false: going on)", msg)
+def _check_range(
+    api: KinesisApi, rng: ShardRange, count: int, reached: bool, fail_on_data_loss: bool
+) -> None:
+    """Raise :class:`DataLossError` (or log) unless the whole range was read."""
+    expected = rng.last.count
+    if reached and count == expected:
+        return
+    msg = (
+        f"{api.stream_name}/{rng.shard_id}: the batch planned {expected} records after "
+        f"{rng.after_key or rng.start.kind.value} up to {rng.last_key}, but Kinesis "
+        f"returned {count}{' and stopped before the end' if not reached else ''}: "
+        "records expired (retention) or the stream was re-created"
+    )
+    if fail_on_data_loss:
+        raise DataLossError(msg + "; set failOnDataLoss=false to go on without them")
+    log.warning("%s (failOnDataLoss=false: going on)", msg)

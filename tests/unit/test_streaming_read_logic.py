@@ -13,7 +13,7 @@ from kinesis_spout.errors import CredentialsError, ThrottledError
 from kinesis_spout.kinesis.api import GetRecordsResult
 from kinesis_spout.records import Record
 from kinesis_spout.streaming.offsets import ShardPosition, ShardRange, StartPosition
-from kinesis_spout.streaming.shard_reader import _retrying, read_ahead, read_range
+from kinesis_spout.streaming.shard_reader import ReadAhead, read_fresh, read_range
 from tracker import ExponentialBackoff, SequenceKey
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -80,6 +80,26 @@ class MemoryShard:
         ]
         done = self.closed and end == len(self.subs)
         return GetRecordsResult(records, None if done else str(end), 0, (), end - start)
+
+
+def read_ahead(*args: Any, **kwargs: Any) -> ReadAhead:
+    """Where a first read stopped (its records left out)."""
+    return read_fresh(*args, **kwargs)[1]
+
+
+class FakeClock:
+    """A clock that only ``sleep`` moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
 
 
 def keys(records: list[Record]) -> list[tuple[int, int]]:
@@ -151,7 +171,7 @@ def test_replay_retries_throttling_with_backoff() -> None:
     shard = MemoryShard([1] * 6)
     rng = ShardRange("a", ShardPosition("1"), StartPosition(), ShardPosition("5", count=4))
     shard.fail_at = {1, 2}
-    slept: list[float] = []
+    clock = FakeClock()
     got = [
         r
         for page in read_range(
@@ -159,30 +179,30 @@ def test_replay_retries_throttling_with_backoff() -> None:
             rng,
             fetch=2,
             backoff=ExponentialBackoff(0.1, cap=1.0),
-            sleep=slept.append,
+            sleep=clock.sleep,
+            clock=clock,
         )
         for r in page
     ]
     assert keys(got) == [(2, 0), (3, 0), (4, 0), (5, 0)]
-    assert slept == [0.1, 0.2]
+    assert clock.slept == pytest.approx([0.1, 0.2])
 
 
-def test_retrying_gives_up_and_never_retries_permanent_errors() -> None:
-    calls: list[int] = []
-
-    def throttled() -> Any:
-        calls.append(1)
-        raise ThrottledError("slow down")
-
-    def denied() -> Any:
-        calls.append(1)
-        raise CredentialsError("no")
-
-    backoff = ExponentialBackoff(0.0)
+def test_replay_gives_up_after_its_attempts_and_never_retries_permanent_errors() -> None:
+    rng = ShardRange("a", ShardPosition("1"), StartPosition(), ShardPosition("5", count=4))
+    shard = MemoryShard([1] * 6)
+    shard.fail_at = set(range(1, 100))
+    clock = FakeClock()
     with pytest.raises(ThrottledError):
-        _retrying("x", throttled, attempts=3, backoff=backoff, sleep=lambda _: None)
-    assert len(calls) == 3
-    calls.clear()
+        list(read_range(shard, rng, fetch=2, attempts=3, sleep=clock.sleep, clock=clock))  # type: ignore[arg-type]
+    assert shard.calls == 3
+
+    class Denied(MemoryShard):
+        def get_records(self, shard_id: str, iterator: str, limit: int) -> GetRecordsResult:
+            self.calls += 1
+            raise CredentialsError("no")
+
+    denied = Denied([1] * 6)
     with pytest.raises(CredentialsError):
-        _retrying("x", denied, attempts=3, backoff=backoff, sleep=lambda _: None)
-    assert len(calls) == 1
+        list(read_range(denied, rng, fetch=2, attempts=3, sleep=clock.sleep, clock=clock))  # type: ignore[arg-type]
+    assert denied.calls == 1

@@ -14,7 +14,7 @@ from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.records import Record
 from kinesis_spout.streaming.errors import DataLossError
 from kinesis_spout.streaming.offsets import ShardPosition, ShardRange, StartPosition
-from kinesis_spout.streaming.shard_reader import read_ahead, read_range
+from kinesis_spout.streaming.shard_reader import ReadAhead, read_fresh, read_range
 from kinesis_spout.testing.streams import create_stream, emulator_client
 
 pytestmark = pytest.mark.integration
@@ -25,6 +25,11 @@ def keys(records: list[Record]) -> list[Row]:
         Row(r.shard_id, int(r.sequence_number), r.sub_sequence_number, rid(r.data)) for r in records
     ]
 
+
+
+def read_ahead(*args: Any, **kwargs: Any) -> ReadAhead:
+    """Where a first read stopped (its records left out)."""
+    return read_fresh(*args, **kwargs)[1]
 
 def test_replay_reads_exactly_the_planned_ranges_across_kpl_cuts(
     moto_client: Any, unique_name: str

@@ -1,0 +1,299 @@
+"""Reading a bounded range of one shard: the one loop every reading mode shares.
+
+A :class:`BoundedRead` takes pages from one shard's getter, GetRecords
+(:class:`~kinesis_spout.kinesis.getter.KinesisShardGetter`) or an enhanced
+fan-out subscription (:class:`~kinesis_spout.kinesis.efo_getter.EfoShardGetter`),
+neither of which ever blocks, and hands each page to its ``take``, until the
+first of its bounds:
+
+* ``limit`` user records: a KPL aggregate past it is cut, and the getter's
+  position is inside it (the next read goes on there);
+* ``take`` took fewer records than the page held: the caller's own bound (an
+  arrival-time cutoff, the last key of a recorded range);
+* the shard's tip, by the getter's rule (:meth:`KinesisShardGetter.at_tip_after`,
+  :meth:`EfoShardGetter.at_tip_after`), unless ``to_tip`` is False;
+* the end of a closed shard;
+* ``max_calls`` answers, or too many empty answers in a row (``max_empty_at_tip``,
+  ``max_empty_behind``: Kinesis walks over a gap one empty page at a time);
+* a retriable error, with ``stop_on_error`` (otherwise the getter backs off and
+  polls again; an expired iterator is always re-opened, never an end), or
+  ``max_errors`` errors in a row, expired iterators included (the last one is raised);
+* its driver's deadline.
+
+:func:`read_until` reads one shard in this thread (the streaming source's first
+reads and replays, a Spark task's enhanced fan-out reads, the one-record read of
+a poison); :func:`read_together` reads a Spark task's polled shards
+interleaved, up to N calls in flight. How a read ended is its :class:`ReadEnd`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass, field
+from typing import Any
+
+from kinesis_spout.errors import ExpiredIteratorError, KinesisError
+from kinesis_spout.kinesis.efo_getter import EfoShardGetter
+from kinesis_spout.kinesis.getter import GetterPosition, KinesisShardGetter
+from kinesis_spout.records import ShardBatch
+
+BoundedGetter = KinesisShardGetter | EfoShardGetter
+Take = Callable[[ShardBatch], int]
+"""Consumes a page; returns how many of its records it took (fewer ends the read)."""
+
+
+@dataclass(slots=True)
+class ReadEnd:
+    """How a bounded read ended, and where the getter stands after it."""
+
+    position: GetterPosition | None = None
+    """Where a next read goes on (the getter's position at the end)."""
+    taken: int = 0
+    """User records taken."""
+    caught_up: bool = False
+    """It reached the shard's tip (or, subscribed, nothing arrived within its budget)."""
+    ended: bool = False
+    """The shard is closed and its last record was read (and taken)."""
+    cut: bool = False
+    """``take`` took fewer records than a page held: the caller's bound ended it."""
+    events: int = 0
+    """Answers received (GetRecords answers, or subscription events)."""
+    calls: int = 0
+    """The getter's calls so far (GetRecords calls, answered or not; events taken)."""
+    errors: list[KinesisError] = field(default_factory=list)
+    """Retriable errors met, in order."""
+    seconds: list[float] = field(default_factory=list)
+    """How long each GetRecords call took."""
+    behind: int | None = None
+    """MillisBehindLatest of the last answer."""
+    children: tuple[str, ...] = ()
+    """The child shards named by the last page of a closed shard."""
+    stopped_by_error: bool = False
+    """A retriable error ended it (``stop_on_error``)."""
+
+
+class BoundedRead:
+    """One shard read up to its bounds (see the module docstring): :meth:`fetch` makes
+    one call (it may run in a thread of its own), :meth:`accept` hands its page on (in
+    the caller's thread), :meth:`finish` closes the getter and says how it ended."""
+
+    __slots__ = (
+        "asked",
+        "done",
+        "empty",
+        "end",
+        "failures",
+        "getter",
+        "max_calls",
+        "max_empty_at_tip",
+        "max_empty_behind",
+        "max_errors",
+        "per_call",
+        "remaining",
+        "stop_on_error",
+        "take",
+        "to_tip",
+        "turn",
+    )
+
+    def __init__(
+        self,
+        getter: BoundedGetter,
+        limit: int,
+        take: Take,
+        *,
+        per_call: int | None = None,
+        to_tip: bool = True,
+        stop_on_error: bool = False,
+        max_calls: int | None = None,
+        max_empty_at_tip: int | None = None,
+        max_empty_behind: int | None = None,
+        max_errors: int | None = None,
+    ) -> None:
+        self.getter = getter
+        self.remaining = limit
+        self.take = take
+        self.per_call = per_call
+        self.to_tip = to_tip
+        self.stop_on_error = stop_on_error
+        self.max_calls = max_calls
+        self.max_empty_at_tip = max_empty_at_tip
+        self.max_empty_behind = max_empty_behind
+        self.max_errors = max_errors
+        self.end = ReadEnd()
+        self.asked = 0
+        self.empty = 0
+        self.failures = 0
+        self.turn = 0
+        self.done = limit <= 0 or getter.ended
+
+    @property
+    def next_poll_at(self) -> float:
+        return self.getter.next_poll_at
+
+    def fetch(self, now: float) -> ShardBatch:
+        """One call of the getter (only this read's getter changes)."""
+        remaining = self.remaining
+        self.asked = remaining if self.per_call is None else min(self.per_call, remaining)
+        self.getter.limit = self.asked
+        return self.getter.poll(now)
+
+    def accept(self, batch: ShardBatch) -> None:
+        """A page (or an error) of :meth:`fetch` into ``take`` and the read's state."""
+        end, getter = self.end, self.getter
+        if batch.seconds is not None:
+            end.seconds.append(batch.seconds)
+        if batch.error is not None and self._error(batch.error):
+            return
+        if not batch.called:  # an error backed off from, or nothing arrived yet
+            return
+        self.failures = 0
+        end.events += 1
+        if len(batch.records) > self.remaining and isinstance(getter, KinesisShardGetter):
+            batch = getter.cut(batch, self.remaining)  # a KPL aggregate past the limit
+        if batch.child_shards:
+            end.children = tuple(c.shard_id for c in batch.child_shards)
+        took = self.take(batch)
+        self.remaining -= took
+        end.taken += took
+        end.behind = batch.millis_behind_latest
+        if took < len(batch.records):
+            end.cut = self.done = True
+            return
+        if batch.ended or getter.ended:
+            end.ended = self.done = True
+            return
+        if self.remaining <= 0 or self._too_many(batch):
+            self.done = True
+        elif self.to_tip and getter.at_tip_after(batch, self.asked):
+            end.caught_up = self.done = True
+
+    def _error(self, error: KinesisError) -> bool:
+        """Count an error; True when it ends the read."""
+        end = self.end
+        end.errors.append(error)
+        self.failures += 1
+        if self.max_errors is not None and self.failures >= self.max_errors:
+            raise error
+        if isinstance(error, ExpiredIteratorError):
+            return False  # the getter re-opens its iterator at the next poll
+        if self.stop_on_error:
+            end.stopped_by_error = self.done = True
+            return True
+        return False
+
+    def _too_many(self, batch: ShardBatch) -> bool:
+        """``max_calls`` answers, or too many empty ones in a row."""
+        if self.max_calls is not None and self.end.events >= self.max_calls:
+            return True
+        if batch.records or batch.aggregates or batch.skipped:
+            self.empty = 0
+            return False
+        self.empty += 1
+        cap = self.max_empty_behind if batch.millis_behind_latest else self.max_empty_at_tip
+        return cap is not None and self.empty >= cap
+
+    def finish(self) -> ReadEnd:
+        """Close the getter (a subscription ends); the read's end."""
+        getter, end = self.getter, self.end
+        subscribed = isinstance(getter, EfoShardGetter) and getter.pump.subscriptions > 0
+        getter.close()
+        if subscribed and not end.events and not end.errors:
+            # Subscribed and nothing arrived within the budget: at the tip. (Not subscribed
+            # yet within it: a slow start, which says nothing about the shard.)
+            end.caught_up = True
+        end.position = getter.position
+        end.ended = end.ended or (getter.ended and not end.cut)
+        end.behind = getter.millis_behind_latest
+        end.calls = getter.calls
+        return end
+
+
+def read_until(
+    getter: BoundedGetter,
+    limit: int,
+    seconds: float | None,
+    take: Take,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    **bounds: Any,
+) -> ReadEnd:
+    """Read ``getter``'s shard in this thread until ``limit`` user records were taken,
+    ``seconds`` passed (None: no deadline) or another bound of :class:`BoundedRead`
+    (``bounds`` are its keywords); ``take`` consumes each page. The getter is closed
+    at the end."""
+    return drive(BoundedRead(getter, limit, take, **bounds), seconds, clock=clock, sleep=sleep)
+
+
+def drive(
+    read: BoundedRead,
+    seconds: float | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ReadEnd:
+    """Drive one read to its bounds in this thread, within ``seconds`` (None: no
+    deadline); sleeps only until the getter is due."""
+    deadline = math.inf if seconds is None else clock() + seconds
+    try:
+        while not read.done:
+            now = clock()
+            wake = read.next_poll_at
+            if now < wake:
+                if wake > deadline:
+                    break
+                sleep(wake - now)
+                now = clock()
+            read.accept(read.fetch(now))
+    finally:
+        end = read.finish()
+    return end
+
+
+def read_together(reads: list[BoundedRead], deadline: float, threads: int) -> list[ReadEnd]:
+    """Drive several reads (of different shards) interleaved until ``deadline``.
+
+    Up to ``threads`` calls in flight (1: one at a time), at most one per shard,
+    the shards due first first: a throttled shard's backoff is spent on the others,
+    and an idle shard costs one call. A call only touches its shard's getter; its
+    page is accepted here, in this thread, so each ``take`` sees its shard's pages in
+    order and one at a time. Past the deadline nothing more is asked, and the calls
+    in flight are waited for."""
+    waiting = [r for r in reads if not r.done]  # not done, no call in flight
+    flying: dict[Future[ShardBatch], BoundedRead] = {}
+    turn = 0
+    threads = max(1, min(threads, len(waiting)))
+    with ThreadPoolExecutor(threads, thread_name_prefix="kinesis-spout-poll") as pool:
+        while flying or waiting:
+            now = time.monotonic()
+            if now >= deadline and not flying:
+                break
+            waiting.sort(key=lambda r: (r.next_poll_at, r.turn))
+            while now < deadline and waiting and len(flying) < threads:
+                if waiting[0].next_poll_at > now:
+                    break
+                r = waiting.pop(0)
+                turn += 1
+                r.turn = turn
+                flying[pool.submit(r.fetch, now)] = r
+            wake = waiting[0].next_poll_at if waiting and now < deadline else None
+            if not flying:
+                if wake is None or wake > deadline:
+                    break
+                time.sleep(max(wake - now, 0.0))
+                continue
+            # A free thread waits for the next shard due, a full pool for a call to end.
+            room = wake is not None and len(flying) < threads
+            timeout = max(min(wake, deadline) - now, 0.0) if wake is not None and room else None
+            done, _ = wait_futures(list(flying), timeout, FIRST_COMPLETED)
+            for f in done:
+                r = flying.pop(f)
+                r.accept(f.result())
+                if not r.done:
+                    waiting.append(r)
+    return [r.finish() for r in reads]
