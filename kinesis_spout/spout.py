@@ -49,9 +49,10 @@ from kinesis_spout.checkpoint.factory import open_config_store
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.core.acks import AckRouter, MessageRef
 from kinesis_spout.core.committer import Committer
-from kinesis_spout.core.getters import GetterFactory, spout_backoffs
+from kinesis_spout.core.getters import GetterFactory, throttle_backoff
 from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.core.readerlease import ReaderLease, reader_label
+from kinesis_spout.core.retrypolicy import RetryPolicy
 from kinesis_spout.core.rotation import RoundRobin
 from kinesis_spout.core.shardset import ShardSet
 from kinesis_spout.core.spoutview import SpoutView
@@ -110,7 +111,8 @@ class KinesisSpout(SpoutView):
         self._clock = clock
         self._client = client
         self._api: KinesisApi | None = None
-        self._throttle_backoff, self._retry_backoff = spout_backoffs(config, rng or random.Random())
+        self._throttle_backoff = throttle_backoff(config, rng or random.Random())
+        self._retry = RetryPolicy.of(config)  # the trackers' limit and backoff, the acks' age
         self._set = ShardSet(
             config,
             self._committer,
@@ -118,9 +120,9 @@ class KinesisSpout(SpoutView):
             clock,
             save=self._save,
             throttle_backoff=self._throttle_backoff,
-            retry_backoff=self._retry_backoff,
+            retry=self._retry,
         )
-        self._acks = AckRouter(self._set.shards, self._metrics, clock, config.max_record_age)
+        self._acks = AckRouter(self._set.shards, self._metrics, clock, self._retry.max_age)
         self._acks.sink = dead_letters
         self._opened = False
         self._closed = False

@@ -23,7 +23,7 @@ from kinesis_spout.kinesis.efo_getter import EfoShardGetter
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.kinesis.shards import ShardMap
 from kinesis_spout.records import Checkpoint
-from tracker import Backoff, ExponentialBackoff, JitteredBackoff, NoBackoff, SequenceKey
+from tracker import Backoff, ExponentialBackoff, JitteredBackoff, SequenceKey
 
 log = logging.getLogger(__name__)
 
@@ -125,11 +125,9 @@ class GetterFactory:
         )
 
 
-def spout_backoffs(config: SpoutConfig, rng: random.Random) -> tuple[Backoff, Backoff]:
-    """(throttle backoff, with jitter; retry backoff) of ``config``."""
-    throttle = JitteredBackoff(
+def throttle_backoff(config: SpoutConfig, rng: random.Random) -> Backoff:
+    """The throttling backoff of ``config``, with jitter from ``rng`` (the retries of
+    failed records have theirs in :class:`~kinesis_spout.core.retrypolicy.RetryPolicy`)."""
+    return JitteredBackoff(
         ExponentialBackoff(config.throttle_backoff, cap=config.throttle_backoff_max), rng
     )
-    if config.retry_backoff <= 0:
-        return throttle, NoBackoff()
-    return throttle, ExponentialBackoff(config.retry_backoff, cap=config.retry_backoff_max)

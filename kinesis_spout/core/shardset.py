@@ -24,6 +24,7 @@ from kinesis_spout.config import SpoutConfig
 from kinesis_spout.core.committer import Committer
 from kinesis_spout.core.getters import GetterFactory
 from kinesis_spout.core.partition import ShardPartition
+from kinesis_spout.core.retrypolicy import RetryPolicy
 from kinesis_spout.errors import (
     CheckpointError,
     CheckpointStoreUnavailableError,
@@ -61,7 +62,7 @@ class ShardSet:
         *,
         save: Callable[[ShardPartition, float], bool],
         throttle_backoff: Backoff,
-        retry_backoff: Backoff,
+        retry: RetryPolicy,
     ) -> None:
         self.config = config
         self._committer = committer
@@ -69,7 +70,7 @@ class ShardSet:
         self._clock = clock
         self._save = save
         self._throttle_backoff = throttle_backoff
-        self._retry_backoff = retry_backoff
+        self._retry = retry
         self.api: KinesisApi | None = None
         self.getters: GetterFactory | None = None
         """Makes each started shard's getter (polling or subscription); set on open."""
@@ -111,10 +112,10 @@ class ShardSet:
         getter, start, position = self.getters.for_shard(sh.shard_id, sh.stored, fresh, self.map)
         sh.reader = BufferedShardGetter(getter)
         sh.tracker = InflightRecordTracker(
-            cfg.retry_limit,
+            self._retry.limit,
             max_in_flight=cfg.max_in_flight,
             message_timeout=cfg.message_timeout_or_none,
-            backoff=self._retry_backoff,
+            backoff=self._retry.backoff,
         )
         sh.saved = start
         sh.state = check_transition(sh.shard_id, sh.state, ShardState.OPEN)

@@ -16,6 +16,7 @@ from kinesis_spout.errors import EndpointUnreachableError, ThrottledError, Trans
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.getter import LATEST_MARGIN
 from kinesis_spout.records import Checkpoint, ShardInfo
+from kinesis_spout.retrying import retrying
 from tracker import Backoff
 
 log = logging.getLogger(__name__)
@@ -50,18 +51,23 @@ def startup_call(
     fn: Callable[[], _T], stream: str, backoff: Backoff, sleep: Callable[[float], None]
 ) -> _T:
     """``fn()``, tried again after a backoff when Kinesis throttles or drops the call
-    (a busy stream must not stop a job at start). Only the start waits like this;
-    an unreachable endpoint or an unknown stream fails at once."""
-    for attempt in range(1, STARTUP_ATTEMPTS + 1):
-        try:
-            return fn()
-        except (ThrottledError, TransientKinesisError) as exc:
-            if attempt == STARTUP_ATTEMPTS:
-                raise
-            delay = backoff.delay(attempt)
-            log.warning("opening %s: %s; trying again in %.2fs", stream, exc, delay)
-            sleep(delay)
-    raise AssertionError("unreachable")  # pragma: no cover
+    (a busy stream must not stop a job at start), :data:`STARTUP_ATTEMPTS` tries in
+    all. Only the start waits like this; an unreachable endpoint or an unknown stream
+    fails at once."""
+    return retrying(
+        f"opening {stream}",
+        fn,
+        backoff=backoff,
+        attempts=STARTUP_ATTEMPTS,
+        retriable=_throttled_or_dropped,
+        sleep=sleep,
+        level=logging.WARNING,
+        logger=log,
+    )
+
+
+def _throttled_or_dropped(exc: Exception) -> bool:
+    return isinstance(exc, ThrottledError | TransientKinesisError)
 
 
 def load_and_adopt(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -37,10 +38,16 @@ from kinesis_spout.config import DEAD_LETTER_REASONS, SpoutConfig
 from kinesis_spout.config.load import config_from_args
 from kinesis_spout.deadletter.redrive import Redriven
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
+from kinesis_spout.retrying import never, retrying
+from tracker import ExponentialBackoff
+
+logger = logging.getLogger(__name__)
 
 Entry = dict[str, Any]
 PUT_BATCH = 500
 PUT_ATTEMPTS = 8
+PUT_BACKOFF = ExponentialBackoff(0.1, cap=5.0)
+"""The wait before putting refused entries again: 0.1 s, doubling, at most 5 s."""
 
 
 class DeadLetterCommandError(KinesisSpoutError):
@@ -230,33 +237,58 @@ def put_entries(
     record: Callable[[list[Redriven]], None] | None = None,
 ) -> int:
     """PutRecords of every entry (partition key and payload); failed ones are put again
-    with backoff. Each answer's accepted entries go to ``record`` before the next call.
-    Raises naming the stream if some are still refused or a call fails."""
+    with backoff, :data:`PUT_ATTEMPTS` tries in all. Each answer's accepted entries go
+    to ``record`` before the next call. Raises naming the stream if some are still
+    refused or a call fails."""
     done = 0
     for i in range(0, len(entries), batch):
-        pending = list(entries[i : i + batch])
-        for attempt in range(PUT_ATTEMPTS):
-            results = _put(client, stream, pending)
-            accepted = [
-                Redriven(str(e.get("message_id")), stream, str(r["SequenceNumber"]))
-                for e, r in zip(pending, results, strict=True)
-                if "ErrorCode" not in r
-            ]
-            if accepted and record is not None:
-                record(accepted)
-            pending = [e for e, r in zip(pending, results, strict=True) if "ErrorCode" in r]
-            if not pending:
-                break
-            sleep(min(0.1 * 2**attempt, 5.0))
+        pending = _put_batch(client, stream, entries[i : i + batch], sleep, record)
         if pending:
             raise DeadLetterCommandError(
-                f"redrive: stream {stream!r} refused {len(pending)} records "
+                f"redrive: stream {stream!r} refused {pending} records "
                 f"{PUT_ATTEMPTS} times; run it again to put what is left"
             )
         done = min(i + batch, len(entries))
         if progress is not None:
             progress(done, len(entries))
     return done
+
+
+def _put_batch(
+    client: Any,
+    stream: str,
+    entries: Sequence[Entry],
+    sleep: Callable[[float], None],
+    record: Callable[[list[Redriven]], None] | None,
+) -> int:
+    """Put ``entries``, the refused ones again after a backoff
+    (:func:`~kinesis_spout.retrying.retrying`); how many are still refused."""
+    pending = list(entries)
+
+    def put() -> int:
+        nonlocal pending
+        results = _put(client, stream, pending)
+        accepted = [
+            Redriven(str(e.get("message_id")), stream, str(r["SequenceNumber"]))
+            for e, r in zip(pending, results, strict=True)
+            if "ErrorCode" not in r
+        ]
+        if accepted and record is not None:
+            record(accepted)
+        pending = [e for e, r in zip(pending, results, strict=True) if "ErrorCode" in r]
+        return len(pending)
+
+    return retrying(
+        f"PutRecords {stream}",
+        put,
+        backoff=PUT_BACKOFF,
+        attempts=PUT_ATTEMPTS,
+        retriable=never,
+        again=lambda refused: f"{refused} records refused" if refused else None,
+        sleep=sleep,
+        level=logging.DEBUG,
+        logger=logger,
+    )
 
 
 def _put(client: Any, stream: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

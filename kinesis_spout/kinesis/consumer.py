@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from kinesis_spout.errors import KinesisError, ResourceInUseError, ThrottledError
 from kinesis_spout.kinesis.efo_api import Consumer, FanOutApi
+from kinesis_spout.retrying import retrying
 from tracker import Backoff, ExponentialBackoff
 
 log = logging.getLogger(__name__)
@@ -41,33 +42,55 @@ def ensure_consumer(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Consumer:
-    """The ACTIVE consumer ``name`` of the stream, registered if absent."""
-    backoff = backoff or ExponentialBackoff(0.25, cap=5.0)
-    deadline = clock() + timeout
-    attempt = 0
+    """The ACTIVE consumer ``name`` of the stream, registered if absent; waited for
+    (described again after a backoff) while it is not ACTIVE or a call is refused as
+    busy or throttled, until ``timeout``."""
     registered = False
-    while True:
-        attempt += 1
-        try:
-            consumer = fanout.describe_consumer(name)
-            if consumer is None:
-                consumer = fanout.register_consumer(name)
-                registered = True
-                log.info("registered consumer %s of stream %s", name, fanout.stream_name)
-            if consumer.status == "ACTIVE":
-                log.info("consumer %s of stream %s is ACTIVE: %s", name, fanout.stream_name,
-                         consumer.arn)  # fmt: skip
-                return consumer
-            state = consumer.status
-        except (ResourceInUseError, ThrottledError) as exc:  # a racing registration, a limit
-            state = str(exc)
-        if clock() >= deadline:
-            raise ConsumerNotReadyError(
-                f"consumer {name!r} of stream {fanout.stream_name!r} is not ACTIVE after "
-                f"{timeout:.0f}s (last seen: {state}{', registered by us' if registered else ''})"
-            )
-        log.debug("consumer %s: %s; waiting", name, state)
-        sleep(min(backoff.delay(attempt), max(0.0, deadline - clock())))
+
+    def described() -> Consumer:
+        nonlocal registered
+        consumer = fanout.describe_consumer(name)
+        if consumer is None:
+            consumer = fanout.register_consumer(name)
+            registered = True
+            log.info("registered consumer %s of stream %s", name, fanout.stream_name)
+        return consumer
+
+    def not_ready(state: str) -> ConsumerNotReadyError:
+        return ConsumerNotReadyError(
+            f"consumer {name!r} of stream {fanout.stream_name!r} is not ACTIVE after "
+            f"{timeout:.0f}s (last seen: {state}{', registered by us' if registered else ''})"
+        )
+
+    try:
+        consumer = retrying(
+            f"consumer {name}",
+            described,
+            backoff=backoff or ExponentialBackoff(0.25, cap=5.0),
+            deadline=clock() + timeout,
+            retriable=_racing_or_throttled,
+            again=_not_active,
+            sleep=sleep,
+            clock=clock,
+            level=logging.DEBUG,
+            logger=log,
+        )
+    except (ResourceInUseError, ThrottledError) as exc:
+        raise not_ready(str(exc)) from exc
+    if consumer.status != "ACTIVE":
+        raise not_ready(consumer.status)
+    log.info("consumer %s of stream %s is ACTIVE: %s", name, fanout.stream_name, consumer.arn)
+    return consumer
+
+
+def _racing_or_throttled(exc: Exception) -> bool:
+    """A racing registration (the consumer exists now), or a limit."""
+    return isinstance(exc, ResourceInUseError | ThrottledError)
+
+
+def _not_active(consumer: Consumer) -> str | None:
+    """A consumer's state while it is not ACTIVE yet (CREATING, DELETING)."""
+    return None if consumer.status == "ACTIVE" else consumer.status
 
 
 def deregister_consumer(fanout: FanOutApi, name: str) -> None:

@@ -6,7 +6,9 @@ through ``retry_limit`` further batches. With ``fast_retries`` (the default)
 the per-record function is called again right away, in the same Spark task,
 while the retry delay of that attempt (``retry_backoff``, doubling, capped by
 ``retry_backoff_max``) is at most ``fast_retry_max_delay``, the record is not
-older than ``max_record_age``, and its retries are not spent. The task then
+older than ``max_record_age``, and its retries are not spent: the limits of the
+driver's trackers, from the same :class:`~kinesis_spout.core.retrypolicy.RetryPolicy`
+(:attr:`FastRetry.retry`), never derived again here. The task then
 reports the record's last delivery number; the driver's tracker counts those
 deliveries, so a record that failed every time is dead-lettered in the same
 batch, and one that passed on a later try is acked.
@@ -20,8 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
-from kinesis_spout.core.age import too_old
-from tracker import ExponentialBackoff
+from kinesis_spout.core.retrypolicy import RetryPolicy
 
 if TYPE_CHECKING:
     from kinesis_spout.config import SpoutConfig
@@ -61,31 +62,26 @@ def count_fast_retries(
 
 @dataclass(frozen=True, slots=True)
 class FastRetry:
-    """The fast-retry policy of a job (picklable; shipped to the executors)."""
+    """The fast-retry policy of a job (picklable; shipped to the executors): the
+    job's :class:`~kinesis_spout.core.retrypolicy.RetryPolicy`, the one its trackers
+    use, and the longest wait a retry inside the task may take."""
 
-    retry_limit: int = 0
-    backoff: float = 0.0
-    backoff_max: float = 60.0
+    retry: RetryPolicy = RetryPolicy()
+    """The retry limit, backoff and record age (those of the driver's trackers)."""
     max_delay: float = 0.0
-    max_age: float | None = None
+    """``fast_retry_max_delay``: a retry that waits longer is left to a later batch."""
     enabled: bool = False
 
     @classmethod
     def of(cls, config: SpoutConfig) -> FastRetry:
-        return cls(
-            config.retry_limit,
-            config.retry_backoff,
-            config.retry_backoff_max,
-            config.fast_retry_max_delay,
-            config.max_record_age,
-            config.fast_retries,
-        )
+        """``config``'s fast retries, within its :meth:`RetryPolicy.of
+        <kinesis_spout.core.retrypolicy.RetryPolicy.of>` (the spout's trackers take
+        theirs from there too)."""
+        return cls(RetryPolicy.of(config), config.fast_retry_max_delay, config.fast_retries)
 
     def delay(self, attempt: int) -> float:
         """The wait before the retry that follows delivery ``attempt``."""
-        if self.backoff <= 0:
-            return 0.0
-        return ExponentialBackoff(self.backoff, cap=self.backoff_max).delay(attempt)
+        return self.retry.backoff.delay(attempt)
 
     def call(
         self,
@@ -117,8 +113,8 @@ class FastRetry:
 
     def may_retry(self, attempt: int, arrival: datetime | None) -> bool:
         """May a record that failed delivery ``attempt`` be retried at once?"""
-        if not self.enabled or attempt > self.retry_limit:
+        if not self.enabled or self.retry.spent(attempt):
             return False
         if self.delay(attempt) > self.max_delay:
             return False
-        return not (self.max_age is not None and too_old(arrival, self.max_age, time.time()))
+        return not self.retry.expired(arrival, time.time())

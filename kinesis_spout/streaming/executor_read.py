@@ -24,9 +24,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.efo_read import EfoTarget
 from kinesis_spout.records import Record
+from kinesis_spout.retrying import never, retrying
 from kinesis_spout.streaming.batch_ends import (
     BatchEnd,
     BatchEndStore,
@@ -129,13 +131,21 @@ class _Read:
 
 def _first_read(read: _Read, sleep: Callable[[float], None]) -> tuple[list[Record], ReadAhead]:
     """Read up to the quota; a throttled or failing read is tried again with backoff
-    while it got nothing (what it got is exact and kept)."""
-    backoff = ExponentialBackoff(0.2, cap=2.0)
-    for attempt in range(1, READ_ATTEMPTS + 1):
-        records, ahead = read.once()
-        if ahead.error is None or records or attempt == READ_ATTEMPTS:
-            return records, ahead
-        log.info("read of %s/%s: %s; try %d", read.api.stream_name, read.shard_id, ahead.error,
-                 attempt + 1)  # fmt: skip
-        sleep(backoff.delay(attempt))
-    raise AssertionError("unreachable")  # pragma: no cover
+    while it got nothing (what it got is exact and kept), :data:`READ_ATTEMPTS` tries
+    in all; an error it raises is not retried."""
+    return retrying(
+        f"read of {read.api.stream_name}/{read.shard_id}",
+        read.once,
+        backoff=ExponentialBackoff(0.2, cap=2.0),
+        attempts=READ_ATTEMPTS,
+        retriable=never,
+        again=_got_nothing,
+        sleep=sleep,
+        logger=log,
+    )
+
+
+def _got_nothing(got: tuple[list[Record], ReadAhead]) -> KinesisSpoutError | None:
+    """The error that cut a read short before it got any record (None: keep it)."""
+    records, ahead = got
+    return None if records else ahead.error

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import pickle
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from test_spout import Rig, S
 
 from kinesis_spout.core.age import RecordAge, too_old
+from kinesis_spout.core.retrypolicy import RetryPolicy
 from kinesis_spout.deadletter import (
     DeadLetter,
     FilteredDeadLetterSink,
@@ -26,7 +28,14 @@ from kinesis_spout.deadletter import (
 from kinesis_spout.records import Record
 from kinesis_spout.spark.fastretry import FastRetry
 from kinesis_spout.spark.processing import InputRecord
-from tracker import FailAction, InflightRecordTracker, SequenceKey
+from tracker import (
+    Backoff,
+    ExponentialBackoff,
+    FailAction,
+    InflightRecordTracker,
+    NoBackoff,
+    SequenceKey,
+)
 
 
 def k(n: int) -> SequenceKey:
@@ -96,14 +105,16 @@ def fmt(exc: BaseException) -> str:
 
 def test_a_flaky_record_passes_on_a_fast_retry_with_backoff_waited_out() -> None:
     sleeps: list[float] = []
-    policy = FastRetry(retry_limit=3, backoff=0.1, backoff_max=1.0, max_delay=0.5, enabled=True)
+    policy = FastRetry(
+        RetryPolicy(3, ExponentialBackoff(0.1, cap=1.0)), max_delay=0.5, enabled=True
+    )
     fn = Flaky(2)
     assert policy.call(fn, rec(), fmt, sleeps.append) == (None, 3)
     assert fn.seen == [1, 2, 3] and sleeps == [0.1, 0.2]
 
 
 def test_a_poison_record_uses_every_retry_then_reports_its_last_delivery() -> None:
-    policy = FastRetry(retry_limit=3, enabled=True)
+    policy = FastRetry(RetryPolicy(3), enabled=True)
     fn = Flaky(100)
     assert policy.call(fn, rec(), fmt) == ("ValueError: try 4", 4)
     fn2 = Flaky(100)  # a record already retried once by a later batch: fewer left
@@ -113,12 +124,12 @@ def test_a_poison_record_uses_every_retry_then_reports_its_last_delivery() -> No
 @pytest.mark.parametrize(
     ("policy", "age", "tries"),
     [
-        (FastRetry(retry_limit=3, enabled=False), None, 1),
-        (FastRetry(retry_limit=0, enabled=True), None, 1),
+        (FastRetry(RetryPolicy(3), enabled=False), None, 1),
+        (FastRetry(RetryPolicy(0), enabled=True), None, 1),
         # the third retry would wait 0.4 s > max_delay 0.3: left to a later batch
-        (FastRetry(retry_limit=5, backoff=0.1, max_delay=0.3, enabled=True), None, 3),
-        (FastRetry(retry_limit=3, max_age=60.0, enabled=True), 120.0, 1),
-        (FastRetry(retry_limit=3, max_age=60.0, enabled=True), 1.0, 4),
+        (FastRetry(RetryPolicy(5, ExponentialBackoff(0.1)), max_delay=0.3, enabled=True), None, 3),
+        (FastRetry(RetryPolicy(3, max_age=60.0), enabled=True), 120.0, 1),
+        (FastRetry(RetryPolicy(3, max_age=60.0), enabled=True), 1.0, 4),
     ],
 )
 def test_fast_retries_stop_where_the_limits_say(
@@ -130,12 +141,40 @@ def test_fast_retries_stop_where_the_limits_say(
     assert error is not None and len(fn.seen) == tries and attempt == tries
 
 
+@pytest.mark.parametrize(
+    ("values", "backoff"),
+    [
+        ({}, NoBackoff()),
+        ({"retry_backoff": 0.25, "retry_backoff_max": 2.0}, ExponentialBackoff(0.25, cap=2.0)),
+    ],
+)
+def test_fast_retries_take_the_retry_policy_of_the_spouts_trackers(
+    values: dict[str, Any], backoff: Backoff
+) -> None:
+    r = Rig(retry_limit=4, max_record_age=30.0, fast_retry_max_delay=0.75, **values)
+    policy = r.spout._retry  # noqa: SLF001
+    assert policy == RetryPolicy(4, backoff, 30.0) == RetryPolicy.of(r.spout.config)
+    fast = FastRetry.of(r.spout.config)
+    assert fast == FastRetry(policy, max_delay=0.75, enabled=True)
+    assert pickle.loads(pickle.dumps(fast)) == fast  # shipped to the executors
+    r.kinesis.put_many(S[0], 2)
+    r.open()
+    a, b = r.spout.next_batch(2)
+    tracker = r.spout._set.shards[a.shard_id].tracker  # noqa: SLF001
+    assert tracker is not None
+    out = tracker.fail(a.key, 100.0, "boom", deliveries=4)  # the tracker's own rules
+    assert out.action is FailAction.RETRY and not policy.spent(4)
+    assert out.retry_at == 100.0 + fast.delay(4)
+    out = tracker.fail(b.key, 100.0, "boom", deliveries=5)
+    assert out.action is FailAction.GIVEN_UP and policy.spent(5)
+
+
 def test_a_base_exception_is_not_retried() -> None:
     def die(r: InputRecord) -> None:
         raise SystemExit(3)
 
     with pytest.raises(SystemExit):
-        FastRetry(retry_limit=3, enabled=True).call(die, rec(), fmt)
+        FastRetry(RetryPolicy(3), enabled=True).call(die, rec(), fmt)
 
 
 def test_record_age() -> None:
@@ -273,7 +312,7 @@ def test_a_follow_up_job_re_runs_the_failed_rows_until_they_pass_or_run_out() ->
         ok = np.array([s == "1" for s in seqs])
         return BatchOutcome(Statuses(0, len(seqs), ok, {i: "again" for i in np.flatnonzero(~ok)}))
 
-    policy = FastRetry(retry_limit=3, enabled=True)
+    policy = FastRetry(RetryPolicy(3), enabled=True)
     extra = retry_failed(records, [first, second], run, policy)
     assert runs == [[("1", 2), ("4", 2)], [("4", 3)], [("4", 4)]]
     assert extra == 4
@@ -296,7 +335,7 @@ def test_a_follow_up_job_that_fails_leaves_the_rows_as_they_were() -> None:
     def run(table: pa.Table) -> BatchOutcome:
         raise RuntimeError("executor lost")
 
-    policy = FastRetry(retry_limit=3, enabled=True)
+    policy = FastRetry(RetryPolicy(3), enabled=True)
     assert retry_failed([record(0), record(1)], [out], run, policy) == 0
     assert (out.statuses.ok.tolist(), out.statuses.errors, out.statuses.attempts) == (
         [False, True], {0: "e0"}, {}
