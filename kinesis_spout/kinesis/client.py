@@ -109,6 +109,38 @@ _SESSION_LOCK = threading.Lock()
 _SESSIONS: dict[str | None, boto3.session.Session] = {}
 
 
+_PROCESS_CLIENTS: dict[tuple[str | None, str, str | None, int], Any] = {}
+_PROCESS_CLIENTS_LOCK = threading.Lock()
+
+
+def process_client(
+    endpoint_url: str | None,
+    region: str,
+    *,
+    profile: str | None = None,
+    max_pool_connections: int = 16,
+) -> Any:
+    """The boto3 client of this process for an endpoint, region and profile, made once.
+
+    Executor tasks use it: a Python worker is reused across tasks, and a client is
+    thread-safe and costly to build (credentials, endpoint resolution, connection
+    pool), so every read task of a process (the Spark job's polled and subscribed
+    reads, the streaming source's) shares one per endpoint."""
+    key = (endpoint_url, region, profile, max_pool_connections)
+    client = _PROCESS_CLIENTS.get(key)
+    if client is None:
+        with _PROCESS_CLIENTS_LOCK:
+            client = _PROCESS_CLIENTS.get(key)
+            if client is None:
+                client = _PROCESS_CLIENTS[key] = make_client(
+                    endpoint_url,
+                    region,
+                    profile=profile,
+                    max_pool_connections=max_pool_connections,
+                )
+    return client
+
+
 def _session(profile: str | None) -> boto3.session.Session:
     """One boto3 session per profile for this module's clients (loading the service
     model costs ~0.1 s per session), with the UTC timestamp parser."""

@@ -28,18 +28,20 @@ from kinesis_spout.kinesis.efo_getter import EfoShardGetter
 from tracker import ExponentialBackoff, JitteredBackoff, SequenceKey
 
 _FANOUT: dict[tuple[str | None, str, str, str | None], FanOutApi] = {}
-"""Enhanced fan-out APIs of this process, per (endpoint, region, stream)."""
+"""Enhanced fan-out APIs of this process, per (endpoint, region, stream, profile): each
+looks its stream's ARN up once. Their boto3 client is the process's
+(:func:`~kinesis_spout.kinesis.client.process_client`)."""
 
 
 def _fanout(
     endpoint_url: str | None, region: str, stream: str, profile: str | None = None
 ) -> FanOutApi:
-    from kinesis_spout.kinesis.client import make_client
+    from kinesis_spout.kinesis.client import process_client
 
     key = (endpoint_url, region, stream, profile)
     api = _FANOUT.get(key)
     if api is None:
-        client = make_client(endpoint_url, region, profile=profile, max_pool_connections=64)
+        client = process_client(endpoint_url, region, profile=profile, max_pool_connections=64)
         api = _FANOUT[key] = FanOutApi(KinesisApi(client, stream))
     return api
 

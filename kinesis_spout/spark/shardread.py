@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kinesis_spout.errors import KinesisError
 from kinesis_spout.kinesis.bounded import BoundedRead, ReadEnd, Take, read_together, read_until
@@ -28,22 +28,6 @@ from tracker import ExponentialBackoff, JitteredBackoff
 
 if TYPE_CHECKING:
     from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
-
-_CLIENTS: dict[tuple[str | None, str, str | None], Any] = {}
-"""boto3 clients of this executor process, per (endpoint, region)."""
-
-
-def _client(settings: ReadSettings) -> Any:
-    from kinesis_spout.kinesis.client import make_client
-
-    k = (settings.endpoint_url, settings.region, settings.profile)
-    client = _CLIENTS.get(k)
-    if client is None:
-        client = _CLIENTS[k] = make_client(
-            settings.endpoint_url, settings.region, profile=settings.profile
-        )
-    return client
-
 
 Read = tuple["ReadPlan", Callable[[list[Record]], None], "ReadResult"]
 """A read plan, what consumes its records page by page, and the result it fills."""
@@ -106,11 +90,15 @@ def _end_into(res: ReadResult, end: ReadEnd) -> None:
 def _polling_getter(plan: ReadPlan, settings: ReadSettings) -> KinesisShardGetter:
     """The task's GetRecords getter at the plan's position (retries inside the task)."""
     from kinesis_spout.kinesis.api import KinesisApi
+    from kinesis_spout.kinesis.client import process_client
 
     pos = plan.position
     assert pos is not None
     return KinesisShardGetter(
-        KinesisApi(_client(settings), settings.stream_name),
+        KinesisApi(
+            process_client(settings.endpoint_url, settings.region, profile=settings.profile),
+            settings.stream_name,
+        ),
         plan.shard_id,
         backoff=JitteredBackoff(
             ExponentialBackoff(settings.throttle_backoff, cap=settings.throttle_backoff_max),

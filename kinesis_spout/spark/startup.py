@@ -87,9 +87,9 @@ def _warm(settings: ReadSettings, modules: tuple[str, ...]) -> Callable[[Iterabl
     def run(_: Iterable[int]) -> None:
         for name in modules:
             importlib.import_module(name)
-        from kinesis_spout.spark.shardread import _client
+        from kinesis_spout.kinesis.client import process_client
 
-        _client(settings)
+        process_client(settings.endpoint_url, settings.region, profile=settings.profile)
 
     return run
 

@@ -31,7 +31,7 @@ from kinesis_spout.errors import (
     ConfigError,
 )
 from kinesis_spout.kinesis.api import KinesisApi
-from kinesis_spout.kinesis.client import make_client
+from kinesis_spout.kinesis.client import process_client
 from kinesis_spout.kinesis.efo_read import EfoTarget
 from kinesis_spout.streaming.batch_ends import BatchEndStore, open_batch_ends
 from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
@@ -109,12 +109,6 @@ def check_dependencies() -> None:
                 f"the kinesis streaming source needs {module} (PySpark moves the rows of "
                 f"Python data sources as Arrow): pip install 'kinesis-spout[spark]'"
             )
-
-
-@lru_cache(maxsize=8)
-def _client(endpoint_url: str | None, region: str) -> Any:
-    """One boto3 client per Python worker process (workers are reused across tasks)."""
-    return make_client(endpoint_url, region)
 
 
 @lru_cache(maxsize=8)
@@ -260,7 +254,7 @@ class KinesisStreamReader(DataSourceStreamReader):
             raise TypeError(f"not a kinesis partition: {partition!r}")
         opts = self.options
         assert opts.checkpoint_store is not None
-        api = KinesisApi(_client(opts.endpoint_url, opts.region), opts.stream_name)
+        api = KinesisApi(process_client(opts.endpoint_url, opts.region), opts.stream_name)
         store = _batch_ends(opts.checkpoint_store, opts.job_name, opts.stream_name, opts.zk_auth)
         p = partition
         for page in read_batch_shard(
