@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 
 from kinesis_spout.errors import ExpiredIteratorError, KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
+from kinesis_spout.positions import ShardPosition, StartPosition
 from kinesis_spout.records import Record
 from kinesis_spout.streaming.errors import DataLossError
-from kinesis_spout.streaming.offsets import ShardPosition, ShardRange, StartPosition
+from kinesis_spout.streaming.offsets import ShardRange
 from tracker import ExponentialBackoff, SequenceKey
 
 log = logging.getLogger(__name__)

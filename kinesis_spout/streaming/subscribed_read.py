@@ -15,8 +15,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from kinesis_spout.kinesis.efo_read import EfoTarget, read_until, subscribed_getter
+from kinesis_spout.positions import ShardPosition, StartPosition
 from kinesis_spout.records import Record, ShardBatch
-from kinesis_spout.streaming.offsets import ShardPosition, StartPosition
 from kinesis_spout.streaming.shard_reader import ReadAhead, _position
 from tracker import SequenceKey
 

@@ -11,13 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kinesis_spout.config import InitialPosition
+from kinesis_spout.positions import ShardPosition, StartPosition
 from kinesis_spout.records import ShardInfo
 from kinesis_spout.streaming.errors import OffsetError
 from kinesis_spout.streaming.offsets import (
-    ShardPosition,
     ShardRange,
     SourceOffset,
-    StartPosition,
     expired_ended,
     plan_ranges,
     ready_shards,
