@@ -110,3 +110,16 @@ class LeaseLostError(KinesisSpoutError):
     """This worker lost ownership of a shard (session expired, rebalance)."""
 
     retriable = True
+
+
+# --- streaming offsets and batch ends --------------------------------------------
+
+
+class OffsetError(KinesisSpoutError):
+    """A streaming offset cannot be parsed, or belongs to another stream.
+
+    Offsets come from Spark's checkpoint location; a bad one is never
+    silently replaced by the initial position (that would replay or skip data).
+    The positions in them (:class:`~kinesis_spout.positions.ShardPosition`) are also
+    in the batch-end records of the checkpoint store, so a bad one there is one too.
+    """

@@ -14,6 +14,10 @@ Rules every store keeps:
 * a shard marked ended stays ended;
 * a stored value that cannot be parsed, or that names another stream or job,
   raises :class:`CorruptCheckpointError` instead of being ignored.
+
+Beside the checkpoints, a ``file://`` or ``zk://`` store holds the batch-end records
+of the Spark reads (:mod:`~kinesis_spout.checkpoint.batch_ends`), opened by the same
+URL (:func:`~kinesis_spout.checkpoint.factory.open_batch_ends`).
 """
 
 from __future__ import annotations

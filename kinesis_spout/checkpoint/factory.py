@@ -1,4 +1,12 @@
-"""``open_store``: the checkpoint store a URL names (``memory://``, ``file://``, ``zk://``)."""
+"""The stores a checkpoint-store URL names, of both families: the checkpoints
+(:func:`open_store`) and the batch-end records (:func:`open_batch_ends`).
+
+One parse of the URL (:func:`parse_store_url`) serves both, so a URL means the
+same place to each and a bad one gets the same error: ``file://DIR`` (the directory is
+the rest of the URL) and ``zk://host:port[,host:port]/root`` (parsed by
+:class:`~kinesis_spout.checkpoint.zk_layout.ZkUrl` when connecting); ``memory://``
+holds checkpoints only (batch-end records are written by other processes).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +16,29 @@ from kinesis_spout.checkpoint.base import CheckpointStore, MemoryCheckpointStore
 from kinesis_spout.errors import ConfigError
 
 if TYPE_CHECKING:
+    from kinesis_spout.checkpoint.batch_ends import BatchEndStore
     from kinesis_spout.config import SpoutConfig
+
+_FORMS = {
+    "memory": "memory://",
+    "file": "file://DIR",
+    "zk": "zk://host:port[,host:port]/root",
+}
+"""Each scheme as the error for a bad URL spells it."""
+
+
+def parse_store_url(
+    url: str, schemes: tuple[str, ...] = ("memory", "file", "zk")
+) -> tuple[str, str]:
+    """The scheme of a checkpoint-store URL, one of ``schemes``, and the rest of it
+    (``file://``: the directory); otherwise :class:`ConfigError` naming the URL and
+    those schemes."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in schemes:
+        return scheme, rest
+    forms = [_FORMS[s] for s in schemes]
+    allowed = f"{', '.join(forms[:-1])} or {forms[-1]}" if len(forms) > 1 else forms[0]
+    raise ConfigError("checkpoint_store", url, f"a URL: {allowed}")
 
 
 def open_store(
@@ -20,21 +50,31 @@ def open_store(
     zk_session_timeout: float = 10.0,
 ) -> CheckpointStore:
     """The store named by ``url``: ``memory://``, ``file://DIR``, ``zk://hosts/root``."""
-    if url.startswith("memory://"):
+    scheme, rest = parse_store_url(url)
+    if scheme == "memory":
         return MemoryCheckpointStore(job_name, owner=owner)
-    if url.startswith("file://"):
+    if scheme == "file":
         from kinesis_spout.checkpoint.file import FileCheckpointStore
 
-        return FileCheckpointStore(url[len("file://") :], job_name, owner=owner)
-    if url.startswith("zk://"):
-        from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
+        return FileCheckpointStore(rest, job_name, owner=owner)
+    from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 
-        return ZooKeeperCheckpointStore.from_url(
-            url, job_name, owner=owner, auth=zk_auth, session_timeout=zk_session_timeout
-        )
-    raise ConfigError(
-        "checkpoint_store", url, "a URL: memory://, file://DIR or zk://host:port[,host:port]/root"
+    return ZooKeeperCheckpointStore.from_url(
+        url, job_name, owner=owner, auth=zk_auth, session_timeout=zk_session_timeout
     )
+
+
+def open_batch_ends(url: str, job: str, stream: str, zk_auth: str | None = None) -> BatchEndStore:
+    """The batch-end records of ``stream`` in the checkpoint store ``url`` (``file://DIR``
+    or ``zk://hosts/root``) for job ``job``."""
+    scheme, rest = parse_store_url(url, ("file", "zk"))
+    if scheme == "file":
+        from kinesis_spout.checkpoint.file_batch_ends import FileBatchEnds
+
+        return FileBatchEnds(rest, job, stream)
+    from kinesis_spout.checkpoint.zk_batch_ends import ZkBatchEnds
+
+    return ZkBatchEnds(url, job, stream, zk_auth)
 
 
 def open_config_store(cfg: SpoutConfig) -> CheckpointStore:

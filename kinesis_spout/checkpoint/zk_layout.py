@@ -6,6 +6,7 @@ Node layout under the URL's root (see :mod:`kinesis_spout.checkpoint.zookeeper`)
     /<root>/<job>/<stream>/@leases/<shardId>         lease epoch node, persistent
     /<root>/<job>/<stream>/@leases/<shardId>/holder  the lease itself, ephemeral
     /<root>/<job>/<stream>/@workers/<workerId>       live workers, ephemeral
+    /<root>/<job>/<stream>/@batches/...              batch-end records (zk_batch_ends.py)
     /<root>/<job>/@job-lease                         the job lease, ephemeral
 """
 
@@ -99,6 +100,10 @@ class ZkPaths:
 
     def worker(self, stream: str, worker_id: str) -> str:
         return f"{self.workers(stream)}/{worker_id}"
+
+    def batches(self, stream: str) -> str:
+        """The stream's batch-end records (:mod:`~kinesis_spout.checkpoint.zk_batch_ends`)."""
+        return f"{self.stream(stream)}/@batches"
 
 
 def check_component(field: str, value: str) -> None:

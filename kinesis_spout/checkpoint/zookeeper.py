@@ -7,6 +7,7 @@ written outside it)::
     /<root>/<job>/<stream>/@leases/<shardId>         lease epoch node, persistent
     /<root>/<job>/<stream>/@leases/<shardId>/holder  the lease itself, ephemeral
     /<root>/<job>/<stream>/@workers/<workerId>       live workers, ephemeral
+    /<root>/<job>/<stream>/@batches/...              batch-end records (zk_batch_ends.py)
 
 The job name is part of every path, so two jobs reading one stream never
 share checkpoints by accident. Shard ids and stream names never contain

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from kinesis_spout.checkpoint.batch_ends import BatchEndStore
 from kinesis_spout.records import Record
 from kinesis_spout.spark.arrow import (
     DATA_COLUMNS,
@@ -50,7 +51,6 @@ from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor
 from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.recorded import KeptRead, RecordTo, read_recorded
 from kinesis_spout.spark.runner import SparkRunner
-from kinesis_spout.streaming.batch_ends import BatchEndStore
 from tracker import SequenceKey
 
 log = logging.getLogger(__name__)

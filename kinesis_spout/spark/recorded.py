@@ -8,9 +8,9 @@ see exactly the same records, or statuses would come back for records the
 driver never saw.
 
 So a read task, once its reads are done and **before it returns any record**,
-records where each shard's read stopped in the batch-end store of the
-streaming source (:mod:`kinesis_spout.streaming.batch_ends`, the checkpoint
-store's), under ``(run, key, shard)``: the run id of the job and the number of
+records where each shard's read stopped in the checkpoint store's batch-end
+records, as the streaming source does (:mod:`kinesis_spout.checkpoint.batch_ends`),
+under ``(run, key, shard)``: the run id of the job and the number of
 the Spark job the plans belong to. The first writer wins. An attempt that finds
 another end recorded reads that range instead: the same plan (same start), up
 to the recorded count of user records, checked against the recorded last key.
@@ -24,21 +24,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from kinesis_spout.checkpoint.batch_ends import (
+    BatchEnd,
+    BatchEndError,
+    BatchEndStore,
+    PlannedFrom,
+    check_planned,
+    removed_error,
+)
+from kinesis_spout.checkpoint.factory import open_batch_ends
 from kinesis_spout.config import InitialPosition
+from kinesis_spout.positions import ShardPosition, StartPosition
 from kinesis_spout.records import Record
 from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.readtask import executor_id
 from kinesis_spout.spark.shardread import Read, read_shards
-from kinesis_spout.streaming.batch_ends import (
-    BatchEnd,
-    BatchEndError,
-    BatchEndStore,
-    check_planned,
-    open_batch_ends,
-    removed_error,
-)
-from kinesis_spout.streaming.batch_offset import PlannedFrom
-from kinesis_spout.streaming.offsets import ShardPosition, StartPosition
 
 REPLAY_ATTEMPTS = 5
 """Reads of a recorded range (each within the read deadline) before the task fails."""

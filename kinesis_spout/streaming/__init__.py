@@ -10,7 +10,7 @@
           .option("checkpointStore", "zk://zk1:2181/kinesis-spout")
           .load())
 
-The offset logic (:mod:`~kinesis_spout.streaming.offsets`) and the option
+The offset logic (:mod:`~kinesis_spout.streaming.batch_offset`) and the option
 parsing (:mod:`~kinesis_spout.streaming.options`) import no PySpark; the
 source itself (:mod:`~kinesis_spout.streaming.source`) needs PySpark 4.0+,
 pyarrow and pandas, and is imported on first use of the names below.

@@ -3,8 +3,9 @@
 An offset *is* one micro-batch: its id and, per shard, where its read starts
 and how many records it may take. Where each read stopped is not in the
 offset (``latestOffset`` never reads records): the executor task records it in
-the checkpoint store under ``(batch, shard)`` (:mod:`.batch_ends`), and the
-next batch's offset starts there::
+the checkpoint store under ``(batch, shard)``
+(:mod:`~kinesis_spout.checkpoint.batch_ends`), and the next batch's offset
+starts there::
 
     {"version": 2, "stream": "orders", "job": "spark-orders", "batch": 7,
      "run": "3f2a...", "start": {"type": "TRIM_HORIZON"},
@@ -16,8 +17,8 @@ next batch's offset starts there::
 
 * ``seq``/``sub``/``partial``/``ended``/``n``: the shard's position before this
   batch (the last record of earlier batches, see
-  :class:`~kinesis_spout.streaming.offsets.ShardPosition`); no ``seq``: the
-  shard starts at ``start`` (deterministic: LATEST is pinned to a timestamp).
+  :class:`~kinesis_spout.positions.ShardPosition`); no ``seq``: the shard starts
+  at ``start`` (deterministic: LATEST is pinned to a timestamp).
 * ``q``: how many user records this batch may read from the shard (0 or
   absent: none, e.g. it was found idle a moment ago, or it ended).
 * ``parents``: the shard's parents (lineage): a child gets a quota only once
@@ -40,8 +41,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kinesis_spout.positions import ShardPosition, StartPosition
 from kinesis_spout.streaming.errors import OffsetError
-from kinesis_spout.streaming.offsets import ShardPosition, StartPosition
 
 OFFSET_VERSION = 2
 
@@ -156,45 +157,3 @@ class BatchOffset:
         }
         start = StartPosition.from_json(doc.get("start"))
         return cls(stream, job, batch, start, plans, cutoff, run)
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedFrom:
-    """What one (batch, shard) read was planned from: a record made for another plan
-    (an earlier run of the query, another query with the same jobName) is refused."""
-
-    run: str
-    """The run id of the offsets (``""``: offsets of an earlier release)."""
-    after: ShardPosition | None
-    """The shard's position before the batch (``None``: it starts at ``start``)."""
-    start: StartPosition
-    quota: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run": self.run,
-            "after": None if self.after is None else self.after.to_json(),
-            "start": self.start.to_json(),
-            "q": self.quota,
-        }
-
-    @classmethod
-    def from_json(cls, doc: Any, where: str) -> PlannedFrom:
-        if not isinstance(doc, dict) or set(doc) != {"run", "after", "start", "q"}:
-            raise ValueError(f"'planned' must hold run, after, start and q, got {doc!r}")
-        run, after, quota = doc["run"], doc["after"], doc["q"]
-        if not isinstance(run, str):
-            raise ValueError(f"'planned' run must be a string, got {run!r}")
-        if isinstance(quota, bool) or not isinstance(quota, int) or quota < 0:
-            raise ValueError(f"'planned' q must be an integer >= 0, got {quota!r}")
-        position = None if after is None else ShardPosition.from_json(after, where)
-        return cls(run, position, StartPosition.from_json(doc["start"]), quota)
-
-    @classmethod
-    def of(cls, run: str, plan: ShardPlan, start: StartPosition) -> PlannedFrom:
-        """What a batch of run ``run`` plans for a shard (``plan``)."""
-        return cls(run, plan.position, start, plan.quota)
-
-    def describe(self) -> str:
-        origin = self.after.to_json() if self.after is not None else self.start.to_json()
-        return f"run {self.run or '(none)'!r}, after {origin}, quota {self.quota}"

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from kinesis_spout.errors import KinesisSpoutError
+from kinesis_spout.errors import KinesisSpoutError, OffsetError
 
-
-class OffsetError(KinesisSpoutError):
-    """A streaming offset cannot be parsed, or belongs to another stream.
-
-    Offsets come from Spark's checkpoint location; a bad one is never
-    silently replaced by the initial position (that would replay or skip data).
-    """
+__all__ = ["DataLossError", "MissingDependencyError", "OffsetError"]
+"""``OffsetError`` is :class:`kinesis_spout.errors.OffsetError` (the batch-end records of
+the checkpoint store raise it too), named here as well for the source's users."""
 
 
 class DataLossError(KinesisSpoutError):

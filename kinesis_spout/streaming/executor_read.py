@@ -3,7 +3,7 @@
 The first attempt of a task reads the shard from the batch's start position
 up to its quota, its tip, its end or the availableNow cutoff, keeping the
 records; **before returning any** it records where it stopped
-(:mod:`.batch_ends`). If an earlier or concurrent attempt (a retry after a
+(:mod:`~kinesis_spout.checkpoint.batch_ends`). If an earlier or concurrent attempt (a retry after a
 lost executor, a speculative copy) recorded first, the task returns exactly
 the recorded range instead, read again with
 :func:`~kinesis_spout.streaming.shard_reader.read_range`. So every attempt of
@@ -24,19 +24,21 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from kinesis_spout.errors import KinesisSpoutError
-from kinesis_spout.kinesis.api import KinesisApi
-from kinesis_spout.kinesis.efo_read import EfoTarget
-from kinesis_spout.records import Record
-from kinesis_spout.retrying import never, retrying
-from kinesis_spout.streaming.batch_ends import (
+from kinesis_spout.checkpoint.batch_ends import (
     BatchEnd,
     BatchEndStore,
+    PlannedFrom,
     check_planned,
     removed_error,
 )
-from kinesis_spout.streaming.batch_offset import PlannedFrom, ShardPlan
-from kinesis_spout.streaming.offsets import ShardRange, StartPosition
+from kinesis_spout.errors import KinesisSpoutError
+from kinesis_spout.kinesis.api import KinesisApi
+from kinesis_spout.kinesis.efo_read import EfoTarget
+from kinesis_spout.positions import StartPosition
+from kinesis_spout.records import Record
+from kinesis_spout.retrying import never, retrying
+from kinesis_spout.streaming.batch_offset import ShardPlan
+from kinesis_spout.streaming.offsets import ShardRange
 from kinesis_spout.streaming.shard_reader import ReadAhead, read_fresh, read_range
 from kinesis_spout.streaming.subscribed_read import read_fresh_subscribed
 from tracker import ExponentialBackoff

@@ -1,251 +1,33 @@
-"""Streaming offsets of the Kinesis source, and batch planning: pure, no I/O.
+"""Pieces of the streaming source's batch planning: pure, no I/O.
 
-An offset says, per shard, the last user record that batches up to this one
-include. Spark stores offsets as JSON in its checkpoint location and hands
-them back after a restart, so the JSON must round-trip exactly and be
-canonical (Spark compares offsets as strings to decide "no new data")::
+* :class:`SourceOffset`: every shard's position after a committed batch, which
+  :class:`~kinesis_spout.streaming.store_mirror.StoreMirror` writes to the
+  checkpoint store;
+* :func:`split_quota`: how many records each shard may add to one batch;
+* :class:`ShardRange`: the part of one shard one batch reads.
 
-    {"version": 1,
-     "stream": "orders",
-     "start": {"type": "TRIM_HORIZON"},              # or AT_TIMESTAMP + "timestamp"
-     "shards": {
-       "shardId-000000000000": {"seq": "4959...", "sub": 0, "n": 250},
-       "shardId-000000000001": {"seq": "4959...", "sub": 3, "partial": true, "n": 9},
-       "shardId-000000000002": {"seq": "4959...", "sub": 0, "ended": true, "n": 0}}}
-
-* ``seq``/``sub``: the key of the last included user record (``sub`` is the
-  KPL sub-sequence number, 0 for a plain record). Everything up to and
-  including it is in this or an earlier batch.
-* ``partial``: the KPL aggregate ``seq`` has more user records after ``sub``,
-  so the next batch re-opens the shard *at* ``seq`` instead of *after* it.
-* ``ended``: the shard is closed and every record of it is included; its
-  children may start in the next batch. Kept while ListShards still lists
-  the shard, so it is never mistaken for a shard not yet started.
-* ``n``: how many user records the batch that set this position added; the
-  executors check a replay reads exactly as many.
-* A shard with no entry has not started: it starts at ``start``, which is
-  deterministic (LATEST is pinned to a timestamp when the query starts).
-
-Resharding: a shard is read only once each of its parents that ListShards
-still returns is ``ended`` in the *start* offset of the batch, so all of a
-parent's records land in earlier batches than any of its children's.
+The offsets Spark stores are :class:`~kinesis_spout.streaming.batch_offset.BatchOffset`
+(version 2), with positions :class:`~kinesis_spout.positions.ShardPosition`; an offset
+of version 1 (the read-ahead source of earlier releases) is refused there with an
+error naming its version.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from kinesis_spout.config import InitialPosition
-from kinesis_spout.records import ShardInfo
-from kinesis_spout.streaming.errors import OffsetError
+from kinesis_spout.positions import ShardPosition, StartPosition
 from tracker import SequenceKey
-
-OFFSET_VERSION = 1
-
-
-@dataclass(frozen=True, slots=True)
-class StartPosition:
-    """Where a shard with no position starts: TRIM_HORIZON or AT_TIMESTAMP.
-
-    Never LATEST: "latest" read on an executor during a replay would be a
-    different place, so the source pins LATEST to a timestamp first.
-    """
-
-    kind: InitialPosition = InitialPosition.TRIM_HORIZON
-    timestamp: datetime | None = None
-    """UTC; set exactly when ``kind`` is AT_TIMESTAMP."""
-
-    def __post_init__(self) -> None:
-        if self.kind is InitialPosition.LATEST:
-            raise ValueError("a StartPosition is never LATEST: pin it to a timestamp")
-        if (self.kind is InitialPosition.AT_TIMESTAMP) != (self.timestamp is not None):
-            raise ValueError("AT_TIMESTAMP needs a timestamp, TRIM_HORIZON none")
-        if self.timestamp is not None and self.timestamp.tzinfo is None:
-            raise ValueError("the timestamp must be timezone-aware")
-
-    def to_json(self) -> dict[str, Any]:
-        if self.timestamp is None:
-            return {"type": self.kind.value}
-        return {"type": self.kind.value, "timestamp": self.timestamp.astimezone(UTC).isoformat()}
-
-    @classmethod
-    def from_json(cls, doc: Any) -> StartPosition:
-        if not isinstance(doc, dict):
-            raise OffsetError(f"offset 'start' must be an object, got {doc!r}")
-        kind = doc.get("type")
-        if kind == InitialPosition.TRIM_HORIZON.value and set(doc) == {"type"}:
-            return cls()
-        if kind == InitialPosition.AT_TIMESTAMP.value and set(doc) == {"type", "timestamp"}:
-            try:
-                ts = datetime.fromisoformat(str(doc["timestamp"]))
-            except ValueError:
-                raise OffsetError(f"offset 'start' has a bad timestamp: {doc!r}") from None
-            if ts.tzinfo is None:
-                raise OffsetError(f"offset 'start' timestamp has no time zone: {doc!r}")
-            return cls(InitialPosition.AT_TIMESTAMP, ts.astimezone(UTC))
-        raise OffsetError(
-            f"offset 'start' must be {{'type': 'TRIM_HORIZON'}} or "
-            f"{{'type': 'AT_TIMESTAMP', 'timestamp': ISO}}, got {doc!r}"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ShardPosition:
-    """One shard's entry in an offset (see the module docstring)."""
-
-    sequence: str | None = None
-    """Sequence number of the last included record; ``None`` only for a shard
-    that ended before any record of it was read."""
-    sub_sequence: int = 0
-    partial: bool = False
-    """More user records of the aggregate ``sequence`` follow ``sub_sequence``."""
-    ended: bool = False
-    count: int = 0
-    """User records added by the batch that set this position."""
-
-    def __post_init__(self) -> None:
-        if self.sequence is None and (self.partial or not self.ended):
-            raise ValueError("a position without a sequence must be ended and not partial")
-        if self.partial and self.ended:
-            raise ValueError("an ended shard cannot stop inside an aggregate")
-        if self.sub_sequence < 0 or self.count < 0:
-            raise ValueError("sub_sequence and count must be >= 0")
-
-    @property
-    def key(self) -> SequenceKey | None:
-        """The ordering key of the last included user record."""
-        if self.sequence is None:
-            return None
-        return SequenceKey(int(self.sequence), self.sub_sequence)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.sequence is not None:
-            out["seq"] = self.sequence
-            out["sub"] = self.sub_sequence
-        if self.partial:
-            out["partial"] = True
-        if self.ended:
-            out["ended"] = True
-        out["n"] = self.count
-        return out
-
-    @classmethod
-    def from_json(cls, doc: Any, where: str) -> ShardPosition:
-        if not isinstance(doc, dict):
-            raise OffsetError(f"{where}: expected an object, got {doc!r}")
-        unknown = set(doc) - {"seq", "sub", "partial", "ended", "n"}
-        if unknown:
-            raise OffsetError(f"{where}: unknown keys {sorted(unknown)} in {doc!r}")
-        seq, sub = doc.get("seq"), doc.get("sub", 0)
-        partial, ended, count = doc.get("partial", False), doc.get("ended", False), doc.get("n")
-        try:
-            if seq is not None:
-                SequenceKey.parse(seq, sub)
-            elif "sub" in doc:
-                raise ValueError("'sub' without 'seq'")
-            if not isinstance(partial, bool) or not isinstance(ended, bool):
-                raise ValueError("'partial' and 'ended' must be booleans")
-            if isinstance(count, bool) or not isinstance(count, int):
-                raise ValueError("'n' must be an integer")
-            return cls(seq, sub, partial, ended, count)
-        except ValueError as exc:
-            raise OffsetError(f"{where}: {exc} in {doc!r}") from None
 
 
 @dataclass(frozen=True, slots=True)
 class SourceOffset:
-    """Every shard's position after one batch (see the module docstring)."""
+    """Every shard's position after one batch (``start``: where a shard with none starts)."""
 
     stream_name: str
     start: StartPosition
     shards: Mapping[str, ShardPosition] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """Canonical JSON-able dict: fixed key order, shards sorted by id."""
-        return {
-            "version": OFFSET_VERSION,
-            "stream": self.stream_name,
-            "start": self.start.to_json(),
-            "shards": {s: self.shards[s].to_json() for s in sorted(self.shards)},
-        }
-
-    @classmethod
-    def from_json(cls, doc: Any) -> SourceOffset:
-        """Parse what :meth:`to_json` produced; :class:`OffsetError` otherwise."""
-        if not isinstance(doc, dict):
-            raise OffsetError(f"a Kinesis source offset must be an object, got {doc!r:.200}")
-        if doc.get("version") != OFFSET_VERSION:
-            raise OffsetError(
-                f"Kinesis source offset version {doc.get('version')!r} is not supported "
-                f"(this version reads {OFFSET_VERSION}): was the checkpoint location written "
-                "by another source?"
-            )
-        stream = doc.get("stream")
-        if not isinstance(stream, str) or not stream:
-            raise OffsetError(f"offset 'stream' must be a stream name, got {stream!r}")
-        shards = doc.get("shards")
-        if not isinstance(shards, dict):
-            raise OffsetError(f"offset 'shards' must be an object, got {shards!r:.200}")
-        return cls(
-            stream,
-            StartPosition.from_json(doc.get("start")),
-            {
-                str(s): ShardPosition.from_json(p, f"offset of {stream}/{s}")
-                for s, p in shards.items()
-            },
-        )
-
-    def updated(
-        self, positions: Mapping[str, ShardPosition], drop: Iterable[str] = ()
-    ) -> SourceOffset:
-        """A copy with ``positions`` set and the shards in ``drop`` removed."""
-        shards = dict(self.shards)
-        for s in drop:
-            shards.pop(s, None)
-        shards.update(positions)
-        return replace(self, shards=shards)
-
-
-# --- planning -------------------------------------------------------------------------
-
-
-def ready_shards(listed: Sequence[ShardInfo], offset: SourceOffset) -> list[str]:
-    """Shards to read ahead from ``offset``, sorted by id.
-
-    A listed shard is ready when it is not ended and either has a position
-    already, or each of its parents that is still listed is ended in
-    ``offset`` (a parent ListShards no longer returns has expired: nothing of
-    it is left to read).
-    """
-    listed_ids = {s.shard_id for s in listed}
-    ready = []
-    for shard in sorted(listed, key=lambda s: s.shard_id):
-        pos = offset.shards.get(shard.shard_id)
-        if pos is not None:
-            if not pos.ended:
-                ready.append(shard.shard_id)
-            continue
-        parents = [p for p in shard.parents if p in listed_ids]
-        if all((pp := offset.shards.get(p)) is not None and pp.ended for p in parents):
-            ready.append(shard.shard_id)
-    return ready
-
-
-def vanished(listed: Sequence[ShardInfo], offset: SourceOffset) -> list[str]:
-    """Shards with a position that is not ended but that ListShards no longer
-    returns: their remaining records expired before they were read."""
-    listed_ids = {s.shard_id for s in listed}
-    return sorted(s for s, p in offset.shards.items() if not p.ended and s not in listed_ids)
-
-
-def expired_ended(listed: Sequence[ShardInfo], offset: SourceOffset) -> list[str]:
-    """Ended shards ListShards no longer returns: safe to drop from the offset."""
-    listed_ids = {s.shard_id for s in listed}
-    return sorted(s for s, p in offset.shards.items() if p.ended and s not in listed_ids)
 
 
 def split_quota(
@@ -278,7 +60,9 @@ def split_quota(
 @dataclass(frozen=True, slots=True)
 class ShardRange:
     """The part of one shard one batch reads: after ``after`` (or from
-    ``start`` when ``None``) up to and including ``last``."""
+    ``start`` when ``None``) up to and including ``last``; a task reads it
+    again when another attempt recorded the batch's end
+    (:func:`~kinesis_spout.streaming.shard_reader.read_range`)."""
 
     shard_id: str
     after: ShardPosition | None
@@ -292,35 +76,5 @@ class ShardRange:
     @property
     def last_key(self) -> SequenceKey:
         key = self.last.key
-        assert key is not None  # plan_ranges only builds ranges that read something
+        assert key is not None  # a range is built only when it reads something
         return key
-
-
-def plan_ranges(start: SourceOffset, end: SourceOffset) -> list[ShardRange]:
-    """One range per shard whose position moved between ``start`` and ``end``
-    and that has records to read, sorted by shard id.
-
-    ``end`` must have been computed from ``start`` (Spark's contract), so
-    each moved position's ``count`` describes exactly this range.
-    """
-    if start.stream_name != end.stream_name:
-        raise OffsetError(
-            f"batch offsets name two streams: {start.stream_name!r} and {end.stream_name!r}"
-        )
-    ranges = []
-    for shard_id in sorted(end.shards):
-        last = end.shards[shard_id]
-        before = start.shards.get(shard_id)
-        last_key = last.key
-        if last == before or last_key is None or last.count == 0:
-            continue
-        if before is not None and (
-            before.ended or (before.key is not None and before.key >= last_key)
-        ):
-            raise OffsetError(
-                f"offset of {end.stream_name}/{shard_id} moves backwards: "
-                f"{before.to_json()} -> {last.to_json()}"
-            )
-        after = before if before is not None and before.sequence is not None else None
-        ranges.append(ShardRange(shard_id, after, end.start, last))
-    return ranges

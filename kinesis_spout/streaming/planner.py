@@ -2,7 +2,7 @@
 
 ``latestOffset`` never reads records: it lists shards (cheap, cached) and
 reads the batch-end records the last batch's tasks left in the checkpoint
-store (:mod:`.batch_ends`), then plans the next batch from them
+store (:mod:`~kinesis_spout.checkpoint.batch_ends`), then plans the next batch from them
 (:class:`~.batch_offset.BatchOffset`). A shard whose last read reached its
 tip rests for ``idle_poll_interval`` before it gets a quota again (one that
 was throttled, for ``THROTTLE_REST``); while every shard rests there is no
@@ -21,20 +21,22 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from kinesis_spout.checkpoint.batch_ends import (
+    BatchEnd,
+    BatchEndError,
+    BatchEndStore,
+    PlannedFrom,
+    check_planned,
+)
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.kinesis.efo_read import EfoTarget
+from kinesis_spout.positions import ShardPosition, StartPosition
 from kinesis_spout.records import ShardInfo
-from kinesis_spout.streaming.batch_ends import (
-    BatchEnd,
-    BatchEndError,
-    BatchEndStore,
-    check_planned,
-)
-from kinesis_spout.streaming.batch_offset import BatchOffset, PlannedFrom, ShardPlan
+from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
 from kinesis_spout.streaming.errors import DataLossError, OffsetError
-from kinesis_spout.streaming.offsets import ShardPosition, SourceOffset, StartPosition, split_quota
+from kinesis_spout.streaming.offsets import SourceOffset, split_quota
 from kinesis_spout.streaming.options import SourceOptions
 from kinesis_spout.streaming.store_mirror import StoreMirror
 
@@ -84,7 +86,7 @@ class Planner:
     @property
     def store(self) -> BatchEndStore:
         if self._store is None:
-            from kinesis_spout.streaming.batch_ends import open_batch_ends
+            from kinesis_spout.checkpoint.factory import open_batch_ends
 
             opts = self.options
             assert opts.checkpoint_store is not None

@@ -27,17 +27,18 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from kinesis_spout.checkpoint.batch_ends import BatchEndStore
+from kinesis_spout.checkpoint.factory import open_batch_ends
 from kinesis_spout.errors import (
     ConfigError,
 )
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import process_client
 from kinesis_spout.kinesis.efo_read import EfoTarget
-from kinesis_spout.streaming.batch_ends import BatchEndStore, open_batch_ends
+from kinesis_spout.positions import StartPosition
 from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
 from kinesis_spout.streaming.errors import MissingDependencyError
 from kinesis_spout.streaming.executor_read import read_batch_shard
-from kinesis_spout.streaming.offsets import StartPosition
 from kinesis_spout.streaming.options import SourceOptions, parse_options
 from kinesis_spout.streaming.planner import Planner
 from kinesis_spout.streaming.rows import arrow_schema, to_arrow

@@ -10,14 +10,10 @@ from typing import Any
 
 import pytest
 
-from kinesis_spout.streaming.batch_ends import (
-    BatchEnd,
-    BatchEndError,
-    BatchEndStore,
-    FileBatchEnds,
-    ZkBatchEnds,
-)
-from kinesis_spout.streaming.offsets import ShardPosition
+from kinesis_spout.checkpoint.batch_ends import BatchEnd, BatchEndError, BatchEndStore
+from kinesis_spout.checkpoint.file_batch_ends import FileBatchEnds
+from kinesis_spout.checkpoint.zk_batch_ends import ZkBatchEnds
+from kinesis_spout.positions import ShardPosition
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ import pytest
 from streaming_helpers import BatchSink, Row, assert_exactly_once, fill, rid, start_query
 
 from devkit.faultproxy import FaultProxy
+from kinesis_spout.checkpoint.file_batch_ends import FileBatchEnds
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
-from kinesis_spout.streaming.batch_ends import FileBatchEnds
 from kinesis_spout.streaming.executor_read import read_batch_shard
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream
@@ -125,8 +125,7 @@ def test_two_attempts_reading_at_once_return_the_first_recorded_range(
 
 
 def _end_after(moto: MotoServer, stream: str, p: Any, n: int) -> Any:
-    from kinesis_spout.streaming.batch_ends import BatchEnd
-    from kinesis_spout.streaming.batch_offset import PlannedFrom
+    from kinesis_spout.checkpoint.batch_ends import BatchEnd, PlannedFrom
     from kinesis_spout.streaming.shard_reader import read_fresh
 
     api = KinesisApi(make_client(moto.endpoint_url), stream)

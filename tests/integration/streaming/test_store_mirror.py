@@ -19,8 +19,9 @@ from streaming_helpers import Row, fill, rid
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.kinesis.client import make_client
+from kinesis_spout.positions import ShardPosition, StartPosition
 from kinesis_spout.spout import KinesisSpout
-from kinesis_spout.streaming.offsets import ShardPosition, SourceOffset, StartPosition
+from kinesis_spout.streaming.offsets import SourceOffset
 from kinesis_spout.streaming.options import parse_options
 from kinesis_spout.streaming.store_mirror import StoreMirror
 from kinesis_spout.testing.servers import MotoServer

@@ -1,6 +1,8 @@
-"""Batch-end records of the streaming source: where each (batch, shard) read stopped.
+"""Batch-end records: where each (batch, shard) read stopped, the checkpoint store's
+second family beside the checkpoints (:func:`~kinesis_spout.checkpoint.factory.open_batch_ends`).
 
-``latestOffset`` never reads records. A batch's offset names, per shard, where
+They serve the streaming source and the Spark job alike. The streaming source's
+``latestOffset`` never reads records: a batch's offset names, per shard, where
 its read starts and how many records it may take; the executor task reading
 the shard stops at that limit, at the shard's tip or at its end, and **before
 it returns** records where it stopped under ``(batch id, shard)`` in the
@@ -10,11 +12,12 @@ on every attempt. The next batch starts from the recorded ends, and the
 commit of a batch writes them as the shards' checkpoints; records of batches
 before the committed one are then removed, and a leftover attempt of a removed
 batch cannot record it again (the store keeps a *floor*: the lowest batch kept).
+The Spark job records its read tasks' ends the same way, a Spark job as a batch.
 
 Batch ids restart at 1 in a new Spark checkpoint location, so records are
 kept per *run*: the id the initial offset drew, carried by every offset of
 that checkpoint location. Each record also says what it was planned from
-(:class:`~.batch_offset.PlannedFrom`: the run, the shard's start position and quota); a
+(:class:`PlannedFrom`: the run, the shard's start position and quota); a
 record that does not match the batch's plan is refused, never used.
 
 Layout (next to the checkpoints of the job, never mistaken for one)::
@@ -24,28 +27,76 @@ Layout (next to the checkpoints of the job, never mistaken for one)::
 
 plus a ``floor`` file or node next to the batches. Offsets of earlier releases
 have no run (``""``): their records are directly under ``.batches``/``@batches``.
+The backends: :mod:`~kinesis_spout.checkpoint.file_batch_ends` and
+:mod:`~kinesis_spout.checkpoint.zk_batch_ends`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
-from kinesis_spout.durable import fsync_dir, replace_synced, write_synced
-from kinesis_spout.streaming.batch_offset import PlannedFrom
-from kinesis_spout.streaming.errors import OffsetError
-from kinesis_spout.streaming.offsets import ShardPosition
+from kinesis_spout.errors import OffsetError
+from kinesis_spout.positions import ShardPosition, StartPosition
 
 
 class BatchEndError(OffsetError):
     """A batch-end record is missing, corrupt, of another plan, or of a batch already
     removed (names the batch, the shard, the place)."""
+
+
+class PlanOfShard(Protocol):
+    """What :meth:`PlannedFrom.of` takes of a batch's plan for a shard (the streaming
+    source's ``ShardPlan``)."""
+
+    @property
+    def position(self) -> ShardPosition | None: ...
+
+    @property
+    def quota(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedFrom:
+    """What one (batch, shard) read was planned from: a record made for another plan
+    (an earlier run of the query, another query with the same jobName) is refused."""
+
+    run: str
+    """The run id of the offsets (``""``: offsets of an earlier release)."""
+    after: ShardPosition | None
+    """The shard's position before the batch (``None``: it starts at ``start``)."""
+    start: StartPosition
+    quota: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "after": None if self.after is None else self.after.to_json(),
+            "start": self.start.to_json(),
+            "q": self.quota,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> PlannedFrom:
+        if not isinstance(doc, dict) or set(doc) != {"run", "after", "start", "q"}:
+            raise ValueError(f"'planned' must hold run, after, start and q, got {doc!r}")
+        run, after, quota = doc["run"], doc["after"], doc["q"]
+        if not isinstance(run, str):
+            raise ValueError(f"'planned' run must be a string, got {run!r}")
+        if isinstance(quota, bool) or not isinstance(quota, int) or quota < 0:
+            raise ValueError(f"'planned' q must be an integer >= 0, got {quota!r}")
+        position = None if after is None else ShardPosition.from_json(after, where)
+        return cls(run, position, StartPosition.from_json(doc["start"]), quota)
+
+    @classmethod
+    def of(cls, run: str, plan: PlanOfShard, start: StartPosition) -> PlannedFrom:
+        """What a batch of run ``run`` plans for a shard (``plan``)."""
+        return cls(run, plan.position, start, plan.quota)
+
+    def describe(self) -> str:
+        origin = self.after.to_json() if self.after is not None else self.start.to_json()
+        return f"run {self.run or '(none)'!r}, after {origin}, quota {self.quota}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +191,8 @@ def removed_error(where: str, batch: int, floor: int) -> BatchEndError:
 
 
 class BatchEndStore(Protocol):
+    """The batch-end records of one job's stream (:func:`~.factory.open_batch_ends`)."""
+
     def get(self, run: str, batch: int, shard: str) -> BatchEnd | None: ...
 
     def record(self, run: str, batch: int, shard: str, end: BatchEnd) -> BatchEnd:
@@ -161,11 +214,13 @@ class BatchEndStore(Protocol):
     def close(self) -> None: ...
 
 
-def _encode(end: BatchEnd) -> bytes:
+def encode_end(end: BatchEnd) -> bytes:
+    """A record's bytes, as both backends store them (canonical JSON)."""
     return json.dumps(end.to_json(), separators=(",", ":"), sort_keys=True).encode("utf-8")
 
 
-def _decode(data: bytes, where: str) -> BatchEnd:
+def decode_end(data: bytes, where: str) -> BatchEnd:
+    """A stored record (a corrupt one raises :class:`BatchEndError` naming ``where``)."""
     try:
         doc = json.loads(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
@@ -173,168 +228,15 @@ def _decode(data: bytes, where: str) -> BatchEnd:
     return BatchEnd.from_json(doc, where)
 
 
-def _decode_floor(data: bytes, where: str) -> int:
+def decode_floor(data: bytes, where: str) -> int:
+    """A stored floor: the lowest batch kept, as decimal digits."""
     text = data.decode("utf-8", "replace").strip()
     if not text.isdigit():
         raise BatchEndError(f"corrupt batch-end floor at {where}: {text!r:.100}")
     return int(text)
 
 
-def _run_dir(run: str) -> str:
+def run_dir(run: str) -> str:
+    """The directory or node of ``run``'s batches under the stream's batches (``""``
+    for offsets of an earlier release: directly under them)."""
     return f"run-{run}" if run else ""
-
-
-class FileBatchEnds:
-    """``file://DIR``: one file per record, created with ``link`` (first writer wins)."""
-
-    def __init__(self, directory: str, job: str, stream: str) -> None:
-        self.root = Path(directory) / job / f"{stream}.batches"
-
-    def _dir(self, run: str) -> Path:
-        return self.root / _run_dir(run) if run else self.root
-
-    def _path(self, run: str, batch: int, shard: str) -> Path:
-        return self._dir(run) / f"{batch:012d}" / f"{shard}.json"
-
-    def where(self, run: str, batch: int, shard: str) -> str:
-        return str(self._path(run, batch, shard))
-
-    def get(self, run: str, batch: int, shard: str) -> BatchEnd | None:
-        p = self._path(run, batch, shard)
-        try:
-            data = p.read_bytes()
-        except FileNotFoundError:
-            return None
-        return _decode(data, str(p))
-
-    def record(self, run: str, batch: int, shard: str, end: BatchEnd) -> BatchEnd:
-        p = self._path(run, batch, shard)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.parent / f".{shard}.{uuid.uuid4().hex}.tmp"
-        write_synced(tmp, _encode(end))
-        try:
-            os.link(tmp, p)  # atomic, and fails if a record is there: the first one wins
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink(missing_ok=True)
-        fsync_dir(p.parent)
-        floor = self.floor(run)  # after the link: a cleanup that raced us is seen here
-        if batch < floor:
-            shutil.rmtree(p.parent, ignore_errors=True)
-            raise removed_error(str(p), batch, floor)
-        got = self.get(run, batch, shard)
-        assert got is not None
-        return got
-
-    def floor(self, run: str) -> int:
-        p = self._dir(run) / "floor"
-        try:
-            return _decode_floor(p.read_bytes(), str(p))
-        except FileNotFoundError:
-            return 0
-
-    def forget_before(self, run: str, batch: int) -> int:
-        d = self._dir(run)
-        if not d.is_dir():
-            return 0
-        if batch > self.floor(run):  # the floor first: a leftover attempt then sees it
-            replace_synced(d / "floor", str(batch).encode())
-        gone = 0
-        for b in d.iterdir():
-            if b.name.isdigit() and int(b.name) < batch:
-                shutil.rmtree(b, ignore_errors=True)
-                gone += 1
-        return gone
-
-    def close(self) -> None:
-        return None
-
-
-class ZkBatchEnds:
-    """``zk://``: one node per record, created only if absent (first writer wins)."""
-
-    def __init__(self, url: str, job: str, stream: str, auth: str | None = None) -> None:
-        from kinesis_spout.checkpoint.zk_connect import connect
-
-        self.conn = connect(url, job, auth=auth, session_timeout=10.0, connect_timeout=15.0)
-        self.base = f"{self.conn.url.root}/{job}/{stream}/@batches"
-
-    def _dir(self, run: str) -> str:
-        return f"{self.base}/{_run_dir(run)}" if run else self.base
-
-    def where(self, run: str, batch: int, shard: str) -> str:
-        return f"zk://{self.conn.url.hosts}{self._dir(run)}/{batch:012d}/{shard}"
-
-    def get(self, run: str, batch: int, shard: str) -> BatchEnd | None:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            data, _ = self.conn.client.get(f"{self._dir(run)}/{batch:012d}/{shard}")
-        except NoNodeError:
-            return None
-        return _decode(data, self.where(run, batch, shard))
-
-    def record(self, run: str, batch: int, shard: str, end: BatchEnd) -> BatchEnd:
-        from kazoo.exceptions import NodeExistsError, NoNodeError
-
-        path = f"{self._dir(run)}/{batch:012d}/{shard}"
-        with contextlib.suppress(NodeExistsError):
-            self.conn.client.create(path, _encode(end), acl=self.conn.acl, makepath=True)
-        floor = self.floor(run)  # after the create: a cleanup that raced us is seen here
-        if batch < floor:
-            with contextlib.suppress(NoNodeError):
-                self.conn.client.delete(f"{self._dir(run)}/{batch:012d}", recursive=True)
-            raise removed_error(self.where(run, batch, shard), batch, floor)
-        got = self.get(run, batch, shard)
-        assert got is not None
-        return got
-
-    def floor(self, run: str) -> int:
-        from kazoo.exceptions import NoNodeError
-
-        path = f"{self._dir(run)}/floor"
-        try:
-            data, _ = self.conn.client.get(path)
-        except NoNodeError:
-            return 0
-        return _decode_floor(data, f"zk://{self.conn.url.hosts}{path}")
-
-    def forget_before(self, run: str, batch: int) -> int:
-        from kazoo.exceptions import NodeExistsError, NoNodeError
-
-        client, d = self.conn.client, self._dir(run)
-        if client.exists(d) is None:
-            return 0
-        if batch > self.floor(run):  # the floor first: a leftover attempt then sees it
-            try:
-                client.create(f"{d}/floor", str(batch).encode(), acl=self.conn.acl)
-            except NodeExistsError:
-                client.set(f"{d}/floor", str(batch).encode())
-        try:
-            names = client.get_children(d)  # listed after the floor is up
-        except NoNodeError:
-            return 0
-        gone = 0
-        for name in names:
-            if name.isdigit() and int(name) < batch:
-                with contextlib.suppress(NoNodeError):
-                    client.delete(f"{d}/{name}", recursive=True)
-                gone += 1
-        return gone
-
-    def close(self) -> None:
-        client = self.conn.client
-        client.stop()
-        client.close()
-
-
-def open_batch_ends(url: str, job: str, stream: str, zk_auth: str | None = None) -> BatchEndStore:
-    """The batch-end store of the checkpoint store ``url`` (``file://`` or ``zk://``)."""
-    if url.startswith("file://"):
-        return FileBatchEnds(url[len("file://") :], job, stream)
-    if url.startswith("zk://"):
-        return ZkBatchEnds(url, job, stream, zk_auth)
-    from kinesis_spout.errors import ConfigError
-
-    raise ConfigError("checkpointStore", url, "file://DIR or zk://host:port[,host:port]/root")
