@@ -3,10 +3,10 @@
 Usage: ``python bench/isolation_bench.py [--limits 200,1000,10000] [--json]``
 
 A record that kills its Python worker fails the whole Spark job of its read plan; the
-driver isolates it by running parts of the plan again (:mod:`kinesis_spout.spark.readjobs`).
+driver isolates it by running parts of the plan again (:mod:`kinesis_spout.spark.read.jobs`).
 Each failed job costs about a second of Spark restarting the worker, so what counts is how
 many fail. For a plan of ``limit`` records, with the killer at every position in turn, this
-runs the real :class:`~kinesis_spout.spark.readjobs.ReadJobs` over a simulated shard (no
+runs the real :class:`~kinesis_spout.spark.read.jobs.ReadJobs` over a simulated shard (no
 Spark: ``collect`` reads the shard's records from the plan's position, and fails when the
 read would take the killer), and counts the failed jobs until the killer fails alone:
 
@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kinesis_spout.config import InitialPosition  # noqa: E402
 from kinesis_spout.kinesis.getter import GetterPosition  # noqa: E402
-from kinesis_spout.spark.readjobs import ReadJobs  # noqa: E402
-from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings  # noqa: E402
+from kinesis_spout.spark.read.jobs import ReadJobs  # noqa: E402
+from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings  # noqa: E402
 from tracker import SequenceKey  # noqa: E402
 
 START = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)

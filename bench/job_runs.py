@@ -24,8 +24,8 @@ from proctree import TreeCpu
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config.load import to_toml
-from kinesis_spout.spark.startup import WARM_GROUP
-from kinesis_spout.spark.submit import job_environment
+from kinesis_spout.spark.launch.startup import WARM_GROUP
+from kinesis_spout.spark.launch.submit import job_environment
 from kinesis_spout.testing.processes import OutputLines
 
 MASTER = "local[2]"

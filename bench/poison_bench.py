@@ -37,7 +37,7 @@ from devkit.plots import Bar, BarChart, Panel, Series, finish_bench
 from devkit.spark import local_spark_session
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.deadletter import read_dead_letters
-from kinesis_spout.spark.build import run_job
+from kinesis_spout.spark.launch.build import run_job
 from kinesis_spout.spark.processing import InputRecord, per_record
 from kinesis_spout.spark.reports import BatchReport
 from kinesis_spout.testing.servers import MotoServer

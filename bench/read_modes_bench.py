@@ -36,7 +36,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from devkit.spark import local_spark_session  # noqa: E402
 from kinesis_spout.config import SpoutConfig  # noqa: E402
-from kinesis_spout.spark.build import build_driver  # noqa: E402
+from kinesis_spout.spark.launch.build import build_driver  # noqa: E402
 from kinesis_spout.spark.processing import InputRecord  # noqa: E402
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
 from kinesis_spout.testing.streams import (  # noqa: E402

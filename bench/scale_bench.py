@@ -44,9 +44,9 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 import kinesis_spout.spout as spout_module  # noqa: E402
 from devkit.spark import local_spark_session  # noqa: E402
 from kinesis_spout.config import SpoutConfig  # noqa: E402
-from kinesis_spout.spark.build import build_driver  # noqa: E402
 from kinesis_spout.spark.executor_driver import ExecutorDriver  # noqa: E402
-from kinesis_spout.spark.readplan import ReadResult  # noqa: E402
+from kinesis_spout.spark.launch.build import build_driver  # noqa: E402
+from kinesis_spout.spark.read.plan import ReadResult  # noqa: E402
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
 from kinesis_spout.testing.streams import (  # noqa: E402
     create_stream,

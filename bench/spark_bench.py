@@ -67,11 +67,11 @@ from devkit.plots import (  # noqa: E402
 )
 from devkit.spark import bench_job_config, local_spark_session  # noqa: E402
 from kinesis_spout.records import Record  # noqa: E402
-from kinesis_spout.spark.arrow import records_to_arrow  # noqa: E402
-from kinesis_spout.spark.build import run_job  # noqa: E402
 from kinesis_spout.spark.driver import BatchReport  # noqa: E402
+from kinesis_spout.spark.launch.build import run_job  # noqa: E402
+from kinesis_spout.spark.process.arrow import records_to_arrow  # noqa: E402
+from kinesis_spout.spark.process.runner import SparkRunner  # noqa: E402
 from kinesis_spout.spark.processing import InputRecord, per_record  # noqa: E402
-from kinesis_spout.spark.runner import SparkRunner  # noqa: E402
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
 from kinesis_spout.testing.streams import emulator_client, fill_stream  # noqa: E402
 from tracker import SequenceKey  # noqa: E402

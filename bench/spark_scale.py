@@ -29,8 +29,8 @@ from typing import Any
 
 from devkit.cluster import StandaloneCluster, cluster_spark_conf
 from devkit.spark import bench_job_config, local_spark_session
-from kinesis_spout.spark.build import build_driver
 from kinesis_spout.spark.executor_driver import ExecutorDriver
+from kinesis_spout.spark.launch.build import build_driver
 from kinesis_spout.spark.processing import InputRecord
 
 BURN_US = 200.0

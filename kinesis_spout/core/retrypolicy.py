@@ -7,7 +7,7 @@ delivered again. :meth:`RetryPolicy.of` derives them from the config once; the s
 builds each shard's :class:`~tracker.InflightRecordTracker` with its ``limit`` and
 ``backoff`` and its acks' :class:`~kinesis_spout.core.age.RecordAge` with its
 ``max_age``, and the Spark job's fast retries
-(:class:`~kinesis_spout.spark.fastretry.FastRetry`, on the executors) take the same
+(:class:`~kinesis_spout.spark.process.fastretry.FastRetry`, on the executors) take the same
 value, so a record retried at once counts against the same limits.
 """
 

@@ -78,7 +78,7 @@ class WordCountSink:
         self.directory = Path(directory)
 
     def __call__(self, words: Any) -> None:
-        from kinesis_spout.spark.sinks import write_parquet_file
+        from kinesis_spout.spark.process.sinks import write_parquet_file
 
         counts = words.groupBy("word").count().toArrow()
         if counts.num_rows:

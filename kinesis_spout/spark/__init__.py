@@ -1,20 +1,23 @@
 """The PySpark job: spout micro-batches processed on Spark executors.
 
-Needs the ``spark`` extra (``pip install 'kinesis-spout[spark]'``). The
-pieces, each in its own module:
+Needs the ``spark`` extra (``pip install 'kinesis-spout[spark]'``). The pieces:
 
-* :mod:`~kinesis_spout.spark.arrow`: records to an Arrow table, statuses back;
+* :mod:`~kinesis_spout.spark.job`: the ``spark-submit`` entry point;
 * :mod:`~kinesis_spout.spark.processing`: the user's processing styles
   (:func:`per_record`, :func:`dataframe_transform`, :func:`fan_out`);
-* :mod:`~kinesis_spout.spark.fanout`: Storm's XOR acker over derived records;
-* :mod:`~kinesis_spout.spark.runner`: one micro-batch on Spark;
-* :mod:`~kinesis_spout.spark.driver`: the loop (:class:`SparkDriver`, :func:`run_job`);
-* :mod:`~kinesis_spout.spark.sinks`: ``none``, ``console``, ``parquet://DIR``;
-* :mod:`~kinesis_spout.spark.job`: the ``spark-submit`` entry point;
-* :mod:`~kinesis_spout.spark.submit`: ``kinesis-spout run``.
+* the two micro-batch loops: :mod:`~kinesis_spout.spark.executor_driver` (executor
+  reads, the default) and :mod:`~kinesis_spout.spark.driver` (driver reads,
+  :class:`SparkDriver`), with what they share (:mod:`~kinesis_spout.spark.loop`,
+  :mod:`~kinesis_spout.spark.reports`, :mod:`~kinesis_spout.spark.isolation`);
+* :mod:`kinesis_spout.spark.launch`: the job's launch (``kinesis-spout run``, the
+  session, building the driver: :func:`run_job`);
+* :mod:`kinesis_spout.spark.read`: the read path of executor reads (plans, read
+  tasks, recorded ranges);
+* :mod:`kinesis_spout.spark.process`: processing a micro-batch (Arrow, fan-out and
+  Storm's acker, fast retries, sinks).
 
 Importing this package loads nothing heavy (the CLI imports
-:mod:`~kinesis_spout.spark.submit` without pyarrow installed); the names
+:mod:`~kinesis_spout.spark.launch.submit` without pyarrow installed); the names
 below are loaded on first use. See ``docs/spark-job.md``.
 """
 
@@ -24,8 +27,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kinesis_spout.spark.build import build_driver, run_job
     from kinesis_spout.spark.driver import SparkDriver
+    from kinesis_spout.spark.launch.build import build_driver, run_job
     from kinesis_spout.spark.processing import (
         FanOutProcessor,
         InputRecord,
@@ -41,8 +44,8 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "SparkDriver": "driver",
-    "build_driver": "build",
-    "run_job": "build",
+    "build_driver": "launch.build",
+    "run_job": "launch.build",
     "FanOutProcessor": "processing",
     "InputRecord": "processing",
     "Processor": "processing",

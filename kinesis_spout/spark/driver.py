@@ -11,7 +11,7 @@ One iteration (a *micro-batch*):
 3. **Apply**: ok records are written to the row sink (if any), then acked;
    failed ones are failed with their error (the spout retries them, or
    dead-letters them after ``retry_limit`` retries). In fan-out mode the
-   statuses go through the XOR acker first (:mod:`kinesis_spout.spark.fanout`).
+   statuses go through the XOR acker first (:mod:`kinesis_spout.spark.process.fanout`).
 4. **Checkpoint**: ``spout.checkpoint()``, which writes only when
    ``checkpoint_interval`` has passed. One progress line is printed.
 
@@ -43,8 +43,8 @@ import pyarrow as pa
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.metrics import MetricsCollector, NoopMetrics
 from kinesis_spout.records import Record
-from kinesis_spout.spark.arrow import format_error, records_to_arrow
-from kinesis_spout.spark.ledger import FanOutLedger, TreeResults
+from kinesis_spout.spark.process.arrow import format_error, records_to_arrow
+from kinesis_spout.spark.process.ledger import FanOutLedger, TreeResults
 from kinesis_spout.spark.reports import (
     BatchReport,
     JobSummary,
@@ -62,12 +62,12 @@ __all__ = [
     "SpoutLike",
     "print_progress",
 ]
-from kinesis_spout.spark.fastretry import FastRetry, count_fast_retries
-from kinesis_spout.spark.followup import retry_failed
 from kinesis_spout.spark.isolation import BatchFailedError, Isolation, PoisonJudge, run_split
 from kinesis_spout.spark.loop import MAX_WAIT, MIN_WAIT, StopControl, shut_down
-from kinesis_spout.spark.runner import BatchOutcome, BatchRunner
-from kinesis_spout.spark.sinks import NullSink, RowSink
+from kinesis_spout.spark.process.fastretry import FastRetry, count_fast_retries
+from kinesis_spout.spark.process.followup import retry_failed
+from kinesis_spout.spark.process.runner import BatchOutcome, BatchRunner
+from kinesis_spout.spark.process.sinks import NullSink, RowSink
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ A micro-batch is **one Spark job** over every shard that can read now:
 
 1. **Plan** (:meth:`ExecutorReadSpout.plan`) for every shard not in a running
    job: its due retries (a retry plan), else a read (position and limit).
-2. **Run** (:class:`~kinesis_spout.spark.readjobs.ReadJobs`): the plans are
+2. **Run** (:class:`~kinesis_spout.spark.read.jobs.ReadJobs`): the plans are
    grouped into read tasks (``shards_per_task``, by default one task per
    core); a task reads its shards interleaved within one deadline
    (``batch_max_wait``, at least 1 s), de-aggregates and processes; only
@@ -48,13 +48,13 @@ from typing import Any
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.metrics import MetricsCollector
-from kinesis_spout.spark.arrow import format_error
-from kinesis_spout.spark.framejobs import FrameJobs
 from kinesis_spout.spark.loop import MAX_WAIT, MIN_WAIT, StopControl, shut_down
-from kinesis_spout.spark.planner import ExecutorReadSpout
+from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.processing import RecordFunction
-from kinesis_spout.spark.readjobs import ReadIsolation, ReadJobs
-from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.read.frames import FrameJobs
+from kinesis_spout.spark.read.jobs import ReadIsolation, ReadJobs
+from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.read.planner import ExecutorReadSpout
 from kinesis_spout.spark.reports import (
     BatchReport,
     JobSummary,

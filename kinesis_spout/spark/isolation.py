@@ -19,9 +19,9 @@ import numpy as np
 
 from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.records import Record
-from kinesis_spout.spark.arrow import Statuses, format_error
-from kinesis_spout.spark.ledger import TreeResults
-from kinesis_spout.spark.runner import BatchOutcome, ProcessingContractError
+from kinesis_spout.spark.process.arrow import Statuses, format_error
+from kinesis_spout.spark.process.ledger import TreeResults
+from kinesis_spout.spark.process.runner import BatchOutcome, ProcessingContractError
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ if __name__ == "__main__" and sys.path and Path(sys.path[0]).resolve() == Path(_
 
 
 if __name__ == "__main__":
-    from kinesis_spout.spark.sparkpath import prefer_installed_pyspark
+    from kinesis_spout.spark.launch.sparkpath import prefer_installed_pyspark
 
     sys.path[:] = prefer_installed_pyspark(sys.path)
 
@@ -53,13 +53,13 @@ from kinesis_spout.coordination.joblease import JobLease, open_job_lease  # noqa
 from kinesis_spout.errors import ConfigError, KinesisSpoutError  # noqa: E402
 from kinesis_spout.metrics import MetricsCollector  # noqa: E402
 from kinesis_spout.observability.endpoint import MetricsEndpoint  # noqa: E402
-from kinesis_spout.spark.launcher import (  # noqa: E402
+from kinesis_spout.spark.launch.launcher import (  # noqa: E402
     PIDFILE_ENV,
     exit_now,
     watch_launcher,
     watch_parent,
 )
-from kinesis_spout.spark.startup import StartupTimes  # noqa: E402
+from kinesis_spout.spark.launch.startup import StartupTimes  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -208,8 +208,8 @@ def run_with_lease(
     exists, its ``request_stop`` is put in ``stop`` (for the launcher watch)."""
     times = times or StartupTimes()
     spark, shipped = start_spark(config, process, times)
-    from kinesis_spout.spark.build import build_driver
-    from kinesis_spout.spark.deploy import check_deploy_mode
+    from kinesis_spout.spark.launch.build import build_driver
+    from kinesis_spout.spark.launch.deploy import check_deploy_mode
 
     print(describe(config, process), flush=True)
     try:
@@ -258,14 +258,14 @@ def start_spark(
     raises what shipping it raised)."""
     from pyspark.sql import SparkSession
 
-    from kinesis_spout.spark.startup import (
+    from kinesis_spout.spark.launch.startup import (
         import_in_background,
         quiet_accumulator_errors,
         warm_executors,
     )
 
     times.mark("spark imports")
-    imports = import_in_background("kinesis_spout.spark.build", *DRIVER_MODULES)
+    imports = import_in_background("kinesis_spout.spark.launch.build", *DRIVER_MODULES)
     spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
     quiet_accumulator_errors(spark)
     times.mark("spark session")
@@ -276,7 +276,7 @@ def start_spark(
             spark.sparkContext.addPyFile(str(Path(spec_file).resolve()))
 
     if config.read_on == "executors":
-        from kinesis_spout.spark.readplan import ReadSettings
+        from kinesis_spout.spark.read.plan import ReadSettings
 
         shipped = warm_executors(spark, ReadSettings.of(config), EXECUTOR_MODULES,
                                  before=ship_process_file)  # fmt: skip
@@ -288,9 +288,9 @@ def start_spark(
     return spark, shipped
 
 
-DRIVER_MODULES = ("kinesis_spout.spark.deploy", "kinesis_spout.kinesis.client", "boto3")
+DRIVER_MODULES = ("kinesis_spout.spark.launch.deploy", "kinesis_spout.kinesis.client", "boto3")
 """What the driver imports while its SparkSession is created (with the build module)."""
-EXECUTOR_MODULES = ("kinesis_spout.spark.readtask", "kinesis_spout.spark.framejobs")
+EXECUTOR_MODULES = ("kinesis_spout.spark.read.task", "kinesis_spout.spark.read.frames")
 """What a read task imports: the warm-up job imports them in every Python worker."""
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from kinesis_spout.spark.launch.startup import StartupTimes
 from kinesis_spout.spark.reports import JobSummary, RunTotals, SpoutLike
-from kinesis_spout.spark.startup import StartupTimes
 
 log = logging.getLogger(__name__)
 

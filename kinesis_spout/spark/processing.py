@@ -14,7 +14,7 @@
 
       def transform(df: DataFrame) -> DataFrame: ...
 
-  Gets the micro-batch (the columns of :data:`~kinesis_spout.spark.arrow.DATA_COLUMNS`
+  Gets the micro-batch (the columns of :data:`~kinesis_spout.spark.process.arrow.DATA_COLUMNS`
   plus ``_row``) and returns a DataFrame that keeps ``_row`` and adds a
   ``status`` column (boolean, or the string ``"ok"`` for success) and optionally
   an ``error`` column (string). A record with no status row, a null status or
@@ -27,7 +27,7 @@
   is anchored to its source with Storm's XOR acker and handed to every sink
   (``sink(derived_df) -> statuses | None``); the source record is acked only
   when every derived record is acked by every sink. See
-  :mod:`kinesis_spout.spark.fanout`.
+  :mod:`kinesis_spout.spark.process.fanout`.
 
 ``--process module:attr`` names one of these: a processor object, a plain
 function (a per-record function), or a factory marked with
@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 import pyarrow as pa
 
 from kinesis_spout.errors import ConfigError
-from kinesis_spout.spark.arrow import DATA_COLUMNS, RECORD_STATUS_SCHEMA, ROW, format_error
-from kinesis_spout.spark.fastretry import FastRetry
+from kinesis_spout.spark.process.arrow import DATA_COLUMNS, RECORD_STATUS_SCHEMA, ROW, format_error
+from kinesis_spout.spark.process.fastretry import FastRetry
 
 if TYPE_CHECKING:
     from kinesis_spout.config import SpoutConfig
@@ -234,7 +234,7 @@ def run_record_function(
     fn: RecordFunction, batches: Iterable[pa.RecordBatch], fast: FastRetry | None = None
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body of the per-record style: one status row per record,
-    with the record's last delivery number (fast retries, :mod:`.fastretry`).
+    with the record's last delivery number (fast retries, :mod:`.process.fastretry`).
 
     ``Exception`` becomes a failed status; ``BaseException`` (SystemExit,
     KeyboardInterrupt) is left to fail the task.

@@ -20,10 +20,10 @@ from kinesis_spout.kinesis.getter import GetterPosition
 from kinesis_spout.metrics import InMemoryMetrics
 from kinesis_spout.records import Record
 from kinesis_spout.spark.isolation import BatchFailedError
-from kinesis_spout.spark.planner import ReadWindow, sparse_marks
-from kinesis_spout.spark.readjobs import ReadIsolation, ReadJobs, _halves, _rest
-from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.readshuffle import LOST, assemble
+from kinesis_spout.spark.read.jobs import ReadIsolation, ReadJobs, _halves, _rest
+from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.read.planner import ReadWindow, sparse_marks
+from kinesis_spout.spark.read.shuffle import LOST, assemble
 from tracker import InflightRecordTracker, SequenceKey
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))

@@ -26,7 +26,7 @@ from kinesis_spout.deadletter import (
     read_dead_letters,
 )
 from kinesis_spout.records import Record
-from kinesis_spout.spark.fastretry import FastRetry
+from kinesis_spout.spark.process.fastretry import FastRetry
 from kinesis_spout.spark.processing import InputRecord
 from tracker import (
     Backoff,
@@ -295,9 +295,9 @@ def test_a_follow_up_job_re_runs_the_failed_rows_until_they_pass_or_run_out() ->
     import numpy as np
     import pyarrow as pa
 
-    from kinesis_spout.spark.arrow import Statuses
-    from kinesis_spout.spark.followup import retry_failed
-    from kinesis_spout.spark.runner import BatchOutcome
+    from kinesis_spout.spark.process.arrow import Statuses
+    from kinesis_spout.spark.process.followup import retry_failed
+    from kinesis_spout.spark.process.runner import BatchOutcome
 
     records = [record(i) for i in range(6)]
     # rows 1 and 4 failed in the batch; 1 passes on its second try, 4 never does
@@ -326,9 +326,9 @@ def test_a_follow_up_job_that_fails_leaves_the_rows_as_they_were() -> None:
     import numpy as np
     import pyarrow as pa
 
-    from kinesis_spout.spark.arrow import Statuses
-    from kinesis_spout.spark.followup import retry_failed
-    from kinesis_spout.spark.runner import BatchOutcome
+    from kinesis_spout.spark.process.arrow import Statuses
+    from kinesis_spout.spark.process.followup import retry_failed
+    from kinesis_spout.spark.process.runner import BatchOutcome
 
     out = BatchOutcome(Statuses(0, 2, np.array([False, True]), {0: "e0"}))
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import threading
 
-from kinesis_spout.spark.launcher import LauncherWatch, launcher_alive, launcher_token
+from kinesis_spout.spark.launch.launcher import LauncherWatch, launcher_alive, launcher_token
 
 
 def test_a_token_names_a_live_process_and_not_a_reused_pid() -> None:

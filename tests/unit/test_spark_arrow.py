@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from kinesis_spout.records import Record
-from kinesis_spout.spark.arrow import (
+from kinesis_spout.spark.process.arrow import (
     DATA_COLUMNS,
     MAX_ERROR_CHARS,
     MISSING_STATUS,

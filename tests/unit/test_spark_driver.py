@@ -21,10 +21,11 @@ import pytest
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.records import Record
-from kinesis_spout.spark.arrow import ROOT, ROW, statuses_from_arrow
 from kinesis_spout.spark.driver import BatchFailedError, BatchReport, SparkDriver
-from kinesis_spout.spark.fanout import ID, run_emit
-from kinesis_spout.spark.ledger import SinkStatuses
+from kinesis_spout.spark.process.arrow import ROOT, ROW, statuses_from_arrow
+from kinesis_spout.spark.process.fanout import ID, run_emit
+from kinesis_spout.spark.process.ledger import SinkStatuses
+from kinesis_spout.spark.process.runner import BatchOutcome, ProcessingContractError
 from kinesis_spout.spark.processing import (
     FanOutProcessor,
     InputRecord,
@@ -33,7 +34,6 @@ from kinesis_spout.spark.processing import (
     fan_out,
     per_record,
 )
-from kinesis_spout.spark.runner import BatchOutcome, ProcessingContractError
 from tracker import SequenceKey
 
 # --- fakes ------------------------------------------------------------------------

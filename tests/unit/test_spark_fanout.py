@@ -11,8 +11,14 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinesis_spout.spark.arrow import ROOT, ROW, Statuses, records_to_arrow, statuses_from_arrow
-from kinesis_spout.spark.fanout import (
+from kinesis_spout.spark.process.arrow import (
+    ROOT,
+    ROW,
+    Statuses,
+    records_to_arrow,
+    statuses_from_arrow,
+)
+from kinesis_spout.spark.process.fanout import (
     ID,
     ack_vals,
     derived_ids,
@@ -24,7 +30,7 @@ from kinesis_spout.spark.fanout import (
     xor_by_group,
     xor_by_key,
 )
-from kinesis_spout.spark.ledger import FanOutLedger, SinkStatuses
+from kinesis_spout.spark.process.ledger import FanOutLedger, SinkStatuses
 from kinesis_spout.spark.processing import InputRecord
 
 U = np.uint64

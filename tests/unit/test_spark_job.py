@@ -12,7 +12,7 @@ from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.spark import job as job_module
 from kinesis_spout.spark.job import build_arg_parser, describe, job_config
-from kinesis_spout.spark.submit import (
+from kinesis_spout.spark.launch.submit import (
     DEFAULT_MASTER,
     SparkSubmitNotFoundError,
     build_command,
@@ -152,7 +152,7 @@ def test_the_job_runs_with_this_python_on_loopback() -> None:
 
 
 def test_run_refuses_to_start_without_a_process(toml: Path) -> None:
-    from kinesis_spout.spark.submit import cmd_run
+    from kinesis_spout.spark.launch.submit import cmd_run
 
     toml.write_text('stream_name = "x"\n')
     with pytest.raises(KinesisSpoutError, match="no processing given"):
@@ -200,7 +200,7 @@ def test_cluster_deploy_mode_refuses_driver_local_checkpoints_and_dead_letters(
     from kinesis_spout.cli import main
     from kinesis_spout.config import SpoutConfig
     from kinesis_spout.errors import ConfigError
-    from kinesis_spout.spark.deploy import check_deploy_mode
+    from kinesis_spout.spark.launch.deploy import check_deploy_mode
 
     local = ["--checkpoint-store", "file:///tmp/cp", "--deploy-mode", "cluster", "--dry-run"]
     assert main(["run", "--config", str(toml), *local]) == 2
@@ -226,8 +226,8 @@ def test_driver_reads_leave_timeouts_to_batch_outcomes_and_the_fan_out_ledger(
     (the chaos run with --kpl --kill-worker-records showed 986 such duplicates: batches
     isolating a worker-killing record took 30 s). Each record gets its outcome when its
     batch completes, so the driver's spout has no timeout; fan-out trees keep theirs."""
-    from kinesis_spout.spark.build import build_driver
     from kinesis_spout.spark.driver import SparkDriver
+    from kinesis_spout.spark.launch.build import build_driver
 
     cfg = SpoutConfig(
         stream_name="s",

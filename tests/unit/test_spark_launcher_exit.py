@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXIT = "from kinesis_spout.spark.launcher import exit_now; import os, sys; {write}; exit_now(7)"
+EXIT = (
+    "from kinesis_spout.spark.launch.launcher import exit_now; import os, sys; {write}; "
+    "exit_now(7)"
+)
 
 
 def run(pidfile: Path, write: str) -> int:

@@ -13,7 +13,8 @@ import pytest
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import ConfigError
 from kinesis_spout.records import Record
-from kinesis_spout.spark.arrow import records_to_arrow
+from kinesis_spout.spark.process.arrow import records_to_arrow
+from kinesis_spout.spark.process.sinks import ConsoleSink, ParquetSink, open_sink, read_parquet_dir
 from kinesis_spout.spark.processing import (
     FanOutProcessor,
     InputRecord,
@@ -28,7 +29,6 @@ from kinesis_spout.spark.processing import (
     processor_factory,
     run_record_function,
 )
-from kinesis_spout.spark.sinks import ConsoleSink, ParquetSink, open_sink, read_parquet_dir
 from tracker import SequenceKey
 
 

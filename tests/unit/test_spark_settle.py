@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinesis_spout.spark.arrow import ROOT, Statuses
-from kinesis_spout.spark.fanout import (
+from kinesis_spout.spark.process.arrow import ROOT, Statuses
+from kinesis_spout.spark.process.fanout import (
     ID,
     ack_vals,
     derived_ids,
@@ -23,8 +23,8 @@ from kinesis_spout.spark.fanout import (
     to_signed,
     to_unsigned,
 )
-from kinesis_spout.spark.ledger import FanOutLedger, SinkStatuses
-from kinesis_spout.spark.settle import (
+from kinesis_spout.spark.process.ledger import FanOutLedger, SinkStatuses
+from kinesis_spout.spark.process.settle import (
     EMIT_LOST,
     INCOMPLETE,
     PARTIAL_SCHEMA,
@@ -234,8 +234,8 @@ def test_a_row_past_the_batch_is_a_clear_error() -> None:
 
 @pytest.mark.parametrize("name", ["_sink_vals", "_ack_val", "_root"])
 def test_a_fan_out_schema_may_not_use_the_stage_columns(name: str) -> None:
+    from kinesis_spout.spark.process.runner import ProcessingContractError, SparkRunner
     from kinesis_spout.spark.processing import fan_out
-    from kinesis_spout.spark.runner import ProcessingContractError, SparkRunner
 
     process = fan_out(lambda r: [], pa.schema([pa.field(name, pa.int64())]), [lambda d: None], "f")
     runner = SparkRunner(None, process)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kinesis_spout.spark.sparkpath import prefer_installed_pyspark
+from kinesis_spout.spark.launch.sparkpath import prefer_installed_pyspark
 
 
 def installed(site: Path) -> tuple[str, str]:

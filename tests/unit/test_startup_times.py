@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.spark.readplan import ReadSettings
-from kinesis_spout.spark.startup import WARM_GROUP, StartupTimes, warm_executors
+from kinesis_spout.spark.launch.startup import WARM_GROUP, StartupTimes, warm_executors
+from kinesis_spout.spark.read.plan import ReadSettings
 
 _SETTINGS = ReadSettings.of(SpoutConfig(stream_name="s"))
 
@@ -25,7 +25,7 @@ def test_phases_are_the_times_between_marks_and_the_line_is_said_once(
     now[0] = 12.25
     times.mark("spark session")
     now[0] = 12.5
-    with caplog.at_level(logging.DEBUG, logger="kinesis_spout.spark.startup"):
+    with caplog.at_level(logging.DEBUG, logger="kinesis_spout.spark.launch.startup"):
         times.finish("first micro-batch")
         now[0] = 20.0
         times.finish("again")
@@ -89,7 +89,7 @@ def test_a_dropped_accumulator_connection_is_one_log_line_not_a_traceback(
 
     from pyspark import accumulators
 
-    from kinesis_spout.spark.startup import quiet_accumulator_errors
+    from kinesis_spout.spark.launch.startup import quiet_accumulator_errors
 
     server = accumulators._start_update_server("token-1234", False, None)
     try:
@@ -105,7 +105,7 @@ def test_a_dropped_accumulator_connection_is_one_log_line_not_a_traceback(
             handled.set()
 
         server.handle_error = observed
-        with caplog.at_level(logging.INFO, logger="kinesis_spout.spark.startup"):
+        with caplog.at_level(logging.INFO, logger="kinesis_spout.spark.launch.startup"):
             with socket.create_connection(server.server_address[:2], timeout=5) as conn:
                 conn.sendall(b"token-1234")
             assert handled.wait(10)

@@ -48,7 +48,7 @@ from kinesis_spout.errors import ConfigError
 from kinesis_spout.records import Checkpoint, Record
 from kinesis_spout.spark.job import build_arg_parser
 from kinesis_spout.spark.job import job_config as spark_job_config
-from kinesis_spout.spark.sinks import ParquetSink
+from kinesis_spout.spark.process.sinks import ParquetSink
 from kinesis_spout.testing.processes import wait_until
 from kinesis_spout.testing.servers import ZooKeeperServer
 from tracker import SequenceKey

@@ -222,7 +222,7 @@ def _logged(config: SpoutConfig) -> Callable[[InputRecord], None]:
 def logged_transform_job(config: SpoutConfig) -> TransformProcessor:
     """:func:`logged_job` as a DataFrame transform (a ``mapInArrow`` of the same function,
     its ``ok`` as ``status``), keeping ``shardId`` and ``sequenceNumber`` for the sink."""
-    from kinesis_spout.spark.arrow import RECORD_STATUS_DDL
+    from kinesis_spout.spark.process.arrow import RECORD_STATUS_DDL
     from kinesis_spout.spark.processing import record_function_mapper
 
     fn = _logged(config)

@@ -19,7 +19,7 @@ from spark_job_helpers import POISON, last_per_shard, read_deliveries
 from devkit.cluster import StandaloneCluster, cluster_spark_conf
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.deadletter import read_dead_letters
-from kinesis_spout.spark.sinks import read_parquet_dir
+from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 

@@ -15,8 +15,8 @@ import pytest
 from spark_job_helpers import HANG, hang_once, last_per_shard, log_deliveries, read_deliveries
 
 from kinesis_spout.checkpoint import open_store
-from kinesis_spout.spark.build import build_driver
 from kinesis_spout.spark.executor_driver import ExecutorDriver
+from kinesis_spout.spark.launch.build import build_driver
 from kinesis_spout.testing.streams import create_stream, put_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]

@@ -32,13 +32,13 @@ from kinesis_spout.examples.wordcount import (
     split_sentence,
 )
 from kinesis_spout.kinesis.getter import GetterPosition
-from kinesis_spout.spark.build import build_driver
 from kinesis_spout.spark.executor_driver import ExecutorDriver
-from kinesis_spout.spark.framejobs import FRAME_SCHEMA, META, frame_reader
+from kinesis_spout.spark.launch.build import build_driver
+from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import dataframe_transform, fan_out
-from kinesis_spout.spark.readplan import ReadPlan, ReadSettings
-from kinesis_spout.spark.recorded import RecordTo
-from kinesis_spout.spark.sinks import read_parquet_dir
+from kinesis_spout.spark.read.frames import FRAME_SCHEMA, META, frame_reader
+from kinesis_spout.spark.read.plan import ReadPlan, ReadSettings
+from kinesis_spout.spark.read.recorded import RecordTo
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]

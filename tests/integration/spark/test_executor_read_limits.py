@@ -18,9 +18,9 @@ from kinesis_spout.checkpoint.base import MemoryCheckpointStore
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.records import Record
-from kinesis_spout.spark.planner import ExecutorReadSpout
-from kinesis_spout.spark.readplan import ReadSettings
-from kinesis_spout.spark.readtask import run_plan, run_plans
+from kinesis_spout.spark.read.plan import ReadSettings
+from kinesis_spout.spark.read.planner import ExecutorReadSpout
+from kinesis_spout.spark.read.task import run_plan, run_plans
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, kpl_aggregate, put_records
 

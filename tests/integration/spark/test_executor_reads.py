@@ -25,8 +25,8 @@ from spark_job_helpers import (
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.deadletter import read_dead_letters
-from kinesis_spout.spark.build import build_driver
 from kinesis_spout.spark.executor_driver import ExecutorDriver
+from kinesis_spout.spark.launch.build import build_driver
 from kinesis_spout.testing.servers import KinesisMock
 from kinesis_spout.testing.streams import (
     create_stream,

@@ -25,10 +25,10 @@ from spark_job_helpers import POISON, flaky_and_poison
 
 from devkit.scrape import Scrape, wait_for_scrape
 from kinesis_spout.observability import MetricsEndpoint
-from kinesis_spout.spark.build import build_driver
+from kinesis_spout.spark.launch.build import build_driver
+from kinesis_spout.spark.launch.submit import job_environment
 from kinesis_spout.spark.processing import per_record
 from kinesis_spout.spark.reports import JobSummary
-from kinesis_spout.spark.submit import job_environment
 from kinesis_spout.testing.servers import MotoServer, free_port
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 

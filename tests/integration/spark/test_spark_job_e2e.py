@@ -12,10 +12,10 @@ from spark_job_helpers import POISON, failing_word_sink, record_deliveries, word
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.deadletter import read_dead_letters
 from kinesis_spout.examples import wordcount
-from kinesis_spout.spark.build import run_job
 from kinesis_spout.spark.driver import BatchReport
+from kinesis_spout.spark.launch.build import run_job
+from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import dataframe_transform, fan_out
-from kinesis_spout.spark.sinks import read_parquet_dir
 from kinesis_spout.testing.servers import ZooKeeperServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 

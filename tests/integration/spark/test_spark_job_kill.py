@@ -15,9 +15,14 @@ import spark_job_helpers
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.config.load import load_config
-from kinesis_spout.spark.build import run_job
-from kinesis_spout.spark.sinks import read_parquet_dir
-from kinesis_spout.spark.submit import DEFAULT_CONF, find_spark_submit, job_environment, job_file
+from kinesis_spout.spark.launch.build import run_job
+from kinesis_spout.spark.launch.submit import (
+    DEFAULT_CONF,
+    find_spark_submit,
+    job_environment,
+    job_file,
+)
+from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 

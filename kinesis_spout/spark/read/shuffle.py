@@ -4,7 +4,7 @@ The read tasks (their shards grouped as in any micro-batch) only read; their
 records go through a Spark shuffle to ``process_partitions`` processing tasks
 (record ``i`` of plan ``t`` to partition ``(t + i) % P``), which run the function and return one
 status row per record (the payload only of a failed one). Each read task
-also sends its end (a :class:`~kinesis_spout.spark.readplan.ReadResult`
+also sends its end (a :class:`~kinesis_spout.spark.read.plan.ReadResult`
 without statuses, and its record count) through the shuffle. Nothing goes
 to the driver but statuses and those ends.
 
@@ -24,11 +24,11 @@ from dataclasses import replace
 from typing import Any
 
 from kinesis_spout.records import Record
-from kinesis_spout.spark.arrow import format_error
+from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.processing import RecordFunction
-from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.readtask import as_input, executor_id, write_rows
-from kinesis_spout.spark.shardread import Read, read_shards
+from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.read.shards import Read, read_shards
+from kinesis_spout.spark.read.task import as_input, executor_id, write_rows
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-PIDFILE_ENV = "KSPOUT_JOB_PIDFILE"  # same as kinesis_spout.spark.launcher.PIDFILE_ENV
+PIDFILE_ENV = "KSPOUT_JOB_PIDFILE"  # same as kinesis_spout.spark.launch.launcher.PIDFILE_ENV
 
 Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
@@ -65,7 +65,7 @@ class _SignalModule:
 def main() -> None:
     import sys
 
-    from kinesis_spout.spark.sparkpath import prefer_installed_pyspark
+    from kinesis_spout.spark.launch.sparkpath import prefer_installed_pyspark
 
     sys.path[:] = prefer_installed_pyspark(sys.path)
     from pyspark import daemon

@@ -3,25 +3,25 @@ read tasks read, with only statuses, failed payloads and read ends at the driver
 
 A micro-batch of these styles is:
 
-1. **Read** (:mod:`kinesis_spout.spark.recorded`): the read tasks read their
+1. **Read** (:mod:`kinesis_spout.spark.read.recorded`): the read tasks read their
    shards and record each read's end (first writer wins) before returning any
    record, so a partition Spark computes again has the same records. Their
    output is persisted on the executors; the driver collects only each plan's
    keys and read end (a Spark job).
 2. **Process**: the driver numbers the rows (``_row``, plan by plan) and, for a
    fan-out, gives each row its root id (a random first id plus the row: the derived
-   ids mix it, :mod:`~kinesis_spout.spark.fanout`); the records become a DataFrame on the
+   ids mix it, :mod:`~kinesis_spout.spark.process.fanout`); the records become a DataFrame on the
    executors, and the user's transform or fan-out runs on it exactly as with
-   driver reads (:meth:`~kinesis_spout.spark.runner.SparkRunner.run_frame`); a
+   driver reads (:meth:`~kinesis_spout.spark.process.runner.SparkRunner.run_frame`); a
    configured ``sink`` is written by the executors. Statuses come back.
 3. **Failed payloads**: only when records failed, their payloads are taken from
    the persisted reads (a small Spark job).
 
 A fan-out's trees are complete when the micro-batch's sinks have answered: they
-are settled in the statuses' Spark job (:mod:`~kinesis_spout.spark.settle`, the
+are settled in the statuses' Spark job (:mod:`~kinesis_spout.spark.process.settle`, the
 edges XORed per root on the executors), and a tree not complete then (a derived
 record lost) fails its source record.
-A job that fails as a whole is isolated by :class:`~kinesis_spout.spark.readjobs.ReadJobs`
+A job that fails as a whole is isolated by :class:`~kinesis_spout.spark.read.jobs.ReadJobs`
 as with per-record functions; each of its re-runs is a Spark job of its own
 with its own recorded ends.
 """
@@ -40,17 +40,17 @@ import pyarrow as pa
 
 from kinesis_spout.checkpoint.batch_ends import BatchEndStore
 from kinesis_spout.records import Record
-from kinesis_spout.spark.arrow import (
+from kinesis_spout.spark.process.arrow import (
     DATA_COLUMNS,
     INPUT_SCHEMA,
     ROOT,
     ROW,
     records_to_arrow,
 )
+from kinesis_spout.spark.process.runner import SparkRunner
 from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor
-from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.recorded import KeptRead, RecordTo, read_recorded
-from kinesis_spout.spark.runner import SparkRunner
+from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.read.recorded import KeptRead, RecordTo, read_recorded
 from tracker import SequenceKey
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def frame_reader(
     tasks: list[list[ReadPlan]], settings: ReadSettings, to: RecordTo
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` body over ``spark.range(len(tasks))``: task ``i`` reads
-    ``tasks[i]`` (:func:`~kinesis_spout.spark.recorded.read_recorded`)."""
+    ``tasks[i]`` (:func:`~kinesis_spout.spark.read.recorded.read_recorded`)."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from kinesis_spout.errors import KinesisSpoutError
-from kinesis_spout.spark.arrow import (
+from kinesis_spout.spark.process.arrow import (
     RECORD_STATUS_DDL,
     ROOT,
     ROW,
@@ -32,9 +32,11 @@ from kinesis_spout.spark.arrow import (
     Statuses,
     statuses_from_arrow,
 )
-from kinesis_spout.spark.fanout import ID, SINK_VALS, IntArray, emit_mapper, stage_schema
-from kinesis_spout.spark.fastretry import FastRetry
-from kinesis_spout.spark.ledger import SinkStatuses
+from kinesis_spout.spark.process.fanout import ID, SINK_VALS, IntArray, emit_mapper, stage_schema
+from kinesis_spout.spark.process.fastretry import FastRetry
+from kinesis_spout.spark.process.ledger import SinkStatuses
+from kinesis_spout.spark.process.settle import partials_frame, settle
+from kinesis_spout.spark.process.sinks import NullSink, RowSink, ok_rows_writer, rows_writer
 from kinesis_spout.spark.processing import (
     FanOutProcessor,
     FanOutSink,
@@ -43,8 +45,6 @@ from kinesis_spout.spark.processing import (
     TransformProcessor,
     record_function_mapper,
 )
-from kinesis_spout.spark.settle import partials_frame, settle
-from kinesis_spout.spark.sinks import NullSink, RowSink, ok_rows_writer, rows_writer
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class SparkRunner:
         self.spark = spark
         self.settle_trees = settle_trees
         """Fan-out: the trees settled in the micro-batch's Spark job
-        (:mod:`~kinesis_spout.spark.settle`), statuses back instead of the edges."""
+        (:mod:`~kinesis_spout.spark.process.settle`), statuses back instead of the edges."""
         self.sink_target = sink_target
         """Executor reads: the ``sink`` the executors write the ok rows to (the rows
         never reach the driver; ``row_sink`` is then unused)."""

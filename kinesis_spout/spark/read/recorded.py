@@ -36,9 +36,9 @@ from kinesis_spout.checkpoint.factory import open_batch_ends
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.positions import ShardPosition, StartPosition
 from kinesis_spout.records import Record
-from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.readtask import executor_id
-from kinesis_spout.spark.shardread import Read, read_shards
+from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.read.shards import Read, read_shards
+from kinesis_spout.spark.read.task import executor_id
 
 REPLAY_ATTEMPTS = 5
 """Reads of a recorded range (each within the read deadline) before the task fails."""
@@ -56,7 +56,7 @@ class RecordTo:
     job: str
     stream: str
     run: str
-    """The run id of the job (:attr:`~kinesis_spout.spark.readjobs.ReadJobs.run_id`)."""
+    """The run id of the job (:attr:`~kinesis_spout.spark.read.jobs.ReadJobs.run_id`)."""
     key: int
     """The Spark job the plans belong to (unique within the run)."""
     zk_auth: str | None = None

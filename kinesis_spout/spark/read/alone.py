@@ -19,7 +19,7 @@ from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.bounded import read_until
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.records import ShardBatch
-from kinesis_spout.spark.readplan import ReadPlan
+from kinesis_spout.spark.read.plan import ReadPlan
 from tracker import Backoff
 
 ATTEMPTS = 5

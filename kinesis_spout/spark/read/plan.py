@@ -6,8 +6,8 @@ driver and the executors (pickled with each Spark job and its results).
 * :class:`ReadResult`: per record its key and status, the failed records' payloads,
   the read's end and the figures of the driver's metrics.
 
-The code that reads and processes is :mod:`kinesis_spout.spark.readtask` (a task) and
-:mod:`kinesis_spout.spark.shardread` (the shards of a task).
+The code that reads and processes is :mod:`kinesis_spout.spark.read.task` (a task) and
+:mod:`kinesis_spout.spark.read.shards` (the shards of a task).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from kinesis_spout.kinesis.getter import GetterPosition
 from kinesis_spout.records import Record, ShardInfo
-from kinesis_spout.spark.fastretry import FastRetry
+from kinesis_spout.spark.process.fastretry import FastRetry
 from tracker import SequenceKey
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ How it is tracked, as in Storm's acker:
   Spark task that is recomputed (a lost cache block, a retried task) yields
   exactly the same ids; if the user's ``emit`` is not deterministic, the XOR
   simply never returns to 0 and the tree times out (safe, never a false ack).
-  With executor reads (:mod:`~kinesis_spout.spark.settle`) a sink that returns
+  With executor reads (:mod:`~kinesis_spout.spark.process.settle`) a sink that returns
   None acks through the emit stage's ``_sink_vals``: a source is then acked when
   every such sink was given, and wrote, a whole evaluation of its ``emit`` (a
   record's derived records are in one partition, computed together).
@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from kinesis_spout.spark.arrow import ROOT, ROW, clip_error, format_error
+from kinesis_spout.spark.process.arrow import ROOT, ROW, clip_error, format_error
 from kinesis_spout.spark.processing import EmitFunction, iter_records
 
 log = logging.getLogger(__name__)

@@ -1,13 +1,13 @@
 """Executor reads: one Spark task reads its shards, processes the records, and
 returns only what the driver needs.
 
-The driver (:mod:`kinesis_spout.spark.planner`) plans a :class:`ReadPlan` per
+The driver (:mod:`kinesis_spout.spark.read.planner`) plans a :class:`ReadPlan` per
 shard, and a task gets one or more of them (``shards_per_task``): the shard,
 where to start (its open iterator, else after the last key read, else its
 initial position) and a record limit; or, for a *retry plan*, the failed
 records to process again. On the executor :func:`run_plans`:
 
-* reads the shards (:func:`~kinesis_spout.spark.shardread.read_shards`:
+* reads the shards (:func:`~kinesis_spout.spark.read.shards.read_shards`:
   interleaved within one deadline, polling or enhanced fan-out, each up to
   its limit in user records, the tip, the end of a closed shard or
   ``read_seconds``; a throttled shard never fails the task);
@@ -33,11 +33,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from kinesis_spout.records import Record
-from kinesis_spout.spark.arrow import format_error
-from kinesis_spout.spark.fastretry import FastRetry
+from kinesis_spout.spark.process.arrow import format_error
+from kinesis_spout.spark.process.fastretry import FastRetry
 from kinesis_spout.spark.processing import InputRecord, RecordFunction
-from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.shardread import Read, read_shards
+from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.read.shards import Read, read_shards
 
 
 def executor_id() -> str:
@@ -114,7 +114,7 @@ def run_plans(
     batch_id: int,
 ) -> list[ReadResult]:
     """One task: its retry plans processed, its read plans read (interleaved, within
-    one deadline, :func:`~kinesis_spout.spark.shardread.read_shards`) and processed
+    one deadline, :func:`~kinesis_spout.spark.read.shards.read_shards`) and processed
     page by page; the ok rows written to the sink before the statuses go back."""
     t0 = time.monotonic()
     keep: list[Record] | None = [] if settings.sink != "none" else None
@@ -140,8 +140,8 @@ def run_plans(
 
 def write_rows(sink_target: str, batch_id: int, rows: list[Record]) -> None:
     """The ok rows of this task, written before their statuses go back (at-least-once)."""
-    from kinesis_spout.spark.arrow import records_to_arrow
-    from kinesis_spout.spark.sinks import write_task_rows
+    from kinesis_spout.spark.process.arrow import records_to_arrow
+    from kinesis_spout.spark.process.sinks import write_task_rows
 
     write_task_rows(sink_target, batch_id, [records_to_arrow(rows).drop_columns(["_row"])])
 

@@ -5,7 +5,7 @@ the driver's and the Python workers' path. With pip's pyspark, ``$SPARK_HOME`` *
 the installed package, so those zips hold the very modules installed beside them; but
 Python imports a zip from source, every time (no compiled files), which costs the job's
 driver and each worker daemon about half a second at start. The job's driver and its
-worker daemon (:mod:`kinesis_spout.spark.worker_daemon`) put the zips last when they
+worker daemon (:mod:`kinesis_spout.spark.launch.worker_daemon`) put the zips last when they
 are the installed package's own.
 """
 

@@ -1,13 +1,13 @@
 """Running a micro-batch's read plans on Spark, and isolating what fails them.
 
 One Spark job per call: an RDD of
-:class:`~kinesis_spout.spark.readplan.ReadPlan` s in :meth:`ReadJobs.tasks_for`
+:class:`~kinesis_spout.spark.read.plan.ReadPlan` s in :meth:`ReadJobs.tasks_for`
 partitions (``shards_per_task`` plans each, or one task per core), each task
 reading and processing its shards on an executor, ``collect`` of the
-:class:`~kinesis_spout.spark.readplan.ReadResult` s. Spark
+:class:`~kinesis_spout.spark.read.plan.ReadResult` s. Spark
 keeps one result per partition, so a task it ran again (a lost executor) is
 counted once. With ``process_partitions`` the records read are spread onto
-that many processing partitions (:mod:`kinesis_spout.spark.readshuffle`).
+that many processing partitions (:mod:`kinesis_spout.spark.read.shuffle`).
 
 A job that fails as a whole (a task failing ``spark.task.maxFailures`` times:
 a function that kills its Python worker, a Kinesis error that needs a human)
@@ -31,16 +31,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kinesis_spout.spark.arrow import format_error
 from kinesis_spout.spark.isolation import LONE_FAILURES, POISON_MEMORY, BatchFailedError
+from kinesis_spout.spark.process.arrow import format_error
+from kinesis_spout.spark.process.runner import ProcessingContractError
 from kinesis_spout.spark.processing import RecordFunction
-from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.readshuffle import shuffled_results
-from kinesis_spout.spark.readtask import task_function
-from kinesis_spout.spark.runner import ProcessingContractError
+from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.read.shuffle import shuffled_results
+from kinesis_spout.spark.read.task import task_function
 
 if TYPE_CHECKING:
-    from kinesis_spout.spark.framejobs import FrameJobs
+    from kinesis_spout.spark.read.frames import FrameJobs
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ from kinesis_spout.config import SpoutConfig
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.spark.driver import SparkDriver
 from kinesis_spout.spark.executor_driver import ExecutorDriver
+from kinesis_spout.spark.process.sinks import RowSink
 from kinesis_spout.spark.processing import (
     FanOutProcessor,
     Processor,
@@ -20,10 +21,9 @@ from kinesis_spout.spark.processing import (
     TransformProcessor,
 )
 from kinesis_spout.spark.reports import BatchReport, JobSummary, SpoutLike, print_progress
-from kinesis_spout.spark.sinks import RowSink
 
 if TYPE_CHECKING:
-    from kinesis_spout.spark.framejobs import FrameJobs
+    from kinesis_spout.spark.read.frames import FrameJobs
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +56,10 @@ def build_driver(
     None: the spout's own (its endpoint with ``metrics_port``, else none).
     ``job_lease``: the spout takes the job lease on open (``job.py``, holding it: False).
     """
-    from kinesis_spout.spark.fastretry import FastRetry
+    from kinesis_spout.spark.process.fastretry import FastRetry
+    from kinesis_spout.spark.process.runner import SparkRunner
+    from kinesis_spout.spark.process.sinks import open_sink
     from kinesis_spout.spark.processing import as_processor, load_processor
-    from kinesis_spout.spark.runner import SparkRunner
-    from kinesis_spout.spark.sinks import open_sink
 
     processor = load_processor(process, config) if isinstance(process, str) else None
     processor = processor or as_processor(process, config)
@@ -119,7 +119,7 @@ def _executor_driver(
     metrics: MetricsCollector | None,
     job_lease: bool,
 ) -> ExecutorDriver:
-    from kinesis_spout.spark.planner import ExecutorReadSpout
+    from kinesis_spout.spark.read.planner import ExecutorReadSpout
 
     reader = ExecutorReadSpout(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
     if isinstance(processor, RecordProcessor):
@@ -144,8 +144,8 @@ def _frame_jobs(
     """The jobs of a transform or fan-out on the executors; their reads record their
     ends in the checkpoint store's batch-end store (a ``file://`` path made absolute,
     the same for every executor on this machine)."""
-    from kinesis_spout.spark.framejobs import FrameJobs
-    from kinesis_spout.spark.recorded import RecordTo
+    from kinesis_spout.spark.read.frames import FrameJobs
+    from kinesis_spout.spark.read.recorded import RecordTo
 
     url = config.checkpoint_store
     if url.startswith("file://"):

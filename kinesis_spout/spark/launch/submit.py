@@ -13,7 +13,7 @@ SIGINT/SIGTERM this command gets is forwarded as SIGTERM to the job's Python
 process alone (its pid comes through a pid file), which finishes its batch,
 checkpoints and exits; a second one kills the whole process group. If this
 command is killed outright (``kill -9``), the job notices (it watches this
-process, :mod:`kinesis_spout.spark.launcher`) and stops the same way; the JVM
+process, :mod:`kinesis_spout.spark.launch.launcher`) and stops the same way; the JVM
 and its PySpark workers end with the job's Python process.
 
 This module imports nothing from Spark: it only builds a command line.
@@ -37,8 +37,8 @@ from types import FrameType
 from kinesis_spout.config import FIELD_NAMES
 from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.observability.endpoint import check_port_free
-from kinesis_spout.spark.deploy import check_deploy_mode
-from kinesis_spout.spark.launcher import LAUNCHER_ENV, PIDFILE_ENV, launcher_token
+from kinesis_spout.spark.launch.deploy import check_deploy_mode
+from kinesis_spout.spark.launch.launcher import LAUNCHER_ENV, PIDFILE_ENV, launcher_token
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.session.timeZone": "UTC",
     # PySpark's daemon, but a SIGTERM to it stops the job cleanly (worker_daemon.py).
-    "spark.python.daemon.module": "kinesis_spout.spark.worker_daemon",
+    "spark.python.daemon.module": "kinesis_spout.spark.launch.worker_daemon",
 }
 
 
@@ -61,7 +61,7 @@ class SparkSubmitNotFoundError(KinesisSpoutError):
 
 def job_file() -> Path:
     """The job file to give ``spark-submit`` (inside the installed package)."""
-    return Path(__file__).resolve().with_name("job.py")
+    return Path(__file__).resolve().parent.parent / "job.py"
 
 
 def find_spark_submit(explicit: str | None = None) -> str:

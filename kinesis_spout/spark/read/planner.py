@@ -1,7 +1,7 @@
 """Executor reads, the driver's side: plan the read tasks, track what came back.
 
 :class:`ExecutorReadSpout` is a :class:`~kinesis_spout.spout.KinesisSpout`
-whose records are read by Spark tasks (:mod:`kinesis_spout.spark.readtask`)
+whose records are read by Spark tasks (:mod:`kinesis_spout.spark.read.task`)
 instead of by itself. It keeps everything else of the spout: shard lifecycle
 and resharding (parents drained before children), ownership, trackers, retry
 limit, dead letters (write-ahead), checkpoints and their store.
@@ -41,8 +41,8 @@ from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.records import ShardBatch, ShardState
-from kinesis_spout.spark.alone import read_alone
-from kinesis_spout.spark.readplan import ReadPlan, ReadResult
+from kinesis_spout.spark.read.alone import read_alone
+from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 from kinesis_spout.spout import KinesisSpout
 from tracker import SequenceKey
 

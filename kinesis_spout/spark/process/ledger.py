@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from kinesis_spout.spark.arrow import ROOT, Statuses, sink_error
-from kinesis_spout.spark.fanout import (
+from kinesis_spout.spark.process.arrow import ROOT, Statuses, sink_error
+from kinesis_spout.spark.process.fanout import (
     ID,
     MASK64,
     IntArray,

@@ -23,11 +23,11 @@ from kinesis_spout.kinesis.bounded import BoundedRead, ReadEnd, Take, read_toget
 from kinesis_spout.kinesis.efo_read import EfoTarget, subscribed_getter
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.records import Record, ShardBatch
-from kinesis_spout.spark.arrow import format_error
+from kinesis_spout.spark.process.arrow import format_error
 from tracker import ExponentialBackoff, JitteredBackoff
 
 if TYPE_CHECKING:
-    from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
+    from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 
 Read = tuple["ReadPlan", Callable[[list[Record]], None], "ReadResult"]
 """A read plan, what consumes its records page by page, and the result it fills."""

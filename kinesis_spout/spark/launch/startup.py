@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kinesis_spout.spark.readplan import ReadSettings
+    from kinesis_spout.spark.read.plan import ReadSettings
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kinesis_spout.spark.arrow import ROOT, ROW, Statuses, sink_error
-from kinesis_spout.spark.fanout import (
+from kinesis_spout.spark.process.arrow import ROOT, ROW, Statuses, sink_error
+from kinesis_spout.spark.process.fanout import (
     ID,
     SINK_VALS,
     edge_ids,

@@ -1,7 +1,7 @@
 """Fast retries of the transform style: the failed records re-run at once.
 
 The per-record style retries a failing record inside its own task
-(:mod:`kinesis_spout.spark.fastretry`). A DataFrame transform sees a whole
+(:mod:`kinesis_spout.spark.process.fastretry`). A DataFrame transform sees a whole
 micro-batch, so the driver instead re-runs the failed subset as a small
 follow-up Spark job, right after the batch, while the policy allows (retries
 left, delay at most ``fast_retry_max_delay``, not older than
@@ -22,9 +22,9 @@ from dataclasses import replace
 import pyarrow as pa
 
 from kinesis_spout.records import Record
-from kinesis_spout.spark.arrow import Statuses, format_error, records_to_arrow
-from kinesis_spout.spark.fastretry import FastRetry
-from kinesis_spout.spark.runner import BatchOutcome
+from kinesis_spout.spark.process.arrow import Statuses, format_error, records_to_arrow
+from kinesis_spout.spark.process.fastretry import FastRetry
+from kinesis_spout.spark.process.runner import BatchOutcome
 
 log = logging.getLogger(__name__)
 
