@@ -16,9 +16,10 @@ One iteration (a *micro-batch*):
    ``checkpoint_interval`` has passed. One progress line is printed.
 
 Batch-level failures (a Spark job that fails, an exception escaping a
-transform or a sink) are isolated by :mod:`kinesis_spout.spark.isolation`:
-the batch is split until the poison records fail alone, or the job stops
-with :class:`BatchFailedError` when the error is systematic.
+transform or a sink) are isolated by :mod:`kinesis_spout.spark.isolation`
+(its rows: :mod:`kinesis_spout.spark.rowsplit`): the batch is split until the
+poison records fail alone, or the job stops with :class:`BatchFailedError`
+when the error is systematic.
 
 Shutdown (``request_stop``, e.g. from SIGTERM/SIGINT): the current batch is
 finished and applied, then a forced checkpoint and ``spout.close()``. Any
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -62,12 +62,13 @@ __all__ = [
     "SpoutLike",
     "print_progress",
 ]
-from kinesis_spout.spark.isolation import BatchFailedError, Isolation, PoisonJudge, run_split
+from kinesis_spout.spark.isolation import BatchFailedError, Isolation, PoisonJudge, split_budget
 from kinesis_spout.spark.loop import MAX_WAIT, MIN_WAIT, StopControl, shut_down
 from kinesis_spout.spark.process.fastretry import FastRetry, count_fast_retries
 from kinesis_spout.spark.process.followup import retry_failed
 from kinesis_spout.spark.process.runner import BatchOutcome, BatchRunner
 from kinesis_spout.spark.process.sinks import NullSink, RowSink
+from kinesis_spout.spark.rowsplit import ROW_WORDS, settle_rows, split_rows
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class _Batch:
     roots: list[int] | None
     started: float
     """When its fill started."""
-    iso: Isolation
+    iso: Isolation[int]
     done: list[BatchOutcome] = field(default_factory=list)
     """Outcomes of the (sub-)batches that ran, in row order."""
     compute_seconds: float = 0.0
@@ -139,7 +140,7 @@ class SparkDriver(StopControl):
         self._batch_id = 0
         self._limits = RunLimits(config)
         self._last_completion: float | None = None
-        self._judge = PoisonJudge()
+        self._judge = PoisonJudge(ROW_WORDS)
         self._fast_retried = 0
         """Extra deliveries made by fast retries in the batch being applied."""
         self.fast: FastRetry | None = fast
@@ -243,7 +244,7 @@ class SparkDriver(StopControl):
             records,
             roots,
             started,
-            Isolation(splits_left=4 * math.ceil(math.log2(max(n, 2))) + 4),
+            Isolation(splits_left=split_budget(n)),
         )
 
     def _fill(self, started: float, busy: Future[None] | None = None) -> list[Record]:
@@ -290,11 +291,9 @@ class SparkDriver(StopControl):
         def run(start: int, stop: int) -> BatchOutcome:
             return run_table(table, start, stop)
 
-        run_split(
+        batch.done += split_rows(
             run,
             batch.iso,
-            batch.done,
-            0,
             len(batch.records),
             batch_id=batch.batch_id,
             stopping=lambda: self.stopping,
@@ -309,8 +308,8 @@ class SparkDriver(StopControl):
         records, owners, roots = batch.records, batch.records, batch.roots
         stats_before = self.spout.stats()
         results = [self._apply(outcome, owners, roots) for outcome in batch.done]
-        results += self._judge.settle(
-            batch.batch_id, batch.iso, owners, lambda o: self._apply(o, owners, roots)
+        results += settle_rows(
+            self._judge, batch.batch_id, batch.iso, owners, lambda o: self._apply(o, owners, roots)
         )
         fast, self._fast_retried = self._fast_retried, 0
         now = self.clock()

@@ -1,48 +1,67 @@
 """Poison isolation: which records fail a micro-batch, and whether they are poison.
 
-A micro-batch that fails as a whole (a Spark job that fails, an exception from
-the processing) is split in two and each half run again (:func:`run_split`),
-down to single records, within a split budget. Records that fail alone are then
-judged (:class:`PoisonJudge`): poison, to be failed (retried, then
-dead-lettered), or the sign of a systematic error (nothing works), which stops
-the job with nothing failed, so no good record is dead-lettered because, say,
-Spark went away.
+Both reading modes share it. Work that fails as a whole (a Spark job that
+fails, say a record that kills its Python worker, or an exception escaping a
+transform or a sink) is run again in parts (:func:`run_split`), down to what
+cannot be cut any more, within a split budget (:func:`split_budget`). What then
+fails alone is judged (:class:`PoisonJudge`): poison, to be failed (retried,
+then dead-lettered), or the sign of a systematic error (nothing works), which
+stops the job with :class:`BatchFailedError` and nothing failed, so no good
+record is dead-lettered because, say, Spark went away.
+
+What the two modes cut differs, and only that is theirs: a :class:`Cut` each,
+and a :class:`Wording` (the error texts are said once, here, with each mode's
+nouns):
+
+* driver reads (:mod:`kinesis_spout.spark.rowsplit`): the records are read
+  already, so a micro-batch is a range of rows, halved down to one row;
+* executor reads (:mod:`kinesis_spout.spark.read.jobs`): a failed job's records
+  were never seen by the driver, so it cuts *read plans*: the job task by task,
+  a retry task by halving its records, a read task by halving its limit and,
+  when that half read ok, reading on from where it stopped (a binary search);
+  a task of one record fails alone, and the driver then reads a read task's
+  record to fail it (:meth:`~kinesis_spout.spark.read.planner.ExecutorReadSpout.fail_alone`).
+  Executor reads may also give a job up (past its deadline: *cancelled*), and
+  may run a probe job when nothing else ran (see :meth:`PoisonJudge.judge`).
+
+The order of failing and stopping after a used-up budget differs too, and is
+kept: the driver fails what it found alone before it stops
+(:meth:`PoisonJudge.raise_if_exhausted` after failing them); executor reads stop
+first, before reading the records to fail.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import Any, Generic, TypeVar
 
 from kinesis_spout.errors import KinesisSpoutError
-from kinesis_spout.records import Record
-from kinesis_spout.spark.process.arrow import Statuses, format_error
-from kinesis_spout.spark.process.ledger import TreeResults
-from kinesis_spout.spark.process.runner import BatchOutcome, ProcessingContractError
+from kinesis_spout.spark.process.arrow import format_error
+from kinesis_spout.spark.process.runner import ProcessingContractError
 
 log = logging.getLogger(__name__)
 
+G = TypeVar("G")
+"""A group of work run as one Spark job (rows of a micro-batch, read plans)."""
+R = TypeVar("R")
+"""What a job that ran returns, per part of its group."""
+L = TypeVar("L")
+"""What fails alone (a row, a read plan of one record)."""
+
 LONE_FAILURES = 2
-"""Records failing alone in a batch where nothing else ran that are still
-treated as poison (when the batch before ran fine)."""
+"""Lone failures in a batch where nothing else ran that are still treated as
+poison (when the batch before ran fine)."""
 
 POISON_MEMORY = 10_000
 """Message ids remembered as having failed alone (their retries are poison too)."""
 
 
-@dataclass(slots=True)
-class Isolation:
-    """Book-keeping of one batch's splitting after batch-level failures."""
-
-    splits_left: int
-    splits: int = 0
-    succeeded: bool = False
-    exhausted: bool = False
-    alone: dict[int, str] = field(default_factory=dict)
-    last_error: str = ""
+def split_budget(size: int) -> int:
+    """The splits a group of ``size`` (records, or records a read may take) may use."""
+    return 4 * math.ceil(math.log2(max(size, 2))) + 4
 
 
 class BatchFailedError(KinesisSpoutError):
@@ -51,120 +70,206 @@ class BatchFailedError(KinesisSpoutError):
     retriable = True
 
 
+@dataclass(slots=True)
+class Isolation(Generic[L]):
+    """Book-keeping of one micro-batch's splitting after failed runs."""
+
+    splits_left: int
+    splits: int = 0
+    succeeded: bool = False
+    """A part of the batch ran."""
+    exhausted: bool = False
+    """The split budget was used up before everything ran or failed alone."""
+    alone: list[tuple[L, str]] = field(default_factory=list)
+    """What failed alone, with its error, in the order found."""
+    abandoned: int = 0
+    """Groups left unfinished (stopping, given up, the budget used up)."""
+    last_error: str = ""
+
+
+def _no_rest(group: object, done: object) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Cut(Generic[G, R, L]):
+    """How a reading mode cuts a failed group (pure functions of the group)."""
+
+    halves: Callable[[G], list[G]]
+    """The parts to run again; ``[]``: it cannot be cut, it failed alone."""
+    lone: Callable[[G], L]
+    """What a group that cannot be cut is, as it goes into :attr:`Isolation.alone`."""
+    describe: Callable[[G], str]
+    """The group in a log line (``"rows 0..15"``)."""
+    rest: Callable[[G, list[R]], G | None] = _no_rest
+    """What is left to run after its parts ran fine (their results ``done``); None: nothing."""
+
+
+def _never() -> bool:
+    return False
+
+
 def run_split(
-    run: Callable[[int, int], BatchOutcome],
-    iso: Isolation,
-    done: list[BatchOutcome],
-    start: int,
-    stop: int,
+    run: Callable[[G], list[R]],
+    cut: Cut[G, R, L],
+    iso: Isolation[L],
+    group: G,
     *,
     batch_id: int,
     stopping: Callable[[], bool],
-) -> None:
-    """Run rows ``start..stop-1``; on a batch-level failure split in two.
+    cancelled: Callable[[], bool] = _never,
+) -> list[R]:
+    """The results of ``group`` run as one job; when it fails, of its parts (recursively).
 
-    Successful outcomes go to ``batch.done``; records that fail alone to
-    ``batch.iso.alone``: :meth:`PoisonJudge.settle` decides later whether they are
-    poison (failed) or the failure is systematic (the job stops).
+    What fails alone goes to ``iso.alone``: :meth:`PoisonJudge.judge` decides later
+    whether it is poison or the failure is systematic. While ``stopping`` (Spark may
+    be going away with us) or once ``cancelled``, a failed group is left unfinished:
+    its records are not checkpointed and come back after a restart, without costing
+    a retry. A :class:`ProcessingContractError` (a bug to fix) is raised at once.
     """
-    try:
-        outcome = run(start, stop)
-    except ProcessingContractError:
-        raise
-    except Exception as exc:
-        error = format_error(exc)
+    return _Splitter(run, cut, iso, batch_id, stopping, cancelled).run(group)
+
+
+@dataclass(slots=True)
+class _Splitter(Generic[G, R, L]):
+    """One micro-batch's :func:`run_split`."""
+
+    job: Callable[[G], list[R]]
+    cut: Cut[G, R, L]
+    iso: Isolation[L]
+    batch_id: int
+    stopping: Callable[[], bool]
+    cancelled: Callable[[], bool]
+
+    def run(self, group: G) -> list[R]:
+        try:
+            done = self.job(group)
+        except ProcessingContractError:
+            raise
+        except Exception as exc:
+            return self._after_failure(group, format_error(exc))
+        self.iso.succeeded = True
+        return done
+
+    def _after_failure(self, group: G, error: str) -> list[R]:
+        iso, cut = self.iso, self.cut
         iso.last_error = error
-        if stopping():
-            # Shutting down (Spark may be going away with us): leave these
-            # records in flight; they are not checkpointed and come back
-            # after a restart, without costing a retry.
+        if self.cancelled():
+            iso.abandoned += 1
+            return []
+        if self.stopping():
             log.warning(
-                "abandoning rows %d..%d of micro-batch %d while stopping: %s",
-                start,
-                stop - 1,
-                batch_id,
+                "abandoning %s of micro-batch %d while stopping: %s",
+                cut.describe(group),
+                self.batch_id,
                 error,
             )
-            return
-        if stop - start == 1:
-            iso.alone[start] = error
-            return
+            iso.abandoned += 1
+            return []
+        parts = cut.halves(group)
+        if not parts:
+            iso.alone.append((cut.lone(group), error))
+            return []
         if iso.splits_left <= 0:
             iso.exhausted = True
-            return
+            iso.abandoned += 1
+            return []
         iso.splits_left -= 1
         iso.splits += 1
-        mid = (start + stop) // 2
         log.warning(
-            "micro-batch %d rows %d..%d failed (%s): splitting in two",
-            batch_id,
-            start,
-            stop - 1,
+            "micro-batch %d: %s failed (%s); running again in %d parts",
+            self.batch_id,
+            cut.describe(group),
             error,
+            len(parts),
         )
-        for lo, hi in ((start, mid), (mid, stop)):
-            run_split(run, iso, done, lo, hi, batch_id=batch_id, stopping=stopping)
-        return
-    iso.succeeded = True
-    done.append(outcome)
+        found = len(iso.alone) + iso.abandoned
+        out: list[R] = []
+        for part in parts:
+            out += self.run(part)
+        go_on = len(iso.alone) + iso.abandoned == found
+        go_on = go_on and not self.cancelled() and not self.stopping()
+        rest = cut.rest(group, out) if go_on else None
+        if rest is not None:  # the parts ran fine: the failure is in what is left
+            out += self.run(rest)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Wording:
+    """What a reading mode's error texts call its lone failures and re-runs."""
+
+    lone: str
+    """What failed alone (``"records"``)."""
+    left: str
+    """What became of the unfinished records when nothing was failed."""
+    over: str
+    """What fails a micro-batch more often than the budget can isolate."""
+    runs: str
+    """What the re-runs are called (``"splits"``)."""
 
 
 class PoisonJudge:
     """Remembers lone failures across batches, and whether the last batch ran."""
 
-    def __init__(self) -> None:
+    def __init__(self, words: Wording) -> None:
+        self.words = words
         self.healthy = False
         """The last batch ran (Spark and the processing worked a moment ago)."""
         self.poison: dict[str, None] = {}
         """Message ids that failed alone (their retries are poison too), oldest first."""
 
-    def settle(
+    def judge(
         self,
         batch_id: int,
-        iso: Isolation,
-        owners: Sequence[Record],
-        apply: Callable[[BatchOutcome], TreeResults],
-    ) -> list[TreeResults]:
-        """Fail the records that failed alone if they look like poison; else stop.
+        iso: Isolation[L],
+        ids: Sequence[str],
+        probe: Callable[[L], bool] | None = None,
+    ) -> None:
+        """Raise :class:`BatchFailedError` unless the lone failures look like poison;
+        remember ``ids``, the message ids of those known (a lone failure may have none
+        yet: a read of one record, read later to be failed).
 
-        They are poison when another part of the batch ran, when all of them
-        failed alone before (a retry of a known poison record), or when there
-        are at most :data:`LONE_FAILURES` of them and the previous batch ran
-        (Spark and the code worked a moment ago). Otherwise nothing has worked:
-        the error is systematic and the job stops with nothing failed.
+        They are poison when another part of the batch ran, when each of them is the
+        retry of a record known to fail alone, or when there are at most
+        :data:`LONE_FAILURES` of them and Spark and the code worked a moment ago: the
+        batch before ran, or else ``probe`` (a job beside the first lone failure, with
+        nothing to read) runs now. Otherwise nothing has worked: the error is systematic
+        and the job stops with nothing failed.
         """
-        ids = [owners[row].message_id for row in iso.alone]
-        known = bool(ids) and all(mid in self.poison for mid in ids)
-        healthy_before = self.healthy
+        alone = len(iso.alone)
+        known = bool(ids) and len(ids) == alone and all(i in self.poison for i in ids)
+        before = self.healthy
         if iso.succeeded:
             self.healthy = True
         elif not known:
             self.healthy = False
-        if iso.exhausted or (iso.alone and not iso.succeeded):
-            lone_ok = not iso.exhausted and (
-                known or (healthy_before and len(iso.alone) <= LONE_FAILURES)
+        few = not iso.exhausted and alone <= LONE_FAILURES
+        lone_ok = not iso.exhausted and (known or (before and few))
+        if probe is not None and alone and not (iso.succeeded or lone_ok) and few:
+            lone_ok = probe(iso.alone[0][0])
+        if (iso.exhausted or alone) and not (iso.succeeded or lone_ok):
+            w = self.words
+            raise BatchFailedError(
+                f"micro-batch {batch_id} failed as a whole even when split {iso.splits} times "
+                f"({alone} {w.lone} failing alone"
+                f"{', split budget used up' if iso.exhausted else ''}); {w.left}; "
+                f"last error: {iso.last_error}"
             )
-            if not (iso.succeeded or lone_ok):
-                raise BatchFailedError(
-                    f"micro-batch {batch_id} failed as a whole even when split {iso.splits} "
-                    f"times ({len(iso.alone)} records failing alone"
-                    f"{', split budget used up' if iso.exhausted else ''}); the unfinished "
-                    f"records stay unacknowledged for a restart; last error: {iso.last_error}"
-                )
-        for mid in ids:
-            self.poison[mid] = None
+        self.remember(ids)
+
+    def raise_if_exhausted(self, batch_id: int, iso: Isolation[Any]) -> None:
+        """Stop the job when the split budget ran out (more fail it than it can isolate)."""
+        if iso.exhausted:
+            w = self.words
+            raise BatchFailedError(
+                f"micro-batch {batch_id}: more {w.over} than {iso.splits} {w.runs} can "
+                f"isolate; last error: {iso.last_error}"
+            )
+
+    def remember(self, ids: Sequence[str]) -> None:
+        """These records failed alone: their retries that fail alone are poison too."""
+        for i in ids:
+            self.poison[i] = None
         while len(self.poison) > POISON_MEMORY:
             del self.poison[next(iter(self.poison))]
-        out: list[TreeResults] = []
-        for row, error in sorted(iso.alone.items()):
-            log.warning(
-                "record %s fails its micro-batch on its own: %s", owners[row].message_id, error
-            )
-            single = Statuses(row, row + 1, np.zeros(1, dtype=bool), {row: error})
-            out.append(apply(BatchOutcome(single)))
-        if iso.exhausted:
-            raise BatchFailedError(
-                f"micro-batch {batch_id}: more records fail it as a whole than {iso.splits} "
-                f"splits can isolate; last error: {iso.last_error}"
-            )
-        return out

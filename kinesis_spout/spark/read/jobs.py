@@ -11,29 +11,39 @@ that many processing partitions (:mod:`kinesis_spout.spark.read.shuffle`).
 
 A job that fails as a whole (a task failing ``spark.task.maxFailures`` times:
 a function that kills its Python worker, a Kinesis error that needs a human)
-is run again plan by plan (a job per shard); a read plan that fails alone is
-run again with half its limit (and, when that half reads ok, the rest of its
-limit from where the half stopped, halved in turn if it fails: a binary
-search), a retry plan with half its records, down to one record. Who fails
-alone is then judged as in driver mode (:mod:`kinesis_spout.spark.isolation`):
-poison (failed: retried, then dead-lettered) when something else ran, else a
-systematic error that stops the job with nothing failed.
+is isolated by the logic both reading modes share
+(:mod:`kinesis_spout.spark.isolation`); what is this mode's own is
+:data:`PLANS`, how a job of read plans is cut: run again plan by plan (a job
+per shard); a read plan that fails alone is run again with half its limit
+(and, when that half reads ok, the rest of its limit from where the half
+stopped, halved in turn if it fails: a binary search), a retry plan with half
+its records, down to one record. Who fails alone is then judged as in driver
+mode: poison (failed: retried, then dead-lettered) when something else ran,
+else a systematic error that stops the job with nothing failed. A read plan
+of one record that fails alone has its record read by the driver to fail it
+(:meth:`~kinesis_spout.spark.read.planner.ExecutorReadSpout.fail_alone`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import math
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kinesis_spout.spark.isolation import LONE_FAILURES, POISON_MEMORY, BatchFailedError
+from kinesis_spout.spark.isolation import (
+    Cut,
+    Isolation,
+    PoisonJudge,
+    Wording,
+    run_split,
+    split_budget,
+)
 from kinesis_spout.spark.process.arrow import format_error
-from kinesis_spout.spark.process.runner import ProcessingContractError
 from kinesis_spout.spark.processing import RecordFunction
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.shuffle import shuffled_results
@@ -45,17 +55,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class ReadIsolation:
-    """Book-keeping of one micro-batch's re-runs after failed jobs."""
+ReadIsolation = Isolation[ReadPlan]
+"""Book-keeping of one micro-batch's re-runs after failed jobs (what fails alone: read
+plans of one record)."""
 
-    splits_left: int
-    splits: int = 0
-    succeeded: bool = False
-    exhausted: bool = False
-    alone: list[tuple[ReadPlan, str]] = field(default_factory=list)
-    abandoned: list[ReadPlan] = field(default_factory=list)
-    last_error: str = ""
+TASK_WORDS = Wording(
+    lone="tasks of one record",
+    left="nothing was failed and the unfinished records come back after a restart",
+    over="tasks fail it",
+    runs="re-runs",
+)
 
 
 class ReadJobs:
@@ -85,17 +94,34 @@ class ReadJobs:
         self.settings = settings
         self.process_partitions = process_partitions
         self.stopping = stopping
-        self.healthy = False
-        self.poison: dict[str, None] = {}
+        self.poison_judge = PoisonJudge(TASK_WORDS)
+        """Lone failures across micro-batches, and whether the last job ran."""
         self.cancelled: set[int] = set()
         """Tasks (batch ids) given up by the driver: their jobs are not run again."""
 
     def run(self, batch_id: int, plans: list[ReadPlan]) -> tuple[list[ReadResult], ReadIsolation]:
         """The results of the plans (re-run and split after failed jobs)."""
         weight = sum(max(p.limit, len(p.retries)) for p in plans)
-        iso = ReadIsolation(splits_left=4 * math.ceil(math.log2(max(weight, 2))) + 4)
-        results = self._split(batch_id, plans, iso)
+        iso: ReadIsolation = Isolation(splits_left=split_budget(weight))
+        results = run_split(
+            lambda part: self.collect(batch_id, part),
+            PLANS,
+            iso,
+            plans,
+            batch_id=batch_id,
+            stopping=lambda: self.stopping(),
+            cancelled=lambda: batch_id in self.cancelled,
+        )
         return results, iso
+
+    @property
+    def healthy(self) -> bool:
+        """The last job ran (see :attr:`PoisonJudge.healthy`)."""
+        return self.poison_judge.healthy
+
+    @healthy.setter
+    def healthy(self, value: bool) -> None:
+        self.poison_judge.healthy = value
 
     def collect(self, batch_id: int, plans: list[ReadPlan]) -> list[ReadResult]:
         """One Spark job of these plans."""
@@ -140,91 +166,15 @@ class ReadJobs:
             per = math.ceil(plans / cores)
         return math.ceil(plans / per)
 
-    def _split(self, batch_id: int, plans: list[ReadPlan], iso: ReadIsolation) -> list[ReadResult]:
-        try:
-            results = self.collect(batch_id, plans)
-        except ProcessingContractError:
-            raise
-        except Exception as exc:
-            return self._after_failure(batch_id, plans, iso, format_error(exc))
-        iso.succeeded = True
-        return results
-
-    def _after_failure(
-        self, batch_id: int, plans: list[ReadPlan], iso: ReadIsolation, error: str
-    ) -> list[ReadResult]:
-        iso.last_error = error
-        if batch_id in self.cancelled:
-            iso.abandoned.extend(plans)
-            return []
-        if self.stopping():
-            log.warning(
-                "abandoning %d tasks of batch %d while stopping: %s", len(plans), batch_id, error
-            )
-            iso.abandoned.extend(plans)
-            return []
-        parts = _halves(plans)
-        if not parts:
-            iso.alone.append((plans[0], error))
-            return []
-        if iso.splits_left <= 0:
-            iso.exhausted = True
-            iso.abandoned.extend(plans)
-            return []
-        iso.splits_left -= 1
-        iso.splits += 1
-        log.warning(
-            "batch %d: a job of %d tasks failed (%s); running it again in %d parts",
-            batch_id,
-            len(plans),
-            error,
-            len(parts),
-        )
-        out: list[ReadResult] = []
-        found = len(iso.alone) + len(iso.abandoned)
-        for part in parts:
-            out += self._split(batch_id, part, iso)
-        go_on = len(iso.alone) + len(iso.abandoned) == found
-        go_on = go_on and batch_id not in self.cancelled and not self.stopping()
-        rest = _rest(plans, out) if go_on else None
-        if rest is not None:  # the first half read ok: the failure is in the rest
-            out += self._split(batch_id, [rest], iso)
-        return out
-
     def judge(self, batch_id: int, iso: ReadIsolation) -> None:
-        """Raise :class:`BatchFailedError` unless the lone failures look like poison.
-
-        They are poison when another part of the job ran, when they are retries of
-        records known to fail alone, or when there are at most :data:`LONE_FAILURES`
-        of them and Spark ran Python tasks a moment ago: the last job ran, or, when
-        nothing ran before (one shard, the record at its head, as after a restart),
-        a probe job of the same task function with nothing to read.
-        """
+        """Raise :class:`~kinesis_spout.spark.isolation.BatchFailedError` unless the lone
+        failures look like poison (:meth:`PoisonJudge.judge`), or when the re-runs could not
+        isolate them all. When nothing ran before (one shard, the record at its head, as after
+        a restart), a probe job of the same task function with nothing to read tells whether
+        Spark runs Python tasks now."""
         ids = [r.message_id for plan, _ in iso.alone for r in plan.retries]
-        known = bool(ids) and len(ids) == len(iso.alone) and all(i in self.poison for i in ids)
-        before = self.healthy
-        if iso.succeeded:
-            self.healthy = True
-        elif not known:
-            self.healthy = False
-        few = not iso.exhausted and len(iso.alone) <= LONE_FAILURES
-        lone_ok = not iso.exhausted and (known or (before and few))
-        if iso.alone and not (iso.succeeded or lone_ok) and few:
-            lone_ok = self._probe(batch_id, iso.alone[0][0])
-        if (iso.exhausted or iso.alone) and not (iso.succeeded or lone_ok):
-            raise BatchFailedError(
-                f"micro-batch {batch_id} failed as a whole even when split {iso.splits} times "
-                f"({len(iso.alone)} tasks of one record failing alone"
-                f"{', split budget used up' if iso.exhausted else ''}); nothing was failed "
-                f"and the unfinished records come back after a restart; last error: "
-                f"{iso.last_error}"
-            )
-        self.remember_poison(ids)
-        if iso.exhausted:
-            raise BatchFailedError(
-                f"micro-batch {batch_id}: more tasks fail it than {iso.splits} re-runs can "
-                f"isolate; last error: {iso.last_error}"
-            )
+        self.poison_judge.judge(batch_id, iso, ids, probe=functools.partial(self._probe, batch_id))
+        self.poison_judge.raise_if_exhausted(batch_id, iso)
 
     def cancel(self, batch_id: int) -> None:
         """Give up the jobs of ``batch_id`` (a task past its deadline): cancel what runs
@@ -234,10 +184,7 @@ class ReadJobs:
 
     def remember_poison(self, ids: list[str]) -> None:
         """These records failed alone: their retries that fail alone are poison too."""
-        for i in ids:
-            self.poison[i] = None
-        while len(self.poison) > POISON_MEMORY:
-            del self.poison[next(iter(self.poison))]
+        self.poison_judge.remember(ids)
 
     def _probe(self, batch_id: int, plan: ReadPlan) -> bool:
         """Whether Spark runs this job's task function now (on a task with nothing to read)."""
@@ -270,6 +217,11 @@ def _rest(plans: list[ReadPlan], done: list[ReadResult]) -> ReadPlan | None:
     return dataclasses.replace(plan, position=last.position, limit=left)
 
 
+def _rest_of(plans: list[ReadPlan], done: list[ReadResult]) -> list[ReadPlan] | None:
+    rest = _rest(plans, done)
+    return [rest] if rest is not None else None
+
+
 def _halves(plans: list[ReadPlan]) -> list[list[ReadPlan]]:
     """How a failed job is run again: task by task, then each task halved; [] at one record."""
     if len(plans) > 1:
@@ -284,3 +236,12 @@ def _halves(plans: list[ReadPlan]) -> list[list[ReadPlan]]:
     if not plan.is_retry and plan.limit > 1:
         return [[dataclasses.replace(plan, limit=plan.limit // 2)]]
     return []
+
+
+PLANS: Cut[list[ReadPlan], ReadResult, ReadPlan] = Cut(
+    halves=_halves,
+    lone=lambda plans: plans[0],
+    describe=lambda plans: f"a job of {len(plans)} tasks",
+    rest=_rest_of,
+)
+"""How a failed job of read plans is cut (see the module docstring)."""
