@@ -110,14 +110,14 @@ def run(
     driver = build_driver(cfg, lambda r: None, spark=spark, progress=None)
     assert isinstance(driver, ExecutorDriver)
     results: list[ReadResult] = []
-    apply = driver.spout.apply
+    apply = driver.planner.apply
 
     def spy(got: Any) -> tuple[int, int]:
         got = list(got)
         results.extend(got)
         return apply(got)
 
-    driver.spout.apply = spy  # type: ignore[method-assign,assignment]
+    driver.planner.apply = spy  # type: ignore[method-assign,assignment]
     CALLS.clear()
     rss0, cpu0, z0 = rss_kib(), cpu_seconds(), zxid(zk)
     threading.Timer(args.seconds, lambda: driver.request_stop("scale bench: time")).start()

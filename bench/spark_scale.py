@@ -100,7 +100,7 @@ def cluster_run(
     end, cpu1 = last[-1] if last else (time.perf_counter(), _cpu())
     elapsed = end - start  # to the last record done (not the idle wait before the stop)
     cpu = cpu1 - cpu0
-    readers = len(driver.spout.readers) if isinstance(driver, ExecutorDriver) else 1
+    readers = len(driver.planner.readers) if isinstance(driver, ExecutorDriver) else 1
     seen = delivery_counts(log_dir)
     return {
         "rps": summary.ok / elapsed if elapsed > 0 else 0.0,

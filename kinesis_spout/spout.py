@@ -83,6 +83,14 @@ class KinesisSpout:
     job lease of ``checkpoint_store`` and ``job_name`` (one reader per job; see
     :mod:`kinesis_spout.core.readerlease`), ``close`` lets it go; ``job_lease=False``
     is for readers fenced otherwise (shard leases, a driver holding it already).
+    ``subscribe=False``: with ``consumer = "efo"`` the shards are not subscribed here
+    (a reader elsewhere subscribes: Spark read tasks). ``reader`` names what reads in the
+    job lease's record.
+
+    A reader that reads the shards elsewhere (the Spark driver's
+    :class:`~kinesis_spout.spark.read.planner.ExecutorReadPlanner`) plans and applies
+    through the same public parts this spout's own loop uses: :attr:`shard_set`,
+    :attr:`acks`, :attr:`rotation`, :meth:`housekeep`, :meth:`save`.
 
     The class is over 300 lines because it is the whole public face: Storm's spout
     contract, ownership, checkpoints and the read-only views (stats, shards, metrics),
@@ -102,10 +110,13 @@ class KinesisSpout:
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
         job_lease: bool = True,
+        subscribe: bool = True,
+        reader: str = "KinesisSpout",
     ) -> None:
         self.config = config
-        self._lease = ReaderLease(config, reader_label(type(self).__name__), job_lease)
-        self._sleep = sleep
+        self._lease = ReaderLease(config, reader_label(reader), job_lease)
+        self._subscribes = subscribe
+        self.sleep = sleep
         self._own_store = store is None
         self._store: CheckpointStore | None = store
         self._own_dead = dead_letters is None
@@ -114,35 +125,39 @@ class KinesisSpout:
             metrics = self._endpoint.metrics if self._endpoint is not None else NoopMetrics()
         self._metrics: MetricsCollector = metrics
         self._committer = Committer(config, self._metrics)
-        self._clock = clock
+        self.clock = clock
         self._client = client
-        self._api: KinesisApi | None = None
-        self._throttle_backoff = throttle_backoff(config, rng or random.Random())
+        self.api: KinesisApi | None = None  # from open()
+        self.throttle_backoff = throttle_backoff(config, rng or random.Random())
         self._retry = RetryPolicy.of(config)  # the trackers' limit and backoff, the acks' age
-        self._set = ShardSet(
+        self.shard_set = ShardSet(
             config,
             self._committer,
             self._metrics,
             clock,
-            save=self._save,
-            throttle_backoff=self._throttle_backoff,
+            save=self.save,
+            throttle_backoff=self.throttle_backoff,
             retry=self._retry,
         )
-        self._acks = AckRouter(self._set.shards, self._metrics, clock, self._retry.max_age)
-        self._acks.sink = dead_letters
+        """The shards this spout owns, with their trackers and getters."""
+        self.acks = AckRouter(self.shard_set.shards, self._metrics, clock, self._retry.max_age)
+        """Where acks and fails go: the trackers, retries, dead letters."""
+        self.acks.sink = dead_letters
         self._opened = False
         self._closed = False
         self._active = True
-        self._checkpoint_at = _INF
-        self._early_save_at = max(1, config.max_in_flight // 2)
-        self._rr = RoundRobin(
-            self._set,
+        self.next_checkpoint_at = _INF  # clock time of the next save of every checkpoint
+        self.early_save_at = max(1, config.max_in_flight // 2)
+        """Records read since a shard's saved checkpoint at which it saves early."""
+        self.rotation = RoundRobin(
+            self.shard_set,
             self._metrics,
             max_in_flight=config.max_in_flight,
             message_timeout=config.message_timeout,
             make_room=self._make_room,
-            early_save_at=self._early_save_at,
+            early_save_at=self.early_save_at,
         )
+        """The round robin over the shards, and its counters."""
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> None:
@@ -160,10 +175,10 @@ class KinesisSpout:
         except BaseException:
             self._close_own()
             raise
-        now = self._clock()
-        self._checkpoint_at = now + cfg.checkpoint_interval
-        self._set.refresh_at = now + cfg.shard_refresh_interval
-        self._set.lineage_at = now + cfg.checkpoint_interval
+        now = self.clock()
+        self.next_checkpoint_at = now + cfg.checkpoint_interval
+        self.shard_set.refresh_at = now + cfg.shard_refresh_interval
+        self.shard_set.lineage_at = now + cfg.checkpoint_interval
         self._opened = True
 
     def _open_parts(self, cfg: SpoutConfig) -> None:
@@ -172,52 +187,49 @@ class KinesisSpout:
         self._lease.take()  # first: a second reader of the job reads nothing
         if self._client is None:
             self._client = make_client(cfg.endpoint_url, cfg.region, profile=cfg.profile)
-        self._api = KinesisApi(self._client, cfg.stream_name)
-        self._set.api = self._api
+        self.api = KinesisApi(self._client, cfg.stream_name)
+        self.shard_set.api = self.api
         endpoint = getattr(getattr(self._client, "meta", None), "endpoint_url", cfg.endpoint_url)
         status, shards = describe_stream(
-            self._api, cfg, endpoint, backoff=self._throttle_backoff, sleep=self._sleep
+            self.api, cfg, endpoint, backoff=self.throttle_backoff, sleep=self.sleep
         )
-        getters = self._set.getters = GetterFactory(
-            cfg, self._api, self._throttle_backoff, subscribe=self._subscribes
+        getters = self.shard_set.getters = GetterFactory(
+            cfg, self.api, self.throttle_backoff, subscribe=self._subscribes
         )
         getters.open()  # consumer = "efo": registered if absent, ACTIVE
         if self._store is None:
             self._store = open_config_store(cfg)
         self._committer.store = self._store
-        if self._acks.sink is None:
-            self._acks.sink = open_dead_letter_sink(
+        if self.acks.sink is None:
+            self.acks.sink = open_dead_letter_sink(
                 cfg.dead_letter,
                 cfg.job_name,
                 cfg.dead_letter_reasons,
                 region=cfg.region,
                 profile=cfg.profile,
             )
-        checkpoints = load_and_adopt(self._set, self._committer, self._store, self._api, shards)
+        checkpoints = load_and_adopt(self.shard_set, self._committer, self._store, self.api, shards)
         log.info(
             "opened stream %s (%s) at %s: %d shards, %d owned, %d with checkpoints",
             cfg.stream_name,
             status,
             endpoint,
-            len(self._set.map),
-            len(self._set.shards),
+            len(self.shard_set.map),
+            len(self.shard_set.shards),
             len(checkpoints),
         )
 
-    #: Read shards by subscriptions here when ``consumer = "efo"`` (executor reads: no).
-    _subscribes = True
-
     def _close_own(self) -> None:
         """Stop the subscriptions (``ShardSet.close``); close what this spout opened itself."""
-        self._set.close()
+        self.shard_set.close()
         if self._endpoint is not None:
             self._endpoint.close()
         if self._own_store and self._store is not None:
             self._store.close()
             self._store = None
-        if self._own_dead and self._acks.sink is not None:
-            self._acks.sink.close()
-            self._acks.sink = None
+        if self._own_dead and self.acks.sink is not None:
+            self.acks.sink.close()
+            self.acks.sink = None
         self._lease.release()  # last: the checkpoints are written
 
     def activate(self) -> None:
@@ -228,7 +240,7 @@ class KinesisSpout:
         """Stop emitting (acks and fails are still taken; checkpoints continue).
         Subscriptions stop too; ``activate`` and the next batch resume them."""
         self._active = False
-        self._set.close_getters()
+        self.shard_set.close_getters()
 
     def __enter__(self) -> KinesisSpout:
         """``with KinesisSpout(config) as spout:`` opens it, and closes it (final
@@ -245,8 +257,8 @@ class KinesisSpout:
             return
         try:
             if self._opened:
-                now = self._clock()
-                self._set.end_drained(now)
+                now = self.clock()
+                self.shard_set.end_drained(now)
                 self._write_checkpoints(now)
         finally:
             self._closed = True
@@ -265,63 +277,64 @@ class KinesisSpout:
 
         Makes at most one GetRecords call per shard whose buffer is empty.
         """
-        self._check_open()
+        self.check_open()
         self._lease.check()
-        if self._rr.pending_error is not None:
-            exc, self._rr.pending_error = self._rr.pending_error, None
+        if self.rotation.pending_error is not None:
+            exc, self.rotation.pending_error = self.rotation.pending_error, None
             raise exc
-        now = self._clock()
-        self._tick(now)
+        now = self.clock()
+        self.housekeep(now)
         if not self._active or max_records <= 0:
             return []
-        return self._rr.take(max_records, now)
+        return self.rotation.take(max_records, now)
 
     def poll_delay(self) -> float:
         """Seconds until something may be ready (0: call ``next_batch`` now)."""
-        self._check_open()
-        now = self._clock()
-        t = min(self._checkpoint_at, self._set.refresh_at)
-        if self._rr.pending_error is not None or any(sh.drained for sh in self._set.draining):
+        self.check_open()
+        now = self.clock()
+        t = min(self.next_checkpoint_at, self.shard_set.refresh_at)
+        drained = any(sh.drained for sh in self.shard_set.draining)
+        if self.rotation.pending_error is not None or drained:
             return 0.0
         if self._active:
-            t = self._rr.wake_at(now, t)
+            t = self.rotation.wake_at(now, t)
         return max(0.0, t - now)
 
     # ------------------------------------------------------------------ acks and fails
     def ack(self, message_id: MessageRef) -> None:
         """The record is fully processed. Unknown or repeated acks are ignored (counted)."""
-        self._acks.ack(message_id)
+        self.acks.ack(message_id)
 
     def ack_many(self, ids: Iterable[MessageRef]) -> None:
         """``ack`` for each id (one tracker call per shard)."""
-        self._acks.ack_many(ids)
+        self.acks.ack_many(ids)
 
     def fail(self, message_id: MessageRef, error: str | None = None) -> None:
         """The record failed: retried later, or dead-lettered once out of retries."""
-        self._acks.fail(message_id, error)
+        self.acks.fail(message_id, error)
 
     def fail_many(self, items: Iterable[tuple[MessageRef, str | None]]) -> None:
         """``fail`` for each ``(id, error)``."""
-        self._acks.fail_many(items)
+        self.acks.fail_many(items)
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self, force: bool = False) -> None:
         """Save the checkpoints that moved, if the interval passed (or ``force``)."""
-        self._check_open()
-        now = self._clock()
-        if force or now >= self._checkpoint_at:
+        self.check_open()
+        now = self.clock()
+        if force or now >= self.next_checkpoint_at:
             self._write_checkpoints(now)
 
     def _write_checkpoints(self, now: float) -> None:
-        self._committer.save_all(list(self._set.shards.values()), self._save, now)
-        self._checkpoint_at = now + self.config.checkpoint_interval
+        self._committer.save_all(list(self.shard_set.shards.values()), self.save, now)
+        self.next_checkpoint_at = now + self.config.checkpoint_interval
 
-    def _save(self, sh: ShardPartition, now: float) -> bool:
+    def save(self, sh: ShardPartition, now: float) -> bool:
         """Save ``sh``'s checkpoint if it moved; False if it could not be (yet)."""
         if sh.dead_pending and not sh.fenced:
             # The tracker keeps records with a pending dead letter below its checkpoint,
             # so what is below them may be saved even while a write still fails.
-            self._acks.flush_dead(sh)
+            self.acks.flush_dead(sh)
         return self._committer.save(sh, now)
 
     def _make_room(self, sh: ShardPartition, now: float) -> int:
@@ -329,24 +342,25 @@ class KinesisSpout:
         save early if that frees at least half the window (so a crash never
         replays more than ``max_in_flight`` records of a shard, and an early
         save costs one write per half window, never one per record)."""
-        if sh.savable() >= self._early_save_at:
-            self._save(sh, now)
+        if sh.savable() >= self.early_save_at:
+            self.save(sh, now)
         return sh.room(self.config.max_in_flight)
 
-    def _tick(self, now: float) -> None:
-        """Housekeeping on every call: expiries, drained shards, checkpoints, refresh."""
-        if self._set.to_adopt and now >= self._set.adopt_at:
-            self._set.adopt_new(())
+    def housekeep(self, now: float) -> None:
+        """Housekeeping on every call of the loop (and of a reader elsewhere's plan):
+        expiries, drained shards, checkpoints, the shard list, as due at ``now``."""
+        if self.shard_set.to_adopt and now >= self.shard_set.adopt_at:
+            self.shard_set.adopt_new(())
         if self.config.message_timeout:
-            self._rr.expire(now, self._acks.after_fail)
-        if self._set.draining:
-            self._set.end_drained(now)
-        if now >= self._checkpoint_at:
+            self.rotation.expire(now, self.acks.after_fail)
+        if self.shard_set.draining:
+            self.shard_set.end_drained(now)
+        if now >= self.next_checkpoint_at:
             self._write_checkpoints(now)
-        if now >= self._set.refresh_at:
-            self._set.refresh(now)
-        elif now >= self._set.lineage_at:
-            self._set.check_lineage(now)
+        if now >= self.shard_set.refresh_at:
+            self.shard_set.refresh(now)
+        elif now >= self.shard_set.lineage_at:
+            self.shard_set.check_lineage(now)
 
     # ------------------------------------------------------------------ views
     @property
@@ -356,24 +370,25 @@ class KinesisSpout:
 
     @property
     def in_flight(self) -> int:
-        return self._set.in_flight_of(self._set.shards)
+        return self.shard_set.in_flight_of(self.shard_set.shards)
 
     def shard_states(self) -> dict[str, ShardState]:
         """The lifecycle state of every owned shard."""
-        return {s: sh.state for s, sh in sorted(self._set.shards.items())}
+        return {s: sh.state for s, sh in sorted(self.shard_set.shards.items())}
 
     @property
     def shards(self) -> Mapping[str, ShardInfo]:
         """Every shard of the stream known to this spout (owned or not)."""
-        return MappingProxyType(self._set.map.infos())
+        return MappingProxyType(self.shard_set.map.infos())
 
     def stats(self) -> SpoutStats:
-        return spout_stats(self._set.shards, self._rr, self._acks, self._committer, self._clock())
+        shards = self.shard_set.shards
+        return spout_stats(shards, self.rotation, self.acks, self._committer, self.clock())
 
     @property
     def is_idle(self) -> bool:
         """Nothing in flight or buffered, and every owned shard caught up or ended."""
-        return self._opened and all(sh.idle for sh in self._set.shards.values())
+        return self._opened and all(sh.idle for sh in self.shard_set.shards.values())
 
     @property
     def is_active(self) -> bool:
@@ -384,20 +399,21 @@ class KinesisSpout:
         """Read only these shards (None: all). A released shard's checkpoint is
         flushed first and its in-flight records are left to the next owner; an
         added shard's checkpoint is loaded now, and it starts once its parents ended."""
-        self._check_open()
-        self._set.set_owned(shard_ids)
+        self.check_open()
+        self.shard_set.set_owned(shard_ids)
 
     def drain_shards(self, shard_ids: Iterable[str]) -> None:
         """Stop reading new records from these shards ahead of giving them up (their
         retries, acks and fails go on; every other shard keeps flowing)."""
-        self._check_open()
-        self._set.drain(shard_ids)
+        self.check_open()
+        self.shard_set.drain(shard_ids)
 
     def in_flight_of(self, shard_ids: Iterable[str]) -> int:
         """Records handed out and not done on these shards (awaiting retries included)."""
-        return self._set.in_flight_of(shard_ids)
+        return self.shard_set.in_flight_of(shard_ids)
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise unless the spout is open and not closed."""
         if not self._opened:
             raise KinesisSpoutError("KinesisSpout: call open() first")
         if self._closed:

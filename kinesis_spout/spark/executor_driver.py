@@ -2,7 +2,7 @@
 
 A micro-batch is **one Spark job** over every shard that can read now:
 
-1. **Plan** (:meth:`ExecutorReadSpout.plan`) for every shard not in a running
+1. **Plan** (:meth:`ExecutorReadPlanner.plan`) for every shard not in a running
    job: its due retries (a retry plan), else a read (position and limit).
 2. **Run** (:class:`~kinesis_spout.spark.read.jobs.ReadJobs`): the plans are
    grouped into read tasks (``shards_per_task``, by default one task per
@@ -54,7 +54,7 @@ from kinesis_spout.spark.processing import RecordFunction
 from kinesis_spout.spark.read.frames import FrameJobs
 from kinesis_spout.spark.read.jobs import ReadIsolation, ReadJobs
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.read.planner import ExecutorReadSpout
+from kinesis_spout.spark.read.planner import ExecutorReadPlanner
 from kinesis_spout.spark.reports import (
     BatchReport,
     JobSummary,
@@ -76,7 +76,7 @@ class ExecutorDriver(StopControl):
         config: SpoutConfig,
         spark: Any,
         fn: RecordFunction,
-        spout: ExecutorReadSpout,
+        planner: ExecutorReadPlanner,
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -88,8 +88,9 @@ class ExecutorDriver(StopControl):
         fan-out instead (``fn`` then only runs the probes of failure isolation)."""
         super().__init__()
         self.config = config
-        self.spout = spout
-        self.metrics: MetricsCollector = metrics if metrics is not None else spout.metrics
+        self.planner = planner
+        self.spout = planner.spout
+        self.metrics: MetricsCollector = metrics if metrics is not None else self.spout.metrics
         self.clock = clock
         self.sleep = sleep
         self.progress = progress
@@ -122,8 +123,8 @@ class ExecutorDriver(StopControl):
         self.spout.open()
         self._stats = self.spout.stats()
         self.startup.mark("stream open")
-        if self.spout.consumer_arn is not None:  # consumer = "efo": the tasks subscribe
-            self.jobs.settings = replace(self.jobs.settings, consumer_arn=self.spout.consumer_arn)
+        if self.planner.consumer_arn is not None:  # consumer = "efo": the tasks subscribe
+            self.jobs.settings = replace(self.jobs.settings, consumer_arn=self.planner.consumer_arn)
         failure: BaseException | None = None
         pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="kinesis-spout-read")
         try:
@@ -147,13 +148,13 @@ class ExecutorDriver(StopControl):
         """Start a job for the shards that can read, wait for a job, apply what finished."""
         now = self.clock()
         if not self.stopping and self._may_start(now):
-            plans = self.spout.plan(self.config.batch_size, busy=set(self._busy))
+            plans = self.planner.plan(self.config.batch_size, busy=set(self._busy))
             if plans:
                 self._submit(pool, plans, now)
         if not self._running:
             self._idle()
             return
-        timeout = min(max(self.spout.wake_in(self._busy), MIN_WAIT), MAX_WAIT)
+        timeout = min(max(self.planner.wake_in(self._busy), MIN_WAIT), MAX_WAIT)
         done, _ = wait_futures(list(self._running.values()), timeout, FIRST_COMPLETED)
         for job, future in list(self._running.items()):
             if future in done:
@@ -216,7 +217,7 @@ class ExecutorDriver(StopControl):
                     self._submit(pool, [plan], now)
                 continue
             plan = plans[0]
-            failed = self.spout.fail_alone(plan, error) if plan.is_retry else []
+            failed = self.planner.fail_alone(plan, error) if plan.is_retry else []
             log.warning(
                 "%s (shard %s): given up; %s",
                 error,
@@ -238,11 +239,11 @@ class ExecutorDriver(StopControl):
     ) -> None:
         """A finished job: its statuses into the trackers, its lone failures judged, and
         its progress line (a job that read nothing has none)."""
-        ok, failed = self.spout.apply(results)
+        ok, failed = self.planner.apply(results)
         self.jobs.judge(job, iso)
         for alone, error in iso.alone:
             log.warning("task %d of shard %s fails alone: %s", alone.task, alone.shard_id, error)
-            ids = self.spout.fail_alone(alone, error)
+            ids = self.planner.fail_alone(alone, error)
             self.jobs.remember_poison(ids)  # its retries fail alone as known poison
             failed += len(ids)
         retries = sum(len(p.retries) for p in plans) + sum(r.retried for r in results)
@@ -279,7 +280,7 @@ class ExecutorDriver(StopControl):
         self._after()  # checks the limits: an idle stop that is due stops here
         if self.stopping:
             return
-        self.sleep(min(max(self.spout.wake_in(), MIN_WAIT), MAX_WAIT))
+        self.sleep(min(max(self.planner.wake_in(), MIN_WAIT), MAX_WAIT))
         self._check_limits(had_records=False)
 
     def _after(self) -> None:

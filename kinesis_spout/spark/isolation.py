@@ -20,7 +20,7 @@ nouns):
   a retry task by halving its records, a read task by halving its limit and,
   when that half read ok, reading on from where it stopped (a binary search);
   a task of one record fails alone, and the driver then reads a read task's
-  record to fail it (:meth:`~kinesis_spout.spark.read.planner.ExecutorReadSpout.fail_alone`).
+  record to fail it (:meth:`~kinesis_spout.spark.read.planner.ExecutorReadPlanner.fail_alone`).
   Executor reads may also give a job up (past its deadline: *cancelled*), and
   may run a probe job when nothing else ran (see :meth:`PoisonJudge.judge`).
 

@@ -160,7 +160,7 @@ def test_fast_retries_take_the_retry_policy_of_the_spouts_trackers(
     r.kinesis.put_many(S[0], 2)
     r.open()
     a, b = r.spout.next_batch(2)
-    tracker = r.spout._set.shards[a.shard_id].tracker  # noqa: SLF001
+    tracker = r.spout.shard_set.shards[a.shard_id].tracker  # noqa: SLF001
     assert tracker is not None
     out = tracker.fail(a.key, 100.0, "boom", deliveries=4)  # the tracker's own rules
     assert out.action is FailAction.RETRY and not policy.spent(4)
@@ -204,7 +204,7 @@ class Letters:
 def rig(**cfg: Any) -> tuple[Rig, Letters]:
     r = Rig(**cfg)
     sink = Letters()
-    r.spout._acks.sink = sink  # noqa: SLF001
+    r.spout.acks.sink = sink  # noqa: SLF001
     return r, sink
 
 

@@ -37,7 +37,7 @@ class InterruptedSink:
 def rig_with_interrupted_sink() -> tuple[Rig, InterruptedSink]:
     r = Rig(retry_limit=0)
     sink = InterruptedSink()
-    r.spout._acks.sink = sink  # noqa: SLF001  (the rig builds the spout with a list sink)
+    r.spout.acks.sink = sink  # noqa: SLF001  (the rig builds the spout with a list sink)
     return r, sink
 
 
@@ -53,7 +53,7 @@ def test_an_interrupted_dead_letter_write_keeps_the_checkpoint_below_the_record(
     # retries the pending dead letter first; make that fail too so it cannot pass b.
     sink.interrupt = False
     r.sink.failing = True
-    r.spout._acks.sink = r.sink  # noqa: SLF001
+    r.spout.acks.sink = r.sink  # noqa: SLF001
     r.spout.close()
     cp = r.cp(S[0])
     assert cp is not None and cp.key == a.key  # below the record, so it is replayed

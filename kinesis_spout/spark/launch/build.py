@@ -119,9 +119,11 @@ def _executor_driver(
     metrics: MetricsCollector | None,
     job_lease: bool,
 ) -> ExecutorDriver:
-    from kinesis_spout.spark.read.planner import ExecutorReadSpout
+    from kinesis_spout.spark.read.planner import ExecutorReadPlanner, executor_read_spout
 
-    reader = ExecutorReadSpout(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
+    reader = ExecutorReadPlanner(
+        executor_read_spout(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
+    )
     if isinstance(processor, RecordProcessor):
         fn, frames = processor.fn, None
     else:

@@ -1,10 +1,11 @@
 """Executor reads, the driver's side: plan the read tasks, track what came back.
 
-:class:`ExecutorReadSpout` is a :class:`~kinesis_spout.spout.KinesisSpout`
-whose records are read by Spark tasks (:mod:`kinesis_spout.spark.read.task`)
-instead of by itself. It keeps everything else of the spout: shard lifecycle
-and resharding (parents drained before children), ownership, trackers, retry
-limit, dead letters (write-ahead), checkpoints and their store.
+:class:`ExecutorReadPlanner` holds a :class:`~kinesis_spout.spout.KinesisSpout`
+(:func:`executor_read_spout`) whose records are read by Spark tasks
+(:mod:`kinesis_spout.spark.read.task`) instead of by itself. The spout keeps
+everything else: shard lifecycle and resharding (parents drained before
+children), ownership, trackers, retry limit, dead letters (write-ahead),
+checkpoints and their store.
 
 Per micro-batch :meth:`plan` makes (the loop groups them into Spark tasks)
 
@@ -103,13 +104,27 @@ class ReadWindow:
             self.size -= runs.popleft()[1]
 
 
-class ExecutorReadSpout(KinesisSpout):
-    """A spout read by Spark tasks; see the module docstring."""
+def executor_read_spout(config: SpoutConfig, **kwargs: Any) -> KinesisSpout:
+    """The spout whose shards Spark tasks read: it keeps positions, trackers and
+    checkpoints, and does not subscribe itself (``consumer = "efo"``: the tasks do).
+    ``kwargs`` go to :class:`~kinesis_spout.spout.KinesisSpout`."""
+    return KinesisSpout(config, subscribe=False, reader="ExecutorReadPlanner", **kwargs)
 
-    _subscribes = False  # with consumer = "efo" the tasks subscribe, not the driver
 
-    def __init__(self, config: SpoutConfig, **kwargs: Any) -> None:
-        super().__init__(config, **kwargs)
+class ExecutorReadPlanner:
+    """The driver's side of executor reads over the spout it holds; see the module
+    docstring. The spout keeps its lifecycle (``open``, ``checkpoint``, ``close``);
+    the planner plans through its public face (the shard set, the ack router, the
+    round robin, housekeeping and saves)."""
+
+    def __init__(self, spout: KinesisSpout) -> None:
+        self.spout = spout
+        self.config = spout.config
+        self._set = spout.shard_set
+        self._acks = spout.acks
+        self._rr = spout.rotation
+        self._metrics = spout.metrics
+        self._clock = spout.clock
         self._windows: dict[str, ReadWindow] = {}
         self._early: dict[str, float] = {}
         """Per shard waiting at its tip: how early it may join a micro-batch."""
@@ -123,11 +138,11 @@ class ExecutorReadSpout(KinesisSpout):
     def plan(self, max_records: int, busy: Collection[str] = ()) -> list[ReadPlan]:
         """The next tasks (retry tasks first) of the shards not ``busy`` (with a task
         running); ``[]``: nothing to do now."""
-        self._check_open()
+        self.spout.check_open()
         now = self._clock()
         self._rr.held = busy  # a running retry task's records do not expire under it
-        self._tick(now)
-        if not self._active or max_records <= 0:
+        self.spout.housekeep(now)
+        if not self.spout.is_active or max_records <= 0:
             return []
         plans: list[ReadPlan] = []
         rotation = list(self._set.rotation)
@@ -193,17 +208,17 @@ class ExecutorReadSpout(KinesisSpout):
         """Records the shard may read now (its window saved early when half full)."""
         w = self._window(sh.shard_id)
         w.trim(sh.saved)
-        if w.size >= self._early_save_at:
-            self._save(sh, now)
+        if w.size >= self.spout.early_save_at:
+            self.spout.save(sh, now)
             w.trim(sh.saved)
         return sh.room_in(self.config.max_in_flight, w.size, w.last)
 
     def wake_in(self, busy: Collection[str] = ()) -> float:
         """Seconds until a plan may have a task (0: plan now); the shards ``busy`` (in a
         running job) cannot have one before that job is back, so their times do not count."""
-        self._check_open()
+        self.spout.check_open()
         now = self._clock()
-        t = min(self._checkpoint_at, self._set.refresh_at)
+        t = min(self.spout.next_checkpoint_at, self._set.refresh_at)
         if self._set.to_adopt or any(sh.drained for sh in self._set.draining):
             return 0.0
         for sh in self._set.rotation:
@@ -366,9 +381,10 @@ class ExecutorReadSpout(KinesisSpout):
             for rec in plan.retries:
                 self._acks.fail_record(sh, rec.key, rec, error, now)
             return [rec.message_id for rec in plan.retries]
-        assert self._api is not None
+        spout = self.spout
+        assert spout.api is not None
         getter, page = read_alone(
-            self._api, plan, self._throttle_backoff, sleep=self._sleep, clock=self._clock
+            spout.api, plan, spout.throttle_backoff, sleep=spout.sleep, clock=self._clock
         )
         if not page.records:
             self._not_read_alone(sh, plan, getter, page)

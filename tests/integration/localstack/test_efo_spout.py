@@ -214,7 +214,7 @@ def test_a_full_window_pauses_the_subscription(
     put = put_records(client, unique_name, make_payloads(40, 80, prefix="a"))
     held = read_until(spout, lambda g: len(g) >= 30, ack=False)
     assert len(held) == 30  # the window is full: nothing more is handed out
-    getter = spout._set.shards["shardId-000000000000"].reader.getter  # type: ignore[union-attr]
+    getter = spout.shard_set.shards["shardId-000000000000"].reader.getter  # type: ignore[union-attr]
     assert isinstance(getter, EfoShardGetter)
     pump = getter.pump
     deadline = time.monotonic() + 90

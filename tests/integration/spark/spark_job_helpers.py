@@ -267,12 +267,12 @@ def last_per_shard(put: list[tuple[str, str]]) -> dict[str, str]:
 def spy_results(driver: Any) -> list[Any]:
     """Every ``ReadResult`` an ``ExecutorDriver`` applies, collected as it applies them."""
     seen: list[Any] = []
-    apply = driver.spout.apply
+    apply = driver.planner.apply
 
     def spy(results: Any) -> tuple[int, int]:
         results = list(results)
         seen.extend(results)
         return apply(results)  # type: ignore[no-any-return]
 
-    driver.spout.apply = spy
+    driver.planner.apply = spy
     return seen

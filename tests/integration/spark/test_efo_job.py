@@ -68,7 +68,7 @@ def test_switching_polling_efo_polling_resumes_with_nothing_lost_or_repeated(
         assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put_all), name
         if results is not None and name == "efo executors":
             assert isinstance(driver, ExecutorDriver)
-            assert all(pid != os.getpid() for _, pid in driver.spout.readers)  # executors
+            assert all(pid != os.getpid() for _, pid in driver.planner.readers)  # executors
             assert all(r.position is None or r.position.iterator is None for r in results)
             assert sum(len(r) for r in results if r.position is not None) == 160
     dead = read_dead_letters(str(tmp_path / "dead-letter"))

@@ -61,7 +61,11 @@ def test_one_spark_job_reads_every_shard_in_grouped_tasks(
     put = put_records(moto_client, unique_name, spread_items(600))
     deliveries = tmp_path / "deliveries"
     deliveries.mkdir()
-    cfg = job_config(shards_per_task=4, batch_size=1000, empty_shard_backoff=5.0)
+    # A shard that caught up waits far longer than the idle stop (1.5 s), also on a loaded
+    # machine (5 s failed once there: a second micro-batch before the stop).
+    cfg = job_config(
+        shards_per_task=4, batch_size=1000, empty_shard_backoff=30.0, empty_shard_backoff_max=30.0
+    )
     driver, summary = run_driver(cfg, log_deliveries(str(deliveries)), spark)
 
     got = Counter((d.shard, d.seq) for d in read_deliveries(deliveries))

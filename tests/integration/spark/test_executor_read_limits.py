@@ -19,7 +19,7 @@ from kinesis_spout.config import SpoutConfig
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.records import Record
 from kinesis_spout.spark.read.plan import ReadSettings
-from kinesis_spout.spark.read.planner import ExecutorReadSpout
+from kinesis_spout.spark.read.planner import ExecutorReadPlanner, executor_read_spout
 from kinesis_spout.spark.read.task import run_plan, run_plans
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, kpl_aggregate, put_records
@@ -33,7 +33,9 @@ def aggregate(prefix: str, n: int) -> tuple[str, bytes]:
     return kpl_aggregate((f"{prefix}-{u}", f"{prefix}.{u}|x".encode()) for u in range(n))
 
 
-def reader(endpoint: str, stream: str, tmp_path: Path, store: Any, **kw: Any) -> ExecutorReadSpout:
+def reader(
+    endpoint: str, stream: str, tmp_path: Path, store: Any, **kw: Any
+) -> ExecutorReadPlanner:
     spout_kw = {k: kw.pop(k) for k in ("clock",) if k in kw}
     values: dict[str, Any] = dict(
         stream_name=stream,
@@ -47,12 +49,14 @@ def reader(endpoint: str, stream: str, tmp_path: Path, store: Any, **kw: Any) ->
         message_timeout=0.0,
     )
     cfg = SpoutConfig(**{**values, **kw})
-    sp = ExecutorReadSpout(cfg, store=store, client=make_client(endpoint), **spout_kw)
-    sp.open()
+    sp = ExecutorReadPlanner(
+        executor_read_spout(cfg, store=store, client=make_client(endpoint), **spout_kw)
+    )
+    sp.spout.open()
     return sp
 
 
-def run_tasks(sp: ExecutorReadSpout, *, want: int, timeout: float = 30.0) -> list[list[str]]:
+def run_tasks(sp: ExecutorReadPlanner, *, want: int, timeout: float = 30.0) -> list[list[str]]:
     """Plan, read and apply in-process until ``want`` records were processed; the ids
     each read task processed."""
     settings = ReadSettings.of(sp.config)
@@ -87,8 +91,8 @@ def test_a_read_task_processes_at_most_the_window_in_user_records(
     store = MemoryCheckpointStore("job")
     sp = reader(moto_server.endpoint_url, unique_name, tmp_path, store, max_in_flight=50)
     tasks = run_tasks(sp, want=600)
-    sp.checkpoint(force=True)
-    sp.close()
+    sp.spout.checkpoint(force=True)
+    sp.spout.close()
     assert max(len(t) for t in tasks) <= 50
     flat = [i for t in tasks for i in t]
     assert flat == [f"g{g}.{u}" for g in range(6) for u in range(100)]
@@ -106,8 +110,8 @@ def test_a_window_full_at_the_head_of_an_aggregate_reads_on(
     store = MemoryCheckpointStore("job")
     sp = reader(moto_server.endpoint_url, unique_name, tmp_path, store, max_in_flight=max_in_flight)
     tasks = run_tasks(sp, want=8, timeout=15.0)
-    sp.checkpoint(force=True)
-    sp.close()
+    sp.spout.checkpoint(force=True)
+    sp.spout.close()
     assert [i for t in tasks for i in t] == ["p0", "p1", "p2", "a.0", "a.1", "a.2", "a.3", "q0"]
     assert max(len(t) for t in tasks) <= max_in_flight
     cp = store.load(unique_name)[SHARD]
@@ -129,7 +133,7 @@ def test_an_empty_page_that_is_behind_is_not_the_tip(
         res = run_plan(plans[0], ReadSettings.of(sp.config), lambda r: None, batch_id=1)
         assert px.injected.empty > 0
         sp.apply([res])
-        sp.close()
+        sp.spout.close()
     assert len(res) == 60
     assert not res.caught_up or res.behind == 0
 
@@ -162,7 +166,7 @@ def test_the_record_that_fails_alone_is_read_past_an_expired_iterator(
         assert f"shard {SHARD}: the record that fails alone could not be read" in caplog.text
         (plan,) = sp.plan(10_000)
         assert plan.position is not None and plan.position.iterator is None
-        sp.close()
+        sp.spout.close()
 
 
 def test_a_running_retry_task_keeps_its_records_past_the_message_timeout(
@@ -196,11 +200,11 @@ def test_a_running_retry_task_keeps_its_records_past_the_message_timeout(
     assert retry.is_retry and [r.data[:2] for r in retry.retries] == [b"r0"]
     now[0] += 60.0  # the retry task runs long
     sp.plan(100, busy={SHARD})
-    assert sp.stats().dead_lettered == 0 and sp.stats().failed == 1
+    assert sp.spout.stats().dead_lettered == 0 and sp.spout.stats().failed == 1
     sp.apply([run_plan(retry, settings, lambda r: None, batch_id=2)])
-    sp.checkpoint(force=True)
-    assert sp.stats().in_flight == 0 and sp.stats().dead_lettered == 0
-    sp.close()
+    sp.spout.checkpoint(force=True)
+    assert sp.spout.stats().in_flight == 0 and sp.spout.stats().dead_lettered == 0
+    sp.spout.close()
 
 
 def test_a_shard_in_a_running_job_does_not_wake_the_driver(
@@ -218,7 +222,7 @@ def test_a_shard_in_a_running_job_does_not_wake_the_driver(
         assert sp.wake_in() == 0.0  # due: planned but not back
         assert sp.wake_in(busy={SHARD}) >= 0.4  # the next checkpoint, not the busy shard
     finally:
-        sp.close()
+        sp.spout.close()
 
 
 def test_idle_shards_are_polled_less_often_and_poll_together(
@@ -256,7 +260,7 @@ def test_idle_shards_are_polled_less_often_and_poll_together(
         now[0] += 2.5  # the first is due; the second (due in 1.5 s, half its wait is 2) joins
         assert {p.shard_id for p in sp.plan(100)} == {first.shard_id, second.shard_id}
     finally:
-        sp.close()
+        sp.spout.close()
 
 
 @pytest.mark.parametrize("threads", [4, 1])
@@ -283,7 +287,7 @@ def test_a_task_keeps_up_to_poll_threads_calls_in_flight_and_each_shard_in_order
             1,
         )
         sp.apply(results)
-        sp.close()
+        sp.spout.close()
     most = px.most_in_flight("GetRecords")
     assert (2 <= most <= 4) if threads == 4 else most == 1
     by_shard: dict[str, list[int]] = {}

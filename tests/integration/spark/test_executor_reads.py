@@ -90,7 +90,7 @@ def test_only_statuses_and_failed_payloads_reach_the_driver(
     assert len(payloads) == len(bad) and {r.attempt for r in payloads} == {2}
     assert all(r.data.startswith(POISON) for r in payloads)
     assert sum(len(res) for res in results if res.position is not None) == 1200
-    assert all(pid != os.getpid() for _, pid in driver.spout.readers)  # read on executors
+    assert all(pid != os.getpid() for _, pid in driver.planner.readers)  # read on executors
     got = Counter((s, q) for s, q, *_ in read_deliveries(deliveries))
     assert set(got) == set(put)
     assert all(n == 1 for k, n in got.items() if f"{k[0]}:{k[1]}" not in poison_ids)
