@@ -58,17 +58,29 @@ class RoundRobin:
     def take(self, max_records: int, now: float) -> list[Record]:
         """Up to ``max_records`` records: due retries first, then new ones round-robin."""
         out: list[Record] = []
-        rotation = self._set.rotation
-        for sh in rotation:
-            if sh.tracker is None or not sh.emitting or len(out) >= max_records:
+        for _, retries in self.due_retries(max_records, now):
+            out.extend(retries)
+        if len(out) < max_records and self._set.rotation:
+            self._fill(out, max_records - len(out), now)
+        return out
+
+    def due_retries(
+        self, max_records: int, now: float, skip: Collection[str] = ()
+    ) -> list[tuple[ShardPartition, list[Record]]]:
+        """The due retries of the shards in rotation order, up to ``max_records`` in all,
+        taken from their trackers (and counted), except those of the shards in ``skip``.
+        Both the spout's loop and the Spark driver's planner hand these out first."""
+        out: list[tuple[ShardPartition, list[Record]]] = []
+        left = max_records
+        for sh in self._set.rotation:
+            if sh.tracker is None or not sh.emitting or left <= 0 or sh.shard_id in skip:
                 continue
-            retries = sh.take_retries(now, max_records - len(out))
+            retries = sh.take_retries(now, left)
             if retries:
-                out.extend(retries)
+                out.append((sh, retries))
+                left -= len(retries)
                 self.retried += len(retries)
                 self._metrics.increment("retries", len(retries), shard=sh.shard_id)
-        if len(out) < max_records and rotation:
-            self._fill(out, max_records - len(out), now)
         return out
 
     def _fill(self, out: list[Record], remaining: int, now: float) -> None:

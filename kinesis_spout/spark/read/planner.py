@@ -144,18 +144,11 @@ class ExecutorReadPlanner:
         self.spout.housekeep(now)
         if not self.spout.is_active or max_records <= 0:
             return []
-        plans: list[ReadPlan] = []
+        plans = [
+            ReadPlan(self._next_task(), sh.shard_id, None, retries=tuple(retries))
+            for sh, retries in self._rr.due_retries(max_records, now, skip=busy)
+        ]
         rotation = list(self._set.rotation)
-        left = max_records
-        for sh in rotation:
-            if sh.tracker is None or not sh.emitting or left <= 0 or sh.shard_id in busy:
-                continue
-            retries = sh.take_retries(now, left)
-            if retries:
-                plans.append(ReadPlan(self._next_task(), sh.shard_id, None, retries=tuple(retries)))
-                left -= len(retries)
-                self._rr.retried += len(retries)
-                self._metrics.increment("retries", len(retries), shard=sh.shard_id)
         planned = {p.shard_id for p in plans}
         free = [sh for sh in rotation if sh.shard_id not in busy and sh.shard_id not in planned]
         # Shards waiting at their tip join a micro-batch that runs anyway up to half their
