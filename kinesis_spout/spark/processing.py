@@ -46,13 +46,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
 from kinesis_spout.errors import ConfigError
+from kinesis_spout.records import Record
 from kinesis_spout.spark.arrow import DATA_COLUMNS, RECORD_STATUS_SCHEMA, ROW, format_error
 from kinesis_spout.spark.fastretry import FastRetry
+from tracker import SequenceKey
 
 if TYPE_CHECKING:
     from kinesis_spout.config import SpoutConfig
@@ -63,34 +65,17 @@ DataFrame: TypeAlias = Any
 """A ``pyspark.sql.DataFrame`` (pyspark's typing is loose; kept as Any)."""
 
 
-class InputRecord(NamedTuple):
-    """One record as the per-record function sees it on an executor.
-
-    Field names match :class:`kinesis_spout.records.Record`, so a function
-    can be unit-tested by passing a ``Record``.
-    """
-
-    stream_name: str
-    shard_id: str
-    sequence_number: str
-    sub_sequence_number: int
-    partition_key: str
-    data: bytes
-    approximate_arrival: datetime | None
-    attempt: int
-    """1 for the first delivery, 2 for the first retry, ..."""
-
-    @property
-    def message_id(self) -> str:
-        """``"<shardId>:<sequence>[:<sub>]"``, the id the spout acks."""
-        if self.sub_sequence_number:
-            return f"{self.shard_id}:{self.sequence_number}:{self.sub_sequence_number}"
-        return f"{self.shard_id}:{self.sequence_number}"
+InputRecord: TypeAlias = Record
+"""What a per-record function (and a fan-out's ``emit``) gets: the
+:class:`~kinesis_spout.records.Record` itself, in both read modes, so a function is
+unit-tested by passing a ``Record`` (or one from :func:`input_record`). Its ``attempt``
+is 1 for the first delivery, 2 for the first retry, ...; its ``message_id`` is the id
+the spout acks; ``millis_behind_latest`` is None in driver reads (not carried to Spark)."""
 
 
-RecordFunction: TypeAlias = Callable[[InputRecord], object]
+RecordFunction: TypeAlias = Callable[[Record], object]
 Transform: TypeAlias = Callable[[DataFrame], DataFrame]
-EmitFunction: TypeAlias = Callable[[InputRecord], "Iterable[Any] | None"]
+EmitFunction: TypeAlias = Callable[[Record], "Iterable[Any] | None"]
 FanOutSink: TypeAlias = Callable[[DataFrame], "DataFrame | None"]
 
 
@@ -222,12 +207,40 @@ def load_processor(spec: str, config: SpoutConfig | None = None) -> Processor:
 # --- executor side -------------------------------------------------------------
 
 
-def iter_records(batch: pa.RecordBatch) -> Iterator[tuple[int, InputRecord]]:
+def input_record(
+    stream_name: str,
+    shard_id: str,
+    sequence_number: str,
+    sub_sequence_number: int,
+    partition_key: str,
+    data: bytes,
+    approximate_arrival: datetime | None,
+    attempt: int = 1,
+) -> Record:
+    """A :class:`~kinesis_spout.records.Record` from the values of an input row, in the
+    order of :data:`~kinesis_spout.spark.arrow.DATA_COLUMNS` (the arguments
+    ``InputRecord(...)`` took when it was a class of its own); its key from the sequence
+    numbers."""
+    key = SequenceKey(int(sequence_number), sub_sequence_number)
+    return Record(
+        stream_name,
+        shard_id,
+        sequence_number,
+        sub_sequence_number,
+        partition_key,
+        data,
+        approximate_arrival,
+        key,
+        attempt,
+    )
+
+
+def iter_records(batch: pa.RecordBatch) -> Iterator[tuple[int, Record]]:
     """``(_row, record)`` for each row of an input batch (columns by name)."""
     cols = [batch.column(name).to_pylist() for name in DATA_COLUMNS]
     rows = batch.column(ROW).to_pylist()
-    for i, values in enumerate(zip(*cols, strict=True)):
-        yield rows[i], InputRecord._make(values)
+    for row, values in zip(rows, zip(*cols, strict=True), strict=True):
+        yield row, input_record(*values)
 
 
 def run_record_function(

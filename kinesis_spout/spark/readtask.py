@@ -35,7 +35,7 @@ from dataclasses import replace
 from kinesis_spout.records import Record
 from kinesis_spout.spark.arrow import format_error
 from kinesis_spout.spark.fastretry import FastRetry
-from kinesis_spout.spark.processing import InputRecord, RecordFunction
+from kinesis_spout.spark.processing import RecordFunction
 from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.shardread import Read, read_shards
 
@@ -47,19 +47,6 @@ def executor_id() -> str:
         return str(SparkEnv.get().executorId())  # pragma: no cover - JVM side only
     except Exception:
         return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def as_input(r: Record) -> InputRecord:
-    return InputRecord(
-        r.stream_name,
-        r.shard_id,
-        r.sequence_number,
-        r.sub_sequence_number,
-        r.partition_key,
-        r.data,
-        r.approximate_arrival,
-        r.attempt,
-    )
 
 
 class _Processing:
@@ -84,7 +71,7 @@ class _Processing:
             i = len(ok)
             seqs.append(r.sequence_number)
             subs.append(r.sub_sequence_number)
-            error, attempt = call(fn, as_input(r), format_error)
+            error, attempt = call(fn, r, format_error)
             if attempt > r.attempt:
                 res.retried += attempt - r.attempt
             if error is not None:
