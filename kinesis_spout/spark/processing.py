@@ -235,44 +235,73 @@ def input_record(
     )
 
 
+def batch_records(batch: pa.RecordBatch) -> Iterator[Record]:
+    """The records of an input batch, in row order (columns by name)."""
+    cols = [batch.column(name).to_pylist() for name in DATA_COLUMNS]
+    for values in zip(*cols, strict=True):
+        yield input_record(*values)
+
+
 def iter_records(batch: pa.RecordBatch) -> Iterator[tuple[int, Record]]:
     """``(_row, record)`` for each row of an input batch (columns by name)."""
-    cols = [batch.column(name).to_pylist() for name in DATA_COLUMNS]
-    rows = batch.column(ROW).to_pylist()
-    for row, values in zip(rows, zip(*cols, strict=True), strict=True):
-        yield row, input_record(*values)
+    yield from zip(batch.column(ROW).to_pylist(), batch_records(batch), strict=True)
+
+
+RecordReport: TypeAlias = Callable[[Record, "str | None", int], object]
+"""Where :func:`run_records` reports each record: ``(the record, None or its last
+error, its last delivery number)``."""
+
+
+def run_records(
+    fn: RecordFunction, records: Iterable[Record], fast: FastRetry, report: RecordReport
+) -> None:
+    """The per-record runner of both read modes: ``fn`` on each record in turn, with
+    fast retries (:meth:`FastRetry.call <.fastretry.FastRetry.call>`), each outcome
+    handed to ``report``, the caller's sink (status columns in a driver read,
+    :func:`run_record_function`; the task's ``ReadResult`` in an executor read,
+    :mod:`.readtask`).
+
+    ``Exception`` fails the record; ``BaseException`` (SystemExit, KeyboardInterrupt)
+    is left to fail the task. A hot loop in executor reads: keep it bare.
+    """
+    call = fast.call
+    for r in records:
+        error, attempt = call(fn, r, format_error)
+        report(r, error, attempt)
 
 
 def run_record_function(
     fn: RecordFunction, batches: Iterable[pa.RecordBatch], fast: FastRetry | None = None
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body of the per-record style: one status row per record,
-    with the record's last delivery number (fast retries, :mod:`.fastretry`).
-
-    ``Exception`` becomes a failed status; ``BaseException`` (SystemExit,
-    KeyboardInterrupt) is left to fail the task.
+    with the record's last delivery number (fast retries, :mod:`.fastretry`), from
+    :func:`run_records`.
     """
     policy = fast or FastRetry()
     for batch in batches:
-        rows: list[int] = []
-        oks: list[bool] = []
-        errors: list[str | None] = []
-        attempts: list[int] = []
-        for row, record in iter_records(batch):
-            rows.append(row)
-            error, attempt = policy.call(fn, record, format_error)
-            oks.append(error is None)
-            errors.append(error)
-            attempts.append(attempt)
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array(rows, pa.int64()),
-                pa.array(oks, pa.bool_()),
-                pa.array(errors, pa.string()),
-                pa.array(attempts, pa.int32()),
-            ],
-            schema=RECORD_STATUS_SCHEMA,
-        )
+        yield _record_statuses(fn, batch, policy)
+
+
+def _record_statuses(fn: RecordFunction, batch: pa.RecordBatch, fast: FastRetry) -> pa.RecordBatch:
+    """The status rows (:data:`~.arrow.RECORD_STATUS_SCHEMA`) of one input batch."""
+    errors: list[str | None] = []
+    attempts: list[int] = []
+    add_error, add_attempt = errors.append, attempts.append
+
+    def report(_: Record, error: str | None, attempt: int) -> None:
+        add_error(error)
+        add_attempt(attempt)
+
+    run_records(fn, batch_records(batch), fast, report)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(batch.column(ROW).to_pylist(), pa.int64()),
+            pa.array([e is None for e in errors], pa.bool_()),
+            pa.array(errors, pa.string()),
+            pa.array(attempts, pa.int32()),
+        ],
+        schema=RECORD_STATUS_SCHEMA,
+    )
 
 
 def record_function_mapper(

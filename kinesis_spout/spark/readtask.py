@@ -33,9 +33,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from kinesis_spout.records import Record
-from kinesis_spout.spark.arrow import format_error
 from kinesis_spout.spark.fastretry import FastRetry
-from kinesis_spout.spark.processing import RecordFunction
+from kinesis_spout.spark.processing import RecordFunction, run_records
 from kinesis_spout.spark.readplan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.shardread import Read, read_shards
 
@@ -65,23 +64,27 @@ class _Processing:
         self.fast = fast or FastRetry()
 
     def run(self, records: Iterable[Record]) -> None:
-        res, fn, keep, call = self.result, self.fn, self.keep, self.fast.call
-        seqs, subs, ok = res.seqs, res.subs, res.ok
-        for r in records:
-            i = len(ok)
-            seqs.append(r.sequence_number)
-            subs.append(r.sub_sequence_number)
-            error, attempt = call(fn, r, format_error)
+        """``fn`` on ``records`` (:func:`~.processing.run_records`), each outcome in the result."""
+        res, keep = self.result, self.keep
+        add_seq, add_sub, ok = res.seqs.append, res.subs.append, res.ok
+        errors, failed = res.errors, res.failed
+
+        def report(r: Record, error: str | None, attempt: int) -> None:
+            add_seq(r.sequence_number)
+            add_sub(r.sub_sequence_number)
             if attempt > r.attempt:
                 res.retried += attempt - r.attempt
-            if error is not None:
-                ok.append(0)
-                res.errors[i] = error
-                res.failed[i] = r if attempt == r.attempt else replace(r, attempt=attempt)
-            else:
+            if error is None:
                 ok.append(1)
                 if keep is not None:
                     keep.append(r)
+            else:
+                i = len(ok)
+                ok.append(0)
+                errors[i] = error
+                failed[i] = r if attempt == r.attempt else replace(r, attempt=attempt)
+
+        run_records(self.fn, records, self.fast, report)
 
 
 def run_plan(
