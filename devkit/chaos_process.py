@@ -45,7 +45,7 @@ class PoisonRecordError(KinesisSpoutError):
 
 
 class HasData(Protocol):
-    """What :func:`process` reads: an ``InputRecord`` or a ``Record``."""
+    """What :func:`process` reads of a record (a ``Record``, what per-record functions get)."""
 
     @property
     def data(self) -> bytes: ...

@@ -46,13 +46,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
 from kinesis_spout.errors import ConfigError
+from kinesis_spout.records import Record
 from kinesis_spout.spark.process.arrow import DATA_COLUMNS, RECORD_STATUS_SCHEMA, ROW, format_error
 from kinesis_spout.spark.process.fastretry import FastRetry
+from tracker import SequenceKey
 
 if TYPE_CHECKING:
     from kinesis_spout.config import SpoutConfig
@@ -63,34 +65,17 @@ DataFrame: TypeAlias = Any
 """A ``pyspark.sql.DataFrame`` (pyspark's typing is loose; kept as Any)."""
 
 
-class InputRecord(NamedTuple):
-    """One record as the per-record function sees it on an executor.
-
-    Field names match :class:`kinesis_spout.records.Record`, so a function
-    can be unit-tested by passing a ``Record``.
-    """
-
-    stream_name: str
-    shard_id: str
-    sequence_number: str
-    sub_sequence_number: int
-    partition_key: str
-    data: bytes
-    approximate_arrival: datetime | None
-    attempt: int
-    """1 for the first delivery, 2 for the first retry, ..."""
-
-    @property
-    def message_id(self) -> str:
-        """``"<shardId>:<sequence>[:<sub>]"``, the id the spout acks."""
-        if self.sub_sequence_number:
-            return f"{self.shard_id}:{self.sequence_number}:{self.sub_sequence_number}"
-        return f"{self.shard_id}:{self.sequence_number}"
+InputRecord: TypeAlias = Record
+"""What a per-record function (and a fan-out's ``emit``) gets: the
+:class:`~kinesis_spout.records.Record` itself, in both read modes, so a function is
+unit-tested by passing a ``Record`` (or one from :func:`input_record`). Its ``attempt``
+is 1 for the first delivery, 2 for the first retry, ...; its ``message_id`` is the id
+the spout acks; ``millis_behind_latest`` is None in driver reads (not carried to Spark)."""
 
 
-RecordFunction: TypeAlias = Callable[[InputRecord], object]
+RecordFunction: TypeAlias = Callable[[Record], object]
 Transform: TypeAlias = Callable[[DataFrame], DataFrame]
-EmitFunction: TypeAlias = Callable[[InputRecord], "Iterable[Any] | None"]
+EmitFunction: TypeAlias = Callable[[Record], "Iterable[Any] | None"]
 FanOutSink: TypeAlias = Callable[[DataFrame], "DataFrame | None"]
 
 
@@ -222,44 +207,101 @@ def load_processor(spec: str, config: SpoutConfig | None = None) -> Processor:
 # --- executor side -------------------------------------------------------------
 
 
-def iter_records(batch: pa.RecordBatch) -> Iterator[tuple[int, InputRecord]]:
-    """``(_row, record)`` for each row of an input batch (columns by name)."""
+def input_record(
+    stream_name: str,
+    shard_id: str,
+    sequence_number: str,
+    sub_sequence_number: int,
+    partition_key: str,
+    data: bytes,
+    approximate_arrival: datetime | None,
+    attempt: int = 1,
+) -> Record:
+    """A :class:`~kinesis_spout.records.Record` from the values of an input row, in the
+    order of :data:`~kinesis_spout.spark.process.arrow.DATA_COLUMNS` (the arguments
+    ``InputRecord(...)`` took when it was a class of its own); its key from the sequence
+    numbers."""
+    key = SequenceKey(int(sequence_number), sub_sequence_number)
+    return Record(
+        stream_name,
+        shard_id,
+        sequence_number,
+        sub_sequence_number,
+        partition_key,
+        data,
+        approximate_arrival,
+        key,
+        attempt,
+    )
+
+
+def batch_records(batch: pa.RecordBatch) -> Iterator[Record]:
+    """The records of an input batch, in row order (columns by name)."""
     cols = [batch.column(name).to_pylist() for name in DATA_COLUMNS]
-    rows = batch.column(ROW).to_pylist()
-    for i, values in enumerate(zip(*cols, strict=True)):
-        yield rows[i], InputRecord._make(values)
+    for values in zip(*cols, strict=True):
+        yield input_record(*values)
+
+
+def iter_records(batch: pa.RecordBatch) -> Iterator[tuple[int, Record]]:
+    """``(_row, record)`` for each row of an input batch (columns by name)."""
+    yield from zip(batch.column(ROW).to_pylist(), batch_records(batch), strict=True)
+
+
+RecordReport: TypeAlias = Callable[[Record, "str | None", int], object]
+"""Where :func:`run_records` reports each record: ``(the record, None or its last
+error, its last delivery number)``."""
+
+
+def run_records(
+    fn: RecordFunction, records: Iterable[Record], fast: FastRetry, report: RecordReport
+) -> None:
+    """The per-record runner of both read modes: ``fn`` on each record in turn, with
+    fast retries (:meth:`FastRetry.call <.fastretry.FastRetry.call>`), each outcome
+    handed to ``report``, the caller's sink (status columns in a driver read,
+    :func:`run_record_function`; the task's ``ReadResult`` in an executor read,
+    :mod:`.readtask`).
+
+    ``Exception`` fails the record; ``BaseException`` (SystemExit, KeyboardInterrupt)
+    is left to fail the task. A hot loop in executor reads: keep it bare.
+    """
+    call = fast.call
+    for r in records:
+        error, attempt = call(fn, r, format_error)
+        report(r, error, attempt)
 
 
 def run_record_function(
     fn: RecordFunction, batches: Iterable[pa.RecordBatch], fast: FastRetry | None = None
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body of the per-record style: one status row per record,
-    with the record's last delivery number (fast retries, :mod:`.process.fastretry`).
-
-    ``Exception`` becomes a failed status; ``BaseException`` (SystemExit,
-    KeyboardInterrupt) is left to fail the task.
+    with the record's last delivery number (fast retries, :mod:`.process.fastretry`), from
+    :func:`run_records`.
     """
     policy = fast or FastRetry()
     for batch in batches:
-        rows: list[int] = []
-        oks: list[bool] = []
-        errors: list[str | None] = []
-        attempts: list[int] = []
-        for row, record in iter_records(batch):
-            rows.append(row)
-            error, attempt = policy.call(fn, record, format_error)
-            oks.append(error is None)
-            errors.append(error)
-            attempts.append(attempt)
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array(rows, pa.int64()),
-                pa.array(oks, pa.bool_()),
-                pa.array(errors, pa.string()),
-                pa.array(attempts, pa.int32()),
-            ],
-            schema=RECORD_STATUS_SCHEMA,
-        )
+        yield _record_statuses(fn, batch, policy)
+
+
+def _record_statuses(fn: RecordFunction, batch: pa.RecordBatch, fast: FastRetry) -> pa.RecordBatch:
+    """The status rows (:data:`~.arrow.RECORD_STATUS_SCHEMA`) of one input batch."""
+    errors: list[str | None] = []
+    attempts: list[int] = []
+    add_error, add_attempt = errors.append, attempts.append
+
+    def report(_: Record, error: str | None, attempt: int) -> None:
+        add_error(error)
+        add_attempt(attempt)
+
+    run_records(fn, batch_records(batch), fast, report)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(batch.column(ROW).to_pylist(), pa.int64()),
+            pa.array([e is None for e in errors], pa.bool_()),
+            pa.array(errors, pa.string()),
+            pa.array(attempts, pa.int32()),
+        ],
+        schema=RECORD_STATUS_SCHEMA,
+    )
 
 
 def record_function_mapper(

@@ -27,7 +27,7 @@ from kinesis_spout.deadletter import (
 )
 from kinesis_spout.records import Record
 from kinesis_spout.spark.process.fastretry import FastRetry
-from kinesis_spout.spark.processing import InputRecord
+from kinesis_spout.spark.processing import InputRecord, input_record
 from tracker import (
     Backoff,
     ExponentialBackoff,
@@ -83,7 +83,7 @@ def test_give_up_gives_up_on_the_first_failure() -> None:
 
 def rec(attempt: int = 1, age: float | None = None, data: bytes = b"x") -> InputRecord:
     arrival = None if age is None else datetime.now(UTC) - timedelta(seconds=age)
-    return InputRecord("s", "shardId-0", "5", 0, "pk", data, arrival, attempt)
+    return input_record("s", "shardId-0", "5", 0, "pk", data, arrival, attempt)
 
 
 class Flaky:

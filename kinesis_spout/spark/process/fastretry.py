@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.core.retrypolicy import RetryPolicy
 
@@ -28,22 +28,6 @@ if TYPE_CHECKING:
     from kinesis_spout.config import SpoutConfig
     from kinesis_spout.metrics import MetricsCollector
     from kinesis_spout.records import Record
-
-
-class Delivery(Protocol):
-    """What a retry needs of a record: its delivery number and arrival, and a copy with
-    another delivery number (:class:`~kinesis_spout.spark.processing.InputRecord` is one)."""
-
-    @property
-    def attempt(self) -> int: ...
-
-    @property
-    def approximate_arrival(self) -> datetime | None: ...
-
-    def _replace(self, *, attempt: int) -> Self: ...
-
-
-D = TypeVar("D", bound=Delivery)
 
 
 def count_fast_retries(
@@ -85,8 +69,8 @@ class FastRetry:
 
     def call(
         self,
-        fn: Callable[[D], Any],
-        record: D,
+        fn: Callable[[Record], Any],
+        record: Record,
         format_error: Callable[[BaseException], str],
         sleep: Callable[[float], None] = time.sleep,
     ) -> tuple[str | None, int]:
@@ -109,7 +93,7 @@ class FastRetry:
             if wait > 0:
                 sleep(wait)
             attempt += 1
-            record = record._replace(attempt=attempt)
+            record = replace(record, attempt=attempt)
 
     def may_retry(self, attempt: int, arrival: datetime | None) -> bool:
         """May a record that failed delivery ``attempt`` be retried at once?"""

@@ -28,7 +28,7 @@ from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.processing import RecordFunction
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.shards import Read, read_shards
-from kinesis_spout.spark.read.task import as_input, executor_id, write_rows
+from kinesis_spout.spark.read.task import executor_id, write_rows
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def _process_stage(
                 yield item
                 continue
             _, task, i, r = item
-            error, attempt = settings.fast.call(fn, as_input(r), format_error)
+            error, attempt = settings.fast.call(fn, r, format_error)
             if error is not None:
                 last = r if attempt == r.attempt else replace(r, attempt=attempt)
                 yield ("s", task, i, r.sequence_number, r.sub_sequence_number, error, last)

@@ -33,9 +33,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 from kinesis_spout.records import Record
-from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.process.fastretry import FastRetry
-from kinesis_spout.spark.processing import InputRecord, RecordFunction
+from kinesis_spout.spark.processing import RecordFunction, run_records
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.shards import Read, read_shards
 
@@ -47,19 +46,6 @@ def executor_id() -> str:
         return str(SparkEnv.get().executorId())  # pragma: no cover - JVM side only
     except Exception:
         return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def as_input(r: Record) -> InputRecord:
-    return InputRecord(
-        r.stream_name,
-        r.shard_id,
-        r.sequence_number,
-        r.sub_sequence_number,
-        r.partition_key,
-        r.data,
-        r.approximate_arrival,
-        r.attempt,
-    )
 
 
 class _Processing:
@@ -78,23 +64,27 @@ class _Processing:
         self.fast = fast or FastRetry()
 
     def run(self, records: Iterable[Record]) -> None:
-        res, fn, keep, call = self.result, self.fn, self.keep, self.fast.call
-        seqs, subs, ok = res.seqs, res.subs, res.ok
-        for r in records:
-            i = len(ok)
-            seqs.append(r.sequence_number)
-            subs.append(r.sub_sequence_number)
-            error, attempt = call(fn, as_input(r), format_error)
+        """``fn`` on ``records`` (:func:`~.processing.run_records`), each outcome in the result."""
+        res, keep = self.result, self.keep
+        add_seq, add_sub, ok = res.seqs.append, res.subs.append, res.ok
+        errors, failed = res.errors, res.failed
+
+        def report(r: Record, error: str | None, attempt: int) -> None:
+            add_seq(r.sequence_number)
+            add_sub(r.sub_sequence_number)
             if attempt > r.attempt:
                 res.retried += attempt - r.attempt
-            if error is not None:
-                ok.append(0)
-                res.errors[i] = error
-                res.failed[i] = r if attempt == r.attempt else replace(r, attempt=attempt)
-            else:
+            if error is None:
                 ok.append(1)
                 if keep is not None:
                     keep.append(r)
+            else:
+                i = len(ok)
+                ok.append(0)
+                errors[i] = error
+                failed[i] = r if attempt == r.attempt else replace(r, attempt=attempt)
+
+        run_records(self.fn, records, self.fast, report)
 
 
 def run_plan(
