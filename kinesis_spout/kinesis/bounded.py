@@ -160,12 +160,11 @@ class BoundedRead:
         took = self.take(batch)
         self.remaining -= took
         end.taken += took
-        end.behind = batch.millis_behind_latest
         if took < len(batch.records):
             end.cut = self.done = True
             return
-        if batch.ended or getter.ended:
-            end.ended = self.done = True
+        if getter.ended:  # its last page was taken whole
+            self.done = True
             return
         if self.remaining <= 0 or self._too_many(batch):
             self.done = True
@@ -207,7 +206,7 @@ class BoundedRead:
             # yet within it: a slow start, which says nothing about the shard.)
             end.caught_up = True
         end.position = getter.position
-        end.ended = end.ended or (getter.ended and not end.cut)
+        end.ended = getter.ended and not end.cut
         end.behind = getter.millis_behind_latest
         end.calls = getter.calls
         return end
@@ -265,9 +264,15 @@ def read_together(reads: list[BoundedRead], deadline: float, threads: int) -> li
     order and one at a time. Past the deadline nothing more is asked, and the calls
     in flight are waited for."""
     waiting = [r for r in reads if not r.done]  # not done, no call in flight
+    if waiting:
+        _interleave(waiting, deadline, max(1, min(threads, len(waiting))))
+    return [r.finish() for r in reads]
+
+
+def _interleave(waiting: list[BoundedRead], deadline: float, threads: int) -> None:
+    """:func:`read_together`'s loop over the reads not done yet."""
     flying: dict[Future[ShardBatch], BoundedRead] = {}
     turn = 0
-    threads = max(1, min(threads, len(waiting)))
     with ThreadPoolExecutor(threads, thread_name_prefix="kinesis-spout-poll") as pool:
         while flying or waiting:
             now = time.monotonic()
@@ -296,4 +301,3 @@ def read_together(reads: list[BoundedRead], deadline: float, threads: int) -> li
                 r.accept(f.result())
                 if not r.done:
                     waiting.append(r)
-    return [r.finish() for r in reads]

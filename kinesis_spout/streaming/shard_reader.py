@@ -136,30 +136,31 @@ def first_read(
     availableNow ``cutoff`` (records that arrived later are left out and the read
     stops there), within ``seconds``; the records it took and where it stopped."""
     kept: list[Record] = []
-    cut = _Cut()
+    inside = False  # the cutoff fell inside a KPL aggregate
 
     def take(batch: ShardBatch) -> int:
+        nonlocal inside
         recs = batch.records
         n = _before(recs, cutoff)
-        if n < len(recs):
-            cut.at_cutoff = True
-            cut.partial = n > 0 and recs[n].sequence_number == recs[n - 1].sequence_number
-        kept.extend(recs[:n] if n < len(recs) else recs)
+        if n < len(recs):  # the cutoff: the read ends here (end.cut)
+            inside = n > 0 and recs[n].sequence_number == recs[n - 1].sequence_number
+            recs = recs[:n]
+        kept.extend(recs)
         return n
 
     end = read_until(getter, quota, seconds, take, **bounds)
     assert end.position is not None
-    partial = cut.partial if cut.at_cutoff else not end.position.after_whole
+    partial = inside if end.cut else not end.position.after_whole
     last = kept[-1] if kept else None
     position = _position(after, last, len(kept), partial and last is not None, end.ended)
     error = end.errors[-1] if end.stopped_by_error or (end.errors and not end.events) else None
-    stopped_there = cut.at_cutoff or end.ended or end.stopped_by_error
+    stopped_there = end.cut or end.ended or end.stopped_by_error
     ahead = ReadAhead(
         getter.shard_id,
         position,
-        cut.at_cutoff or end.caught_up,
+        end.cut or end.caught_up,
         None if stopped_there else end.position.iterator,
-        error if isinstance(error, KinesisSpoutError) else None,
+        error,
         end.children if end.ended else (),
     )
     return kept, ahead
@@ -172,16 +173,6 @@ def _before(records: list[Record], cutoff: datetime | None) -> int:
             if r.approximate_arrival is not None and r.approximate_arrival > cutoff:
                 return i
     return len(records)
-
-
-class _Cut:
-    """How the records a first read took were cut by the cutoff."""
-
-    __slots__ = ("at_cutoff", "partial")
-
-    def __init__(self) -> None:
-        self.at_cutoff = False
-        self.partial = False
 
 
 def _position(
