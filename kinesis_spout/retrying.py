@@ -44,17 +44,6 @@ def is_retriable(exc: Exception) -> bool:
     return isinstance(exc, KinesisSpoutError) and exc.retriable
 
 
-def retriable_except(*kinds: type[Exception]) -> Callable[[Exception], bool]:
-    """:func:`is_retriable`, except for errors of ``kinds`` (e.g. an
-    :class:`~kinesis_spout.errors.ExpiredIteratorError`, which its caller handles by
-    opening a new iterator rather than by calling again)."""
-
-    def test(exc: Exception) -> bool:
-        return is_retriable(exc) and not isinstance(exc, kinds)
-
-    return test
-
-
 def never(exc: Exception) -> bool:
     """A ``retriable`` test that retries no error (only ``again`` asks for a retry)."""
     return False
