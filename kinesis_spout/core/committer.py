@@ -80,7 +80,7 @@ class Committer:
         if not self._write(part, lambda store: store.save(cp), "checkpoint"):
             return False
         part.saved = key
-        part.trim_window(key)
+        part.window.trim(key)
         self.last_save = now
         self.writes += 1
         self.metrics.increment("checkpoint_writes", shard=part.shard_id)

@@ -8,8 +8,8 @@ does no I/O of its own (the dead-letter sink is passed in). Its lifecycle is
     OPEN -> DRAINING      its last page was read (the shard is closed)
     DRAINING -> ENDED     every record of it is done and the end is saved
 
-*Window*: the keys handed out for the first time after the last *saved*
-checkpoint, done or not. A crash now would replay exactly those, so a shard
+*Window* (:class:`ReplayWindow`): the keys handed out for the first time after the
+last *saved* checkpoint, done or not. A crash now would replay exactly those, so a shard
 whose window holds ``max_in_flight`` keys is not fetched, with one exception
 (:meth:`ShardPartition.room`): a checkpoint on the first user record of a
 multi-record KPL aggregate cannot be saved (a resume from ``(seq, 0)`` would
@@ -27,12 +27,100 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from collections import deque
 from collections.abc import Iterable
 
 from kinesis_spout.deadletter import DeadLetter, DeadLetterSink
 from kinesis_spout.kinesis.buffered import BufferedShardGetter
 from kinesis_spout.records import Checkpoint, Record, ShardState
 from tracker import InflightRecordTracker, SequenceKey
+
+
+class _Run:
+    """Records read one after another: ``count`` of them up to ``last``; ``keys`` holds
+    their keys (from index ``head`` on) when the reader knew them."""
+
+    __slots__ = ("count", "head", "keys", "last")
+
+    def __init__(self, last: SequenceKey, count: int, keys: list[SequenceKey] | None) -> None:
+        self.last = last
+        self.count = count
+        self.keys = keys
+        self.head = 0
+
+
+class ReplayWindow:
+    """The records a shard handed out for the first time since its saved checkpoint.
+
+    One window for both ways of reading: the local loop adds the keys it hands out
+    (:meth:`add_keys`, exact), the Spark driver adds what a read task read as one run,
+    its last key and its count (:meth:`add_run`: it never sees the keys in between).
+    A save forgets what it covers (:meth:`trim`); a run the save cuts stays whole
+    unless its keys are known, so the window never counts less than a crash would
+    replay.
+    """
+
+    __slots__ = ("_runs", "size")
+
+    def __init__(self) -> None:
+        self._runs: deque[_Run] = deque()
+        self.size = 0
+        """Records in the window."""
+
+    def add_keys(self, keys: list[SequenceKey]) -> None:
+        """Keys handed out, in key order (they join the last run when it has keys)."""
+        if not keys:
+            return
+        runs = self._runs
+        tail = runs[-1] if runs else None
+        if tail is not None and tail.keys is not None:
+            tail.keys.extend(keys)
+            tail.last = keys[-1]
+            tail.count += len(keys)
+        else:
+            runs.append(_Run(keys[-1], len(keys), list(keys)))
+        self.size += len(keys)
+
+    def add_run(self, last: SequenceKey, count: int) -> None:
+        """``count`` records read up to ``last`` (keys unknown)."""
+        if count > 0:
+            self._runs.append(_Run(last, count, None))
+            self.size += count
+
+    @property
+    def last(self) -> SequenceKey | None:
+        """The last key handed out (None: the window is empty)."""
+        return self._runs[-1].last if self.size else None
+
+    def trim(self, saved: SequenceKey) -> None:
+        """Forget what the newly saved checkpoint ``saved`` covers."""
+        runs = self._runs
+        while runs and runs[0].last <= saved:
+            self.size -= runs.popleft().count
+        run = runs[0] if runs else None
+        if run is None or run.keys is None:
+            return
+        keys = run.keys
+        head = bisect.bisect_right(keys, saved, run.head)
+        run.count -= head - run.head
+        self.size -= head - run.head
+        if head > 4096 and head * 2 > len(keys):
+            del keys[:head]
+            head = 0
+        run.head = head
+
+    def covered(self, checkpoint: SequenceKey) -> int:
+        """Records of the window at or below ``checkpoint`` (a cut run without keys: none
+        of it)."""
+        n = 0
+        for run in self._runs:
+            if run.last <= checkpoint:
+                n += run.count
+                continue
+            if run.keys is not None:
+                n += bisect.bisect_right(run.keys, checkpoint, run.head) - run.head
+            break
+        return n
 
 
 class ShardPartition:
@@ -48,8 +136,7 @@ class ShardPartition:
         "dead_pending",
         "aggregates",
         "stored",
-        "unsaved",
-        "unsaved_head",
+        "window",
         "skip_tail",
         "releasing",
     )
@@ -71,37 +158,17 @@ class ShardPartition:
         self.aggregates: dict[int, None] = {}
         """Sequence numbers of multi-record KPL aggregates not yet passed by a save."""
         self.stored = stored
-        # Keys handed out for the first time after the saved checkpoint, in emit (= key)
-        # order, from index ``unsaved_head`` on: what a crash now would replay.
-        self.unsaved: list[SequenceKey] = []
-        self.unsaved_head = 0
+        self.window = ReplayWindow()
+        """What a crash now would replay (see the module docstring)."""
 
     # --- the replay window ------------------------------------------------------------
-    @property
-    def window(self) -> int:
-        """Records handed out after the saved checkpoint (done or not)."""
-        return len(self.unsaved) - self.unsaved_head
-
-    def trim_window(self, saved: SequenceKey) -> None:
-        """Forget the keys covered by the newly saved checkpoint ``saved``."""
-        unsaved = self.unsaved
-        head = bisect.bisect_right(unsaved, saved, self.unsaved_head)
-        if head > 4096 and head * 2 > len(unsaved):
-            del unsaved[:head]
-            head = 0
-        self.unsaved_head = head
-
     def room(self, max_in_flight: int) -> int:
-        """Records the shard may hand out for the first time now (see the module docstring)."""
-        last = self.unsaved[-1] if self.window else None
-        return self.room_in(max_in_flight, self.window, last)
-
-    def room_in(self, max_in_flight: int, window: int, last_read: SequenceKey | None) -> int:
-        """The room of a replay window of ``window`` records read up to ``last_read``: its
-        free part, or 1 while the checkpoint waits on the next record of the aggregate
-        ``last_read`` is the head of (executor reads keep their window by runs)."""
-        room = max_in_flight - window
-        if room <= 0 and self.held_in_aggregate(last_read):
+        """Records the shard may hand out for the first time now: the window's free
+        part, or 1 while the checkpoint waits on the next record of an aggregate (see
+        the module docstring)."""
+        window = self.window
+        room = max_in_flight - window.size
+        if room <= 0 and self.held_in_aggregate(window.last):
             return 1
         return room
 
@@ -125,7 +192,7 @@ class ShardPartition:
         cp = tracker.checkpoint if tracker is not None else None
         if cp is None or (self.saved is not None and cp <= self.saved):
             return 0
-        return bisect.bisect_right(self.unsaved, cp, self.unsaved_head) - self.unsaved_head
+        return self.window.covered(cp)
 
     @property
     def emitting(self) -> bool:
@@ -156,10 +223,7 @@ class ShardPartition:
         """Track first deliveries (they join the window)."""
         assert self.tracker is not None
         emitted = self.tracker.emitted
-        window = self.unsaved
-        for r in records:
-            if emitted(r.key, r, now):
-                window.append(r.key)
+        self.window.add_keys([r.key for r in records if emitted(r.key, r, now)])
 
     def take_retries(self, now: float, limit: int) -> list[Record]:
         """Up to ``limit`` due retries, tracked as delivered (their ``attempt`` set)."""
@@ -188,7 +252,7 @@ class ShardPartition:
         tracker = self.tracker
         if key is not None and tracker is not None and tracker.emitted(key, None, now):
             tracker.ack(key)
-            self.unsaved.append(key)
+            self.window.add_keys([key])
 
     # --- dead letters -------------------------------------------------------------------
     def queue_dead_letter(self, letter: DeadLetter) -> bool:

@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 from kinesis_spout.checkpoint.base import MemoryCheckpointStore
 from kinesis_spout.config import InitialPosition, SpoutConfig
 from kinesis_spout.core.committer import Committer
-from kinesis_spout.core.partition import ShardPartition
+from kinesis_spout.core.partition import ReplayWindow, ShardPartition
 from kinesis_spout.kinesis.getter import GetterPosition
 from kinesis_spout.metrics import InMemoryMetrics
 from kinesis_spout.records import Record
 from kinesis_spout.spark.isolation import BatchFailedError
 from kinesis_spout.spark.read.jobs import ReadIsolation, ReadJobs, _halves, _rest
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.read.planner import ReadWindow, sparse_marks
+from kinesis_spout.spark.read.planner import sparse_marks
 from kinesis_spout.spark.read.shuffle import LOST, assemble
 from tracker import InflightRecordTracker, SequenceKey
 
@@ -83,14 +83,26 @@ def test_sparse_marks_track_failures_their_neighbours_and_the_end() -> None:
 
 
 def test_a_read_window_forgets_only_the_runs_a_save_covers() -> None:
-    w = ReadWindow()
-    w.add(SequenceKey(10, 0), 10)
-    w.add(SequenceKey(20, 0), 10)
+    w = ReplayWindow()
+    w.add_run(SequenceKey(10, 0), 10)
+    w.add_run(SequenceKey(20, 0), 10)
     w.trim(SequenceKey(15, 0))  # cuts the second run: it stays whole
-    assert w.size == 10
-    w.trim(None)
-    assert w.size == 10
+    assert w.size == 10 and w.last == SequenceKey(20, 0)
+    assert w.covered(SequenceKey(19, 0)) == 0 and w.covered(SequenceKey(20, 0)) == 10
     w.trim(SequenceKey(20, 0))
+    assert w.size == 0 and w.last is None
+
+
+def test_a_window_with_keys_forgets_exactly_what_a_save_covers() -> None:
+    w = ReplayWindow()
+    w.add_run(SequenceKey(3, 0), 3)
+    w.add_keys([SequenceKey(5, 0), SequenceKey(5, 1)])
+    w.add_keys([SequenceKey(7, 0)])  # joins the run with keys
+    assert w.size == 6 and w.last == SequenceKey(7, 0)
+    assert w.covered(SequenceKey(5, 0)) == 4
+    w.trim(SequenceKey(5, 0))  # the run without keys goes whole, one key of the next
+    assert w.size == 2 and w.covered(SequenceKey(7, 0)) == 2
+    w.trim(SequenceKey(9, 0))
     assert w.size == 0
 
 
@@ -168,15 +180,10 @@ def test_a_window_cut_inside_an_aggregate_reads_on_and_keeps_its_bound(
     part = ShardPartition("shard", None)
     part.tracker = InflightRecordTracker(3)
     committer = _committer()
-    runs = ReadWindow()
     read = 0
     waiting: list[SequenceKey] = []
     for step in range(4 * len(keys) + 4):
-        if by_runs:
-            runs.trim(part.saved)
-            room, size = part.room_in(max_in_flight, runs.size, runs.last), runs.size
-        else:
-            room, size = part.room(max_in_flight), part.window
+        room, size = part.room(max_in_flight), part.window.size
         assert size <= max_in_flight or (size == max_in_flight + 1 and room <= 0)
         taken = keys[read : read + max(room, 0)]
         read += len(taken)
@@ -186,7 +193,7 @@ def test_a_window_cut_inside_an_aggregate_reads_on_and_keeps_its_bound(
         if by_runs and taken:
             for k in taken:
                 part.tracker.emitted(k, None, 0.0)
-            runs.add(taken[-1], len(taken))
+            part.window.add_run(taken[-1], len(taken))
         elif taken:
             part.emit([_key_rec(k) for k in taken], 0.0)
         for k in waiting:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import deque
 from collections.abc import Collection, Iterable
 from typing import Any
 
@@ -45,7 +44,6 @@ from kinesis_spout.records import ShardBatch, ShardState
 from kinesis_spout.spark.read.alone import read_alone
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 from kinesis_spout.spout import KinesisSpout
-from tracker import SequenceKey
 
 log = logging.getLogger(__name__)
 
@@ -79,31 +77,6 @@ def count_task_figures(metrics: MetricsCollector, shard_id: str, res: ReadResult
         metrics.increment("kinesis_errors", res.transient, shard=shard_id)
 
 
-class ReadWindow:
-    """Records read from a shard since its saved checkpoint, as (last key, count) runs."""
-
-    __slots__ = ("runs", "size")
-
-    def __init__(self) -> None:
-        self.runs: deque[tuple[SequenceKey, int]] = deque()
-        self.size = 0
-
-    def add(self, last: SequenceKey, count: int) -> None:
-        self.runs.append((last, count))
-        self.size += count
-
-    @property
-    def last(self) -> SequenceKey | None:
-        """The last key read."""
-        return self.runs[-1][0] if self.runs else None
-
-    def trim(self, saved: SequenceKey | None) -> None:
-        """Forget the runs the saved checkpoint covers (a run it cuts stays whole)."""
-        runs = self.runs
-        while runs and saved is not None and runs[0][0] <= saved:
-            self.size -= runs.popleft()[1]
-
-
 def executor_read_spout(config: SpoutConfig, **kwargs: Any) -> KinesisSpout:
     """The spout whose shards Spark tasks read: it keeps positions, trackers and
     checkpoints, and does not subscribe itself (``consumer = "efo"``: the tasks do).
@@ -125,7 +98,6 @@ class ExecutorReadPlanner:
         self._rr = spout.rotation
         self._metrics = spout.metrics
         self._clock = spout.clock
-        self._windows: dict[str, ReadWindow] = {}
         self._early: dict[str, float] = {}
         """Per shard waiting at its tip: how early it may join a micro-batch."""
         self._tasks = 0
@@ -191,20 +163,11 @@ class ExecutorReadPlanner:
             and reader.getter.due(now + (self._early.get(sh.shard_id, 0.0) if early else 0.0))
         )
 
-    def _window(self, shard_id: str) -> ReadWindow:
-        w = self._windows.get(shard_id)
-        if w is None:
-            w = self._windows[shard_id] = ReadWindow()
-        return w
-
     def _room(self, sh: ShardPartition, now: float) -> int:
         """Records the shard may read now (its window saved early when half full)."""
-        w = self._window(sh.shard_id)
-        w.trim(sh.saved)
-        if w.size >= self.spout.early_save_at:
+        if sh.window.size >= self.spout.early_save_at:
             self.spout.save(sh, now)
-            w.trim(sh.saved)
-        return sh.room_in(self.config.max_in_flight, w.size, w.last)
+        return sh.room(self.config.max_in_flight)
 
     def wake_in(self, busy: Collection[str] = ()) -> float:
         """Seconds until a plan may have a task (0: plan now); the shards ``busy`` (in a
@@ -285,7 +248,7 @@ class ExecutorReadPlanner:
                 if emitted(key, None, now):
                     tracker.ack(key)
         if n:
-            self._window(sh.shard_id).add(res.key(n - 1), n)
+            sh.window.add_run(res.key(n - 1), n)
             self._rr.read += n
             self._metrics.increment("records_read", n, shard=sh.shard_id)
         acked = n - len(fails)
