@@ -154,7 +154,7 @@ class KinesisSpout:
             self._metrics,
             max_in_flight=config.max_in_flight,
             message_timeout=config.message_timeout,
-            make_room=self._make_room,
+            make_room=self.make_room,
             early_save_at=self.early_save_at,
         )
         """The round robin over the shards, and its counters."""
@@ -337,11 +337,12 @@ class KinesisSpout:
             self.acks.flush_dead(sh)
         return self._committer.save(sh, now)
 
-    def _make_room(self, sh: ShardPartition, now: float) -> int:
-        """``sh`` handed out ``max_in_flight`` records since its saved checkpoint:
-        save early if that frees at least half the window (so a crash never
-        replays more than ``max_in_flight`` records of a shard, and an early
-        save costs one write per half window, never one per record)."""
+    def make_room(self, sh: ShardPartition, now: float) -> int:
+        """Records ``sh`` may hand out now, after an early save if that frees at least
+        half its replay window (so a crash never replays more than ``max_in_flight``
+        records of a shard, and an early save costs one write per half window, never
+        one per record). The loop asks when a shard is out of room; the Spark driver
+        before each plan, so a micro-batch ahead finds the window saved."""
         if sh.savable() >= self.early_save_at:
             self.save(sh, now)
         return sh.room(self.config.max_in_flight)

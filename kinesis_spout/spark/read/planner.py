@@ -15,7 +15,8 @@ Per micro-batch :meth:`plan` makes (the loop groups them into Spark tasks)
   else after the last key read, else its initial position) and a record limit
   in user records: the smaller of ``batch_size`` and the room in the shard's replay window
   (``max_in_flight`` records read since its saved checkpoint; a window half
-  full saves early, as in driver mode; one more while the checkpoint waits on
+  savable saves early (:meth:`~kinesis_spout.spout.KinesisSpout.make_room`, as the
+  local loop does); one more while the checkpoint waits on
   the next record of a KPL aggregate, see
   :meth:`~kinesis_spout.core.partition.ShardPartition.room`). A draining, released, fenced or
   ended shard gets no read task; a caught-up shard waits ``empty_shard_backoff``.
@@ -129,7 +130,7 @@ class ExecutorReadPlanner:
         early = bool(plans) or any(self._readable(sh, now) for sh in free)
         for sh in free:
             if self._readable(sh, now, early):
-                limit = min(max_records, self._room(sh, now))
+                limit = min(max_records, self.spout.make_room(sh, now))
                 if limit > 0:
                     assert sh.reader is not None
                     position = sh.reader.getter.position
@@ -162,12 +163,6 @@ class ExecutorReadPlanner:
             and not sh.releasing
             and reader.getter.due(now + (self._early.get(sh.shard_id, 0.0) if early else 0.0))
         )
-
-    def _room(self, sh: ShardPartition, now: float) -> int:
-        """Records the shard may read now (its window saved early when half full)."""
-        if sh.window.size >= self.spout.early_save_at:
-            self.spout.save(sh, now)
-        return sh.room(self.config.max_in_flight)
 
     def wake_in(self, busy: Collection[str] = ()) -> float:
         """Seconds until a plan may have a task (0: plan now); the shards ``busy`` (in a
