@@ -20,6 +20,7 @@ from kinesis_spout.kinesis.getter import GetterPosition
 from kinesis_spout.metrics import InMemoryMetrics
 from kinesis_spout.records import Record
 from kinesis_spout.spark.isolation import BatchFailedError
+from kinesis_spout.spark.read.frames import RowSpace
 from kinesis_spout.spark.read.jobs import ReadIsolation, ReadJobs, _halves, _rest
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.planner import sparse_marks
@@ -111,6 +112,27 @@ def _rec(seq: int) -> Record:
 
 
 POS = GetterPosition(None, SequenceKey(1, 0), True, InitialPosition.TRIM_HORIZON, None)
+
+
+def test_a_row_space_numbers_plans_by_their_limits_then_renumbers_the_rows_read() -> None:
+    import pyarrow as pa
+
+    pos = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
+    retry = ReadPlan(7, "b", None, retries=(_rec(1), _rec(2)))
+    plans = [ReadPlan(5, "a", pos, limit=10), retry, ReadPlan(9, "c", pos, limit=4)]
+    space = RowSpace(plans)
+    assert space.bases == {5: 0, 7: 10, 9: 12}
+    results = [ReadResult(9, "c", ok=bytearray(3)), ReadResult(5, "a", ok=bytearray(2))]
+    results.append(ReadResult(7, "b", ok=bytearray(2)))
+    # Plan 5 read 2 of 10, the retries 2, plan 9 read 3 of 4 (results in any order).
+    table = pa.table({"_row": pa.array([12, 1, None, 11, 14, 0, 10, 13], pa.int64())})
+    dense, n = space.dense(table, results)
+    assert n == 7
+    assert dense.column("_row").to_pylist() == [4, 1, None, 3, 6, 0, 2, 5]
+    ordered, firsts = space.order(results)
+    assert [r.task for r in ordered] == [5, 7, 9] and firsts == {5: 0, 7: 2, 9: 4}
+    with pytest.raises(ValueError, match="row 2, which no read produced"):
+        space.dense(pa.table({"_row": pa.array([2], pa.int64())}), results)
 
 
 def test_assemble_drops_a_read_whose_statuses_came_from_mixed_attempts() -> None:

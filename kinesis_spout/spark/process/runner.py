@@ -17,6 +17,7 @@ only if the whole (sub-)batch ran, so a Spark failure leaves no half state.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -73,6 +74,22 @@ class BatchOutcome:
     """Fan-out: the executor's ack-val per row (index = row - start)."""
     sinks: list[SinkStatuses] = field(default_factory=list)
     """Fan-out: each sink's statuses of the derived records."""
+
+
+Collect = Callable[[Any], tuple[pa.Table, int, int]]
+"""Brings a statuses DataFrame to the driver: its Arrow table and the rows
+``start, stop`` it numbers (see :meth:`SparkRunner.run_frame`)."""
+
+
+class _Rows:
+    """The plain :data:`Collect`: ``toArrow``, rows known beforehand."""
+
+    def __init__(self, start: int, stop: int) -> None:
+        self.start = start
+        self.stop = stop
+
+    def __call__(self, frame: Any) -> tuple[pa.Table, int, int]:
+        return frame.toArrow(), self.start, self.stop
 
 
 class BatchRunner(Protocol):
@@ -165,14 +182,21 @@ class SparkRunner:
             return self._run_records(batch_id, p, part, start, stop)
         return self.run_frame(batch_id, self._to_dataframe(part), start, stop)
 
-    def run_frame(self, batch_id: int, df: Any, start: int, stop: int) -> BatchOutcome:
+    def run_frame(
+        self, batch_id: int, df: Any, start: int, stop: int, collect: Collect | None = None
+    ) -> BatchOutcome:
         """The transform or fan-out of ``df``, the rows ``start..stop-1`` of a micro-batch
-        (its ``_row`` column numbers them; fan-out: with ``_root``)."""
+        (its ``_row`` column numbers them; fan-out: with ``_root``).
+
+        ``collect`` brings the statuses' DataFrame to the driver (default: ``toArrow``,
+        the rows ``start..stop-1``); executor reads pass one that collects the read ends
+        in the same Spark job and numbers the rows once it knows them."""
         p = self.processor
+        got = collect or _Rows(start, stop)
         if isinstance(p, TransformProcessor):
-            return self._run_transform(batch_id, p, df, start, stop)
+            return self._run_transform(batch_id, p, df, got)
         if isinstance(p, FanOutProcessor):
-            return self._run_fan_out(batch_id, p, df, start, stop)
+            return self._run_fan_out(batch_id, p, df, start, stop, got)
         raise TypeError(f"run_frame runs transforms and fan-outs, not {type(p).__name__}")
 
     def _to_dataframe(self, part: pa.Table) -> Any:
@@ -215,7 +239,7 @@ class SparkRunner:
         return BatchOutcome(statuses, processed)
 
     def _run_transform(
-        self, batch_id: int, p: TransformProcessor, df: Any, start: int, stop: int
+        self, batch_id: int, p: TransformProcessor, df: Any, collect: Collect
     ) -> BatchOutcome:
         out = p.transform(df)
         if out is None or not hasattr(out, "columns"):
@@ -228,19 +252,16 @@ class SparkRunner:
         back = out.select(ROW, ok, error, *extra)
         if want_rows and self.sink_target is not None:  # written on the executors
             writer = ok_rows_writer(self.sink_target, batch_id, extra)
-            statuses = statuses_from_arrow(
-                back.mapInArrow(writer, STATUS_DDL).toArrow(), start, stop
-            )
-            return BatchOutcome(statuses)
-        back = back.toArrow()
-        statuses = statuses_from_arrow(back, start, stop)
+            return BatchOutcome(statuses_from_arrow(*collect(back.mapInArrow(writer, STATUS_DDL))))
+        table, start, stop = collect(back)
+        statuses = statuses_from_arrow(table, start, stop)
         processed = None
         if want_rows:
-            processed = back.filter(back.column("ok")).select(extra)
+            processed = table.filter(table.column("ok")).select(extra)
         return BatchOutcome(statuses, processed)
 
     def _run_fan_out(
-        self, batch_id: int, p: FanOutProcessor, df: Any, start: int, stop: int
+        self, batch_id: int, p: FanOutProcessor, df: Any, start: int, stop: int, collect: Collect
     ) -> BatchOutcome:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
@@ -262,7 +283,7 @@ class SparkRunner:
                     ROOT, ID, *[f.name for f in derived_schema]
                 )
                 frames = [(name, _sink_frame(name, sink, derived)) for name, sink in sinks]
-                return BatchOutcome(settle(partials_frame(stage, frames).toArrow(), start, stop))
+                return BatchOutcome(settle(*collect(partials_frame(stage, frames))))
             back = (
                 stage.where(F.col(ID).isNull())
                 .select(ROW, F.col("_ok").alias("ok"), F.col("_error").alias("error"), "_ack_val")

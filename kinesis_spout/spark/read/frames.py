@@ -1,21 +1,28 @@
 """Executor reads for the DataFrame styles: a transform or a fan-out over what the
 read tasks read, with only statuses, failed payloads and read ends at the driver.
 
-A micro-batch of these styles is:
+A micro-batch of these styles is **one Spark job** while records flow:
 
 1. **Read** (:mod:`kinesis_spout.spark.read.recorded`): the read tasks read their
    shards and record each read's end (first writer wins) before returning any
    record, so a partition Spark computes again has the same records. Their
-   output is persisted on the executors; the driver collects only each plan's
-   keys and read end (a Spark job).
-2. **Process**: the driver numbers the rows (``_row``, plan by plan) and, for a
-   fan-out, gives each row its root id (a random first id plus the row: the derived
-   ids mix it, :mod:`~kinesis_spout.spark.process.fanout`); the records become a DataFrame on the
-   executors, and the user's transform or fan-out runs on it exactly as with
-   driver reads (:meth:`~kinesis_spout.spark.process.runner.SparkRunner.run_frame`); a
-   configured ``sink`` is written by the executors. Statuses come back.
+   output is persisted on the executors. Each plan's rows are numbered from a base
+   the driver gave it beforehand (:class:`RowSpace`: as many rows as the plan may
+   read), and for a fan-out each row's root id is a random first id plus the row
+   (the derived ids mix it, :mod:`~kinesis_spout.spark.process.fanout`), so no
+   driver round trip sits between the read and the processing.
+2. **Process**: the records become a DataFrame on the executors, and the user's
+   transform or fan-out runs on it exactly as with driver reads
+   (:meth:`~kinesis_spout.spark.process.runner.SparkRunner.run_frame`); a configured
+   ``sink`` is written by the executors. The statuses come back **with the read
+   ends** (a union, in the same Spark job), and the driver renumbers the rows read
+   ``0..n-1`` (:meth:`RowSpace.dense`).
 3. **Failed payloads**: only when records failed, their payloads are taken from
    the persisted reads (a small Spark job).
+
+When every shard of the batch was at its tip with nothing read last time (an idle
+poll), the read ends are collected first, alone, and nothing is processed if
+nothing was read: no user code and no sink write for an empty batch.
 
 A fan-out's trees are complete when the micro-batch's sinks have answered: they
 are settled in the statuses' Spark job (:mod:`~kinesis_spout.spark.process.settle`, the
@@ -37,6 +44,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kinesis_spout.checkpoint.batch_ends import BatchEndStore
 from kinesis_spout.records import Record
@@ -45,6 +53,7 @@ from kinesis_spout.spark.process.arrow import (
     INPUT_SCHEMA,
     ROOT,
     ROW,
+    Statuses,
     records_to_arrow,
 )
 from kinesis_spout.spark.process.runner import SparkRunner
@@ -64,14 +73,22 @@ FRAME_SCHEMA = pa.schema(
     [pa.field(f.name, f.type, nullable=True) for f in INPUT_SCHEMA]
     + [pa.field(PLAN, pa.int64()), pa.field(META, pa.binary())]
 )
-"""The read stage's rows: a record (``_row`` its index in its plan's read) or a plan's end."""
+"""The read stage's rows: a record (``_row`` its plan's base plus its index in the plan's
+read, :class:`RowSpace`) or a plan's end."""
+_END = "_end"
+"""Marks the read ends among the statuses collected with them (:class:`_Collect`)."""
 
 
-def _as_batches(kept: list[KeptRead]) -> Iterator[pa.RecordBatch]:
-    """A task's reads as rows of :data:`FRAME_SCHEMA`: each plan's records, then its end."""
+def _as_batches(kept: list[KeptRead], bases: dict[int, int]) -> Iterator[pa.RecordBatch]:
+    """A task's reads as rows of :data:`FRAME_SCHEMA`: each plan's records (``_row``
+    from the plan's base on), then its end."""
     for res, records in kept:
         if records:
             table = records_to_arrow(records)
+            base = bases[res.task]
+            if base:
+                rows = pa.array(np.arange(base, base + len(records), dtype=np.int64))
+                table = table.set_column(table.schema.get_field_index(ROW), ROW, rows)
             table = table.append_column(PLAN, pa.array([res.task] * len(records), pa.int64()))
             table = table.append_column(META, pa.nulls(len(records), pa.binary()))
             yield from table.cast(FRAME_SCHEMA).to_batches()
@@ -81,23 +98,103 @@ def _as_batches(kept: list[KeptRead]) -> Iterator[pa.RecordBatch]:
 
 
 def frame_reader(
-    tasks: list[list[ReadPlan]], settings: ReadSettings, to: RecordTo
+    tasks: list[list[ReadPlan]], settings: ReadSettings, to: RecordTo, bases: dict[int, int]
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` body over ``spark.range(len(tasks))``: task ``i`` reads
-    ``tasks[i]`` (:func:`~kinesis_spout.spark.read.recorded.read_recorded`)."""
+    ``tasks[i]`` (:func:`~kinesis_spout.spark.read.recorded.read_recorded`); a plan's
+    rows are numbered from its base in ``bases`` (by task number)."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for i in batch.column(0).to_pylist():
-                yield from _as_batches(read_recorded(tasks[i], settings, to))
+                yield from _as_batches(read_recorded(tasks[i], settings, to), bases)
 
     return run
+
+
+class RowSpace:
+    """The rows of a micro-batch's plans, numbered before the read: each plan gets as
+    many rows as it may read (its limit, or its retries), from its *base* on. Once the
+    read ends are known, :meth:`dense` renumbers the rows read ``0..n-1``, plan by plan,
+    so the statuses and the per-plan results line up as with a read known beforehand."""
+
+    def __init__(self, plans: list[ReadPlan]) -> None:
+        self.tasks = [p.task for p in plans]
+        sizes = [len(p.retries) if p.is_retry else p.limit for p in plans]
+        self.starts = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))[:-1]
+        self.bases = dict(zip(self.tasks, self.starts.tolist(), strict=True))
+        """The first row of each plan, by task number."""
+
+    def order(self, results: list[ReadResult]) -> tuple[list[ReadResult], dict[int, int]]:
+        """``results`` in plan order, and each plan's first row once only the records
+        read are numbered (by task number)."""
+        at = {task: i for i, task in enumerate(self.tasks)}
+        ordered = sorted(results, key=lambda r: at[r.task])
+        dense: dict[int, int] = {}
+        n = 0
+        for res in ordered:
+            dense[res.task] = n
+            n += len(res)
+        return ordered, dense
+
+    def dense(self, table: pa.Table, results: list[ReadResult]) -> tuple[pa.Table, int]:
+        """``table`` with its ``_row`` renumbered ``0..n-1`` (nulls stay), and ``n``."""
+        counts = np.zeros(len(self.tasks), dtype=np.int64)
+        firsts = np.zeros(len(self.tasks), dtype=np.int64)
+        ordered, dense = self.order(results)
+        at = {task: i for i, task in enumerate(self.tasks)}
+        for res in ordered:
+            counts[at[res.task]] = len(res)
+            firsts[at[res.task]] = dense[res.task]
+        n = int(counts.sum())
+        col = table.column(ROW)
+        valid = col.is_valid().to_numpy(zero_copy_only=False)
+        rows = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        plan = np.searchsorted(self.starts, rows, side="right") - 1
+        off = rows - self.starts[np.maximum(plan, 0)]
+        inside = (plan >= 0) & (off < counts[np.maximum(plan, 0)])
+        bad = valid & ~inside
+        if bad.any():
+            raise ValueError(f"status for row {int(rows[bad][0])}, which no read produced")
+        renumbered = np.where(valid, firsts[np.maximum(plan, 0)] + off, 0)
+        mask = ~valid if col.null_count else None
+        return table.set_column(
+            table.schema.get_field_index(ROW), ROW, pa.array(renumbered, pa.int64(), mask=mask)
+        ), n
 
 
 def split_tasks(plans: list[ReadPlan], tasks: int) -> list[list[ReadPlan]]:
     """The plans in ``tasks`` groups, in order (as ``parallelize`` slices them)."""
     n = len(plans)
     return [plans[i * n // tasks : (i + 1) * n // tasks] for i in range(tasks)]
+
+
+class _Collect:
+    """The statuses' :data:`~kinesis_spout.spark.process.runner.Collect` of executor
+    reads: their rows renumbered ``0..n-1`` (:meth:`RowSpace.dense`); with ``ends``, the
+    read ends come back in the same Spark job (a union, told apart by ``_end``)."""
+
+    def __init__(
+        self, space: RowSpace, ends: Any, results: list[ReadResult] | None = None
+    ) -> None:
+        self.space = space
+        self.ends = ends
+        self.results: list[ReadResult] = results or []
+
+    def __call__(self, frame: Any) -> tuple[pa.Table, int, int]:
+        if self.ends is None:
+            table = frame.toArrow()
+        else:
+            from pyspark.sql import functions as F
+
+            marked = self.ends.withColumn(_END, F.lit(True))
+            both = frame.unionByName(marked, allowMissingColumns=True).toArrow()
+            is_end = pc.is_valid(both.column(_END))
+            metas = both.filter(is_end).column(META).to_pylist()
+            self.results = [pickle.loads(b) for b in metas]
+            table = both.filter(pc.invert(is_end)).drop_columns([PLAN, META, _END])
+        table, n = self.space.dense(table, self.results)
+        return table, 0, n
 
 
 class FrameJobs:
@@ -120,6 +217,8 @@ class FrameJobs:
         """The batch-end store (the driver removes what no job needs any more)."""
         self._active: set[int] = set()
         self._schema: Any = None
+        self._caught_up: set[str] = set()
+        """Shards whose last read was at their tip and read nothing."""
 
     def collect(
         self, plans: list[ReadPlan], tasks: int, settings: ReadSettings, run: str, key: int
@@ -129,12 +228,17 @@ class FrameJobs:
         from pyspark import StorageLevel
 
         self._active.add(key)
-        groups = split_tasks(plans, tasks)
-        reader = frame_reader(groups, settings, self.ends(run, key))
-        stage = self.spark.range(0, len(groups), 1, len(groups)).mapInArrow(reader, self._struct())
+        space = RowSpace(plans)
+        reader = frame_reader(split_tasks(plans, tasks), settings, self.ends(run, key), space.bases)
+        stage = self.spark.range(0, tasks, 1, tasks).mapInArrow(reader, self._struct())
         stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            return self._collect(stage, key)
+            if self._flowing(plans):
+                results, jobs = self._in_one(stage, key, space)
+            else:
+                results, jobs = self._in_two(stage, key, space)
+            self._caught_up = {r.shard_id for r in results if r.caught_up and not len(r)}
+            return results, jobs
         finally:
             stage.unpersist()
             self._active.discard(key)
@@ -143,33 +247,55 @@ class FrameJobs:
     def close(self) -> None:
         self.store.close()
 
-    def _collect(self, stage: Any, key: int) -> tuple[list[ReadResult], int]:
+    def _flowing(self, plans: list[ReadPlan]) -> bool:
+        """Records are likely: a retry plan, or a shard whose last read found some (or was
+        not at its tip). Then the read and the processing are one Spark job; else the
+        read goes first, and nothing is processed (no user code, no sink write) when it
+        read nothing: an idle poll costs one small job."""
+        return any(p.is_retry or p.shard_id not in self._caught_up for p in plans)
+
+    def _in_one(self, stage: Any, key: int, space: RowSpace) -> tuple[list[ReadResult], int]:
+        """Read and process in one Spark job: the read ends come back with the statuses."""
+        from pyspark.sql import functions as F
+
+        got = _Collect(space, stage.where(F.col(META).isNotNull()).select(PLAN, META))
+        st = self.runner.run_frame(key, self._records(stage), 0, 0, collect=got).statuses
+        return self._settle(stage, space, got.results, st), 1 + self.runner.n_sinks
+
+    def _in_two(self, stage: Any, key: int, space: RowSpace) -> tuple[list[ReadResult], int]:
+        """The read ends first; the processing only if something was read."""
         from pyspark.sql import functions as F
 
         ends = stage.where(F.col(META).isNotNull()).select(PLAN, META).toArrow()
-        results: list[ReadResult] = [pickle.loads(b) for b in ends.column(META).to_pylist()]
-        bases: dict[int, int] = {}
-        n = 0
-        for res in results:
-            bases[res.task] = n
-            n += len(res)
-        if not n:
+        results = [pickle.loads(b) for b in ends.column(META).to_pylist()]
+        if not any(len(res) for res in results):
             return results, 1
-        base_of = F.create_map(*[F.lit(x) for kv in bases.items() for x in kv])
-        row = (F.element_at(base_of, F.col(PLAN)) + F.col(ROW)).alias(ROW)
-        columns = [F.col(c) for c in DATA_COLUMNS] + [row]
+        got = _Collect(space, None, results)
+        st = self.runner.run_frame(key, self._records(stage), 0, 0, collect=got).statuses
+        return self._settle(stage, space, results, st), 2 + self.runner.n_sinks
+
+    def _records(self, stage: Any) -> Any:
+        """The records the stage read, as the processing's input (fan-out: with roots)."""
+        from pyspark.sql import functions as F
+
+        columns = [F.col(c) for c in DATA_COLUMNS] + [F.col(ROW)]
         if self.fan_out:
             first = random.getrandbits(62)  # the rows' roots: first + row (ids mix them)
-            columns.append((F.lit(first) + row).alias(ROOT))
-        df = stage.where(F.col(META).isNull()).select(*columns)
-        st = self.runner.run_frame(key, df, 0, n).statuses  # rows 0..n-1, trees settled
+            columns.append((F.lit(first) + F.col(ROW)).alias(ROOT))
+        return stage.where(F.col(META).isNull()).select(*columns)
+
+    def _settle(
+        self, stage: Any, space: RowSpace, results: list[ReadResult], st: Statuses
+    ) -> list[ReadResult]:
+        """The statuses (rows ``0..n-1``, plan by plan) into the plans' results; the
+        payloads of the failed records from the persisted reads (a small Spark job,
+        counted by the caller's figures only through the results)."""
+        ordered, dense = space.order(results)
         failed_rows = [(r, st.errors.get(r, "failed")) for r in st.failed_rows.tolist()]
-        failed = _place(results, bases, st.ok, failed_rows)
-        jobs = 2 + self.runner.n_sinks  # the read, the statuses, each sink's writes
+        failed = _place(ordered, dense, st.ok, failed_rows)
         if failed:
-            _fill_payloads(results, _failed_rows(stage, failed))
-            jobs += 1
-        return results, jobs
+            _fill_payloads(ordered, _failed_rows(stage, failed, space.bases))
+        return ordered
 
     def _struct(self) -> Any:
         if self._schema is None:
@@ -203,24 +329,23 @@ def _place(
     return failed
 
 
-def _failed_rows(stage: Any, failed: dict[int, set[int]]) -> list[tuple[int, int, Record]]:
+def _failed_rows(
+    stage: Any, failed: dict[int, set[int]], bases: dict[int, int]
+) -> list[tuple[int, int, Record]]:
     """``(task, index, record)`` of the failed records, from the persisted reads."""
     from pyspark.sql import functions as F
 
-    wanted = F.lit(False)
-    for task, rows in failed.items():
-        wanted = wanted | ((F.col(PLAN) == task) & F.col(ROW).isin(sorted(rows)))
-    table = stage.where(F.col(META).isNull() & wanted).toArrow()
+    rows = sorted(bases[task] + i for task, indexes in failed.items() for i in indexes)
+    table = stage.where(F.col(META).isNull() & F.col(ROW).isin(rows)).toArrow()
     out = []
     for values in table.to_pylist():
+        seq, sub = values["sequenceNumber"], values["subSequenceNumber"]
         record = Record(
-            values["stream"], values["shardId"], values["sequenceNumber"],
-            values["subSequenceNumber"], values["partitionKey"], values["data"],
-            values["approximateArrivalTimestamp"],
-            SequenceKey(int(values["sequenceNumber"]), values["subSequenceNumber"]),
-            attempt=values["attempt"],
+            values["stream"], values["shardId"], seq, sub, values["partitionKey"],
+            values["data"], values["approximateArrivalTimestamp"],
+            SequenceKey(int(seq), sub), attempt=values["attempt"],
         )  # fmt: skip
-        out.append((values[PLAN], values[ROW], record))
+        out.append((values[PLAN], values[ROW] - bases[values[PLAN]], record))
     return out
 
 

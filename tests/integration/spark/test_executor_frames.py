@@ -36,7 +36,7 @@ from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.launch.build import build_driver
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import dataframe_transform, fan_out
-from kinesis_spout.spark.read.frames import FRAME_SCHEMA, META, frame_reader
+from kinesis_spout.spark.read.frames import FRAME_SCHEMA, META, RowSpace, frame_reader
 from kinesis_spout.spark.read.plan import ReadPlan, ReadSettings
 from kinesis_spout.spark.read.recorded import RecordTo
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
@@ -158,7 +158,7 @@ def test_a_read_computed_again_returns_the_same_records(
     start = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
     plans = [ReadPlan(i, s, start, limit=500) for i, s in enumerate(shards)]
     to = RecordTo(cfg.checkpoint_store, cfg.job_name, unique_name, "run1", 1)
-    reader = frame_reader([[p] for p in plans], ReadSettings.of(cfg), to)
+    reader = frame_reader([[p] for p in plans], ReadSettings.of(cfg), to, RowSpace(plans).bases)
     n = len(plans)
     reads = spark.range(0, n, 1, n).mapInArrow(reader, from_arrow_schema(FRAME_SCHEMA))
 
