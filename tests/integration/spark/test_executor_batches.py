@@ -130,3 +130,35 @@ def test_a_job_of_several_shards_past_its_deadline_runs_again_one_job_per_shard(
     assert summary.ok == 90 and summary.failed == 0 and summary.dead_lettered == 0
     assert driver.micro_batches >= 4  # the given-up job, then one job per shard
     assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
+
+
+def test_a_transform_reads_and_processes_in_one_spark_job_and_skips_empty_polls(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str
+) -> None:
+    """While records flow, a DataFrame transform's micro-batch is one Spark job (the
+    read ends come back with the statuses); once every shard sat at its tip with
+    nothing read, a poll reads first and runs no transform on an empty batch."""
+    from pyspark.sql import functions as F
+
+    from kinesis_spout.spark.processing import dataframe_transform
+
+    create_stream(moto_client, unique_name, 6)
+    put = put_records(moto_client, unique_name, spread_items(300))
+    calls: list[int] = []
+
+    def passes(df: Any) -> Any:
+        calls.append(1)  # on the driver, once per micro-batch that processes
+        return df.select("_row", F.lit(True).alias("status"))
+
+    cfg = job_config(batch_size=1000, empty_shard_backoff=0.2, stop_when_idle=2.0)
+    driver, summary = run_driver(cfg, dataframe_transform(passes), spark)
+
+    assert summary.ok == 300 and summary.failed == 0
+    tracker = spark.sparkContext.statusTracker()
+    assert len(tracker.getJobIdsForGroup(driver.jobs.group(1))) == 1
+    # Micro-batch 1 read everything (2 too, if a read was cut by its deadline); the next
+    # read nothing after shards that had records (one job, an empty transform); every
+    # later one was an idle poll: read only, no transform.
+    assert 2 <= len(calls) < driver.micro_batches
+    assert driver.spark_jobs == driver.micro_batches
+    assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
