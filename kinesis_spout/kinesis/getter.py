@@ -88,14 +88,23 @@ def _utcnow() -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class GetterPosition:
-    """A getter's read position: its open iterator, the last key it returned and,
-    before any, its initial position (see the module docstring)."""
+    """Where a shard getter's next read starts: its open iterator, the last key it
+    returned and, before any, its initial position (see the module docstring). Without
+    an iterator it is also where an enhanced fan-out subscription starts
+    (:attr:`~kinesis_spout.kinesis.subscription.SubscriptionPump.resume`)."""
 
-    iterator: str | None
-    after: SequenceKey | None
-    after_whole: bool
-    initial: InitialPosition
-    timestamp: datetime | None
+    iterator: str | None = None
+    """An open shard iterator that continues right after ``after`` (None: open one)."""
+    after: SequenceKey | None = None
+    """The last key returned (at start: the checkpoint); None: nothing yet."""
+    after_whole: bool = True
+    """The Kinesis record of ``after`` is done whole: read on *after* its sequence
+    number; False: *at* it, inside its KPL aggregate (sub-records ``<= after`` dropped)."""
+    initial: InitialPosition = InitialPosition.TRIM_HORIZON
+    """Where to start while ``after`` is None (a LATEST start becomes AT_TIMESTAMP of
+    the first iterator or subscription once opened)."""
+    timestamp: datetime | None = None
+    """With ``initial`` AT_TIMESTAMP: the time to start at."""
 
 
 class KinesisShardGetter:
