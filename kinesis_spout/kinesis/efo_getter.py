@@ -2,7 +2,7 @@
 
 The same contract as :class:`~kinesis_spout.kinesis.getter.KinesisShardGetter`:
 ``poll(now)`` never blocks and returns a
-:class:`~kinesis_spout.kinesis.getter.ShardBatch` of at most ``limit`` records after
+:class:`~kinesis_spout.records.ShardBatch` of at most ``limit`` records after
 ``after`` (the key of the last record returned, at start the checkpoint), so a
 re-read never duplicates; ``next_poll_at`` says when polling again may find
 something. The records come from a
@@ -22,9 +22,9 @@ from datetime import datetime
 
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.kinesis.efo_api import FanOutApi, SubscriptionEvent
-from kinesis_spout.kinesis.getter import NEVER, GetterPosition
+from kinesis_spout.kinesis.getter import NEVER
 from kinesis_spout.kinesis.subscription import SubscriptionPump
-from kinesis_spout.records import Record, ShardBatch, ShardInfo
+from kinesis_spout.records import GetterPosition, Record, ShardBatch, ShardInfo
 from tracker import Backoff, SequenceKey
 
 #: Seconds between polls of a shard whose buffer is empty (a buffer check, no I/O).

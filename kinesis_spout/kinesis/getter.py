@@ -47,7 +47,6 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -63,13 +62,12 @@ from kinesis_spout.errors import (
     TransientKinesisError,
 )
 from kinesis_spout.kinesis.api import GetRecordsResult, KinesisApi
-from kinesis_spout.records import ShardBatch, ShardInfo
+from kinesis_spout.records import GetterPosition, ShardBatch, ShardInfo
 from tracker import Backoff, SequenceKey
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "GetterPosition",
     "InvalidPositionError",
     "KinesisShardGetter",
 ]
@@ -84,27 +82,6 @@ _NO_CHILDREN: tuple[ShardInfo, ...] = ()
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class GetterPosition:
-    """Where a shard getter's next read starts: its open iterator, the last key it
-    returned and, before any, its initial position (see the module docstring). Without
-    an iterator it is also where an enhanced fan-out subscription starts
-    (:attr:`~kinesis_spout.kinesis.subscription.SubscriptionPump.resume`)."""
-
-    iterator: str | None = None
-    """An open shard iterator that continues right after ``after`` (None: open one)."""
-    after: SequenceKey | None = None
-    """The last key returned (at start: the checkpoint); None: nothing yet."""
-    after_whole: bool = True
-    """The Kinesis record of ``after`` is done whole: read on *after* its sequence
-    number; False: *at* it, inside its KPL aggregate (sub-records ``<= after`` dropped)."""
-    initial: InitialPosition = InitialPosition.TRIM_HORIZON
-    """Where to start while ``after`` is None (a LATEST start becomes AT_TIMESTAMP of
-    the first iterator or subscription once opened)."""
-    timestamp: datetime | None = None
-    """With ``initial`` AT_TIMESTAMP: the time to start at."""
 
 
 class KinesisShardGetter:

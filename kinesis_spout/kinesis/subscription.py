@@ -10,7 +10,7 @@ blocking. States of the pump::
     NEW | RUNNING --stop()--> STOPPED                  (start() again resumes)
 
 While RUNNING it loops: subscribe at the resume point, read events, subscribe
-again. The resume point is a :class:`~kinesis_spout.kinesis.getter.GetterPosition`
+again. The resume point is a :class:`~kinesis_spout.records.GetterPosition`
 without an iterator (:attr:`SubscriptionPump.resume`): ``AFTER_SEQUENCE_NUMBER`` of
 the last Kinesis record received or of a larger ``ContinuationSequenceNumber``
 (once a record or a sequence number anchors it, :func:`past`), else the start (a
@@ -59,7 +59,8 @@ from kinesis_spout.kinesis.efo_api import (
     Subscription,
     SubscriptionEvent,
 )
-from kinesis_spout.kinesis.getter import LATEST_MARGIN, GetterPosition
+from kinesis_spout.kinesis.getter import LATEST_MARGIN
+from kinesis_spout.records import GetterPosition
 from tracker import Backoff, SequenceKey
 
 log = logging.getLogger(__name__)

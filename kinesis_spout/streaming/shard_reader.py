@@ -27,8 +27,7 @@ from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.bounded import BoundedGetter, read_until
 from kinesis_spout.kinesis.getter import KinesisShardGetter
-from kinesis_spout.positions import ShardPosition, StartPosition
-from kinesis_spout.records import Record, ShardBatch
+from kinesis_spout.records import Record, ShardBatch, ShardPosition, StartPosition
 from kinesis_spout.streaming.errors import DataLossError
 from kinesis_spout.streaming.offsets import ShardRange
 from tracker import Backoff, ExponentialBackoff

@@ -23,9 +23,8 @@ from kinesis_spout.errors import (
 from kinesis_spout.kinesis.api import to_records
 from kinesis_spout.kinesis.efo_api import StartingPosition, SubscriptionEvent
 from kinesis_spout.kinesis.efo_getter import EfoShardGetter
-from kinesis_spout.kinesis.getter import GetterPosition
 from kinesis_spout.kinesis.subscription import FIRST_TRIES, past, starting_position
-from kinesis_spout.records import ShardInfo
+from kinesis_spout.records import GetterPosition, ShardInfo
 from tracker import NoBackoff, SequenceKey
 
 SHARD = "shardId-000000000000"
