@@ -33,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kinesis_spout.config import InitialPosition  # noqa: E402
-from kinesis_spout.kinesis.getter import GetterPosition  # noqa: E402
+from kinesis_spout.records import GetterPosition  # noqa: E402
 from kinesis_spout.spark.read.jobs import ReadJobs  # noqa: E402
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings  # noqa: E402
 from tracker import SequenceKey  # noqa: E402

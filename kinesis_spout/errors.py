@@ -120,6 +120,6 @@ class OffsetError(KinesisSpoutError):
 
     Offsets come from Spark's checkpoint location; a bad one is never
     silently replaced by the initial position (that would replay or skip data).
-    The positions in them (:class:`~kinesis_spout.positions.ShardPosition`) are also
+    The positions in them (:class:`~kinesis_spout.records.ShardPosition`) are also
     in the batch-end records of the checkpoint store, so a bad one there is one too.
     """

@@ -1,16 +1,41 @@
-"""Value objects passed between the reader, the spout and the stores.
+"""The package's value types: a record, a shard, positions in a shard and read outcomes.
 
-Frozen, slotted dataclasses: no raw boto3 dictionaries travel past the
-Kinesis adapter (:mod:`kinesis_spout.kinesis`).
+One job, the value types, so one module even where it passes the 400-line guide: the
+values that the whole package shares are said once, here, each with what it is in its
+docstring; pure, no I/O, and no raw boto3 dictionary travels past the Kinesis adapter
+(:mod:`kinesis_spout.kinesis`). The tables name every position and read outcome type of
+the package; those that belong to one part live there, as named.
+
+Positions in a shard (here unless a place is named)::
+
+    Checkpoint        the saved "everything up to this key is done" of a shard (the stores)
+    ShardPosition     the last user record a streaming read included (offsets, batch ends)
+    StartPosition     where a shard with no position starts: TRIM_HORIZON or AT_TIMESTAMP
+    GetterPosition    where a getter's next read starts: its iterator, the last key it
+                      returned, its initial position (no iterator: a subscription's start)
+    StartingPosition  kinesis/efo_api.py: the SubscribeToShard request's starting position
+
+Read outcomes::
+
+    ShardBatch        what one poll of a getter produced: records, end, next poll time
+    ReadEnd           how a bounded read of one shard ended, and where its getter stands
+    GetRecordsResult  kinesis/api.py: one GetRecords answer, de-aggregated (the adapter's)
+    SubscriptionEvent kinesis/efo_api.py: one SubscribeToShard event (the adapter's)
+    ReadAhead         streaming/shard_reader.py: a streaming first read's end, in the
+                      source's terms (ShardPosition of the records kept, idle, error)
+    ReadResult        spark/read/plan.py: a Spark read task's result, sent to the driver
+    BatchEnd          checkpoint/batch_ends.py: the persisted end of a (batch, shard) read
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
+from kinesis_spout.config import InitialPosition
+from kinesis_spout.errors import OffsetError
 from tracker import SequenceKey
 
 if TYPE_CHECKING:
@@ -109,9 +134,15 @@ class ShardInfo:
         return self.ending_sequence_number is not None
 
 
+# --- positions in a shard --------------------------------------------------------------
+
+
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """ "Everything up to and including this key is done" for one shard."""
+    """A shard's saved position: "everything up to and including this key is done".
+
+    What the checkpoint stores keep (:mod:`kinesis_spout.checkpoint`); a reader resumes
+    after it, and children of a closed shard start once it says ``shard_end``."""
 
     stream_name: str
     shard_id: str
@@ -157,8 +188,154 @@ class Checkpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class ShardPosition:
+    """Where one shard's read stands: the last user record included so far.
+
+    An entry of a streaming offset and the end of a batch-end record, as JSON
+    ``{"seq": "4959...", "sub": 3, "partial": true, "ended": true, "n": 9}``
+    (``partial``/``ended`` only when true; no ``seq``/``sub``: ended before any record).
+    """
+
+    sequence: str | None = None
+    """Sequence number of the last included record; ``None`` only for a shard
+    that ended before any record of it was read."""
+    sub_sequence: int = 0
+    """The KPL sub-sequence number of that user record (0 for a plain record)."""
+    partial: bool = False
+    """More user records of the aggregate ``sequence`` follow ``sub_sequence``: the next
+    read re-opens the shard *at* ``sequence`` (not after it)."""
+    ended: bool = False
+    """The shard is closed and every record of it is included: its children may start."""
+    count: int = 0
+    """User records added by the batch that set this position (a replay checks it
+    reads exactly as many)."""
+
+    def __post_init__(self) -> None:
+        if self.sequence is None and (self.partial or not self.ended):
+            raise ValueError("a position without a sequence must be ended and not partial")
+        if self.partial and self.ended:
+            raise ValueError("an ended shard cannot stop inside an aggregate")
+        if self.sub_sequence < 0 or self.count < 0:
+            raise ValueError("sub_sequence and count must be >= 0")
+
+    @property
+    def key(self) -> SequenceKey | None:
+        """The ordering key of the last included user record."""
+        if self.sequence is None:
+            return None
+        return SequenceKey(int(self.sequence), self.sub_sequence)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.sequence is not None:
+            out["seq"] = self.sequence
+            out["sub"] = self.sub_sequence
+        if self.partial:
+            out["partial"] = True
+        if self.ended:
+            out["ended"] = True
+        out["n"] = self.count
+        return out
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> ShardPosition:
+        if not isinstance(doc, dict):
+            raise OffsetError(f"{where}: expected an object, got {doc!r}")
+        unknown = set(doc) - {"seq", "sub", "partial", "ended", "n"}
+        if unknown:
+            raise OffsetError(f"{where}: unknown keys {sorted(unknown)} in {doc!r}")
+        seq, sub = doc.get("seq"), doc.get("sub", 0)
+        partial, ended, count = doc.get("partial", False), doc.get("ended", False), doc.get("n")
+        try:
+            if seq is not None:
+                SequenceKey.parse(seq, sub)
+            elif "sub" in doc:
+                raise ValueError("'sub' without 'seq'")
+            if not isinstance(partial, bool) or not isinstance(ended, bool):
+                raise ValueError("'partial' and 'ended' must be booleans")
+            if isinstance(count, bool) or not isinstance(count, int):
+                raise ValueError("'n' must be an integer")
+            return cls(seq, sub, partial, ended, count)
+        except ValueError as exc:
+            raise OffsetError(f"{where}: {exc} in {doc!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class StartPosition:
+    """Where a shard with no position starts: TRIM_HORIZON or AT_TIMESTAMP.
+
+    Never LATEST: "latest" read on an executor during a replay would be a
+    different place, so the source pins LATEST to a timestamp first.
+    """
+
+    kind: InitialPosition = InitialPosition.TRIM_HORIZON
+    timestamp: datetime | None = None
+    """UTC; set exactly when ``kind`` is AT_TIMESTAMP."""
+
+    def __post_init__(self) -> None:
+        if self.kind is InitialPosition.LATEST:
+            raise ValueError("a StartPosition is never LATEST: pin it to a timestamp")
+        if (self.kind is InitialPosition.AT_TIMESTAMP) != (self.timestamp is not None):
+            raise ValueError("AT_TIMESTAMP needs a timestamp, TRIM_HORIZON none")
+        if self.timestamp is not None and self.timestamp.tzinfo is None:
+            raise ValueError("the timestamp must be timezone-aware")
+
+    def to_json(self) -> dict[str, Any]:
+        if self.timestamp is None:
+            return {"type": self.kind.value}
+        return {"type": self.kind.value, "timestamp": self.timestamp.astimezone(UTC).isoformat()}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> StartPosition:
+        if not isinstance(doc, dict):
+            raise OffsetError(f"offset 'start' must be an object, got {doc!r}")
+        kind = doc.get("type")
+        if kind == InitialPosition.TRIM_HORIZON.value and set(doc) == {"type"}:
+            return cls()
+        if kind == InitialPosition.AT_TIMESTAMP.value and set(doc) == {"type", "timestamp"}:
+            try:
+                ts = datetime.fromisoformat(str(doc["timestamp"]))
+            except ValueError:
+                raise OffsetError(f"offset 'start' has a bad timestamp: {doc!r}") from None
+            if ts.tzinfo is None:
+                raise OffsetError(f"offset 'start' timestamp has no time zone: {doc!r}")
+            return cls(InitialPosition.AT_TIMESTAMP, ts.astimezone(UTC))
+        raise OffsetError(
+            f"offset 'start' must be {{'type': 'TRIM_HORIZON'}} or "
+            f"{{'type': 'AT_TIMESTAMP', 'timestamp': ISO}}, got {doc!r}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GetterPosition:
+    """Where a shard getter's next read starts: its open iterator, the last key it
+    returned and, before any, its initial position (see :mod:`kinesis_spout.kinesis.getter`).
+    A Spark read task gets and returns one; without an iterator it is also where an
+    enhanced fan-out subscription starts
+    (:attr:`~kinesis_spout.kinesis.subscription.SubscriptionPump.resume`)."""
+
+    iterator: str | None = None
+    """An open shard iterator that continues right after ``after`` (None: open one)."""
+    after: SequenceKey | None = None
+    """The last key returned (at start: the checkpoint); None: nothing yet."""
+    after_whole: bool = True
+    """The Kinesis record of ``after`` is done whole: read on *after* its sequence
+    number; False: *at* it, inside its KPL aggregate (sub-records ``<= after`` dropped)."""
+    initial: InitialPosition = InitialPosition.TRIM_HORIZON
+    """Where to start while ``after`` is None (a LATEST start becomes AT_TIMESTAMP of
+    the first iterator or subscription once opened)."""
+    timestamp: datetime | None = None
+    """With ``initial`` AT_TIMESTAMP: the time to start at."""
+
+
+# --- read outcomes ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
 class ShardBatch:
-    """What one :meth:`KinesisShardGetter.poll` produced."""
+    """What one poll of a shard getter produced: at most one GetRecords answer
+    (:meth:`~kinesis_spout.kinesis.getter.KinesisShardGetter.poll`) or the events a
+    subscription buffered (:meth:`~kinesis_spout.kinesis.efo_getter.EfoShardGetter.poll`)."""
 
     records: list[Record]
     """New records, in shard order (keys strictly increasing, all ``> after``)."""
@@ -186,3 +363,35 @@ class ShardBatch:
     """Records with the KPL magic but a bad checksum or body, handed on whole."""
     seconds: float | None = None
     """How long this poll's GetRecords call took, answered or not (None: no call)."""
+
+
+@dataclass(slots=True)
+class ReadEnd:
+    """How a bounded read of one shard ended (:mod:`kinesis_spout.kinesis.bounded`),
+    and where its getter stands after it; filled in as the read goes."""
+
+    position: GetterPosition | None = None
+    """Where a next read goes on (the getter's position at the end; after a ``cut``,
+    past the records ``take`` left)."""
+    taken: int = 0
+    """User records taken."""
+    caught_up: bool = False
+    """It reached the shard's tip (or, subscribed, nothing arrived within its budget)."""
+    ended: bool = False
+    """The shard is closed and its last record was read (and taken)."""
+    cut: bool = False
+    """``take`` took fewer records than a page held: the caller's bound ended it."""
+    events: int = 0
+    """Answers received (GetRecords answers, or subscription events)."""
+    calls: int = 0
+    """The getter's calls so far (GetRecords calls, answered or not; events taken)."""
+    errors: list[KinesisError] = field(default_factory=list)
+    """Retriable errors met, in order."""
+    seconds: list[float] = field(default_factory=list)
+    """How long each GetRecords call took."""
+    behind: int | None = None
+    """MillisBehindLatest of the last answer."""
+    children: tuple[str, ...] = ()
+    """The child shards named by the last page of a closed shard."""
+    stopped_by_error: bool = False
+    """A retriable error ended it (``stop_on_error``)."""

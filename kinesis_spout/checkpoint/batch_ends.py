@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kinesis_spout.errors import OffsetError
-from kinesis_spout.positions import ShardPosition, StartPosition
+from kinesis_spout.records import ShardPosition, StartPosition
 
 
 class BatchEndError(OffsetError):

@@ -23,7 +23,8 @@ first of its bounds:
 :func:`read_until` reads one shard in this thread (the streaming source's first
 reads and replays, a Spark task's enhanced fan-out reads, the one-record read of
 a poison); :func:`read_together` reads a Spark task's polled shards
-interleaved, up to N calls in flight. How a read ended is its :class:`ReadEnd`.
+interleaved, up to N calls in flight. How a read ended is its
+:class:`~kinesis_spout.records.ReadEnd`.
 """
 
 from __future__ import annotations
@@ -33,47 +34,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass, field
 from typing import Any
 
 from kinesis_spout.errors import ExpiredIteratorError, KinesisError
 from kinesis_spout.kinesis.efo_getter import EfoShardGetter
-from kinesis_spout.kinesis.getter import GetterPosition, KinesisShardGetter
-from kinesis_spout.records import ShardBatch
+from kinesis_spout.kinesis.getter import KinesisShardGetter
+from kinesis_spout.records import ReadEnd, ShardBatch
 
 BoundedGetter = KinesisShardGetter | EfoShardGetter
 Take = Callable[[ShardBatch], int]
 """Consumes a page; returns how many of its records it took (fewer ends the read)."""
-
-
-@dataclass(slots=True)
-class ReadEnd:
-    """How a bounded read ended, and where the getter stands after it."""
-
-    position: GetterPosition | None = None
-    """Where a next read goes on (the getter's position at the end)."""
-    taken: int = 0
-    """User records taken."""
-    caught_up: bool = False
-    """It reached the shard's tip (or, subscribed, nothing arrived within its budget)."""
-    ended: bool = False
-    """The shard is closed and its last record was read (and taken)."""
-    cut: bool = False
-    """``take`` took fewer records than a page held: the caller's bound ended it."""
-    events: int = 0
-    """Answers received (GetRecords answers, or subscription events)."""
-    calls: int = 0
-    """The getter's calls so far (GetRecords calls, answered or not; events taken)."""
-    errors: list[KinesisError] = field(default_factory=list)
-    """Retriable errors met, in order."""
-    seconds: list[float] = field(default_factory=list)
-    """How long each GetRecords call took."""
-    behind: int | None = None
-    """MillisBehindLatest of the last answer."""
-    children: tuple[str, ...] = ()
-    """The child shards named by the last page of a closed shard."""
-    stopped_by_error: bool = False
-    """A retriable error ended it (``stop_on_error``)."""
 
 
 class BoundedRead:

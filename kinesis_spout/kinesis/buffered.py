@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from kinesis_spout.kinesis.getter import NEVER, GetterPosition
-from kinesis_spout.records import Record, ShardBatch
+from kinesis_spout.kinesis.getter import NEVER
+from kinesis_spout.records import GetterPosition, Record, ShardBatch
 
 __all__ = ["BufferedShardGetter", "ShardGetter", "close_getters"]
 

@@ -2,7 +2,7 @@
 
 The same contract as :class:`~kinesis_spout.kinesis.getter.KinesisShardGetter`:
 ``poll(now)`` never blocks and returns a
-:class:`~kinesis_spout.kinesis.getter.ShardBatch` of at most ``limit`` records after
+:class:`~kinesis_spout.records.ShardBatch` of at most ``limit`` records after
 ``after`` (the key of the last record returned, at start the checkpoint), so a
 re-read never duplicates; ``next_poll_at`` says when polling again may find
 something. The records come from a
@@ -18,33 +18,17 @@ retriable ones are reported once in ``ShardBatch.error`` (the pump retries them)
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime
 
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.kinesis.efo_api import FanOutApi, SubscriptionEvent
-from kinesis_spout.kinesis.getter import NEVER, GetterPosition
-from kinesis_spout.kinesis.subscription import ResumePoint, SubscriptionPump
-from kinesis_spout.records import Record, ShardBatch, ShardInfo
+from kinesis_spout.kinesis.getter import NEVER
+from kinesis_spout.kinesis.subscription import SubscriptionPump
+from kinesis_spout.records import GetterPosition, Record, ShardBatch, ShardInfo
 from tracker import Backoff, SequenceKey
 
 #: Seconds between polls of a shard whose buffer is empty (a buffer check, no I/O).
 POLL_INTERVAL = 0.05
-
-
-def resume_point(
-    start: SequenceKey | None,
-    after_whole: bool,
-    position: InitialPosition,
-    timestamp: datetime | None,
-) -> ResumePoint:
-    """The first subscription's start: after a whole record, at a record whose first
-    sub-records were done (the getter drops them by key), or the initial position."""
-    point = ResumePoint(initial=position, timestamp=timestamp)
-    if start is not None:
-        seq = str(start.sequence)
-        return replace(point, after=seq) if after_whole else replace(point, at=seq)
-    return point
 
 
 class EfoShardGetter:
@@ -85,7 +69,7 @@ class EfoShardGetter:
             fanout,
             consumer_arn,
             shard_id,
-            resume_point(start, self._after_whole, position, timestamp),
+            GetterPosition(None, start, self._after_whole, position, timestamp),
             backoff=backoff,
             capacity=capacity,
             renew_after=renew_after,

@@ -47,7 +47,6 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -63,13 +62,12 @@ from kinesis_spout.errors import (
     TransientKinesisError,
 )
 from kinesis_spout.kinesis.api import GetRecordsResult, KinesisApi
-from kinesis_spout.records import ShardBatch, ShardInfo
+from kinesis_spout.records import GetterPosition, ShardBatch, ShardInfo
 from tracker import Backoff, SequenceKey
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "GetterPosition",
     "InvalidPositionError",
     "KinesisShardGetter",
 ]
@@ -84,18 +82,6 @@ _NO_CHILDREN: tuple[ShardInfo, ...] = ()
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class GetterPosition:
-    """A getter's read position: its open iterator, the last key it returned and,
-    before any, its initial position (see the module docstring)."""
-
-    iterator: str | None
-    after: SequenceKey | None
-    after_whole: bool
-    initial: InitialPosition
-    timestamp: datetime | None
 
 
 class KinesisShardGetter:

@@ -10,10 +10,12 @@ blocking. States of the pump::
     NEW | RUNNING --stop()--> STOPPED                  (start() again resumes)
 
 While RUNNING it loops: subscribe at the resume point, read events, subscribe
-again. The resume point is ``AFTER_SEQUENCE_NUMBER`` of the last Kinesis record
-received or of a larger ``ContinuationSequenceNumber`` (once a record or a
-sequence number anchors it), else the start (a checkpoint, or the initial
-position; ``LATEST`` turns into ``AT_TIMESTAMP`` of the first subscription).
+again. The resume point is a :class:`~kinesis_spout.records.GetterPosition`
+without an iterator (:attr:`SubscriptionPump.resume`): ``AFTER_SEQUENCE_NUMBER`` of
+the last Kinesis record received or of a larger ``ContinuationSequenceNumber``
+(once a record or a sequence number anchors it, :func:`past`), else the start (a
+checkpoint, or the initial position; ``LATEST`` turns into ``AT_TIMESTAMP`` of the
+first subscription), as a request by :func:`starting_position`.
 
 * **Back-pressure**: a full buffer stops the thread before it reads the next event,
   so the subscription pauses (the server's pushes wait in the socket) instead of
@@ -42,7 +44,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from kinesis_spout.config import InitialPosition
@@ -58,7 +60,8 @@ from kinesis_spout.kinesis.efo_api import (
     SubscriptionEvent,
 )
 from kinesis_spout.kinesis.getter import LATEST_MARGIN
-from tracker import Backoff
+from kinesis_spout.records import GetterPosition
+from tracker import Backoff, SequenceKey
 
 log = logging.getLogger(__name__)
 
@@ -67,36 +70,37 @@ log = logging.getLogger(__name__)
 FIRST_TRIES = 6
 
 
-@dataclass(frozen=True, slots=True)
-class ResumePoint:
-    """Where the next subscription starts (see the module docstring)."""
+def starting_position(position: GetterPosition) -> StartingPosition:
+    """The ``SubscribeToShard`` starting position of ``position`` (its iterator, always
+    None here, is not used): ``AFTER_SEQUENCE_NUMBER`` of a whole record,
+    ``AT_SEQUENCE_NUMBER`` of a record inside whose KPL aggregate it stands (the getter
+    drops the sub-records done by key), else its initial position."""
+    after = position.after
+    if after is not None:
+        kind = "AFTER_SEQUENCE_NUMBER" if position.after_whole else "AT_SEQUENCE_NUMBER"
+        return StartingPosition(kind, str(after.sequence))
+    if position.initial is InitialPosition.AT_TIMESTAMP:
+        return StartingPosition("AT_TIMESTAMP", timestamp=position.timestamp)
+    return StartingPosition(position.initial.value)
 
-    after: str | None = None
-    """``AFTER_SEQUENCE_NUMBER`` this (whole records up to it were received)."""
-    at: str | None = None
-    """``AT_SEQUENCE_NUMBER`` this (a checkpoint inside a KPL aggregate)."""
-    initial: InitialPosition = InitialPosition.TRIM_HORIZON
-    timestamp: datetime | None = None
 
-    def starting_position(self) -> StartingPosition:
-        if self.after is not None:
-            return StartingPosition("AFTER_SEQUENCE_NUMBER", self.after)
-        if self.at is not None:
-            return StartingPosition("AT_SEQUENCE_NUMBER", self.at)
-        if self.initial is InitialPosition.AT_TIMESTAMP:
-            return StartingPosition("AT_TIMESTAMP", timestamp=self.timestamp)
-        return StartingPosition(self.initial.value)
-
-    def past(self, event: SubscriptionEvent) -> ResumePoint:
-        """The resume point once ``event`` was received."""
-        after = self.after
-        if event.last_sequence is not None:
-            after = event.last_sequence
-        anchor = after if after is not None else self.at
-        cont = event.continuation
-        if cont is not None and anchor is not None and int(cont) > int(anchor):
-            after = cont  # an anchored continuation beyond the records: skip the gap
-        return self if after == self.after else replace(self, after=after, at=None)
+def past(position: GetterPosition, event: SubscriptionEvent) -> GetterPosition:
+    """Where the next subscription starts once ``event`` was received after ``position``:
+    after the event's last Kinesis record, or after its ``ContinuationSequenceNumber``
+    when that lies beyond an anchor (that record, else the sequence number ``position``
+    stands at or after) and so skips an empty stretch; an unanchored continuation (an
+    empty start's, LocalStack says "0") is ignored. ``position`` itself when nothing
+    moved. A whole record's key has sub-sequence 0: a subscription starts by sequence
+    number."""
+    seq = int(event.last_sequence) if event.last_sequence is not None else None
+    held = position.after
+    anchor = seq if seq is not None else (held.sequence if held is not None else None)
+    cont = event.continuation
+    if cont is not None and anchor is not None and int(cont) > anchor:
+        seq = int(cont)  # an anchored continuation beyond the records: skip the gap
+    if seq is None or (position.after_whole and held is not None and held.sequence == seq):
+        return position
+    return replace(position, after=SequenceKey(seq, 0), after_whole=True)
 
 
 class _Outcome(enum.Enum):
@@ -114,7 +118,7 @@ class SubscriptionPump:
         fanout: FanOutApi,
         consumer_arn: str,
         shard_id: str,
-        resume: ResumePoint,
+        resume: GetterPosition,
         *,
         backoff: Backoff,
         capacity: int = 2,
@@ -153,7 +157,8 @@ class SubscriptionPump:
         return self._thread is not None and self._thread.is_alive()
 
     @property
-    def resume(self) -> ResumePoint:
+    def resume(self) -> GetterPosition:
+        """Where the next subscription starts (no iterator); see the module docstring."""
         with self._cond:
             return self._resume
 
@@ -243,15 +248,12 @@ class SubscriptionPump:
     def _subscribe(self) -> Subscription:
         with self._cond:
             resume = self._resume
-        sub = self.fanout.subscribe(self.consumer_arn, self.shard_id, resume.starting_position())
+        start = starting_position(resume)
+        sub = self.fanout.subscribe(self.consumer_arn, self.shard_id, start)
         self.subscriptions += 1
         if not self._ever_subscribed:
             self._ever_subscribed = True
-            if (
-                resume.after is None
-                and resume.at is None
-                and (resume.initial is InitialPosition.LATEST)
-            ):
+            if resume.after is None and resume.initial is InitialPosition.LATEST:
                 # Renewals before any record start where this one did, not at a later LATEST.
                 opened = (sub.server_time or datetime.now(UTC)) - LATEST_MARGIN
                 with self._cond:
@@ -262,7 +264,7 @@ class SubscriptionPump:
             self._sub = sub
         if self._stop.is_set():
             sub.close()
-        log.debug("%s: subscribed at %s", self.shard_id, resume.starting_position())
+        log.debug("%s: subscribed at %s", self.shard_id, start)
         return sub
 
     def _drain(self, sub: Subscription) -> _Outcome:
@@ -298,7 +300,7 @@ class SubscriptionPump:
     def _probe(self) -> _Outcome:
         """One GetRecords page from the resume point: is the shard closed?"""
         with self._cond:
-            start = self._resume.starting_position()
+            start = starting_position(self._resume)
         self.probes += 1
         event = self.fanout.probe(self.shard_id, start, self.probe_limit)
         if (event.raw_count or event.ended) and not self._push(event):
@@ -316,7 +318,7 @@ class SubscriptionPump:
             if self._stop.is_set():
                 return False
             self._buffer.append(event)
-            self._resume = self._resume.past(event)
+            self._resume = past(self._resume, event)
             self.events += 1
             self.received += len(event.records)
             if event.ended:

@@ -17,7 +17,7 @@ starts there::
 
 * ``seq``/``sub``/``partial``/``ended``/``n``: the shard's position before this
   batch (the last record of earlier batches, see
-  :class:`~kinesis_spout.positions.ShardPosition`); no ``seq``: the shard starts
+  :class:`~kinesis_spout.records.ShardPosition`); no ``seq``: the shard starts
   at ``start`` (deterministic: LATEST is pinned to a timestamp).
 * ``q``: how many user records this batch may read from the shard (0 or
   absent: none, e.g. it was found idle a moment ago, or it ended).
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kinesis_spout.positions import ShardPosition, StartPosition
+from kinesis_spout.records import ShardPosition, StartPosition
 from kinesis_spout.streaming.errors import OffsetError
 
 OFFSET_VERSION = 2

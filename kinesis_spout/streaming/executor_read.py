@@ -34,8 +34,7 @@ from kinesis_spout.checkpoint.batch_ends import (
 from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.efo_read import EfoTarget
-from kinesis_spout.positions import StartPosition
-from kinesis_spout.records import Record
+from kinesis_spout.records import Record, StartPosition
 from kinesis_spout.retrying import never, retrying
 from kinesis_spout.streaming.batch_offset import ShardPlan
 from kinesis_spout.streaming.offsets import ShardRange

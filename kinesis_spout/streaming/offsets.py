@@ -7,7 +7,7 @@
 * :class:`ShardRange`: the part of one shard one batch reads.
 
 The offsets Spark stores are :class:`~kinesis_spout.streaming.batch_offset.BatchOffset`
-(version 2), with positions :class:`~kinesis_spout.positions.ShardPosition`; an offset
+(version 2), with positions :class:`~kinesis_spout.records.ShardPosition`; an offset
 of version 1 (the read-ahead source of earlier releases) is refused there with an
 error naming its version.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kinesis_spout.positions import ShardPosition, StartPosition
+from kinesis_spout.records import ShardPosition, StartPosition
 from tracker import SequenceKey
 
 

@@ -32,8 +32,7 @@ from kinesis_spout.config import InitialPosition
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.kinesis.efo_read import EfoTarget
-from kinesis_spout.positions import ShardPosition, StartPosition
-from kinesis_spout.records import ShardInfo
+from kinesis_spout.records import ShardInfo, ShardPosition, StartPosition
 from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
 from kinesis_spout.streaming.errors import DataLossError, OffsetError
 from kinesis_spout.streaming.offsets import SourceOffset, split_quota

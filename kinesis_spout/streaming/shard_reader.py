@@ -27,8 +27,7 @@ from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.bounded import BoundedGetter, read_until
 from kinesis_spout.kinesis.getter import KinesisShardGetter
-from kinesis_spout.positions import ShardPosition, StartPosition
-from kinesis_spout.records import Record, ShardBatch
+from kinesis_spout.records import Record, ShardBatch, ShardPosition, StartPosition
 from kinesis_spout.streaming.errors import DataLossError
 from kinesis_spout.streaming.offsets import ShardRange
 from tracker import Backoff, ExponentialBackoff
@@ -76,7 +75,21 @@ def polling_getter(
 
 @dataclass(frozen=True, slots=True)
 class ReadAhead:
-    """What one read-ahead learned about one shard."""
+    """Where an executor's first read of a batch's shard stopped, in the streaming
+    source's terms (:func:`first_read`): what its batch-end record
+    (:class:`~kinesis_spout.checkpoint.batch_ends.BatchEnd`) is made of, and what a retry
+    of the read and a read that goes on need.
+
+    Not a copy of :class:`~kinesis_spout.records.ReadEnd` (how the bounded read under it
+    ended) but what the first read makes of one: ``position`` is a
+    :class:`~kinesis_spout.records.ShardPosition` of the records *kept* (an arrival
+    cutoff may leave part of the getter's last page out; a cut inside a KPL aggregate is
+    ``partial``), where the ReadEnd's is the getter's; ``idle`` counts the cutoff as the
+    tip; ``error`` is the one error that cut the read short, not each one met;
+    ``next_iterator`` is the getter's only when it goes on exactly after ``position``;
+    ``children`` only once the shard ended. Nor a BatchEnd: that is the persisted record,
+    with no error or iterator in it, and it adds when, by whom and from what plan.
+    """
 
     shard_id: str
     position: ShardPosition | None

@@ -35,7 +35,7 @@ from kinesis_spout.errors import (
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import process_client
 from kinesis_spout.kinesis.efo_read import EfoTarget
-from kinesis_spout.positions import StartPosition
+from kinesis_spout.records import StartPosition
 from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
 from kinesis_spout.streaming.errors import MissingDependencyError
 from kinesis_spout.streaming.executor_read import read_batch_shard

@@ -16,8 +16,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from kinesis_spout.kinesis.efo_read import EfoTarget, subscribed_getter
-from kinesis_spout.positions import ShardPosition, StartPosition
-from kinesis_spout.records import Record
+from kinesis_spout.records import Record, ShardPosition, StartPosition
 from kinesis_spout.streaming.shard_reader import ReadAhead, first_read
 
 READ_SECONDS = 5.0

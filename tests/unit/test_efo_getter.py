@@ -23,8 +23,8 @@ from kinesis_spout.errors import (
 from kinesis_spout.kinesis.api import to_records
 from kinesis_spout.kinesis.efo_api import StartingPosition, SubscriptionEvent
 from kinesis_spout.kinesis.efo_getter import EfoShardGetter
-from kinesis_spout.kinesis.subscription import FIRST_TRIES, ResumePoint
-from kinesis_spout.records import ShardInfo
+from kinesis_spout.kinesis.subscription import FIRST_TRIES, past, starting_position
+from kinesis_spout.records import GetterPosition, ShardInfo
 from tracker import NoBackoff, SequenceKey
 
 SHARD = "shardId-000000000000"
@@ -138,22 +138,22 @@ def efo_threads() -> list[str]:
 # --------------------------------------------------------------------------- positions
 
 
-def test_resume_point_follows_records_and_anchored_continuations() -> None:
-    r = ResumePoint()
-    assert r.starting_position() == StartingPosition("TRIM_HORIZON")
+def test_resume_position_follows_records_and_anchored_continuations() -> None:
+    r = GetterPosition()
+    assert starting_position(r) == StartingPosition("TRIM_HORIZON")
     # LocalStack's continuation of an empty start is "0": without an anchor it is ignored
-    assert r.past(event(continuation="0")) == r
-    r = r.past(event(10, 20))
-    assert r.starting_position() == StartingPosition("AFTER_SEQUENCE_NUMBER", "20")
-    r = r.past(event(continuation="35"))  # an empty stretch: continue after it
-    assert r.after == "35"
-    assert r.past(event(continuation="30")).after == "35"  # never backwards
-    at = ResumePoint(at="7")
-    assert at.starting_position() == StartingPosition("AT_SEQUENCE_NUMBER", "7")
-    assert at.past(event(continuation="9")) == ResumePoint(after="9")
+    assert past(r, event(continuation="0")) == r
+    r = past(r, event(10, 20))
+    assert starting_position(r) == StartingPosition("AFTER_SEQUENCE_NUMBER", "20")
+    r = past(r, event(continuation="35"))  # an empty stretch: continue after it
+    assert r.after == SequenceKey(35, 0) and r.after_whole
+    assert past(r, event(continuation="30")).after == SequenceKey(35, 0)  # never backwards
+    at = GetterPosition(after=SequenceKey(7, 2), after_whole=False)
+    assert starting_position(at) == StartingPosition("AT_SEQUENCE_NUMBER", "7")
+    assert past(at, event(continuation="9")) == GetterPosition(after=SequenceKey(9, 0))
     ts = datetime(2026, 1, 1, tzinfo=UTC)
-    stamped = ResumePoint(initial=InitialPosition.AT_TIMESTAMP, timestamp=ts)
-    assert stamped.starting_position() == StartingPosition("AT_TIMESTAMP", timestamp=ts)
+    stamped = GetterPosition(initial=InitialPosition.AT_TIMESTAMP, timestamp=ts)
+    assert starting_position(stamped) == StartingPosition("AT_TIMESTAMP", timestamp=ts)
 
 
 def test_a_checkpoint_inside_an_aggregate_resumes_at_it_and_drops_what_was_done() -> None:
@@ -308,7 +308,8 @@ def test_the_thread_waits_while_the_buffer_is_full_and_close_stops_it() -> None:
     g.close()
     assert efo_threads() == [] and fanout.subs[0].closed.is_set()
     # a poll after close subscribes again after the last event received
-    received = int(g.pump.resume.after or 0)
+    resume = g.pump.resume.after
+    received = resume.sequence if resume is not None else 0
     g.poll(time.monotonic())
     wait_for(lambda: len(fanout.starts) == 2)
     assert fanout.starts[1] == StartingPosition("AFTER_SEQUENCE_NUMBER", str(received))

@@ -18,8 +18,7 @@ from kinesis_spout.kinesis import efo_read
 from kinesis_spout.kinesis.bounded import read_until
 from kinesis_spout.kinesis.efo_api import StartingPosition, SubscriptionEvent
 from kinesis_spout.kinesis.efo_read import EfoTarget, subscribed_getter
-from kinesis_spout.positions import ShardPosition, StartPosition
-from kinesis_spout.records import ShardBatch, ShardInfo
+from kinesis_spout.records import ShardBatch, ShardInfo, ShardPosition, StartPosition
 from kinesis_spout.streaming.subscribed_read import read_fresh_subscribed
 from tracker import SequenceKey
 

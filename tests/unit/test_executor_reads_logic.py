@@ -16,9 +16,8 @@ from kinesis_spout.checkpoint.base import MemoryCheckpointStore
 from kinesis_spout.config import InitialPosition, SpoutConfig
 from kinesis_spout.core.committer import Committer
 from kinesis_spout.core.partition import ReplayWindow, ShardPartition
-from kinesis_spout.kinesis.getter import GetterPosition
 from kinesis_spout.metrics import InMemoryMetrics
-from kinesis_spout.records import Record
+from kinesis_spout.records import GetterPosition, Record
 from kinesis_spout.spark.isolation import BatchFailedError
 from kinesis_spout.spark.read.frames import RowSpace
 from kinesis_spout.spark.read.jobs import ReadIsolation, ReadJobs, _halves, _rest

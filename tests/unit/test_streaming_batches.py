@@ -13,8 +13,7 @@ import pytest
 
 from kinesis_spout.checkpoint.batch_ends import BatchEnd, BatchEndError, PlannedFrom
 from kinesis_spout.checkpoint.file_batch_ends import FileBatchEnds
-from kinesis_spout.positions import ShardPosition, StartPosition
-from kinesis_spout.records import ShardInfo
+from kinesis_spout.records import ShardInfo, ShardPosition, StartPosition
 from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
 from kinesis_spout.streaming.errors import OffsetError
 from kinesis_spout.streaming.options import parse_options

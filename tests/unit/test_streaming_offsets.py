@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kinesis_spout.config import InitialPosition
-from kinesis_spout.positions import ShardPosition, StartPosition
+from kinesis_spout.records import ShardPosition, StartPosition
 from kinesis_spout.streaming.offsets import split_quota
 
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kinesis_spout.kinesis.getter import GetterPosition
-from kinesis_spout.records import Record, ShardInfo
+from kinesis_spout.records import GetterPosition, Record, ShardInfo
 from kinesis_spout.spark.process.fastretry import FastRetry
 from tracker import SequenceKey
 

@@ -34,8 +34,7 @@ from kinesis_spout.checkpoint.batch_ends import (
 )
 from kinesis_spout.checkpoint.factory import open_batch_ends
 from kinesis_spout.config import InitialPosition
-from kinesis_spout.positions import ShardPosition, StartPosition
-from kinesis_spout.records import Record
+from kinesis_spout.records import Record, ShardPosition, StartPosition
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.shards import Read, read_shards
 from kinesis_spout.spark.read.task import executor_id

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kinesis_spout.errors import KinesisError
-from kinesis_spout.kinesis.bounded import BoundedRead, ReadEnd, Take, read_together, read_until
+from kinesis_spout.kinesis.bounded import BoundedRead, Take, read_together, read_until
 from kinesis_spout.kinesis.efo_read import EfoTarget, subscribed_getter
 from kinesis_spout.kinesis.getter import KinesisShardGetter
-from kinesis_spout.records import Record, ShardBatch
+from kinesis_spout.records import ReadEnd, Record, ShardBatch
 from kinesis_spout.spark.process.arrow import format_error
 from tracker import ExponentialBackoff, JitteredBackoff
 

@@ -31,7 +31,7 @@ from kinesis_spout.examples.wordcount import (
     sample_records,
     split_sentence,
 )
-from kinesis_spout.kinesis.getter import GetterPosition
+from kinesis_spout.records import GetterPosition
 from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.launch.build import build_driver
 from kinesis_spout.spark.process.sinks import read_parquet_dir

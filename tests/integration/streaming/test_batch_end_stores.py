@@ -13,7 +13,7 @@ import pytest
 from kinesis_spout.checkpoint.batch_ends import BatchEnd, BatchEndError, BatchEndStore
 from kinesis_spout.checkpoint.file_batch_ends import FileBatchEnds
 from kinesis_spout.checkpoint.zk_batch_ends import ZkBatchEnds
-from kinesis_spout.positions import ShardPosition
+from kinesis_spout.records import ShardPosition
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from streaming_helpers import Row, fill, rid
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.kinesis.client import make_client
-from kinesis_spout.positions import ShardPosition, StartPosition
+from kinesis_spout.records import ShardPosition, StartPosition
 from kinesis_spout.spout import KinesisSpout
 from kinesis_spout.streaming.offsets import SourceOffset
 from kinesis_spout.streaming.options import parse_options

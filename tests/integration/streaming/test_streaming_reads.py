@@ -11,8 +11,7 @@ import pytest
 from streaming_helpers import Row, assert_exactly_once, fill, rid
 
 from kinesis_spout.kinesis.api import KinesisApi
-from kinesis_spout.positions import ShardPosition, StartPosition
-from kinesis_spout.records import Record
+from kinesis_spout.records import Record, ShardPosition, StartPosition
 from kinesis_spout.streaming.errors import DataLossError
 from kinesis_spout.streaming.offsets import ShardRange
 from kinesis_spout.streaming.shard_reader import ReadAhead, read_fresh, read_range
