@@ -30,9 +30,14 @@ from kinesis_spout.testing.processes import OutputLines
 
 MASTER = "local[2]"
 JOB_KEYS = (
-    "stream_name", "job_name", "endpoint_url", "checkpoint_store", "dead_letter", "read_on",
+    "stream_name",
+    "job_name",
+    "endpoint_url",
+    "checkpoint_store",
+    "dead_letter",
+    "read_on",
     "stop_when_idle",
-)  # fmt: skip
+)
 """What the job's TOML file sets; every other setting is the library's default."""
 PROCESS_FILE = '''"""The bench's per-record function: nothing, but the first call's wall time is
 written to FIRST (once per run: O_EXCL)."""
@@ -60,8 +65,10 @@ OPENED = "opened stream"
 """What the job logs once it has listed the shards and starts reading them."""
 EVENT_LOG_CONF = ("spark.eventLog.compress=false", "spark.eventLog.rolling.enabled=false")
 """Spark 4 compresses (zstd) and rolls event logs by default: one plain JSON-lines file."""
-SUMMARY = re.compile(r"^stopped \((?P<why>.*)\) after (?P<batches>\d+) batches: (?P<done>\d+) "
-                     r"done.* (?P<rps>[\d,.]+) records done/s of processing")  # fmt: skip
+SUMMARY = re.compile(
+    r"^stopped \((?P<why>.*)\) after (?P<batches>\d+) batches: (?P<done>\d+) "
+    r"done.* (?P<rps>[\d,.]+) records done/s of processing"
+)
 PROGRESS = re.compile(r"^batch \d+: .*\| ok (?P<ok>\d+) \|.*\| dead-lettered (?P<dead>\d+)")
 BARE_JOB = """
 import sys, time
@@ -230,9 +237,12 @@ def run_job(
     first_file = toml.parent / "first-record"
     launched = time.time()
     proc = subprocess.Popen(
-        run_command(toml, spark_conf or {}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        run_command(toml, spark_conf or {}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     out = TimedLines(proc, f"the job ({toml})")
     opened = stopped = window = None
     with TreeCpu(proc.pid) as cpu:
@@ -283,10 +293,13 @@ def bare_pyspark_seconds(timeout: float = 600.0) -> float:
     ``parallelize([1]).count()`` done (one Python task run on a Python worker)."""
     launched = time.time()
     done = subprocess.run(
-        [sys.executable, "-c", BARE_JOB, MASTER], env=job_environment(master=MASTER),
-        capture_output=True, text=True,
-        timeout=timeout, check=False,
-    )  # fmt: skip
+        [sys.executable, "-c", BARE_JOB, MASTER],
+        env=job_environment(master=MASTER),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     for line in done.stdout.splitlines():
         if line.startswith("counted "):
             return float(line.split()[1]) - launched

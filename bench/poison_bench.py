@@ -264,9 +264,14 @@ def poison_main(args: argparse.Namespace) -> int:
         spark = local_spark_session("spark-bench-poison")
         try:
             result = poison_figures(
-                spark, client, moto.endpoint_url, Path(tmpdir), args.records, args.size,
+                spark,
+                client,
+                moto.endpoint_url,
+                Path(tmpdir),
+                args.records,
+                args.size,
                 args.poison_rate,
-            )  # fmt: skip
+            )
         finally:
             spark.stop()
     print(

@@ -128,9 +128,11 @@ class TreeCpu:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._stop.set()
         self._thread.join()
         lost = sum(self._last[k].own + self._last[k].reaped for k in self._lost)

@@ -60,18 +60,26 @@ def noop(record: InputRecord) -> None:
 def config(endpoint: str, tmp: Path, stream: str, mode: str, **kw: Any) -> SpoutConfig:
     name = f"{stream}-{mode}-{time.monotonic_ns()}"
     values: dict[str, Any] = dict(
-        stream_name=stream, job_name=name, endpoint_url=endpoint,
-        checkpoint_store=f"file://{tmp / 'checkpoints'}", dead_letter="none", read_on=mode,
+        stream_name=stream,
+        job_name=name,
+        endpoint_url=endpoint,
+        checkpoint_store=f"file://{tmp / 'checkpoints'}",
+        dead_letter="none",
+        read_on=mode,
         stop_when_idle=0.5,
-    )  # fmt: skip
+    )
     return SpoutConfig(**(values | kw))
 
 
 def throughput(spark: Any, endpoint: str, tmp: Path, stream: str, mode: str, n: int) -> float:
     """Records/s of one run over the whole stream (start to the last record's ack)."""
     acked: list[float] = []
-    driver = build_driver(config(endpoint, tmp, stream, mode), noop, spark=spark,
-                          progress=lambda r: acked.append(time.perf_counter()))  # fmt: skip
+    driver = build_driver(
+        config(endpoint, tmp, stream, mode),
+        noop,
+        spark=spark,
+        progress=lambda r: acked.append(time.perf_counter()),
+    )
     start = time.perf_counter()
     summary = driver.run()
     if summary.ok != n:
@@ -86,8 +94,9 @@ def latency(spark: Any, client: Any, endpoint: str, tmp: Path, mode: str, idle: 
     create_stream(client, stream, 1)
     applied: list[float] = []
     cfg = config(endpoint, tmp, stream, mode, stop_when_idle=0.0)
-    driver = build_driver(cfg, noop, spark=spark,
-                          progress=lambda r: applied.append(time.perf_counter()))  # fmt: skip
+    driver = build_driver(
+        cfg, noop, spark=spark, progress=lambda r: applied.append(time.perf_counter())
+    )
     thread = threading.Thread(target=driver.run)
     thread.start()
     time.sleep(idle)
@@ -121,17 +130,26 @@ def measure(master: str, moto: MotoServer, tmp: Path) -> dict[str, Any]:
             key = f"{n}x{shards}"
             out[key] = {m: round(v) for m, v in rps.items()}
             out[key]["executors_vs_driver"] = round(rps["executors"] / rps["driver"], 2)
-            print(f"{master}, {n:>6,} records in {shards} shards: driver {rps['driver']:>7,.0f}, "
-                  f"executors {rps['executors']:>7,.0f} records/s "
-                  f"({out[key]['executors_vs_driver']:.2f}x)", flush=True)  # fmt: skip
+            print(
+                f"{master}, {n:>6,} records in {shards} shards: driver {rps['driver']:>7,.0f}, "
+                f"executors {rps['executors']:>7,.0f} records/s "
+                f"({out[key]['executors_vs_driver']:.2f}x)",
+                flush=True,
+            )
         rng = random.Random(7)  # puts at seeded random moments: not in step with the polls
         idles = [rng.uniform(2.0, 8.0) for _ in range(LATENCY_RUNS)]
-        lat = {m: statistics.median(latency(spark, client, moto.endpoint_url, tmp, m, idle)
-                                    for idle in idles) for m in MODES}  # fmt: skip
+        lat = {
+            m: statistics.median(
+                latency(spark, client, moto.endpoint_url, tmp, m, idle) for idle in idles
+            )
+            for m in MODES
+        }
         out["latency_s"] = {m: round(v, 2) for m, v in lat.items()}
-        print(f"{master}, one record into an idle shard: driver {lat['driver']:.2f} s, "
-              f"executors {lat['executors']:.2f} s (medians of {LATENCY_RUNS})",
-              flush=True)  # fmt: skip
+        print(
+            f"{master}, one record into an idle shard: driver {lat['driver']:.2f} s, "
+            f"executors {lat['executors']:.2f} s (medians of {LATENCY_RUNS})",
+            flush=True,
+        )
     finally:
         spark.stop()
     return out

@@ -175,14 +175,19 @@ EFO_CHART = BarChart(
     "reader_bench --consumer efo: {records:,} records of {record_bytes} B in {shards} shards, "
     "LocalStack",
     (
-        Panel("read throughput", "records/s (higher is better)", _CONSUMERS,
-              (Series("", "{}_rps"),)),
-        Panel("client CPU", "µs CPU per record (lower is better)", _CONSUMERS,
-              (Series("", "{}_cpu_us_per_record"),)),
+        Panel(
+            "read throughput", "records/s (higher is better)", _CONSUMERS, (Series("", "{}_rps"),)
+        ),
+        Panel(
+            "client CPU",
+            "µs CPU per record (lower is better)",
+            _CONSUMERS,
+            (Series("", "{}_cpu_us_per_record"),),
+        ),
     ),
     note="efo / polling {efo_vs_polling:.2f}x records/s, {efo_cpu_vs_polling:.2f}x CPU per record; "
     "median of {rounds} round(s)",
-)  # fmt: skip
+)
 """The chart ``--plot FILE`` draws with ``--consumer efo``."""
 
 

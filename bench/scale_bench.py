@@ -104,9 +104,12 @@ def run(
     create_stream(client, stream, shards)
     put_records(client, stream, make_payloads(shards * args.records_per_shard, 100))
     cfg = SpoutConfig(
-        stream_name=stream, job_name=stream, endpoint_url=moto.endpoint_url,
-        checkpoint_store=zk.url(), dead_letter="none",
-    )  # fmt: skip
+        stream_name=stream,
+        job_name=stream,
+        endpoint_url=moto.endpoint_url,
+        checkpoint_store=zk.url(),
+        dead_letter="none",
+    )
     driver = build_driver(cfg, lambda r: None, spark=spark, progress=None)
     assert isinstance(driver, ExecutorDriver)
     results: list[ReadResult] = []

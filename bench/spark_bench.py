@@ -273,9 +273,15 @@ def local_runs(spark: Any, endpoint: str, tmp: Path, records: int, client: Any) 
     overhead = batch_overhead_ms(spark)
     print(f"per-batch overhead (1-record micro-batch): {overhead:.0f} ms")
     styles = style_figures(
-        spark, client, endpoint, tmp, STREAM, records,
-        lambda c, stream, n: boto3_loop(c, n, stream), plain,
-    )  # fmt: skip
+        spark,
+        client,
+        endpoint,
+        tmp,
+        STREAM,
+        records,
+        lambda c, stream, n: boto3_loop(c, n, stream),
+        plain,
+    )
     return LocalRuns(boto_before, boto_after, runs, executors, overhead, styles)
 
 
@@ -340,8 +346,10 @@ def print_summary(result: dict[str, Any], scale: Scale | None) -> None:
     print(f"job at 10,000: {result['ratio_vs_boto3_10k']:.2f}x the boto3 loop (goal >= 0.7)")
     print(f"executor reads at 10,000: {result['vs_boto3']:.2f}x the boto3 loop (goal >= 1.0)")
     for key in ("transform", "fanout"):
-        print(f"{key} on the executors: {result[f'{key}_vs_boto3']:.2f}x the boto3 loop on its "
-              "stream (goal >= 1.0)")  # fmt: skip
+        print(
+            f"{key} on the executors: {result[f'{key}_vs_boto3']:.2f}x the boto3 loop on its "
+            "stream (goal >= 1.0)"
+        )
     for mode, figures in (scale or {}).items():
         print(
             f"{mode} reads on the cluster: driver CPU "

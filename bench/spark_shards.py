@@ -166,8 +166,9 @@ def startup_runs(endpoint: str, tmp: Path, stream: str) -> tuple[list[float], li
         if run.first_record is None:
             raise RuntimeError("startup run: no record reached the function")
         job.append(run.first_record - run.launched)
-        print(f"start-up {i + 1}: bare PySpark {bare[-1]:.1f} s, job to first record "
-              f"{job[-1]:.1f} s")  # fmt: skip
+        print(
+            f"start-up {i + 1}: bare PySpark {bare[-1]:.1f} s, job to first record {job[-1]:.1f} s"
+        )
     return job, bare
 
 
@@ -199,33 +200,45 @@ def measure(args: argparse.Namespace, boto3_loop: BotoLoop) -> Measured:
         for s in args.shards:
             t = time.perf_counter()
             lo, hi = fill(client, f"data-{s}", s, args.records, args.size)
-            print(f"{s} shards: put {args.records:,} records of {args.size} B in "
-                  f"{time.perf_counter() - t:.1f} s ({lo}..{hi} per shard)")  # fmt: skip
+            print(
+                f"{s} shards: put {args.records:,} records of {args.size} B in "
+                f"{time.perf_counter() - t:.1f} s ({lo}..{hi} per shard)"
+            )
         for s in ends:
             create_stream(client, f"empty-{s}", s)
         data: dict[int, dict[str, Any]] = {}
         for s in args.shards:
             data[s] = r = data_run(endpoint, tmp, s, args.records)
-            print(f"{s:>4} shards: {r['rps']:>7,.0f} records/s (opened to last batch "
-                  f"{r['rps_wall'] or 0:,}, after the first micro-batch {r['rps_warm'] or 0:,}), "
-                  f"{r['batches']} micro-batches, {r['spark_jobs']} Spark jobs, tree CPU "
-                  f"{r['cpu_s']:.1f} s, wall {r['wall_s']:.0f} s")  # fmt: skip
+            print(
+                f"{s:>4} shards: {r['rps']:>7,.0f} records/s (opened to last batch "
+                f"{r['rps_wall'] or 0:,}, after the first micro-batch {r['rps_warm'] or 0:,}), "
+                f"{r['batches']} micro-batches, {r['spark_jobs']} Spark jobs, tree CPU "
+                f"{r['cpu_s']:.1f} s, wall {r['wall_s']:.0f} s"
+            )
         idle: dict[int, JobRun] = {}
         for s in ends:
             idle[s] = run = idle_run(endpoint, tmp, s, args.idle_seconds)
-            print(f"idle, {s:>4} shards: {run.cpu_seconds:.1f} s CPU in {run.wall_seconds:.1f} s "
-                  f"wall (launch to exit; opened the stream after "
-                  f"{(run.opened or run.ended) - run.launched:.1f} s, exited "
-                  f"{run.ended - (run.stopped or run.ended):.1f} s after SIGTERM); "
-                  f"{run.window_cpu_seconds or 0:.1f} s CPU in the {_window(run):.1f} s idle "
-                  "window")  # fmt: skip
+            print(
+                f"idle, {s:>4} shards: {run.cpu_seconds:.1f} s CPU in {run.wall_seconds:.1f} s "
+                f"wall (launch to exit; opened the stream after "
+                f"{(run.opened or run.ended) - run.launched:.1f} s, exited "
+                f"{run.ended - (run.stopped or run.ended):.1f} s after SIGTERM); "
+                f"{run.window_cpu_seconds or 0:.1f} s CPU in the {_window(run):.1f} s idle "
+                "window"
+            )
         job, bare = startup_runs(endpoint, tmp, f"data-{args.shards[0]}")
         spark = local_spark_session("spark-bench-styles")
         try:
             styles = spark_styles.style_figures(
-                spark, client, endpoint, tmp, f"data-{args.shards[0]}", args.records,
-                boto3_loop, stock_client(endpoint),
-            )  # fmt: skip
+                spark,
+                client,
+                endpoint,
+                tmp,
+                f"data-{args.shards[0]}",
+                args.records,
+                boto3_loop,
+                stock_client(endpoint),
+            )
         finally:
             spark.stop()
     return Measured(data, idle, job, bare, styles)
@@ -239,9 +252,13 @@ def _window(run: JobRun) -> float:
 def figures(args: argparse.Namespace, m: Measured) -> dict[str, Any]:
     """Every figure of the module docstring, rounded, in one flat dict."""
     lo, hi = args.shards[0], args.shards[-1]
-    out: dict[str, Any] = {"records": args.records, "record_bytes": args.size,
-                           "shards": args.shards, "master": job_runs.MASTER,
-                           "read_on": "executors"}  # fmt: skip
+    out: dict[str, Any] = {
+        "records": args.records,
+        "record_bytes": args.size,
+        "shards": args.shards,
+        "master": job_runs.MASTER,
+        "read_on": "executors",
+    }
     for s, r in m.data.items():
         out.update({f"{k}_{s}": round(v) if k == "rps" else v for k, v in r.items()})
     out[f"shards_{hi}_vs_{lo}"] = round(m.data[hi]["rps"] / m.data[lo]["rps"], 3)
@@ -287,12 +304,16 @@ def print_summary(result: dict[str, Any], shards: list[int]) -> None:
         f"idle at {hi} shards the job keeps {result[f'idle_cores_{hi}']:.2f} cores busy, "
         f"at {lo} {result[f'idle_cores_{lo}']:.2f}"
     )
-    print(f"start-up overhead: {result['startup_overhead_s']:.1f} s (launch to first record "
-          f"{result['startup_job_s']:.1f} s; bare PySpark to its first task done "
-          f"{result['startup_bare_s']:.1f} s; medians of {STARTUP_RUNS})")  # fmt: skip
+    print(
+        f"start-up overhead: {result['startup_overhead_s']:.1f} s (launch to first record "
+        f"{result['startup_job_s']:.1f} s; bare PySpark to its first task done "
+        f"{result['startup_bare_s']:.1f} s; medians of {STARTUP_RUNS})"
+    )
     for key in ("transform", "fanout"):
-        print(f"{key} on the executors: {result[f'{key}_vs_boto3']:.2f}x the boto3 loop on its "
-              "stream (goal >= 1.0)")  # fmt: skip
+        print(
+            f"{key} on the executors: {result[f'{key}_vs_boto3']:.2f}x the boto3 loop on its "
+            "stream (goal >= 1.0)"
+        )
 
 
 def shards_main(args: argparse.Namespace, boto3_loop: BotoLoop) -> int:

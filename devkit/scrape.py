@@ -84,8 +84,12 @@ def wait_for_scrape(
         except OSError as exc:  # not listening yet
             error = exc
         if time.monotonic() >= deadline:
-            shown = "" if last is None else "\n".join(
-                line for line in last.text.splitlines() if line.startswith("kinesis_spout_")
+            shown = (
+                ""
+                if last is None
+                else "\n".join(
+                    line for line in last.text.splitlines() if line.startswith("kinesis_spout_")
+                )
             )
             raise ScrapeTimeout(f"{url} never showed {what} in {timeout:g}s ({error}):\n{shown}")
         time.sleep(poll)

@@ -35,8 +35,12 @@ Handler = Callable[[argparse.Namespace], int]
 Adder = Callable[[argparse.ArgumentParser], None]
 DEAD_LETTER_FIELDS = ("dead_letter", "job_name", "stream_name", "region", "profile")
 STATUS_FIELDS = (
-    *STORE_FIELDS, *AWS_FIELDS, "dead_letter", "initial_position", "initial_timestamp",
-)  # fmt: skip
+    *STORE_FIELDS,
+    *AWS_FIELDS,
+    "dead_letter",
+    "initial_position",
+    "initial_timestamp",
+)
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
@@ -109,7 +113,7 @@ COMMANDS: dict[str, Command] = {
                 ),
             ),
         ),
-    ),  # fmt: skip
+    ),
     "status": Command(
         "per shard: checkpoint, state, owner, lag, dead letters; the job lease (--json)",
         _lazy("kinesis_spout.status.command", "cmd_status"),
@@ -152,7 +156,7 @@ COMMANDS: dict[str, Command] = {
                 ),
             ),
         ),
-    ),  # fmt: skip
+    ),
 }
 
 

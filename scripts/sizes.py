@@ -6,8 +6,9 @@ Limits: module 400 lines, class 300, function 60 (docs/STYLE). Items over a limi
 with ``OVER``. ``--check`` exits 1 when a function is over; a module or class over its limit
 is reported only, as issue 23 has it: one that does one job is fine when its docstring says
 why, while a class cut into mixins that share its state, a helper moved only to save lines or
-``# fmt: skip`` used to fit a limit is not. Sizes are ast spans (``end_lineno - lineno + 1``,
-decorators included), modules count physical lines.
+``# fmt: skip`` used to fit a limit is not: ``--check`` also fails on any ``fmt: skip`` or
+``fmt: off`` comment under the roots (the code is as ``ruff format`` writes it). Sizes are
+ast spans (``end_lineno - lineno + 1``, decorators included), modules count physical lines.
 """
 
 from __future__ import annotations
@@ -72,6 +73,17 @@ def collect(base: Path, roots: tuple[str, ...] = ROOTS) -> list[Item]:
     return items
 
 
+def format_escapes(base: Path, roots: tuple[str, ...] = ROOTS) -> list[str]:
+    """``path:line`` of every ``fmt: skip`` / ``fmt: off`` comment under ``roots``."""
+    found = []
+    for root in roots:
+        for path in sorted((base / root).rglob("*.py")):
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if "# fmt: skip" in line or "# fmt: off" in line:
+                    found.append(f"{path.relative_to(base)}:{n}")
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=10, help="items shown per kind (default 10)")
@@ -91,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
                 flag = "  OVER" if item.over else ""
                 print(f"  {item.lines:5d}  {item.name}{flag}")
     print(f"{len(over)} over the limits, {len(failing)} of them functions (--check fails on those)")
-    return 1 if args.check and failing else 0
+    escapes = format_escapes(args.base)
+    for where in escapes:
+        print(f"  formatter turned off at {where}")
+    return 1 if args.check and (failing or escapes) else 0
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ ensure_localstack
 
 echo "== ruff"
 "$VENV/bin/ruff" check .
+"$VENV/bin/ruff" format --check .
+echo "== sizes (functions over 60 lines, formatter escapes)"
+"$VENV/bin/python" scripts/sizes.py --check --top 0
 echo "== mypy --strict"
 "$VENV/bin/mypy" --strict tracker kinesis_spout devkit bench
 echo "== pytest"

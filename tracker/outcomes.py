@@ -99,9 +99,7 @@ def check_arguments(
     if isinstance(retry_limit, bool) or not isinstance(retry_limit, int) or retry_limit < 0:
         raise ValueError(f"retry_limit must be an int >= 0, got {retry_limit!r}")
     if max_in_flight is not None and (
-        isinstance(max_in_flight, bool)
-        or not isinstance(max_in_flight, int)
-        or max_in_flight < 1
+        isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1
     ):
         raise ValueError(f"max_in_flight must be None or an int >= 1, got {max_in_flight!r}")
     if message_timeout is not None and (

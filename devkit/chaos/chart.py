@@ -101,17 +101,31 @@ def _label_markers(ax: Axes, data: TimelineFigure) -> None:
         left = m.kind in (EventKind.KILL, EventKind.DRAINED)
         kill = m.kind is EventKind.KILL
         ax.annotate(
-            m.label, (m.at, 0.98), xycoords=("data", "axes fraction"),
-            xytext=(-3 if left else 3, 0), textcoords="offset points",
-            ha="right" if left else "left", va="top", rotation=90, fontsize=8 if kill else 7,
-            color=STYLE[m.kind][0], fontweight="bold" if kill else "normal", bbox=ground,
-        )  # fmt: skip
+            m.label,
+            (m.at, 0.98),
+            xycoords=("data", "axes fraction"),
+            xytext=(-3 if left else 3, 0),
+            textcoords="offset points",
+            ha="right" if left else "left",
+            va="top",
+            rotation=90,
+            fontsize=8 if kill else 7,
+            color=STYLE[m.kind][0],
+            fontweight="bold" if kill else "normal",
+            bbox=ground,
+        )
     for span in data.spans:
         ax.annotate(
-            span.label, ((span.start + span.end) / 2, 0.5), xycoords=("data", "axes fraction"),
-            ha="center", va="center", fontsize=7, color="#424242", bbox=ground,
+            span.label,
+            ((span.start + span.end) / 2, 0.5),
+            xycoords=("data", "axes fraction"),
+            ha="center",
+            va="center",
+            fontsize=7,
+            color="#424242",
+            bbox=ground,
             rotation=90 if span.kind == "zookeeper" else 0,
-        )  # fmt: skip
+        )
 
 
 def _legend(fig: Figure, data: TimelineFigure) -> None:

@@ -114,8 +114,9 @@ class MemoryCheckpointStore:
         self._check_open()
         with self._lock:
             k = (stream_name, shard_id)
-            cp = reset_value(self._data.get(k), checkpoint, self.job_name, self.owner,
-                             datetime.now(UTC))  # fmt: skip
+            cp = reset_value(
+                self._data.get(k), checkpoint, self.job_name, self.owner, datetime.now(UTC)
+            )
             self._data[k] = cp
             self.writes += 1
             return cp

@@ -140,8 +140,13 @@ class BatchEnd:
     def from_json(cls, doc: Any, where: str) -> BatchEnd:
         try:
             if not isinstance(doc, dict) or set(doc) - {"planned"} != {
-                "position", "caught_up", "throttled", "at", "children", "reader",
-            }:  # fmt: skip
+                "position",
+                "caught_up",
+                "throttled",
+                "at",
+                "children",
+                "reader",
+            }:
                 raise ValueError("not a batch-end record")
             planned = doc.get("planned")
             plan = None if planned is None else PlannedFrom.from_json(planned, where)

@@ -142,8 +142,9 @@ class FileCheckpointStore:
         path = self.path(stream_name)
         with self._locked(stream_name):
             current = self._read(path, stream_name)
-            cp = reset_value(current.get(shard_id), checkpoint, self.job_name, self.owner,
-                             self._now())  # fmt: skip
+            cp = reset_value(
+                current.get(shard_id), checkpoint, self.job_name, self.owner, self._now()
+            )
             current[shard_id] = cp
             self._write(path, stream_name, current)
         log.info("checkpoint %s/%s reset (reset %d)", stream_name, shard_id, cp.resets)

@@ -114,9 +114,13 @@ class ZooKeeperCheckpointStore:
         self._now = now
         self._description = description or f"root={root}"
         self.nodes = ZkNodes(
-            client, self.paths, acl=acl, op_timeout=op_timeout, description=self._description,
+            client,
+            self.paths,
+            acl=acl,
+            op_timeout=op_timeout,
+            description=self._description,
             name=repr(self),
-        )  # fmt: skip
+        )
         self._secrets: tuple[str, ...] = ()
         self._fence_of = LeaseFence(owner)
         self._resets = ResetFence()

@@ -127,13 +127,22 @@ def check_consumer(c: CheckedConfig) -> None:
     check(c.consumer in CONSUMERS, "consumer", c.consumer, " or ".join(CONSUMERS))
     rule = CONSUMER_NAME_RULE
     if c.consumer_name is not None:
-        check(bool(CONSUMER_NAME.fullmatch(c.consumer_name)), "consumer_name",
-              c.consumer_name, rule)  # fmt: skip
+        check(
+            bool(CONSUMER_NAME.fullmatch(c.consumer_name)), "consumer_name", c.consumer_name, rule
+        )
     elif c.consumer == "efo":
-        check(bool(CONSUMER_NAME.fullmatch(c.job_name)), "consumer_name", None,
-              f"{rule}; the default, job_name {c.job_name!r}, is not one: set it")  # fmt: skip
-    check(0 < c.subscription_renewal <= 300, "subscription_renewal", c.subscription_renewal,
-          "seconds, > 0 and <= 300 (Kinesis ends a subscription after 300)")  # fmt: skip
+        check(
+            bool(CONSUMER_NAME.fullmatch(c.job_name)),
+            "consumer_name",
+            None,
+            f"{rule}; the default, job_name {c.job_name!r}, is not one: set it",
+        )
+    check(
+        0 < c.subscription_renewal <= 300,
+        "subscription_renewal",
+        c.subscription_renewal,
+        "seconds, > 0 and <= 300 (Kinesis ends a subscription after 300)",
+    )
 
 
 def check_numbers(c: CheckedConfig) -> None:
@@ -154,9 +163,12 @@ def check_numbers(c: CheckedConfig) -> None:
     ):
         v = getattr(c, name)
         check(v >= 0, name, v, "a number of seconds >= 0")
-    check(c.empty_shard_backoff_max >= c.empty_shard_backoff, "empty_shard_backoff_max",
-          c.empty_shard_backoff_max,
-          f"seconds >= empty_shard_backoff ({c.empty_shard_backoff})")  # fmt: skip
+    check(
+        c.empty_shard_backoff_max >= c.empty_shard_backoff,
+        "empty_shard_backoff_max",
+        c.empty_shard_backoff_max,
+        f"seconds >= empty_shard_backoff ({c.empty_shard_backoff})",
+    )
     for name in (
         "throttle_backoff_max",
         "retry_backoff_max",

@@ -85,8 +85,12 @@ def env_values(env: Mapping[str, str]) -> dict[str, Any]:
         if name in _TOOLING_ENV:  # the config file itself, and the project's scripts' settings
             continue
         if not is_field(name):
-            raise ConfigError(k, v, "unknown variable" + did_you_mean(name.upper(), [
-                n.upper() for n in FIELD_NAMES], ENV_PREFIX))  # fmt: skip
+            raise ConfigError(
+                k,
+                v,
+                "unknown variable"
+                + did_you_mean(name.upper(), [n.upper() for n in FIELD_NAMES], ENV_PREFIX),
+            )
         out[name] = v
     return out
 
@@ -176,10 +180,22 @@ def add_config_arguments(
         )
 
 
-_METAVARS = {"bool": "BOOL", "float": "SECONDS", "int": "N", "InitialPosition": "POSITION",
-             "datetime": "TIME", "str": "VALUE"}  # fmt: skip
-_NAMED = {"stream_name": "NAME", "job_name": "NAME", "checkpoint_store": "URL",
-          "endpoint_url": "URL", "dead_letter": "TARGET", "max_calls_per_second": "N"}  # fmt: skip
+_METAVARS = {
+    "bool": "BOOL",
+    "float": "SECONDS",
+    "int": "N",
+    "InitialPosition": "POSITION",
+    "datetime": "TIME",
+    "str": "VALUE",
+}
+_NAMED = {
+    "stream_name": "NAME",
+    "job_name": "NAME",
+    "checkpoint_store": "URL",
+    "endpoint_url": "URL",
+    "dead_letter": "TARGET",
+    "max_calls_per_second": "N",
+}
 
 
 def _bool_flag(typ: object) -> dict[str, Any]:

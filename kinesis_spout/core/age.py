@@ -19,9 +19,7 @@ class RecordAge:
 
     __slots__ = ("max_seconds", "wall")
 
-    def __init__(
-        self, max_seconds: float | None, wall: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, max_seconds: float | None, wall: Callable[[], float] = time.time) -> None:
         self.max_seconds = max_seconds
         self.wall = wall
 

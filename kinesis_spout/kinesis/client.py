@@ -187,9 +187,12 @@ class _FastEvents:
 
 
 _RECORD_TYPES: dict[str, type | tuple[type, ...]] = {
-    "SequenceNumber": str, "PartitionKey": str, "Data": str, "EncryptionType": str,
+    "SequenceNumber": str,
+    "PartitionKey": str,
+    "Data": str,
+    "EncryptionType": str,
     "ApproximateArrivalTimestamp": (int, float),
-}  # fmt: skip
+}
 _FALLBACK_SAID: set[str] = set()
 
 
@@ -300,9 +303,14 @@ def _event_stream(parser: Any, response: dict[str, Any], shape: Any) -> Any:
 def _buffer_internals() -> bool:
     """botocore's ``EventStreamBuffer`` still has what :class:`_LinearBuffer` replaces."""
     probe = EventStreamBuffer()
-    return all(hasattr(probe, a) for a in ("_data", "_prelude")) and all(
-        hasattr(EventStreamBuffer, m) for m in ("_parse_message_bytes", "_prepare_for_next_message")
-    ) and hasattr(EventStream, "_create_raw_event_generator")  # fmt: skip
+    return (
+        all(hasattr(probe, a) for a in ("_data", "_prelude"))
+        and all(
+            hasattr(EventStreamBuffer, m)
+            for m in ("_parse_message_bytes", "_prepare_for_next_message")
+        )
+        and hasattr(EventStream, "_create_raw_event_generator")
+    )
 
 
 class _FastParsers(ResponseParserFactory):  # type: ignore[misc]

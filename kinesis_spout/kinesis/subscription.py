@@ -217,8 +217,9 @@ class SubscriptionPump:
             if thread.is_alive():
                 # Kept: ``start`` does not run a second thread beside it (this one ends
                 # when its call returns, as it sees the stop).
-                log.warning("%s: subscription thread still running after %.0fs", self.shard_id,
-                            timeout)  # fmt: skip
+                log.warning(
+                    "%s: subscription thread still running after %.0fs", self.shard_id, timeout
+                )
                 return
         self._thread = None
 

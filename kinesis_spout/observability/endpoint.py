@@ -81,9 +81,7 @@ class MetricsEndpoint:
     reading anything (a taken port fails there), close it last.
     """
 
-    def __init__(
-        self, host: str, port: int, *, stream: str, job: str, mode: str = "spout"
-    ) -> None:
+    def __init__(self, host: str, port: int, *, stream: str, job: str, mode: str = "spout") -> None:
         from kinesis_spout.observability.names import MODES
 
         if mode not in MODES:

@@ -23,8 +23,18 @@ from kinesis_spout.observability.names import SPECS, Kind, MetricSpec, fallback
 log = logging.getLogger(__name__)
 
 GET_RECORDS_BUCKETS: tuple[float, ...] = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-)  # fmt: skip
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 """Buckets of the GetRecords histogram: 5 ms to 10 s (a call may wait on a throttled shard)."""
 
 _CLASSES: dict[Kind, Any] = {
@@ -105,9 +115,7 @@ class PrometheusMetrics:
         if family is None:
             cls = _CLASSES[spec.kind]
             extra = {"buckets": self._buckets} if spec.kind is Kind.HISTOGRAM else {}
-            family = cls(
-                spec.family, spec.help, spec.label_names, registry=self.registry, **extra
-            )
+            family = cls(spec.family, spec.help, spec.label_names, registry=self.registry, **extra)
             self._families[spec.family] = family
         return family
 

@@ -249,9 +249,7 @@ def run_with_lease(
     return code
 
 
-def start_spark(
-    config: SpoutConfig, process: str, times: StartupTimes
-) -> tuple[Any, Future[None]]:
+def start_spark(config: SpoutConfig, process: str, times: StartupTimes) -> tuple[Any, Future[None]]:
     """The SparkSession, started with everything that can overlap it: the driver's imports
     meanwhile, then (executor reads) the user's file shipped and the executors' Python
     workers started in a thread; the future is done once the file is shipped (its result
@@ -278,8 +276,9 @@ def start_spark(
     if config.read_on == "executors":
         from kinesis_spout.spark.read.plan import ReadSettings
 
-        shipped = warm_executors(spark, ReadSettings.of(config), EXECUTOR_MODULES,
-                                 before=ship_process_file)  # fmt: skip
+        shipped = warm_executors(
+            spark, ReadSettings.of(config), EXECUTOR_MODULES, before=ship_process_file
+        )
     else:
         ship_process_file()
         shipped = Future()

@@ -94,8 +94,11 @@ def read_batch_shard(
             return
         log.info(
             "batch %d, %s: another attempt recorded its end first (%s records); returning "
-            "that range", batch, shard_id, recorded.count,
-        )  # fmt: skip
+            "that range",
+            batch,
+            shard_id,
+            recorded.count,
+        )
     check_planned(recorded, expected, where)
     if recorded.position is None or recorded.count == 0:
         return
@@ -121,13 +124,23 @@ class _Read:
         plan = self.plan
         if self.efo is not None:
             return read_fresh_subscribed(
-                self.efo, self.shard_id, plan.position, self.start, plan.quota,
-                cutoff=self.cutoff, closed=self.closed,
-            )  # fmt: skip
+                self.efo,
+                self.shard_id,
+                plan.position,
+                self.start,
+                plan.quota,
+                cutoff=self.cutoff,
+                closed=self.closed,
+            )
         return read_fresh(
-            self.api, self.shard_id, plan.position, self.start, plan.quota,
-            fetch=self.fetch, cutoff=self.cutoff,
-        )  # fmt: skip
+            self.api,
+            self.shard_id,
+            plan.position,
+            self.start,
+            plan.quota,
+            fetch=self.fetch,
+            cutoff=self.cutoff,
+        )
 
 
 def _first_read(read: _Read, sleep: Callable[[float], None]) -> tuple[list[Record], ReadAhead]:

@@ -148,8 +148,9 @@ class Planner:
                 start = StartPosition()
             run = uuid.uuid4().hex  # names this checkpoint location: see batch_offset
             self._initial = BatchOffset(opts.stream_name, opts.job_name, 0, start, {}, run=run)
-            log.info("kinesis source on %s starts at %s (run %s)", opts.stream_name,
-                     start.to_json(), run)  # fmt: skip
+            log.info(
+                "kinesis source on %s starts at %s (run %s)", opts.stream_name, start.to_json(), run
+            )
         return self._initial
 
     def list_shards(self) -> list[ShardInfo]:
@@ -241,9 +242,14 @@ class Planner:
             for s, pos in shards.items()
         }
         return BatchOffset(
-            start.stream_name, start.job_name, start.batch + 1, start.start, plans, self.cutoff,
+            start.stream_name,
+            start.job_name,
+            start.batch + 1,
+            start.start,
+            plans,
+            self.cutoff,
             start.run,
-        )  # fmt: skip
+        )
 
     def _pollable(self, ready: list[str]) -> list[str]:
         """The ready shards that may read now. availableNow waits out the rest of the

@@ -259,10 +259,19 @@ class KinesisStreamReader(DataSourceStreamReader):
         store = _batch_ends(opts.checkpoint_store, opts.job_name, opts.stream_name, opts.zk_auth)
         p = partition
         for page in read_batch_shard(
-            api, store, p.batch, p.shard_id, p.plan, p.start, run=p.run,
-            fetch=opts.max_records_per_fetch, cutoff=p.cutoff,
-            fail_on_data_loss=opts.fail_on_data_loss, efo=p.efo, closed=p.closed,
-        ):  # fmt: skip
+            api,
+            store,
+            p.batch,
+            p.shard_id,
+            p.plan,
+            p.start,
+            run=p.run,
+            fetch=opts.max_records_per_fetch,
+            cutoff=p.cutoff,
+            fail_on_data_loss=opts.fail_on_data_loss,
+            efo=p.efo,
+            closed=p.closed,
+        ):
             yield to_arrow(page)
 
 

@@ -129,9 +129,11 @@ def test_the_spout_serves_its_metrics_from_open_to_close(
         families = listed_families(url_of(port))  # the spout's metrics only
         assert {"kinesis_spout_records", "kinesis_spout_in_flight_records"} <= families
         assert not families & {
-            "kinesis_spout_lease_events", "kinesis_spout_rebalances",
-            "kinesis_spout_batches", "kinesis_spout_streaming_input_rows",
-        }  # fmt: skip
+            "kinesis_spout_lease_events",
+            "kinesis_spout_rebalances",
+            "kinesis_spout_batches",
+            "kinesis_spout_streaming_input_rows",
+        }
 
         put_round(moto_client, unique_name, 60, "b", poison=1)
         read_all(sp, 180)
@@ -314,10 +316,23 @@ def test_a_taken_port_stops_kinesis_spout_run_before_spark_submit(
 ) -> None:
     config = job_toml(tmp_path, unique_name, moto_server.endpoint_url, "")
     res = subprocess.run(
-        [sys.executable, "-m", "kinesis_spout.cli", "run", "--config", str(config),
-         "--metrics-port", str(taken_port), "--spark-submit", "/nonexistent/spark-submit"],
-        capture_output=True, text=True, timeout=120, env=job_environment(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "kinesis_spout.cli",
+            "run",
+            "--config",
+            str(config),
+            "--metrics-port",
+            str(taken_port),
+            "--spark-submit",
+            "/nonexistent/spark-submit",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=job_environment(),
+    )
     assert res.returncode == 2, res.stderr
     # The port is checked before spark-submit is even looked for.
     assert (
@@ -360,8 +375,11 @@ def test_an_invalid_metrics_setting_is_refused_naming_the_field(
     config = job_toml(tmp_path, unique_name, moto_server.endpoint_url, line + "\n")
     res = subprocess.run(
         [sys.executable, "-m", "kinesis_spout.cli", "run", "--config", str(config)],
-        capture_output=True, text=True, timeout=120, env=job_environment(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=job_environment(),
+    )
     assert res.returncode == 2, res.stderr
     assert f"kinesis-spout: error: {message}" in res.stderr
     assert not (tmp_path / "checkpoints").exists()

@@ -98,8 +98,12 @@ def run_shell(script: str, cwd: Path, env: dict[str, str], timeout: float) -> st
     prelude = f"set -e\n[ -f {STATE} ] && source {STATE}\n"
     res = subprocess.run(
         ["bash", "-c", prelude + script],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert res.returncode == 0, f"{script}\nexit {res.returncode}\n{res.stdout}\n{res.stderr}"
     return res.stdout
 
@@ -120,9 +124,14 @@ def first_block(block: Block, cwd: Path, env: dict[str, str], port: int) -> Iter
     script = block.text.replace(PACKAGE, f"'{checkout_copy(cwd.parent)}[demo]'")
     script = f"set -e\n{script}\nexport -p > {STATE}\n"
     proc = subprocess.Popen(
-        ["bash", "-c", script], cwd=cwd, env=env, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        ["bash", "-c", script],
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         out, _ = proc.communicate(timeout=240)
         assert proc.returncode == 0, out[-3000:]
@@ -150,9 +159,13 @@ def lines_of(stream: IO[str]) -> queue.Queue[str | None]:
 def run_loop(command: str, promised: str, cwd: Path, env: dict[str, str]) -> list[str]:
     """Run the loop until it prints ``promised``, stop it with SIGTERM; its output."""
     proc = subprocess.Popen(
-        ["bash", "-c", f"source {STATE}\nexec {command}"], cwd=cwd, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        ["bash", "-c", f"source {STATE}\nexec {command}"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert proc.stdout is not None
     q, seen = lines_of(proc.stdout), []
     deadline = time.monotonic() + 90
@@ -178,9 +191,12 @@ def run_loop(command: str, promised: str, cwd: Path, env: dict[str, str]) -> lis
 def last_sequences(port: int, stream: str) -> dict[str, str]:
     """The sequence number of the last record of each shard, read back from the emulator."""
     client: Any = boto3.client(
-        "kinesis", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
-        aws_access_key_id="test", aws_secret_access_key="test",
-    )  # fmt: skip
+        "kinesis",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
     last: dict[str, str] = {}
     for shard in client.list_shards(StreamName=stream)["Shards"]:
         it = client.get_shard_iterator(

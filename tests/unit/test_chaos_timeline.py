@@ -107,8 +107,14 @@ def test_the_recorder_keeps_samples_in_order_and_sorts_events_by_time() -> None:
 def test_throughput_is_rows_per_second_over_stretches_of_the_window() -> None:
     samples = [Sample(t / 2, int(100 * max(0.0, t / 2 - 2)), 0) for t in range(0, 21)]
     points = throughput(samples, 2.0)
-    assert points == ((0.0, 0.0), (2.0, 100.0), (4.0, 100.0), (6.0, 100.0), (8.0, 100.0),
-                      (10.0, 100.0))  # fmt: skip
+    assert points == (
+        (0.0, 0.0),
+        (2.0, 100.0),
+        (4.0, 100.0),
+        (6.0, 100.0),
+        (8.0, 100.0),
+        (10.0, 100.0),
+    )
     assert throughput(samples[:1], 2.0) == ()
     with pytest.raises(ValueError, match="window must be > 0"):
         throughput(samples, 0)

@@ -27,9 +27,15 @@ def _terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
-    "command", [("status",), ("dead-letters", "redrive"), ("dead-letters", "list"),
-                ("checkpoints",), ("checkpoints", "reset")],
-)  # fmt: skip
+    "command",
+    [
+        ("status",),
+        ("dead-letters", "redrive"),
+        ("dead-letters", "list"),
+        ("checkpoints",),
+        ("checkpoints", "reset"),
+    ],
+)
 def test_help_fits_one_screen_in_plain_text(
     capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
 ) -> None:
@@ -98,7 +104,7 @@ def test_checkpoints_flags_before_or_after_reset(tmp_path: Path) -> None:
 
 def test_an_unknown_toml_key_or_variable_says_did_you_mean(tmp_path: Path) -> None:
     f = tmp_path / "job.toml"
-    f.write_text('[retry]\nretry_limt = 5\n')
+    f.write_text("[retry]\nretry_limt = 5\n")
     with pytest.raises(ConfigError, match=r"retry_limt=5.*did you mean retry_limit\?"):
         load_config(f, env={})
     with pytest.raises(ConfigError, match="did you mean KINESIS_SPOUT_STREAM_NAME"):

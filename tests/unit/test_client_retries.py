@@ -11,8 +11,12 @@ def test_one_shot_clients_use_botocore_standard_retries() -> None:
     getter = make_client("http://127.0.0.1:1")
     assert getter.meta.config.retries == {"total_max_attempts": 1, "mode": "standard"}
     cli = make_client("http://127.0.0.1:1", one_shot=True)
-    assert cli.meta.config.retries == ONE_SHOT_RETRIES == {
-        "mode": "standard",
-        "total_max_attempts": 3,
-    }
+    assert (
+        cli.meta.config.retries
+        == ONE_SHOT_RETRIES
+        == {
+            "mode": "standard",
+            "total_max_attempts": 3,
+        }
+    )
     assert s3_client(one_shot=True).meta.config.retries["mode"] == "standard"

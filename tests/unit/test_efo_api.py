@@ -42,17 +42,29 @@ def test_an_event_is_translated_like_a_getrecords_page() -> None:
     ]
     ev = _event("s", "shard-1", raw_event(recs))
     assert [(r.sequence_number, r.sub_sequence_number) for r in ev.records] == [
-        ("10", 0), ("20", 0), ("20", 1), ("20", 2),
-    ]  # fmt: skip
+        ("10", 0),
+        ("20", 0),
+        ("20", 1),
+        ("20", 2),
+    ]
     assert [r.partition_key for r in ev.records[1:]] == ["pk-a", "pk-b", "pk-c"]
     assert (ev.continuation, ev.millis_behind_latest, ev.raw_count) == ("30", 7, 2)
     assert ev.last_sequence == "20" and not ev.ended and ev.child_shards == ()
     last = _event(
-        "s", "shard-1",
-        raw_event([], ContinuationSequenceNumber=None,
-                  ChildShards=[{"ShardId": "shard-2", "ParentShards": ["shard-1"],
-                                "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "9"}}]),
-    )  # fmt: skip
+        "s",
+        "shard-1",
+        raw_event(
+            [],
+            ContinuationSequenceNumber=None,
+            ChildShards=[
+                {
+                    "ShardId": "shard-2",
+                    "ParentShards": ["shard-1"],
+                    "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "9"},
+                }
+            ],
+        ),
+    )
     assert last.ended and [c.shard_id for c in last.child_shards] == ["shard-2"]
     assert last.child_shards[0].parent_shard_id == "shard-1"
 
@@ -62,18 +74,34 @@ def test_the_fast_event_parser_gives_what_botocore_gives() -> None:
     model = client.meta.service_model.operation_model("SubscribeToShard")
     shape = model.output_shape.members["EventStream"]
     records = [
-        {"SequenceNumber": "4968", "Data": base64.b64encode(b"\x00payload").decode(),
-         "PartitionKey": "pk", "ApproximateArrivalTimestamp": 1764000000.123,
-         "EncryptionType": "NONE"},
-    ]  # fmt: skip
-    children = [{"ShardId": "s2", "ParentShards": ["s1"],
-                 "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "1"}}]  # fmt: skip
+        {
+            "SequenceNumber": "4968",
+            "Data": base64.b64encode(b"\x00payload").decode(),
+            "PartitionKey": "pk",
+            "ApproximateArrivalTimestamp": 1764000000.123,
+            "EncryptionType": "NONE",
+        },
+    ]
+    children = [
+        {
+            "ShardId": "s2",
+            "ParentShards": ["s1"],
+            "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "1"},
+        }
+    ]
     body = json.dumps(
-        {"Records": records, "ContinuationSequenceNumber": "4968", "MillisBehindLatest": 0,
-         "ChildShards": children}
-    ).encode()  # fmt: skip
-    headers = {":message-type": "event", ":event-type": "SubscribeToShardEvent",
-               ":content-type": "application/json"}  # fmt: skip
+        {
+            "Records": records,
+            "ContinuationSequenceNumber": "4968",
+            "MillisBehindLatest": 0,
+            "ChildShards": children,
+        }
+    ).encode()
+    headers = {
+        ":message-type": "event",
+        ":event-type": "SubscribeToShardEvent",
+        ":content-type": "application/json",
+    }
     response = {"status_code": 200, "headers": headers, "body": body}
     fast = _FastEvents(_botocore_event_parser())
     assert fast.parse(dict(response), shape) == _botocore_event_parser().parse(
@@ -107,8 +135,9 @@ def test_subscription_refusals_are_retriable(code: str, kind: type[Exception]) -
 def test_starting_positions_as_requests() -> None:
     assert StartingPosition("LATEST").as_request() == {"Type": "LATEST"}
     assert StartingPosition("AFTER_SEQUENCE_NUMBER", "5").as_request() == {
-        "Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "5",
-    }  # fmt: skip
+        "Type": "AFTER_SEQUENCE_NUMBER",
+        "SequenceNumber": "5",
+    }
 
 
 class FakeConsumers:
@@ -155,9 +184,12 @@ def test_a_consumer_that_never_becomes_active_is_an_error() -> None:
     fake = FakeConsumers(["CREATING"])
     with pytest.raises(ConsumerNotReadyError, match="not ACTIVE after 5s"):
         ensure_consumer(
-            fake, "c", timeout=5, sleep=lambda s: t.__setitem__(0, t[0] + s + 0.1),  # type: ignore[arg-type]
+            fake,
+            "c",
+            timeout=5,
+            sleep=lambda s: t.__setitem__(0, t[0] + s + 0.1),  # type: ignore[arg-type]
             clock=lambda: t[0],
-        )  # fmt: skip
+        )
 
 
 @pytest.mark.parametrize(

@@ -44,8 +44,18 @@ def event(
         n = (subs or {}).get(int(r.sequence_number), 0)
         if n:
             records += [
-                type(r)(r.stream_name, SHARD, r.sequence_number, i, "pk", b"u", None,
-                        SequenceKey(int(r.sequence_number), i), 1, behind)  # fmt: skip
+                type(r)(
+                    r.stream_name,
+                    SHARD,
+                    r.sequence_number,
+                    i,
+                    "pk",
+                    b"u",
+                    None,
+                    SequenceKey(int(r.sequence_number), i),
+                    1,
+                    behind,
+                )
                 for i in range(n)
             ]
         else:
@@ -53,9 +63,14 @@ def event(
     cont = (str(seqs[-1]) if seqs else "5") if continuation == "auto" else continuation
     kids = tuple(ShardInfo(c, SHARD) for c in children)
     return SubscriptionEvent(
-        records, cont, behind, kids, ended=bool(kids) or cont is None, raw_count=len(seqs),
+        records,
+        cont,
+        behind,
+        kids,
+        ended=bool(kids) or cont is None,
+        raw_count=len(seqs),
         last_sequence=str(seqs[-1]) if seqs else None,
-    )  # fmt: skip
+    )
 
 
 class FakeSubscription:
@@ -344,8 +359,7 @@ def test_a_thread_that_outlives_its_stop_is_not_doubled_by_the_next_poll() -> No
 def test_a_skipped_empty_aggregate_is_no_tail_once_records_after_it_are_taken() -> None:
     # Event 1: record 10, then an empty KPL aggregate 15 (skipped); event 2: 20, 30.
     empty = SequenceKey(15, 0)
-    first = replace(event(10, continuation="15"), skipped=(empty,), raw_count=2,
-                    last_sequence="15")  # fmt: skip
+    first = replace(event(10, continuation="15"), skipped=(empty,), raw_count=2, last_sequence="15")
     fanout = FakeFanOut([first, event(20, 30), "hang"])
     g = getter(fanout, limit=2)
     g.pump.start()
@@ -377,8 +391,13 @@ class ReadAfterClose:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for s in self.seqs:
             rec = {"SequenceNumber": str(s), "Data": b"d", "PartitionKey": "pk"}
-            yield {"SubscribeToShardEvent": {"Records": [rec], "ContinuationSequenceNumber":
-                                             str(s), "MillisBehindLatest": 0}}  # fmt: skip
+            yield {
+                "SubscribeToShardEvent": {
+                    "Records": [rec],
+                    "ContinuationSequenceNumber": str(s),
+                    "MillisBehindLatest": 0,
+                }
+            }
         self.closed.wait(30)
         raise AttributeError("'NoneType' object has no attribute 'read'")
 

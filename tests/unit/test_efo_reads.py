@@ -39,9 +39,13 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def getter(**kwargs: Any) -> Any:
     values: dict[str, Any] = {
-        "start": None, "after_whole": True, "position": StartPosition().kind,
-        "timestamp": None, "limit": 100, "closed": False,
-    }  # fmt: skip
+        "start": None,
+        "after_whole": True,
+        "position": StartPosition().kind,
+        "timestamp": None,
+        "limit": 100,
+        "closed": False,
+    }
     values.update(kwargs)
     return subscribed_getter(TARGET, SHARD, **values)
 
@@ -121,8 +125,9 @@ def test_a_first_read_cut_by_the_cutoff_inside_an_aggregate_is_partial(fake: Any
 
 
 def test_a_first_read_to_the_end_of_a_closed_shard_names_its_children(fake: Any) -> None:
-    last = SubscriptionEvent([], None, 0, (ShardInfo("c1", SHARD), ShardInfo("c2", SHARD)),
-                             ended=True)  # fmt: skip
+    last = SubscriptionEvent(
+        [], None, 0, (ShardInfo("c1", SHARD), ShardInfo("c2", SHARD)), ended=True
+    )
     fake([event(30), last])
     after = ShardPosition("20", 0, False, False, 5)
     records, ahead = read_fresh_subscribed(TARGET, SHARD, after, StartPosition(), 100)

@@ -65,9 +65,12 @@ def _url(srv: ThreadingHTTPServer) -> str:
 
 def _botocore_answer(srv: ThreadingHTTPServer) -> dict[str, Any]:
     plain = boto3.session.Session().client(
-        "kinesis", endpoint_url=_url(srv), region_name="us-east-1",
-        aws_access_key_id="t", aws_secret_access_key="t",
-    )  # fmt: skip
+        "kinesis",
+        endpoint_url=_url(srv),
+        region_name="us-east-1",
+        aws_access_key_id="t",
+        aws_secret_access_key="t",
+    )
     out: dict[str, Any] = plain.get_records(ShardIterator="it-1")
     return out
 

@@ -338,5 +338,7 @@ def test_a_follow_up_job_that_fails_leaves_the_rows_as_they_were() -> None:
     policy = FastRetry(RetryPolicy(3), enabled=True)
     assert retry_failed([record(0), record(1)], [out], run, policy) == 0
     assert (out.statuses.ok.tolist(), out.statuses.errors, out.statuses.attempts) == (
-        [False, True], {0: "e0"}, {}
-    )  # fmt: skip
+        [False, True],
+        {0: "e0"},
+        {},
+    )

@@ -107,9 +107,14 @@ def test_a_cancelled_batch_is_given_up_without_a_word(caplog: pytest.LogCaptureF
     ran: list[range] = []
     with caplog.at_level(logging.WARNING):
         done = run_split(
-            rows_job({1}, ran), RANGES, iso, range(4), batch_id=1,
-            stopping=lambda: False, cancelled=lambda: True,
-        )  # fmt: skip
+            rows_job({1}, ran),
+            RANGES,
+            iso,
+            range(4),
+            batch_id=1,
+            stopping=lambda: False,
+            cancelled=lambda: True,
+        )
     assert done == [] and iso.abandoned == 1 and not iso.alone and caplog.text == ""
 
 
@@ -165,9 +170,13 @@ def lone(n: int, *, succeeded: bool = False, exhausted: bool = False) -> Isolati
     """A batch where ``n`` failed alone (named ``r0``...)."""
     alone = [(f"r{i}", "Crash: died") for i in range(n)]
     return Isolation(
-        splits_left=0, splits=3, succeeded=succeeded, exhausted=exhausted,
-        alone=alone, last_error="Crash: died",
-    )  # fmt: skip
+        splits_left=0,
+        splits=3,
+        succeeded=succeeded,
+        exhausted=exhausted,
+        alone=alone,
+        last_error="Crash: died",
+    )
 
 
 def ids(n: int) -> list[str]:

@@ -105,12 +105,14 @@ def test_the_modes_of_the_endpoints() -> None:
     assert "kinesis_spout_lease_events_total" not in families["spout"]
     assert "kinesis_spout_batches_total" not in families["spout"]
     assert families["worker"] - families["spout"] == {
-        "kinesis_spout_lease_events_total", "kinesis_spout_rebalances_total",
-    }  # fmt: skip
+        "kinesis_spout_lease_events_total",
+        "kinesis_spout_rebalances_total",
+    }
     assert families["spark"] - families["spout"] == {"kinesis_spout_batches_total"}
     assert families["streaming"] == {
-        "kinesis_spout_batches_total", "kinesis_spout_streaming_input_rows_total",
-    }  # fmt: skip
+        "kinesis_spout_batches_total",
+        "kinesis_spout_streaming_input_rows_total",
+    }
     with pytest.raises(ValueError, match="mode 'storm'"):
         MetricsEndpoint("127.0.0.1", 0, stream="orders", job="billing", mode="storm")
 
@@ -224,7 +226,7 @@ def test_every_name_the_code_reports_is_mapped_and_documented() -> None:
         assert f"`{spec.family}`" in docs, spec.family
         assert f"`{spec.name}`" in docs, spec.name
         for key, label in spec.labels:
-            assert f"`{key}=\"{label}\"`" in docs or f'`{label}`' in docs, (key, label)
+            assert f'`{key}="{label}"`' in docs or f"`{label}`" in docs, (key, label)
     counters = [s for s in SPECS if s.kind is Kind.COUNTER]
     assert all(s.family.endswith("_total") for s in counters)
     assert all(s.family.startswith("kinesis_spout_") for s in SPECS)

@@ -43,8 +43,9 @@ def no_wait(seconds: float) -> None:
 def test_a_retriable_error_is_retried_with_the_backoff_delays() -> None:
     fn = Failing(ThrottledError("slow down"), TransientKinesisError("503"))
     slept: list[float] = []
-    got = retrying("x", fn, backoff=ExponentialBackoff(0.5, cap=3.0), attempts=5,
-                   sleep=slept.append)  # fmt: skip
+    got = retrying(
+        "x", fn, backoff=ExponentialBackoff(0.5, cap=3.0), attempts=5, sleep=slept.append
+    )
     assert got == "ok" and fn.calls == 3 and slept == [0.5, 1.0]
 
 
@@ -52,8 +53,7 @@ def test_the_last_error_is_raised_when_the_attempts_are_spent() -> None:
     fn = Failing(*(ThrottledError(f"slow down {n}") for n in range(1, 10)))
     slept: list[float] = []
     with pytest.raises(ThrottledError, match="slow down 4"):
-        retrying("x", fn, backoff=ExponentialBackoff(0.5, cap=3.0), attempts=4,
-                 sleep=slept.append)  # fmt: skip
+        retrying("x", fn, backoff=ExponentialBackoff(0.5, cap=3.0), attempts=4, sleep=slept.append)
     assert fn.calls == 4 and slept == [0.5, 1.0, 2.0]  # no wait after the last try
 
 
@@ -93,8 +93,14 @@ def test_the_predicate_decides_what_is_retried() -> None:
         retrying("x", fn, backoff=NoBackoff(), attempts=5, retriable=not_expired)
     assert fn.calls == 1
     fn = Failing(ValueError("flaky"), ValueError("flaky"))
-    got = retrying("x", fn, backoff=NoBackoff(), attempts=5, sleep=lambda s: None,
-                   retriable=lambda e: isinstance(e, ValueError))  # fmt: skip
+    got = retrying(
+        "x",
+        fn,
+        backoff=NoBackoff(),
+        attempts=5,
+        sleep=lambda s: None,
+        retriable=lambda e: isinstance(e, ValueError),
+    )
     assert got == "ok" and fn.calls == 3
 
 
@@ -115,8 +121,14 @@ def test_a_deadline_ends_the_retries_and_cuts_the_last_wait() -> None:
     clock = Clock(cost=0.1)
     fn = Failing(*(ThrottledError(f"t{n}") for n in range(1, 100)))
     with pytest.raises(ThrottledError, match="t6"):
-        retrying("x", fn, backoff=ExponentialBackoff(0.25, cap=5.0), deadline=clock.now + 5,
-                 sleep=clock.sleep, clock=lambda: clock.now)  # fmt: skip
+        retrying(
+            "x",
+            fn,
+            backoff=ExponentialBackoff(0.25, cap=5.0),
+            deadline=clock.now + 5,
+            sleep=clock.sleep,
+            clock=lambda: clock.now,
+        )
     # waits 0.25, 0.5, 1, 2 (each 0.1 more), then only what is left of the 5 s
     assert clock.slept == pytest.approx([0.25, 0.5, 1.0, 2.0, 0.85])
     assert fn.calls == 6
@@ -126,8 +138,15 @@ def test_attempts_and_deadline_whichever_comes_first() -> None:
     clock = Clock()
     fn = Failing(*(ThrottledError("t") for _ in range(100)))
     with pytest.raises(ThrottledError):
-        retrying("x", fn, backoff=ExponentialBackoff(1.0, factor=1.0), attempts=3,
-                 deadline=clock.now + 60, sleep=clock.sleep, clock=lambda: clock.now)  # fmt: skip
+        retrying(
+            "x",
+            fn,
+            backoff=ExponentialBackoff(1.0, factor=1.0),
+            attempts=3,
+            deadline=clock.now + 60,
+            sleep=clock.sleep,
+            clock=lambda: clock.now,
+        )
     assert fn.calls == 3 and clock.slept == [1.0, 1.0]
 
 
@@ -141,8 +160,14 @@ def test_attempts_or_a_deadline_is_required() -> None:
 def test_again_retries_a_partial_result_and_keeps_the_last_one() -> None:
     answers = iter([[], [], ["a"]])
     slept: list[float] = []
-    got = retrying("x", lambda: next(answers), backoff=ExponentialBackoff(0.2), attempts=6,
-                   again=lambda r: None if r else "nothing yet", sleep=slept.append)  # fmt: skip
+    got = retrying(
+        "x",
+        lambda: next(answers),
+        backoff=ExponentialBackoff(0.2),
+        attempts=6,
+        again=lambda r: None if r else "nothing yet",
+        sleep=slept.append,
+    )
     assert got == ["a"] and slept == [0.2, 0.4]
 
     calls: list[int] = []
@@ -151,8 +176,9 @@ def test_again_retries_a_partial_result_and_keeps_the_last_one() -> None:
         calls.append(1)
         return []
 
-    got = retrying("x", nothing, backoff=NoBackoff(), attempts=3, again=lambda r: "empty",
-                   sleep=lambda s: None)  # fmt: skip
+    got = retrying(
+        "x", nothing, backoff=NoBackoff(), attempts=3, again=lambda r: "empty", sleep=lambda s: None
+    )
     assert got == [] and len(calls) == 3  # the last try's result, not an error
 
 
@@ -162,8 +188,15 @@ def test_each_retry_is_one_log_line_on_the_callers_logger(
     mine = logging.getLogger("tests.retrying")
     fn = Failing(ThrottledError("slow down"), ThrottledError("slow down"))
     with caplog.at_level(logging.DEBUG):
-        retrying("GetRecords s/shard-1", fn, backoff=ExponentialBackoff(0.25), attempts=3,
-                 sleep=lambda s: None, level=logging.WARNING, logger=mine)  # fmt: skip
+        retrying(
+            "GetRecords s/shard-1",
+            fn,
+            backoff=ExponentialBackoff(0.25),
+            attempts=3,
+            sleep=lambda s: None,
+            level=logging.WARNING,
+            logger=mine,
+        )
     said = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
     assert said == [
         ("tests.retrying", logging.WARNING, "GetRecords s/shard-1: slow down; retry 1 in 0.25s"),
@@ -212,8 +245,13 @@ def test_redrive_puts_the_refused_entries_again_and_records_each_accepted_one() 
     kinesis = RefusingKinesis(lambda call: {1: 3, 2: 1}.get(call, 0))
     slept: list[float] = []
     recorded: list[str] = []
-    done = put_entries(kinesis, "s", [entry(n) for n in range(5)], sleep=slept.append,
-                       record=lambda rs: recorded.extend(r.message_id for r in rs))  # fmt: skip
+    done = put_entries(
+        kinesis,
+        "s",
+        [entry(n) for n in range(5)],
+        sleep=slept.append,
+        record=lambda rs: recorded.extend(r.message_id for r in rs),
+    )
     assert done == 5 and kinesis.calls == [5, 3, 1] and slept == [0.1, 0.2]
     assert sorted(recorded) == [f"m{n}" for n in range(5)]
 

@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 
 EXIT = (
-    "from kinesis_spout.spark.launch.launcher import exit_now; import os, sys; {write}; "
-    "exit_now(7)"
+    "from kinesis_spout.spark.launch.launcher import exit_now; import os, sys; {write}; exit_now(7)"
 )
 
 

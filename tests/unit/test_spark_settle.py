@@ -72,20 +72,25 @@ class Batch:
                 "_row": pa.array([START + i for i in keep], pa.int64()),
                 ROOT: pa.array(self.roots[keep], pa.int64()),
                 # EMIT_DONE: emitted ok with no edges (the raw ack-val 0)
-                "_sink": pa.array([-2 if self.emit_ok[i] and not raw[i] else -1 for i in keep],
-                                  pa.int64()),  # fmt: skip
+                "_sink": pa.array(
+                    [-2 if self.emit_ok[i] and not raw[i] else -1 for i in keep], pa.int64()
+                ),
                 "_xor": pa.array(to_signed(xor)[keep], pa.int64()),
                 "_failed": pa.array([not self.emit_ok[i] for i in keep]),
-                "_error": pa.array([None if self.emit_ok[i] else f"emit {i}" for i in keep],
-                                   pa.string()),  # fmt: skip
+                "_error": pa.array(
+                    [None if self.emit_ok[i] else f"emit {i}" for i in keep], pa.string()
+                ),
             },
             schema=PARTIAL_SCHEMA,
         )
 
     def emit_statuses(self) -> Statuses:
         ok = np.array([e and not lost for e, lost in zip(self.emit_ok, self.lost, strict=True)])
-        errors = {START + i: EMIT_LOST if self.lost[i] else f"emit {i}"
-                  for i in range(self.n) if not ok[i]}  # fmt: skip
+        errors = {
+            START + i: EMIT_LOST if self.lost[i] else f"emit {i}"
+            for i in range(self.n)
+            if not ok[i]
+        }
         return Statuses(START, START + self.n, ok, errors)
 
 
@@ -96,8 +101,10 @@ def batches(draw: Any) -> tuple[Batch, list[pa.Table | None]]:
     not in the batch."""
     n = draw(st.integers(1, 8))
     n_sinks = draw(st.integers(1, 3))
-    roots = np.array(draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=n, max_size=n,
-                                   unique=True)), dtype=np.int64)  # fmt: skip
+    roots = np.array(
+        draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=n, max_size=n, unique=True)),
+        dtype=np.int64,
+    )
     emit_ok = draw(st.lists(st.sampled_from([True, True, True, False]), min_size=n, max_size=n))
     lost = draw(st.lists(st.integers(0, 9).map(lambda x: x == 0), min_size=n, max_size=n))
     counts = np.array(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), np.int64)
@@ -121,12 +128,16 @@ def batches(draw: Any) -> tuple[Batch, list[pa.Table | None]]:
         if draw(st.booleans()):  # a row of another root: any, or one of the batch's
             other = st.integers(-(2**63), 2**63 - 1) | st.sampled_from(roots.tolist())
             rows.append((draw(other), 7, draw(st.booleans()), "x"))
-        sinks.append(pa.table(
-            {ROOT: pa.array([r[0] for r in rows], pa.int64()),
-             ID: pa.array([r[1] for r in rows], pa.int64()),
-             "ok": pa.array([r[2] for r in rows], pa.bool_()),
-             "error": pa.array([r[3] for r in rows], pa.string())}
-        ))  # fmt: skip
+        sinks.append(
+            pa.table(
+                {
+                    ROOT: pa.array([r[0] for r in rows], pa.int64()),
+                    ID: pa.array([r[1] for r in rows], pa.int64()),
+                    "ok": pa.array([r[2] for r in rows], pa.bool_()),
+                    "error": pa.array([r[3] for r in rows], pa.string()),
+                }
+            )
+        )
     return batch, sinks
 
 
@@ -142,8 +153,9 @@ def reference(batch: Batch, sinks: list[pa.Table | None]) -> Statuses:
         else SinkStatuses.from_arrow(s, f"s{s}", t)
         for s, t in enumerate(sinks)
     ]
-    trees = ledger.apply([0] * START + owners, roots, batch.emit_statuses(),
-                         batch.vals(), statuses, 0.0)  # fmt: skip
+    trees = ledger.apply(
+        [0] * START + owners, roots, batch.emit_statuses(), batch.vals(), statuses, 0.0
+    )
     trees.failed += ledger.expire(3.0).failed
     ok = np.zeros(batch.n, dtype=bool)
     ok[[r - START for r in trees.acked]] = True
@@ -177,11 +189,18 @@ def test_settled_trees_match_the_acker_fed_every_edge(
 
 
 def test_a_lost_derived_record_fails_its_source_as_an_incomplete_tree() -> None:
-    batch = Batch(np.array([11, 22], np.int64), [True, True], [False, False],
-                  np.array([2, 1], np.int64), 1)  # fmt: skip
+    batch = Batch(
+        np.array([11, 22], np.int64), [True, True], [False, False], np.array([2, 1], np.int64), 1
+    )
     roots, ids = batch.derived()
-    sink = pa.table({ROOT: roots[1:], ID: ids[1:], "ok": [True] * (len(ids) - 1),
-                     "error": pa.nulls(len(ids) - 1, pa.string())})  # the first one lost
+    sink = pa.table(
+        {
+            ROOT: roots[1:],
+            ID: ids[1:],
+            "ok": [True] * (len(ids) - 1),
+            "error": pa.nulls(len(ids) - 1, pa.string()),
+        }
+    )  # the first one lost
     got = settle(partials(batch, [sink], 1), START, START + 2)
     assert got.ok.tolist() == [False, True]
     assert got.errors == {START: INCOMPLETE}
@@ -195,12 +214,18 @@ def test_a_row_outside_the_batch_is_a_clear_error() -> None:
 
 def test_a_tree_without_edges_is_done_whatever_a_sink_says_of_its_root() -> None:
     """As the acker: its ``init`` with ack-val 0 completes the tree; later rows are ignored."""
-    batch = Batch(np.array([11, 22], np.int64), [True, True], [False, False],
-                  np.array([0, 1], np.int64), 1)  # fmt: skip
+    batch = Batch(
+        np.array([11, 22], np.int64), [True, True], [False, False], np.array([0, 1], np.int64), 1
+    )
     roots, ids = batch.derived()
-    sink = pa.table({ROOT: pa.array([11, 11, *roots.tolist()], pa.int64()),
-                     ID: pa.array([7, 8, *ids.tolist()], pa.int64()),
-                     "ok": [False, True, True], "error": ["x", None, None]})  # fmt: skip
+    sink = pa.table(
+        {
+            ROOT: pa.array([11, 11, *roots.tolist()], pa.int64()),
+            ID: pa.array([7, 8, *ids.tolist()], pa.int64()),
+            "ok": [False, True, True],
+            "error": ["x", None, None],
+        }
+    )
     got = settle(partials(batch, [sink], 1), START, START + 2)
     assert got.ok.tolist() == [True, True] == reference(batch, [sink]).ok.tolist()
     assert got.errors == {}
@@ -217,9 +242,14 @@ def test_a_record_the_emit_stage_returned_twice_fails() -> None:
 def test_sink_rows_without_a_root_or_id_ack_nothing_and_fail_nothing() -> None:
     batch = Batch(np.array([2**62 + 1], np.int64), [True], [False], np.array([1], np.int64), 1)
     roots, ids = batch.derived()
-    sink = pa.table({ROOT: pa.array([roots[0], None, roots[0]], pa.int64()),
-                     ID: pa.array([None, ids[0], ids[0]], pa.int64()),
-                     "ok": [False, False, True], "error": ["x", "y", None]})  # fmt: skip
+    sink = pa.table(
+        {
+            ROOT: pa.array([roots[0], None, roots[0]], pa.int64()),
+            ID: pa.array([None, ids[0], ids[0]], pa.int64()),
+            "ok": [False, False, True],
+            "error": ["x", "y", None],
+        }
+    )
     got = settle(partials(batch, [sink], 1), START, START + 1)
     assert got.ok.tolist() == [True] and got.errors == {}
     missing = settle(partials(batch, [sink.slice(0, 2)], 1), START, START + 1)

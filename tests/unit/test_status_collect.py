@@ -75,8 +75,9 @@ def test_a_merge_child_waits_until_both_parents_ended() -> None:
 
 
 def test_checkpoints_of_shards_kinesis_no_longer_lists_are_unlisted_and_last() -> None:
-    phases = shard_phases([ShardInfo(sid(7), sid(3))], {sid(3): cp(sid(3), end=True),
-                                                         sid(1): cp(sid(1))})  # fmt: skip
+    phases = shard_phases(
+        [ShardInfo(sid(7), sid(3))], {sid(3): cp(sid(3), end=True), sid(1): cp(sid(1))}
+    )
     assert list(phases.items()) == [
         (sid(7), ShardPhase.OPEN),  # its parent is trimmed: nothing left to wait for
         (sid(1), ShardPhase.UNLISTED),
@@ -93,18 +94,26 @@ def test_phases_are_in_shard_number_order() -> None:
     ("phase", "checkpoint", "position", "expected"),
     [
         (ShardPhase.OPEN, cp(sid(0), "123"), "LATEST", ProbeStart("AFTER_SEQUENCE_NUMBER", "123")),
-        (ShardPhase.CLOSED, cp(sid(0), "5"), "TRIM_HORIZON",
-         ProbeStart("AFTER_SEQUENCE_NUMBER", "5")),
+        (
+            ShardPhase.CLOSED,
+            cp(sid(0), "5"),
+            "TRIM_HORIZON",
+            ProbeStart("AFTER_SEQUENCE_NUMBER", "5"),
+        ),
         (ShardPhase.OPEN, None, "TRIM_HORIZON", ProbeStart("TRIM_HORIZON")),
         (ShardPhase.WAITING, None, "TRIM_HORIZON", ProbeStart("TRIM_HORIZON")),
         (ShardPhase.OPEN, None, "LATEST", None),  # nothing is behind a job that starts at LATEST
-        (ShardPhase.OPEN, cp(sid(0), None, start_at=NOW), "LATEST",
-         ProbeStart("AT_TIMESTAMP", timestamp=NOW)),  # a pinned start
+        (
+            ShardPhase.OPEN,
+            cp(sid(0), None, start_at=NOW),
+            "LATEST",
+            ProbeStart("AT_TIMESTAMP", timestamp=NOW),
+        ),  # a pinned start
         (ShardPhase.OPEN, None, "AT_TIMESTAMP", ProbeStart("AT_TIMESTAMP", timestamp=NOW)),
         (ShardPhase.ENDED, cp(sid(0), "5", end=True), "TRIM_HORIZON", None),
         (ShardPhase.UNLISTED, cp(sid(0), "5"), "TRIM_HORIZON", None),
     ],
-)  # fmt: skip
+)
 def test_where_the_lag_probe_starts(
     phase: ShardPhase, checkpoint: Checkpoint | None, position: str, expected: ProbeStart | None
 ) -> None:
@@ -112,8 +121,9 @@ def test_where_the_lag_probe_starts(
 
 
 def test_probe_starts_skip_ended_shards() -> None:
-    starts = probe_starts(LINEAGE, {sid(0): cp(sid(0), "900", end=True), sid(1): cp(sid(1), "7")},
-                          "TRIM_HORIZON")  # fmt: skip
+    starts = probe_starts(
+        LINEAGE, {sid(0): cp(sid(0), "900", end=True), sid(1): cp(sid(1), "7")}, "TRIM_HORIZON"
+    )
     assert starts == {
         sid(1): ProbeStart("AFTER_SEQUENCE_NUMBER", "7"),
         sid(2): ProbeStart("TRIM_HORIZON"),
@@ -183,8 +193,9 @@ def test_no_checkpoints_yet_is_said_and_every_shard_still_listed() -> None:
 
 def test_a_job_lease_holder_without_workers_reads_every_shard() -> None:
     lease = JobLeaseStatus(LeaseState.HELD, "x", holder="host-a:42", since=NOW)
-    report = collect(inputs(checkpoints={sid(0): cp(sid(0))}, job_lease=lease,
-                            dead_letter="none"), NOW)  # fmt: skip
+    report = collect(
+        inputs(checkpoints={sid(0): cp(sid(0))}, job_lease=lease, dead_letter="none"), NOW
+    )
     assert report.notes == (
         "no worker holds shard leases: the job-lease holder host-a:42 reads every shard",
         "dead_letter = none: given-up records are logged, not kept",

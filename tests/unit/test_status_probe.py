@@ -30,29 +30,42 @@ class ScriptedClient:
     def get_records(self, **kw: Any) -> dict[str, Any]:
         self.calls.append(("GetRecords", kw))
         if self.error:
-            answer = {"Error": {"Code": self.error, "Message": "slow down"},
-                      "ResponseMetadata": {"HTTPStatusCode": 400}}  # fmt: skip
+            answer = {
+                "Error": {"Code": self.error, "Message": "slow down"},
+                "ResponseMetadata": {"HTTPStatusCode": 400},
+            }
             raise ClientError(answer, "GetRecords")
         return self.page
 
 
 def record(seq: str) -> dict[str, Any]:
-    return {"SequenceNumber": seq, "Data": b"x", "PartitionKey": "k",
-            "ApproximateArrivalTimestamp": ARRIVAL}  # fmt: skip
+    return {
+        "SequenceNumber": seq,
+        "Data": b"x",
+        "PartitionKey": "k",
+        "ApproximateArrivalTimestamp": ARRIVAL,
+    }
 
 
 def test_a_waiting_record_after_the_checkpoint() -> None:
-    client = ScriptedClient({"Records": [record("124")], "MillisBehindLatest": 5000,
-                             "NextShardIterator": "n"})  # fmt: skip
+    client = ScriptedClient(
+        {"Records": [record("124")], "MillisBehindLatest": 5000, "NextShardIterator": "n"}
+    )
     start = ProbeStart("AFTER_SEQUENCE_NUMBER", "123")
     lag = probe(KinesisApi(client, "orders"), "shardId-1", start)
     assert lag == LagProbe(pending=True, millis_behind_latest=5000, next_arrival=ARRIVAL)
     assert client.calls == [
-        ("GetShardIterator", {"StreamName": "orders", "ShardId": "shardId-1",
-                              "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
-                              "StartingSequenceNumber": "123"}),
+        (
+            "GetShardIterator",
+            {
+                "StreamName": "orders",
+                "ShardId": "shardId-1",
+                "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
+                "StartingSequenceNumber": "123",
+            },
+        ),
         ("GetRecords", {"ShardIterator": "it-shardId-1", "Limit": 1}),
-    ]  # fmt: skip
+    ]
 
 
 def test_caught_up_and_an_empty_page_still_behind() -> None:

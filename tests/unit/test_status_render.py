@@ -44,19 +44,23 @@ def report_of(**kw: object):  # type: ignore[no-untyped-def]
         "shards": (ShardInfo(S0, ending_sequence_number="99"), ShardInfo(S1), ShardInfo(S2, S0)),
         "checkpoints": {
             S0: Checkpoint("orders", S0, "99", 0, shard_end=True, owner="w1", updated_at=NOW),
-            S1: Checkpoint("orders", S1, "4", 2, owner="w2",
-                           updated_at=NOW - timedelta(seconds=75)),
+            S1: Checkpoint(
+                "orders", S1, "4", 2, owner="w2", updated_at=NOW - timedelta(seconds=75)
+            ),
         },
-        "job_lease": JobLeaseStatus(LeaseState.HELD, "/ks/billing/@job-lease", "host-a:42",
-                                    NOW - timedelta(hours=2)),
+        "job_lease": JobLeaseStatus(
+            LeaseState.HELD, "/ks/billing/@job-lease", "host-a:42", NOW - timedelta(hours=2)
+        ),
         "leases": {S1: ShardLease("w2", "host-b", 7, NOW - timedelta(seconds=30), 3)},
         "workers": (WorkerInfo("w1", "host-a", 42, NOW), WorkerInfo("w2", "host-b", 7, NOW)),
-        "lags": {S1: LagProbe(True, 2500, NOW - timedelta(seconds=4)),
-                 S2: LagProbe(None, error="GetRecords orders/x: ThrottlingException")},
+        "lags": {
+            S1: LagProbe(True, 2500, NOW - timedelta(seconds=4)),
+            S2: LagProbe(None, error="GetRecords orders/x: ThrottlingException"),
+        },
         "dead_letters": {S1: 2},
         "kinesis_calls": 5,
         "problems": ("shardId-000000000002: lag not known: throttled",),
-    }  # fmt: skip
+    }
     values.update(kw)
     return collect(StatusInputs(**values), NOW)  # type: ignore[arg-type]
 
@@ -64,40 +68,80 @@ def report_of(**kw: object):  # type: ignore[no-untyped-def]
 def test_json_has_the_documented_keys_and_values() -> None:
     doc = json.loads(to_json(report_of()))
     assert list(doc) == [
-        "format", "generated_at", "job", "stream", "stream_status", "checkpoint_store",
-        "dead_letter", "job_lease", "workers", "shards", "summary", "kinesis_calls", "notes",
+        "format",
+        "generated_at",
+        "job",
+        "stream",
+        "stream_status",
+        "checkpoint_store",
+        "dead_letter",
+        "job_lease",
+        "workers",
+        "shards",
+        "summary",
+        "kinesis_calls",
+        "notes",
         "problems",
-    ]  # fmt: skip
+    ]
     assert doc["format"] == 1 and doc["generated_at"] == "2026-11-24T12:00:00+00:00"
     assert doc["job_lease"] == {
-        "state": "held", "where": "/ks/billing/@job-lease", "holder": "host-a:42",
-        "since": "2026-11-24T10:00:00+00:00", "age_seconds": 7200.0, "holder_gone": False,
-    }  # fmt: skip
+        "state": "held",
+        "where": "/ks/billing/@job-lease",
+        "holder": "host-a:42",
+        "since": "2026-11-24T10:00:00+00:00",
+        "age_seconds": 7200.0,
+        "holder_gone": False,
+    }
     assert [w["worker_id"] for w in doc["workers"]] == ["w1", "w2"]
     s0, s1, s2 = doc["shards"]
-    assert list(s1) == ["shard_id", "state", "parents", "checkpoint", "lease", "lag",
-                        "dead_letters"]  # fmt: skip
+    assert list(s1) == [
+        "shard_id",
+        "state",
+        "parents",
+        "checkpoint",
+        "lease",
+        "lag",
+        "dead_letters",
+    ]
     assert (s0["state"], s1["state"], s2["state"]) == ("ended", "open", "open")
     assert s2["parents"] == [S0]
     assert s0["checkpoint"]["shard_end"] is True and s0["lag"] is None
     assert s1["checkpoint"] == {
-        "sequence": "4", "sub_sequence": 2, "shard_end": False, "start_at": None, "owner": "w2",
-        "updated_at": "2026-11-24T11:58:45+00:00", "age_seconds": 75.0,
-    }  # fmt: skip
-    assert s1["lease"] == {"owner": "w2", "host": "host-b", "pid": 7,
-                           "acquired_at": "2026-11-24T11:59:30+00:00", "age_seconds": 30.0,
-                           "epoch": 3}  # fmt: skip
-    assert s1["lag"] == {"pending": True, "millis_behind_latest": 2500,
-                         "next_record_arrival": "2026-11-24T11:59:56+00:00",
-                         "next_record_age_seconds": 4.0, "error": None}  # fmt: skip
+        "sequence": "4",
+        "sub_sequence": 2,
+        "shard_end": False,
+        "start_at": None,
+        "owner": "w2",
+        "updated_at": "2026-11-24T11:58:45+00:00",
+        "age_seconds": 75.0,
+    }
+    assert s1["lease"] == {
+        "owner": "w2",
+        "host": "host-b",
+        "pid": 7,
+        "acquired_at": "2026-11-24T11:59:30+00:00",
+        "age_seconds": 30.0,
+        "epoch": 3,
+    }
+    assert s1["lag"] == {
+        "pending": True,
+        "millis_behind_latest": 2500,
+        "next_record_arrival": "2026-11-24T11:59:56+00:00",
+        "next_record_age_seconds": 4.0,
+        "error": None,
+    }
     assert s2["lag"]["pending"] is None and "Throttling" in s2["lag"]["error"]
     assert (s0["dead_letters"], s1["dead_letters"], s2["dead_letters"]) == (0, 2, 0)
     assert doc["summary"] == {
         "shards": 3,
         "states": {"open": 2, "waiting": 0, "closed": 0, "ended": 1, "unlisted": 0},
-        "checkpoints": 2, "pending": 1, "max_millis_behind_latest": 2500,
-        "oldest_checkpoint_age_seconds": 75.0, "dead_letters": 2, "unowned": [S2],
-    }  # fmt: skip
+        "checkpoints": 2,
+        "pending": 1,
+        "max_millis_behind_latest": 2500,
+        "oldest_checkpoint_age_seconds": 75.0,
+        "dead_letters": 2,
+        "unowned": [S2],
+    }
     assert doc["kinesis_calls"] == 5 and doc["problems"] == [
         "shardId-000000000002: lag not known: throttled"
     ]
@@ -109,14 +153,28 @@ def test_table_has_a_row_per_shard_with_owner_lag_and_dead_letters() -> None:
     header = next(i for i, line in enumerate(lines) if line.startswith("SHARD"))
     assert lines[header].split() == list(COLUMNS)
     rows = {line.split()[0]: line.split() for line in lines[header + 1 : header + 4]}
-    assert rows[S0] == [S0, "ended", "-", "-", "0.0s", "ago", "-", "-", "0", "99:0", "(shard",
-                        "end)"]  # fmt: skip
+    assert rows[S0] == [
+        S0,
+        "ended",
+        "-",
+        "-",
+        "0.0s",
+        "ago",
+        "-",
+        "-",
+        "0",
+        "99:0",
+        "(shard",
+        "end)",
+    ]
     assert rows[S1] == [S1, "open", "w2", "30s", "1m15s", "ago", "2.5s", "4.0s", "2", "4:2"]
     assert rows[S2] == [S2, "open", "-", "-", "-", "?", "?", "0", "none"]
     assert "job lease: held by host-a:42 since 2026-11-24T10:00:00+00:00 (2h00m)" in text
     assert "workers: 2: w1 (host-a:42), w2 (host-b:7)" in text
-    assert "3 shards (2 open, 1 ended); 2 with a checkpoint; 1 with records waiting; " \
-           f"2 dead letters; no owner: {S2}" in text  # fmt: skip
+    assert (
+        "3 shards (2 open, 1 ended); 2 with a checkpoint; 1 with records waiting; "
+        f"2 dead letters; no owner: {S2}" in text
+    )
     assert "problem: shardId-000000000002: lag not known: throttled" in text
 
 
@@ -127,9 +185,17 @@ def test_table_shows_sub_second_lag_in_milliseconds() -> None:
 
 
 def test_table_of_a_file_store_with_no_checkpoints() -> None:
-    text = to_table(report_of(checkpoints={}, leases=None, workers=None, lags={},
-                              job_lease=JobLeaseStatus(LeaseState.FREE, "/d/billing/.job.lock"),
-                              dead_letters=None, problems=()))  # fmt: skip
+    text = to_table(
+        report_of(
+            checkpoints={},
+            leases=None,
+            workers=None,
+            lags={},
+            job_lease=JobLeaseStatus(LeaseState.FREE, "/d/billing/.job.lock"),
+            dead_letters=None,
+            problems=(),
+        )
+    )
     assert "workers:" not in text
     assert "job lease: free (no reader of job 'billing' is running)" in text
     assert "note: no checkpoints yet for job 'billing' on stream 'orders'" in text
@@ -140,9 +206,16 @@ def test_table_of_a_file_store_with_no_checkpoints() -> None:
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(None, "-"), (0.04, "0.0s"), (9.96, "10.0s"), (12.7, "12s"), (185, "3m05s"),
-     (7380, "2h03m"), (273600, "3d04h")],
-)  # fmt: skip
+    [
+        (None, "-"),
+        (0.04, "0.0s"),
+        (9.96, "10.0s"),
+        (12.7, "12s"),
+        (185, "3m05s"),
+        (7380, "2h03m"),
+        (273600, "3d04h"),
+    ],
+)
 def test_durations(seconds: float | None, text: str) -> None:
     assert duration(seconds) == text
 
@@ -175,11 +248,17 @@ def test_file_job_lease_probe_tells_held_free_and_killed(tmp_path: Path) -> None
     record = {"job": "billing", "host": "host-a", "pid": 4242, "since": "2026-11-24T10:00:00+00:00"}
     path.write_text(json.dumps(record))
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import fcntl,sys; f=open(sys.argv[1]); fcntl.flock(f, fcntl.LOCK_EX); print('x', "
-         "flush=True); sys.stdin.read()", str(path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import fcntl,sys; f=open(sys.argv[1]); fcntl.flock(f, fcntl.LOCK_EX); print('x', "
+            "flush=True); sys.stdin.read()",
+            str(path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "x"
         held = file_job_lease(path)

@@ -28,9 +28,13 @@ def pos(seq: int, n: int = 1, ended: bool = False) -> ShardPosition:
 
 
 def end(
-    seq: int | None, n: int = 1, *, caught_up: bool = False, ended: bool = False,
+    seq: int | None,
+    n: int = 1,
+    *,
+    caught_up: bool = False,
+    ended: bool = False,
     at: float | None = None,
-) -> BatchEnd:  # fmt: skip
+) -> BatchEnd:
     position = None if seq is None else pos(seq, n, ended)
     return BatchEnd(position, caught_up=caught_up, at=time.time() if at is None else at)
 
@@ -40,9 +44,12 @@ def end(
 
 def test_a_batch_offset_round_trips_as_canonical_json() -> None:
     offset = BatchOffset(
-        "orders", "billing", 7, StartPosition(),
+        "orders",
+        "billing",
+        7,
+        StartPosition(),
         {B: ShardPlan(None, 10, (A,)), A: ShardPlan(pos(5, 3, ended=True))},
-    )  # fmt: skip
+    )
     doc = offset.to_json()
     assert list(doc["shards"]) == [A, B]
     assert doc["shards"][B] == {"q": 10, "parents": [A]}
@@ -57,12 +64,18 @@ def test_a_batch_offset_round_trips_as_canonical_json() -> None:
         ({"version": 2, "stream": "s", "job": "j", "batch": -1, "shards": {}}, "'batch'"),
         ({"version": 2, "stream": "s", "batch": 1, "shards": {}}, "'job'"),
         (
-            {"version": 2, "stream": "s", "job": "j", "batch": 1,
-             "start": {"type": "TRIM_HORIZON"}, "shards": {A: {"q": -2}}},
+            {
+                "version": 2,
+                "stream": "s",
+                "job": "j",
+                "batch": 1,
+                "start": {"type": "TRIM_HORIZON"},
+                "shards": {A: {"q": -2}},
+            },
             "'q' must be an integer >= 0",
         ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_offset_is_named(doc: dict[str, Any], message: str) -> None:
     with pytest.raises(OffsetError, match=message):
         BatchOffset.from_json(doc)
@@ -137,10 +150,14 @@ def planner(
     tmp_path: Path, shards: list[ShardInfo], clock: FakeClock | None = None, **options: str
 ) -> Planner:
     opts = parse_options(
-        {"streamname": "orders", "checkpointstore": f"file://{tmp_path}", "jobname": "billing",
-         **{k.lower(): v for k, v in options.items()}},
+        {
+            "streamname": "orders",
+            "checkpointstore": f"file://{tmp_path}",
+            "jobname": "billing",
+            **{k.lower(): v for k, v in options.items()},
+        },
         env={},
-    )  # fmt: skip
+    )
     opts = dataclasses.replace(opts, shard_list_interval=0.0)
     p = Planner(opts) if clock is None else Planner(opts, clock=clock.time, sleep=clock.sleep)
     p._api = FakeApi(shards)  # type: ignore[assignment]  # noqa: SLF001
@@ -263,8 +280,11 @@ def test_a_record_planned_from_another_plan_is_refused_naming_both(tmp_path: Pat
     first = p.latest(p.initial_offset().to_json(), None)
     other = PlannedFrom(first.run, pos(15, 5), StartPosition(), 10)
     p.store.record(first.run, 1, A, dataclasses.replace(end(40, 10), planned=other))
-    with pytest.raises(BatchEndError, match=r"planned from run .*'seq': '15'.*quota 10, but "
-                       r"this batch is planned from run .*'TRIM_HORIZON'.*quota 5"):  # fmt: skip
+    with pytest.raises(
+        BatchEndError,
+        match=r"planned from run .*'seq': '15'.*quota 10, but "
+        r"this batch is planned from run .*'TRIM_HORIZON'.*quota 5",
+    ):
         p.latest(first.to_json(), None)
 
 
@@ -305,8 +325,9 @@ def test_a_leftover_attempt_of_a_removed_batch_records_nothing(tmp_path: Path) -
         store.record(RUN, 2, A, end(2))  # a zombie that looked before the cleanup
     assert store.get(RUN, 2, A) is None and not Path(store.where(RUN, 2, A)).parent.exists()
     assert store.floor(RUN) == 3 and store.floor("other") == 0
-    pages = read_batch_shard(None, store, 1, A, ShardPlan(None, 5), StartPosition(), run=RUN,
-                             fetch=100)  # type: ignore[arg-type]  # fmt: skip
+    pages = read_batch_shard(
+        None, store, 1, A, ShardPlan(None, 5), StartPosition(), run=RUN, fetch=100
+    )  # type: ignore[arg-type]
     with pytest.raises(BatchEndError, match="batch 1 was committed"):
         next(pages)  # before any read
     assert store.forget_before(RUN, 2) == 0 and store.floor(RUN) == 3  # never goes down
@@ -321,7 +342,7 @@ def test_a_leftover_attempt_of_a_removed_batch_records_nothing(tmp_path: Path) -
         (dict(throttled=True), 1.0),  # THROTTLE_REST
         (dict(caught_up=True), 0.25),  # at the tip before the cutoff: idle_poll_interval
     ],
-)  # fmt: skip
+)
 def test_available_now_waits_out_a_rest_instead_of_ending_early(
     tmp_path: Path, last: dict[str, bool], rest: float
 ) -> None:

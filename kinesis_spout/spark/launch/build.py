@@ -43,9 +43,9 @@ def build_driver(
     job_lease: bool = True,
 ) -> SparkDriver | ExecutorDriver:
     """A ready driver loop (not started): :class:`ExecutorDriver` for executor reads
-    (``read_on = "executors"``, the default, of a per-record function), else
-    :class:`SparkDriver` (the driver reads; transform and fan-out processing, a
-    ``spout`` or a ``row_sink`` object given by the caller).
+    (``read_on = "executors"``, the default, every processing style), else
+    :class:`SparkDriver` (the driver reads: ``read_on = "driver"``, or a ``spout`` or a
+    ``row_sink`` object given by the caller, which live in the driver).
 
     ``process``: a processor, a plain per-record function, or a
     ``"module:attr"`` spec (see :mod:`kinesis_spout.spark.processing`).
@@ -56,9 +56,6 @@ def build_driver(
     None: the spout's own (its endpoint with ``metrics_port``, else none).
     ``job_lease``: the spout takes the job lease on open (``job.py``, holding it: False).
     """
-    from kinesis_spout.spark.process.fastretry import FastRetry
-    from kinesis_spout.spark.process.runner import SparkRunner
-    from kinesis_spout.spark.process.sinks import open_sink
     from kinesis_spout.spark.processing import as_processor, load_processor
 
     processor = load_processor(process, config) if isinstance(process, str) else None
@@ -69,21 +66,53 @@ def build_driver(
         spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
     if config.read_on == "executors":
         if spout is None and row_sink is None:
-            return _executor_driver(config, spark, processor, clock, sleep, progress, rng,
-                                    metrics, job_lease)  # fmt: skip
+            return _executor_driver(
+                config, spark, processor, clock, sleep, progress, rng, metrics, job_lease
+            )
         log.warning(
             "reading on the driver: executor reads use the configured sink, not a spout "
             "or row sink object given by the caller"
         )
+    if spout is None:
+        spout = _driver_spout(config, clock, rng, metrics, job_lease)
+    return _driver_reads(
+        config, spark, processor, spout, row_sink, clock, sleep, progress, rng, metrics
+    )
+
+
+def _driver_reads(
+    config: SpoutConfig,
+    spark: Any,
+    processor: Processor,
+    spout: SpoutLike,
+    row_sink: RowSink | None,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    progress: Callable[[BatchReport], None] | None,
+    rng: random.Random | None,
+    metrics: MetricsCollector | None,
+) -> SparkDriver:
+    """The driver-read loop over ``spout``: its runner, sink and fast retries."""
+    from kinesis_spout.spark.process.fastretry import FastRetry
+    from kinesis_spout.spark.process.runner import SparkRunner
+    from kinesis_spout.spark.process.sinks import open_sink
+
     sink = row_sink if row_sink is not None else open_sink(config.sink)
     fast = FastRetry.of(config)
     runner = SparkRunner(spark, processor, sink, fast)
-    if spout is None:
-        spout = _driver_spout(config, clock, rng, metrics, job_lease)
     return SparkDriver(
-        config, runner, spout, row_sink=sink, n_sinks=runner.n_sinks, clock=clock,
-        sleep=sleep, progress=progress, rng=rng, fast=fast, metrics=metrics,
-    )  # fmt: skip
+        config,
+        runner,
+        spout,
+        row_sink=sink,
+        n_sinks=runner.n_sinks,
+        clock=clock,
+        sleep=sleep,
+        progress=progress,
+        rng=rng,
+        fast=fast,
+        metrics=metrics,
+    )
 
 
 def _driver_spout(
@@ -129,9 +158,16 @@ def _executor_driver(
     else:
         fn, frames = _nothing, _frame_jobs(config, spark, processor)
     return ExecutorDriver(
-        config, spark, fn, reader, clock=clock, sleep=sleep, progress=progress,
-        metrics=metrics, frames=frames,
-    )  # fmt: skip
+        config,
+        spark,
+        fn,
+        reader,
+        clock=clock,
+        sleep=sleep,
+        progress=progress,
+        metrics=metrics,
+        frames=frames,
+    )
 
 
 def _nothing(record: object) -> None:

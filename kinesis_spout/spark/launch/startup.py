@@ -145,8 +145,10 @@ def quiet_accumulator_errors(spark: Any) -> None:
     def handle_error(request: Any, client_address: Any) -> None:
         error = sys.exc_info()[1]
         if isinstance(error, EOFError | ConnectionError):
-            log.info("Spark's accumulator connection closed (%s): the JVM is stopping",
-                     type(error).__name__)  # fmt: skip
+            log.info(
+                "Spark's accumulator connection closed (%s): the JVM is stopping",
+                type(error).__name__,
+            )
         else:
             print_traceback(request, client_address)
 

@@ -123,9 +123,13 @@ def partials_frame(stage: Any, sinks: list[tuple[str, Any]]) -> Any:
     ok = F.coalesce(F.col("_ok"), F.lit(False))
     sink = F.when(ok & (F.col("_ack_val") == 0), F.lit(EMIT_DONE)).otherwise(F.lit(EMIT))
     frame = stage.where(F.col(ID).isNull()).select(
-        ROW, ROOT, sink.cast("long").alias(SINK), xor.alias(XOR),
-        (~ok).alias(FAILED), F.col("_error").alias(ERROR),
-    )  # fmt: skip
+        ROW,
+        ROOT,
+        sink.cast("long").alias(SINK),
+        xor.alias(XOR),
+        (~ok).alias(FAILED),
+        F.col("_error").alias(ERROR),
+    )
     for i, (name, statuses) in enumerate(sinks):
         if statuses is not None:
             frame = frame.unionByName(statuses.mapInArrow(edge_partials(i, name), PARTIAL_DDL))
@@ -138,8 +142,9 @@ def settle(partials: pa.Table, start: int, stop: int) -> Statuses:
     sinks = partials.column(SINK).to_numpy(zero_copy_only=False)
     emit = _EmitRows(partials.filter(pa.array(sinks < 0)), start, n)
     edges = partials.filter(pa.array(sinks >= 0))
-    at = _rows_of(edges.column(ROOT).to_numpy(zero_copy_only=False).astype(np.int64),
-                  emit.roots, emit.rows)  # fmt: skip
+    at = _rows_of(
+        edges.column(ROOT).to_numpy(zero_copy_only=False).astype(np.int64), emit.roots, emit.rows
+    )
     known = at >= 0
     known[known] = ~emit.done_at_init[at[known]]  # the acker ignores a finished tree's rows
     xors = to_unsigned(edges.column(XOR).to_numpy(zero_copy_only=False).astype(np.int64))
@@ -202,8 +207,9 @@ class _EmitRows:
         return errors
 
 
-def _rows_of(keys: np.ndarray[Any, Any], roots: np.ndarray[Any, Any],
-             rows: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.int64]]:  # fmt: skip
+def _rows_of(
+    keys: np.ndarray[Any, Any], roots: np.ndarray[Any, Any], rows: np.ndarray[Any, Any]
+) -> np.ndarray[Any, np.dtype[np.int64]]:
     """The row of each root in ``keys`` (-1: not a root of these rows)."""
     if not len(roots) or not len(keys):
         return np.full(len(keys), -1, dtype=np.int64)

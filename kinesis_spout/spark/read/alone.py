@@ -59,9 +59,16 @@ def read_alone(
 
     try:
         end = read_until(
-            getter, 1, None, take, clock=clock, sleep=sleep,
-            per_call=1, max_calls=ATTEMPTS, max_errors=ATTEMPTS,
-        )  # fmt: skip
+            getter,
+            1,
+            None,
+            take,
+            clock=clock,
+            sleep=sleep,
+            per_call=1,
+            max_calls=ATTEMPTS,
+            max_errors=ATTEMPTS,
+        )
     except KinesisError as exc:
         if not exc.retriable:
             raise

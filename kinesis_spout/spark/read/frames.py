@@ -174,9 +174,7 @@ class _Collect:
     reads: their rows renumbered ``0..n-1`` (:meth:`RowSpace.dense`); with ``ends``, the
     read ends come back in the same Spark job (a union, told apart by ``_end``)."""
 
-    def __init__(
-        self, space: RowSpace, ends: Any, results: list[ReadResult] | None = None
-    ) -> None:
+    def __init__(self, space: RowSpace, ends: Any, results: list[ReadResult] | None = None) -> None:
         self.space = space
         self.ends = ends
         self.results: list[ReadResult] = results or []
@@ -341,10 +339,16 @@ def _failed_rows(
     for values in table.to_pylist():
         seq, sub = values["sequenceNumber"], values["subSequenceNumber"]
         record = Record(
-            values["stream"], values["shardId"], seq, sub, values["partitionKey"],
-            values["data"], values["approximateArrivalTimestamp"],
-            SequenceKey(int(seq), sub), attempt=values["attempt"],
-        )  # fmt: skip
+            values["stream"],
+            values["shardId"],
+            seq,
+            sub,
+            values["partitionKey"],
+            values["data"],
+            values["approximateArrivalTimestamp"],
+            SequenceKey(int(seq), sub),
+            attempt=values["attempt"],
+        )
         out.append((values[PLAN], values[ROW] - bases[values[PLAN]], record))
     return out
 

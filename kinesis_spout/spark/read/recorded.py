@@ -98,15 +98,22 @@ def end_of(res: ReadResult, planned: PlannedFrom) -> BatchEnd:
         last = res.key(len(res) - 1)
         whole = res.position is None or res.position.after_whole
         position = ShardPosition(
-            str(last.sequence), last.sub_sequence, partial=not whole and not res.ended,
-            ended=res.ended, count=len(res),
-        )  # fmt: skip
+            str(last.sequence),
+            last.sub_sequence,
+            partial=not whole and not res.ended,
+            ended=res.ended,
+            count=len(res),
+        )
     elif res.ended:
         position = ShardPosition(None, ended=True)
     return BatchEnd(
-        position, caught_up=res.caught_up, throttled=res.throttled > 0, at=time.time(),
-        reader=executor_id(), planned=planned,
-    )  # fmt: skip
+        position,
+        caught_up=res.caught_up,
+        throttled=res.throttled > 0,
+        at=time.time(),
+        reader=executor_id(),
+        planned=planned,
+    )
 
 
 def _keeper(res: ReadResult, kept: list[Record]) -> Callable[[list[Record]], None]:

@@ -48,24 +48,40 @@ def put(endpoint: str, stream: str, first: int, n: int) -> list[str]:
 
 
 def reset(cfg: SpoutConfig, *how: str) -> int:
-    return main([
-        "checkpoints", "reset", "--stream-name", cfg.stream_name, "--job-name", cfg.job_name,
-        "--checkpoint-store", cfg.checkpoint_store, "--endpoint-url", str(cfg.endpoint_url),
-        *how,
-    ])  # fmt: skip
+    return main(
+        [
+            "checkpoints",
+            "reset",
+            "--stream-name",
+            cfg.stream_name,
+            "--job-name",
+            cfg.job_name,
+            "--checkpoint-store",
+            cfg.checkpoint_store,
+            "--endpoint-url",
+            str(cfg.endpoint_url),
+            *how,
+        ]
+    )
 
 
 def test_reset_is_refused_while_the_job_runs_then_a_spout_resumes_from_it(
-    moto_server: MotoServer, store_url: str, unique_name: str, tmp_path: Path,
+    moto_server: MotoServer,
+    store_url: str,
+    unique_name: str,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     endpoint = moto_server.endpoint_url
     create_stream(emulator_client(endpoint), unique_name, 1)
     seqs = put(endpoint, unique_name, 0, 10)
     cfg = SpoutConfig(
-        stream_name=unique_name, job_name="billing", endpoint_url=endpoint,
-        checkpoint_store=store_url, dead_letter=str(tmp_path / "dead"),
-    )  # fmt: skip
+        stream_name=unique_name,
+        job_name="billing",
+        endpoint_url=endpoint,
+        checkpoint_store=store_url,
+        dead_letter=str(tmp_path / "dead"),
+    )
     assert len(read_all(cfg)) == 10
 
     holder = start_lease_holder(store_url, "billing")
@@ -92,14 +108,19 @@ def test_reset_is_refused_while_the_job_runs_then_a_spout_resumes_from_it(
 
 
 def test_reset_names_a_bad_shard_and_a_bad_position(
-    moto_server: MotoServer, store_url: str, unique_name: str, tmp_path: Path,
+    moto_server: MotoServer,
+    store_url: str,
+    unique_name: str,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     create_stream(emulator_client(moto_server.endpoint_url), unique_name, 1)
     cfg = SpoutConfig(
-        stream_name=unique_name, job_name="j", endpoint_url=moto_server.endpoint_url,
+        stream_name=unique_name,
+        job_name="j",
+        endpoint_url=moto_server.endpoint_url,
         checkpoint_store=store_url,
-    )  # fmt: skip
+    )
     assert reset(cfg, "--shard", "shardId-9", "--to-latest") == 2
     assert f"--shard='shardId-9': a shard of stream {unique_name!r}: {SHARD}" in (
         capsys.readouterr().err

@@ -52,8 +52,9 @@ def s3_env(moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> Iterator
 
 
 def letter(stream: str, seq: int, reason: str = "exhausted") -> DeadLetter:
-    r = Record(stream, SHARD, str(seq), 0, f"pk{seq}", f"poison {seq}".encode(), None,
-               SequenceKey(seq, 0))  # fmt: skip
+    r = Record(
+        stream, SHARD, str(seq), 0, f"pk{seq}", f"poison {seq}".encode(), None, SequenceKey(seq, 0)
+    )
     return DeadLetter(r, "boom", 4, reason)
 
 
@@ -68,8 +69,16 @@ def stream_payloads(client: Any, stream: str) -> list[bytes]:
 
 
 def flags(moto: MotoServer, stream: str, dead: str) -> list[str]:
-    return ["--stream-name", stream, "--job-name", "job", "--endpoint-url", moto.endpoint_url,
-            "--dead-letter", dead]  # fmt: skip
+    return [
+        "--stream-name",
+        stream,
+        "--job-name",
+        "job",
+        "--endpoint-url",
+        moto.endpoint_url,
+        "--dead-letter",
+        dead,
+    ]
 
 
 def test_delete_while_a_reader_writes_loses_nothing(
@@ -107,15 +116,23 @@ def test_s3_delete_never_overwrites_an_object_a_writer_may_write_again(
     S3DeadLetterSink(target, "job").write_many(
         [letter(unique_name, 5), letter(unique_name, 6, "expired")]
     )
-    args = ["dead-letters", "redrive", "--delete", "--reason", "exhausted",
-            *flags(moto_server, unique_name, target)]  # fmt: skip
+    args = [
+        "dead-letters",
+        "redrive",
+        "--delete",
+        "--reason",
+        "exhausted",
+        *flags(moto_server, unique_name, target),
+    ]
     assert main(args) == 0
     replay = S3DeadLetterSink(target, "job")  # a restart, before the checkpoint passed 5
     replay.write_many([letter(unique_name, 5), letter(unique_name, 7)])
     entries = [e for es in objects(s3_env).values() for e in es if "reason" in e]
     assert sorted((int(e["sequence_number"]), e["reason"]) for e in entries) == [
-        (5, "exhausted"), (6, "expired"), (7, "exhausted")
-    ]  # fmt: skip
+        (5, "exhausted"),
+        (6, "expired"),
+        (7, "exhausted"),
+    ]
 
 
 def test_a_redrive_that_failed_half_way_puts_no_entry_twice(
@@ -129,8 +146,12 @@ def test_a_redrive_that_failed_half_way_puts_no_entry_twice(
     dead = tmp_path / "dead"
     sink = JsonlDeadLetterSink(dead, "job")
     sink.write_many([letter(unique_name, s) for s in range(1, 11)])
-    cfg = SpoutConfig(stream_name=unique_name, job_name="job", dead_letter=str(dead),
-                      endpoint_url=moto_server.endpoint_url)  # fmt: skip
+    cfg = SpoutConfig(
+        stream_name=unique_name,
+        job_name="job",
+        dead_letter=str(dead),
+        endpoint_url=moto_server.endpoint_url,
+    )
 
     from kinesis_spout.deadletter.cli import redrive
 
@@ -165,8 +186,13 @@ def test_a_stream_that_does_not_exist_is_one_line_and_no_botocore_info(
 ) -> None:
     dead = tmp_path / "dead"
     JsonlDeadLetterSink(dead, "job").write_many([letter(unique_name, 1)])
-    proc = run_cli("dead-letters", "redrive", "--to-stream", "nosuch",
-                   *flags(moto_server, unique_name, str(dead)))  # fmt: skip
+    proc = run_cli(
+        "dead-letters",
+        "redrive",
+        "--to-stream",
+        "nosuch",
+        *flags(moto_server, unique_name, str(dead)),
+    )
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr, proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if "error" in ln]

@@ -57,8 +57,9 @@ def objects(client: Any, bucket: str = BUCKET) -> dict[str, list[dict[str, Any]]
 
 
 def rec(seq: int, shard: str = "shardId-000000000001", sub: int = 0) -> Record:
-    return Record("orders", shard, str(seq), sub, f"pk{seq}", b"\x00\xffpayload", None,
-                  SequenceKey(seq, sub))  # fmt: skip
+    return Record(
+        "orders", shard, str(seq), sub, f"pk{seq}", b"\x00\xffpayload", None, SequenceKey(seq, sub)
+    )
 
 
 @pytest.fixture
@@ -92,19 +93,23 @@ def test_one_object_per_write_with_full_entries_exactly_once_across_restarts(s3_
     first = entries[0]
     assert base64.b64decode(first["data_base64"]) == b"\x00\xffpayload"
     assert (first["job"], first["shard_id"], first["stream"]) == (
-        "job-a", "shardId-000000000001", "orders"
-    )  # fmt: skip
+        "job-a",
+        "shardId-000000000001",
+        "orders",
+    )
     assert (first["attempts"], first["error"], first["partition_key"]) == (4, "boom", "pk5")
     assert {"approximate_arrival", "dead_lettered_at", "message_id"} <= set(first)
     assert (sink.written, again.written, again.objects) == (2, 1, 1)
     # `kinesis-spout status` and `dead-letters list` find them under the same layout.
     assert count_dead_letters(f"s3://{BUCKET}/dl", "job-a", "orders") == (
-        {"shardId-000000000001": 3}, None
-    )  # fmt: skip
+        {"shardId-000000000001": 3},
+        None,
+    )
     cfg = SpoutConfig(stream_name="orders", job_name="job-a", dead_letter=f"s3://{BUCKET}/dl")
     assert [(s.name, len(s.entries)) for s in load_sources(cfg)] == [
-        (f"s3://{BUCKET}/{prefix}{names[0]}", 2), (f"s3://{BUCKET}/{prefix}{names[1]}", 1)
-    ]  # fmt: skip
+        (f"s3://{BUCKET}/{prefix}{names[0]}", 2),
+        (f"s3://{BUCKET}/{prefix}{names[1]}", 1),
+    ]
 
 
 def test_a_missing_bucket_and_an_unreachable_endpoint_are_named_in_the_error(
@@ -129,8 +134,10 @@ class AuthMoto(MotoServer):
 
 
 def allow(iam: Any, user: str, actions: list[str]) -> None:
-    doc = {"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": actions, "Resource": "*"}]}  # fmt: skip
+    doc = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}],
+    }
     iam.put_user_policy(UserName=user, PolicyName="p", PolicyDocument=json.dumps(doc))
 
 
@@ -169,11 +176,21 @@ def unreachable(mp: pytest.MonkeyPatch, tmp: Path) -> Iterator[tuple[str, Callab
 def access_denied(mp: pytest.MonkeyPatch, tmp: Path) -> Iterator[tuple[str, Callable[[], None]]]:
     with AuthMoto() as server:
         url = server.endpoint_url
-        boot = boto3.client("iam", endpoint_url=url, region_name="us-east-1",
-                            aws_access_key_id="test", aws_secret_access_key="test")  # fmt: skip
+        boot = boto3.client(
+            "iam",
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+        )
         admin = user_keys(boot, "admin", ["*"])  # the 3 unauthenticated requests
-        iam = boto3.client("iam", endpoint_url=url, region_name="us-east-1",
-                           aws_access_key_id=admin[0], aws_secret_access_key=admin[1])  # fmt: skip
+        iam = boto3.client(
+            "iam",
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id=admin[0],
+            aws_secret_access_key=admin[1],
+        )
         s3(url, *admin).create_bucket(Bucket=BUCKET)
         job = user_keys(iam, "job", ["kinesis:*", "s3:ListBucket", "s3:GetObject"])
         mp.setenv("AWS_ENDPOINT_URL_S3", url)
@@ -199,10 +216,15 @@ def test_a_failing_bucket_holds_the_checkpoint_and_the_shard_recovers_with_s3(
         create_stream(kinesis, unique_name, 1)
         put = put_records(kinesis, unique_name, [("k", b"ok-1"), ("k", b"POISON"), ("k", b"ok-2")])
         cfg = SpoutConfig(
-            stream_name=unique_name, job_name="j", endpoint_url=endpoint,
-            checkpoint_store=f"file://{tmp_path / 'cp'}", dead_letter=f"s3://{BUCKET}/dl",
-            retry_limit=0, message_timeout=0.0, empty_shard_backoff=0.05,
-        )  # fmt: skip
+            stream_name=unique_name,
+            job_name="j",
+            endpoint_url=endpoint,
+            checkpoint_store=f"file://{tmp_path / 'cp'}",
+            dead_letter=f"s3://{BUCKET}/dl",
+            retry_limit=0,
+            message_timeout=0.0,
+            empty_shard_backoff=0.05,
+        )
         metrics = InMemoryMetrics()
         spout = KinesisSpout(cfg, metrics=metrics, client=kinesis)
         spout.open()

@@ -276,9 +276,12 @@ def test_efo_against_moto_is_a_clear_error(
     client = emulator_client(moto_server.endpoint_url)
     create_stream(client, unique_name, 1)
     cfg = efo_config(
-        moto_server.endpoint_url, unique_name, tmp_path, throttle_backoff=0.01,
+        moto_server.endpoint_url,
+        unique_name,
+        tmp_path,
+        throttle_backoff=0.01,
         throttle_backoff_max=0.02,
-    )  # fmt: skip
+    )
     spout = KinesisSpout(cfg)
     spout.open()  # moto registers consumers; it cannot serve SubscribeToShard
     with pytest.raises(KinesisError, match="support enhanced fan-out.*polling"):

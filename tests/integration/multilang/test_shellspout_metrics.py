@@ -95,9 +95,13 @@ def test_the_multilang_process_serves_metrics_that_follow_storm_acks_and_fails(
 
 
 def test_a_taken_metrics_port_is_an_error_before_anything_is_read(
-    moto_server: MotoServer, stream: Any, unique_name: str, spawn: Spawn, pid_dir: Path,
+    moto_server: MotoServer,
+    stream: Any,
+    unique_name: str,
+    spawn: Spawn,
+    pid_dir: Path,
     tmp_path: Path,
-) -> None:  # fmt: skip
+) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

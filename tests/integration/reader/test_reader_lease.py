@@ -30,15 +30,20 @@ def store_url(kind: str, tmp_path: Path, zookeeper: ZooKeeperServer, name: str) 
 
 @pytest.mark.parametrize("kind", ["file", "zk"])
 def test_a_second_spout_of_the_same_job_is_refused_naming_the_first(
-    moto_server: MotoServer, zookeeper: ZooKeeperServer, unique_name: str, tmp_path: Path,
+    moto_server: MotoServer,
+    zookeeper: ZooKeeperServer,
+    unique_name: str,
+    tmp_path: Path,
     kind: str,
-) -> None:  # fmt: skip
+) -> None:
     create_stream(emulator_client(moto_server.endpoint_url), unique_name, 2)
     cfg = SpoutConfig(
-        stream_name=unique_name, job_name="billing", endpoint_url=moto_server.endpoint_url,
+        stream_name=unique_name,
+        job_name="billing",
+        endpoint_url=moto_server.endpoint_url,
         checkpoint_store=store_url(kind, tmp_path, zookeeper, unique_name),
         dead_letter=str(tmp_path / "dead"),
-    )  # fmt: skip
+    )
     me = f"{socket.gethostname()}:{os.getpid()}"
     with KinesisSpout(cfg) as first:
         first.next_batch(10)
@@ -61,9 +66,12 @@ def test_wait_for_lease_takes_over_when_the_holder_closes(
 ) -> None:
     create_stream(emulator_client(moto_server.endpoint_url), unique_name, 1)
     cfg = SpoutConfig(
-        stream_name=unique_name, job_name="billing", endpoint_url=moto_server.endpoint_url,
-        checkpoint_store=f"file://{tmp_path / 'checkpoints'}", dead_letter=str(tmp_path / "d"),
-    )  # fmt: skip
+        stream_name=unique_name,
+        job_name="billing",
+        endpoint_url=moto_server.endpoint_url,
+        checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
+        dead_letter=str(tmp_path / "d"),
+    )
     opened = threading.Event()
     first = KinesisSpout(cfg)
     first.open()
@@ -89,9 +97,12 @@ def test_shard_lease_readers_opt_out_and_the_default_is_safe(
     shard leases, the Spark job's driver that holds the job lease itself)."""
     create_stream(emulator_client(moto_server.endpoint_url), unique_name, 1)
     cfg = SpoutConfig(
-        stream_name=unique_name, job_name="billing", endpoint_url=moto_server.endpoint_url,
-        checkpoint_store=f"file://{tmp_path / 'checkpoints'}", dead_letter=str(tmp_path / "d"),
-    )  # fmt: skip
+        stream_name=unique_name,
+        job_name="billing",
+        endpoint_url=moto_server.endpoint_url,
+        checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
+        dead_letter=str(tmp_path / "d"),
+    )
     with KinesisSpout(cfg, job_lease=False), KinesisSpout(cfg, job_lease=False):
         started = time.monotonic()
         with pytest.raises(JobLeaseHeldError), KinesisSpout(cfg), KinesisSpout(cfg):

@@ -131,9 +131,15 @@ def test_records_are_read_in_two_executors_and_every_one_is_done(
     # tasks of the only micro-batch while the other still starts its Python worker (a
     # busy machine) would leave nothing to show that both read.
     proc = start_job(
-        spark_cluster, moto_server, unique_name, tmp_path, "--retry-limit", "1", slow_ms=1,
+        spark_cluster,
+        moto_server,
+        unique_name,
+        tmp_path,
+        "--retry-limit",
+        "1",
+        slow_ms=1,
         peers=2,
-    )  # fmt: skip
+    )
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
 
@@ -160,9 +166,16 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_checkpoints_never_go_back(
     with StandaloneCluster(workers=2) as cluster:
         watch = CheckpointWatch(f"file://{tmp_path / 'checkpoints'}", unique_name, unique_name)
         proc = start_job(
-            cluster, moto_server, unique_name, tmp_path, "--retry-limit", "1",
-            "--batch-size", "400", slow_ms=4,
-        )  # fmt: skip
+            cluster,
+            moto_server,
+            unique_name,
+            tmp_path,
+            "--retry-limit",
+            "1",
+            "--batch-size",
+            "400",
+            slow_ms=4,
+        )
         deliveries = tmp_path / "deliveries"
         deadline = time.monotonic() + 180
         while len(os.listdir(deliveries)) < 300 and time.monotonic() < deadline:
@@ -199,10 +212,20 @@ def test_the_dataframe_styles_read_on_the_executors_and_survive_a_killed_worker(
     with StandaloneCluster(workers=2) as cluster:
         watch = CheckpointWatch(f"file://{tmp_path / 'checkpoints'}", unique_name, unique_name)
         proc = start_job(
-            cluster, moto_server, unique_name, tmp_path, "--retry-limit", "1",
-            "--batch-size", "300", "--sink", f"parquet://{sink}", slow_ms=4,
-            process=f"logged_{style}_job", peers=2,
-        )  # fmt: skip
+            cluster,
+            moto_server,
+            unique_name,
+            tmp_path,
+            "--retry-limit",
+            "1",
+            "--batch-size",
+            "300",
+            "--sink",
+            f"parquet://{sink}",
+            slow_ms=4,
+            process=f"logged_{style}_job",
+            peers=2,
+        )
         deliveries = tmp_path / "deliveries"
         deadline = time.monotonic() + 180
         while len(os.listdir(deliveries)) < 250 and time.monotonic() < deadline:

@@ -92,8 +92,13 @@ def test_a_transform_reads_on_the_executors_and_they_write_its_sink(
     assert {d["error"] for d in dead} == {"poison record"}
     rows = read_parquet_dir(out)
     assert rows is not None and rows.column_names == ["shardId", "sequenceNumber"]
-    written = Counter(zip(rows.column("shardId").to_pylist(),
-                          rows.column("sequenceNumber").to_pylist(), strict=True))  # fmt: skip
+    written = Counter(
+        zip(
+            rows.column("shardId").to_pylist(),
+            rows.column("sequenceNumber").to_pylist(),
+            strict=True,
+        )
+    )
     good = {p for i, p in enumerate(put) if i not in bad}
     assert set(written) == good and set(written.values()) == {1}  # each ok record once
     assert summary.ok == 900 - len(bad) and summary.dead_lettered == len(bad)

@@ -234,9 +234,16 @@ def test_idle_shards_are_polled_less_often_and_poll_together(
     never starts one early."""
     create_stream(moto_client, unique_name, 2)
     now = [100.0]
-    sp = reader(moto_server.endpoint_url, unique_name, tmp_path, MemoryCheckpointStore("job"),
-                clock=lambda: now[0], empty_shard_backoff=1.0,
-                empty_shard_backoff_max=4.0, checkpoint_interval=60.0)  # fmt: skip
+    sp = reader(
+        moto_server.endpoint_url,
+        unique_name,
+        tmp_path,
+        MemoryCheckpointStore("job"),
+        clock=lambda: now[0],
+        empty_shard_backoff=1.0,
+        empty_shard_backoff_max=4.0,
+        checkpoint_interval=60.0,
+    )
     settings = ReadSettings.of(sp.config)
 
     def read(plans: list[Any]) -> None:

@@ -168,9 +168,13 @@ def test_a_split_shard_is_drained_before_its_children_are_read(
 
 
 def test_throttling_errors_and_expired_iterators_are_retried_inside_the_tasks(
-    spark: Any, moto_server: Any, moto_client: Any, job_config: Any, unique_name: str,
+    spark: Any,
+    moto_server: Any,
+    moto_client: Any,
+    job_config: Any,
+    unique_name: str,
     deliveries: Path,
-) -> None:  # fmt: skip
+) -> None:
     from devkit.faultproxy import FaultProxy
 
     put = put_stream(moto_client, unique_name, 2, 400, 60, {})

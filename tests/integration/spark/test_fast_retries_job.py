@@ -42,9 +42,13 @@ def test_poison_is_dead_lettered_in_the_batch_of_its_first_failure(
 ) -> None:
     poison, flaky = put_mixed(moto_client, unique_name)
     cfg = job_config(
-        retry_limit=RETRY_LIMIT, batch_size=100, max_in_flight=100, read_on=read_on,
-        fast_retries=fast, retry_backoff=0.0,
-    )  # fmt: skip
+        retry_limit=RETRY_LIMIT,
+        batch_size=100,
+        max_in_flight=100,
+        read_on=read_on,
+        fast_retries=fast,
+        retry_backoff=0.0,
+    )
     reports: list[BatchReport] = []
     summary = run_job(cfg, per_record(flaky_and_poison), spark=spark, progress=reports.append)
     assert (summary.ok, summary.dead_lettered) == (400 - poison, poison)
@@ -73,8 +77,12 @@ def test_a_transform_gets_its_failed_rows_re_run_by_a_follow_up_job(
         status = F.when(bad, F.lit("rejected")).otherwise(F.lit("ok"))
         return df.select("_row", text.alias("text"), status.alias("status"))
 
-    cfg = job_config(retry_limit=RETRY_LIMIT, batch_size=100, read_on="driver",
-                     sink=f"parquet://{tmp_path / 'out'}")  # fmt: skip
+    cfg = job_config(
+        retry_limit=RETRY_LIMIT,
+        batch_size=100,
+        read_on="driver",
+        sink=f"parquet://{tmp_path / 'out'}",
+    )
     reports: list[BatchReport] = []
     summary = run_job(cfg, dataframe_transform(transform), spark=spark, progress=reports.append)
     assert (summary.ok, summary.dead_lettered, summary.failed) == (400 - poison, poison, poison)
@@ -95,10 +103,11 @@ def test_a_failed_record_older_than_max_record_age_is_dead_lettered_as_expired(
     summary = run_job(cfg, per_record(flaky_and_poison), spark=spark, progress=reports.append)
     dead = read_dead_letters(cfg.dead_letter)
     # no retry at all: the poison and the flaky records are given up at their first failure
-    assert sorted((d["reason"], d["attempts"]) for d in dead) == [("expired", 1)] * (
-        poison + flaky
+    assert sorted((d["reason"], d["attempts"]) for d in dead) == [("expired", 1)] * (poison + flaky)
+    assert (summary.ok, summary.expired, summary.retried) == (
+        400 - poison - flaky,
+        poison + flaky,
+        0,
     )
-    assert (summary.ok, summary.expired, summary.retried) == (400 - poison - flaky,
-                                                               poison + flaky, 0)  # fmt: skip
     assert "of which expired" in summary.line()
     assert sum(r.expired for r in reports) == poison + flaky

@@ -112,9 +112,15 @@ def parse_summary(text: str) -> JobSummary:
     m = SUMMARY.search(text)
     assert m, text[-3000:]
     return JobSummary(
-        int(m["batches"]), int(m["records"]), int(m["ok"]), int(m["failed"]),
-        int(m["retried"]), int(m["dead"]), 0.0, m["why"],
-    )  # fmt: skip
+        int(m["batches"]),
+        int(m["records"]),
+        int(m["ok"]),
+        int(m["failed"]),
+        int(m["retried"]),
+        int(m["dead"]),
+        0.0,
+        m["why"],
+    )
 
 
 def test_the_job_serves_metrics_that_rise_and_end_at_its_summary(
@@ -136,17 +142,26 @@ def test_the_job_serves_metrics_that_rise_and_end_at_its_summary(
         "metrics-port": str(port),
     }
     cmd = [
-        sys.executable, "-m", "kinesis_spout.cli", "--verbose", "run",
-        "--process", f"{spark_job_helpers.__file__}:flaky_and_poison",
-        "--spark-conf", "spark.ui.enabled=false",
+        sys.executable,
+        "-m",
+        "kinesis_spout.cli",
+        "--verbose",
+        "run",
+        "--process",
+        f"{spark_job_helpers.__file__}:flaky_and_poison",
+        "--spark-conf",
+        "spark.ui.enabled=false",
         *[a for k, v in flags.items() for a in (f"--{k}", v)],
-    ]  # fmt: skip
+    ]
     log_path = tmp_path / "job.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            cmd, env=job_environment(), stdout=log, stderr=subprocess.STDOUT,
+            cmd,
+            env=job_environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
         try:
             url = f"http://127.0.0.1:{port}/metrics"
             scrape_rounds(url, moto_client, unique_name)
@@ -204,9 +219,12 @@ def test_driver_reads_serve_the_same_metrics_and_match_the_summary(
     assert endpoint is not None
     with endpoint:  # as the job does: before the driver, closed after it
         driver = build_driver(
-            cfg, per_record(flaky_and_poison), spark=spark, progress=None,
+            cfg,
+            per_record(flaky_and_poison),
+            spark=spark,
+            progress=None,
             metrics=endpoint.metrics,
-        )  # fmt: skip
+        )
         results: list[JobSummary] = []
         runner = threading.Thread(target=lambda: results.append(driver.run()), daemon=True)
         runner.start()

@@ -80,12 +80,20 @@ def test_poison_records_land_in_s3_once_across_a_kill_and_are_redriven(
     put_records(moto_client, unique_name, payloads)
     rows, fixed = tmp_path / "rows", tmp_path / "fixed"
     flags = {
-        "stream-name": unique_name, "job-name": unique_name, "endpoint-url": endpoint,
-        "checkpoint-store": f"file://{tmp_path / 'cp'}", "dead-letter": f"s3://{BUCKET}/dl",
-        "sink": f"parquet://{rows}", "batch-size": "100", "max-in-flight": "100",
-        "checkpoint-interval": "0.5", "empty-shard-backoff": "0.1", "batch-max-wait": "0.3",
-        "read-on": read_on, "retry-limit": "2",
-    }  # fmt: skip
+        "stream-name": unique_name,
+        "job-name": unique_name,
+        "endpoint-url": endpoint,
+        "checkpoint-store": f"file://{tmp_path / 'cp'}",
+        "dead-letter": f"s3://{BUCKET}/dl",
+        "sink": f"parquet://{rows}",
+        "batch-size": "100",
+        "max-in-flight": "100",
+        "checkpoint-interval": "0.5",
+        "empty-shard-backoff": "0.1",
+        "batch-max-wait": "0.3",
+        "read-on": read_on,
+        "retry-limit": "2",
+    }
     prefix = f"dl/{unique_name}/{unique_name}/"
     env = job_environment(
         {**os.environ, "KSPOUT_TEST_FIXED": str(fixed), "AWS_ENDPOINT_URL_S3": endpoint},
@@ -94,13 +102,21 @@ def test_poison_records_land_in_s3_once_across_a_kill_and_are_redriven(
     conf = [a for k, v in DEFAULT_CONF.items() for a in ("--conf", f"{k}={v}")]
     # spark-submit itself (not `kinesis-spout run`, whose job outlives it by a moment):
     # SIGKILL of its process group is the driver's instant death
-    cmd = [find_spark_submit(), "--master", "local[2]", *conf, str(job_file()),
-           "--process", f"{spark_job_helpers.__file__}:poison_job",
-           *[a for k, v in flags.items() for a in (f"--{k}", v)]]  # fmt: skip
+    cmd = [
+        find_spark_submit(),
+        "--master",
+        "local[2]",
+        *conf,
+        str(job_file()),
+        "--process",
+        f"{spark_job_helpers.__file__}:poison_job",
+        *[a for k, v in flags.items() for a in (f"--{k}", v)],
+    ]
     log_path = tmp_path / "job.log"
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             deadline = time.monotonic() + 180
             while len(s3_entries(endpoint, prefix)) < 3 or len(sink_rows(rows)) < RECORDS // 5:
@@ -127,8 +143,11 @@ def test_poison_records_land_in_s3_once_across_a_kill_and_are_redriven(
     }
     assert set(sink_rows(rows)) == {p[1] for p in payloads} - poison, "records lost"
 
-    args = [f"--{k}={v}" for k, v in flags.items() if k in ("stream-name", "job-name",
-            "endpoint-url", "dead-letter")]  # fmt: skip
+    args = [
+        f"--{k}={v}"
+        for k, v in flags.items()
+        if k in ("stream-name", "job-name", "endpoint-url", "dead-letter")
+    ]
     assert cli_main(["dead-letters", "redrive", "--delete", *args]) == 0
     assert s3_entries(endpoint, prefix) == []
     fixed.touch()

@@ -54,9 +54,18 @@ def test_status_after_the_spark_job_matches_the_stream_and_the_dead_letters(
     dead_per_shard = Counter(d["shard_id"] for d in read_dead_letters(cfg.dead_letter))
     assert dead_per_shard == poison_per_shard
 
-    args = ("--stream-name", unique_name, "--job-name", cfg.job_name, "--endpoint-url",
-            moto_server.endpoint_url, "--checkpoint-store", cfg.checkpoint_store,
-            "--dead-letter", cfg.dead_letter)  # fmt: skip
+    args = (
+        "--stream-name",
+        unique_name,
+        "--job-name",
+        cfg.job_name,
+        "--endpoint-url",
+        moto_server.endpoint_url,
+        "--checkpoint-store",
+        cfg.checkpoint_store,
+        "--dead-letter",
+        cfg.dead_letter,
+    )
     before = snapshot(tmp_path)
     doc = status_json(*args)
     assert [s["shard_id"] for s in doc["shards"]] == sorted(last)

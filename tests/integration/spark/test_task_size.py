@@ -24,8 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(30
 
 @pytest.mark.parametrize("read_on", ["driver", "executors"])
 def test_a_job_with_10k_record_batches_logs_no_large_task_warning(
-    read_on: str,
-    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
+    read_on: str, moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
 ) -> None:
     create_stream(moto_client, unique_name, 2)
     put_records(moto_client, unique_name, make_payloads(20_000, 200))

@@ -82,9 +82,12 @@ def test_an_unknown_profile_is_a_config_error_naming_it(
 
 
 def test_clients_use_the_profile_credentials_and_region(
-    aws_files: Path, moto_server: MotoServer, unique_name: str, tmp_path: Path,
+    aws_files: Path,
+    moto_server: MotoServer,
+    unique_name: str,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     endpoint = moto_server.endpoint_url
     create_stream(emulator_client(endpoint, region="ap-south-1"), unique_name, 1)
     cfg = SpoutConfig(profile="other", endpoint_url=endpoint, stream_name=unique_name)
@@ -94,8 +97,17 @@ def test_clients_use_the_profile_credentials_and_region(
     names = client.list_streams()["StreamNames"]
     assert unique_name in names
     store = f"file://{tmp_path / 'cp'}"
-    common = ["--endpoint-url", endpoint, "--stream-name", unique_name, "--no-lag",
-              "--checkpoint-store", store, "--dead-letter", "none"]  # fmt: skip
+    common = [
+        "--endpoint-url",
+        endpoint,
+        "--stream-name",
+        unique_name,
+        "--no-lag",
+        "--checkpoint-store",
+        store,
+        "--dead-letter",
+        "none",
+    ]
     assert main(["status", "--profile", "other", *common]) == 0  # ap-south-1: found
     assert unique_name in capsys.readouterr().out
     assert main(["status", *common]) == 1  # the default profile's eu-north-1: no such stream

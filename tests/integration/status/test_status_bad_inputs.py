@@ -42,8 +42,16 @@ def silent_zookeeper() -> Iterator[int]:
 
 
 def common(moto: MotoServer, stream: str, tmp_path: Path) -> list[str]:
-    return ["--stream-name", stream, "--job-name", "billing", "--endpoint-url",
-            moto.endpoint_url, "--dead-letter", str(tmp_path / "dead-letter")]  # fmt: skip
+    return [
+        "--stream-name",
+        stream,
+        "--job-name",
+        "billing",
+        "--endpoint-url",
+        moto.endpoint_url,
+        "--dead-letter",
+        str(tmp_path / "dead-letter"),
+    ]
 
 
 def assert_clean_failure(proc: object, *expected: str) -> None:
@@ -80,8 +88,9 @@ def test_a_checkpoint_store_that_is_a_file(
 ) -> None:
     afile = tmp_path / "a-file"
     afile.write_text("")
-    proc = run_status(*common(moto_server, stream, tmp_path),
-                      "--checkpoint-store", f"file://{afile}")  # fmt: skip
+    proc = run_status(
+        *common(moto_server, stream, tmp_path), "--checkpoint-store", f"file://{afile}"
+    )
     assert_clean_failure(proc, f"checkpoint store file://{afile}", f"{afile} is not a directory")
 
 
@@ -89,18 +98,23 @@ def test_a_zookeeper_that_does_not_answer(
     moto_server: MotoServer, stream: str, tmp_path: Path, silent_zookeeper: int
 ) -> None:
     url = f"zk://127.0.0.1:{silent_zookeeper}/kinesis-spout"
-    proc = run_status(*common(moto_server, stream, tmp_path), "--checkpoint-store", url,
-                      "--timeout", "2", timeout=60)  # fmt: skip
+    proc = run_status(
+        *common(moto_server, stream, tmp_path),
+        "--checkpoint-store",
+        url,
+        "--timeout",
+        "2",
+        timeout=60,
+    )
     assert_clean_failure(proc, f"ZooKeeper {url} not reachable within 2s")
 
 
-def test_a_stream_that_does_not_exist(
-    moto_server: MotoServer, stream: str, tmp_path: Path
-) -> None:
+def test_a_stream_that_does_not_exist(moto_server: MotoServer, stream: str, tmp_path: Path) -> None:
     store = tmp_path / "checkpoints"
     store.mkdir()
-    proc = run_status(*common(moto_server, "no-such-stream", tmp_path),
-                      "--checkpoint-store", f"file://{store}")  # fmt: skip
+    proc = run_status(
+        *common(moto_server, "no-such-stream", tmp_path), "--checkpoint-store", f"file://{store}"
+    )
     assert_clean_failure(
         proc, f"stream 'no-such-stream' not found at {moto_server.endpoint_url} (region us-east-1)"
     )

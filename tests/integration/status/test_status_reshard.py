@@ -46,16 +46,22 @@ def by_shard(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {s["shard_id"]: s for s in doc["shards"]}
 
 
-def test_states_of_a_split_stream(kinesis_mock: KinesisMock, unique_name: str,
-                                  tmp_path: Path) -> None:  # fmt: skip
+def test_states_of_a_split_stream(
+    kinesis_mock: KinesisMock, unique_name: str, tmp_path: Path
+) -> None:
     client = emulator_client(kinesis_mock.endpoint_url)
     create_stream(client, unique_name, 1)
     first = put_records(client, unique_name, make_payloads(30, 20))
     cfg = SpoutConfig(
-        stream_name=unique_name, job_name="reshard", endpoint_url=kinesis_mock.endpoint_url,
-        checkpoint_store=f"file://{tmp_path / 'checkpoints'}", dead_letter=str(tmp_path / "dl"),
-        empty_shard_backoff=0.05, checkpoint_interval=0.1, shard_refresh_interval=0.5,
-    )  # fmt: skip
+        stream_name=unique_name,
+        job_name="reshard",
+        endpoint_url=kinesis_mock.endpoint_url,
+        checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
+        dead_letter=str(tmp_path / "dl"),
+        empty_shard_backoff=0.05,
+        checkpoint_interval=0.1,
+        shard_refresh_interval=0.5,
+    )
     sp = KinesisSpout(cfg)
     sp.open()
     read_until(sp, lambda n: n >= 30)
@@ -63,12 +69,21 @@ def test_states_of_a_split_stream(kinesis_mock: KinesisMock, unique_name: str,
 
     shard = client.list_shards(StreamName=unique_name)["Shards"][0]
     lo, hi = (int(shard["HashKeyRange"][k]) for k in ("StartingHashKey", "EndingHashKey"))
-    client.split_shard(StreamName=unique_name, ShardToSplit=PARENT,
-                       NewStartingHashKey=str((lo + hi) // 2))  # fmt: skip
+    client.split_shard(
+        StreamName=unique_name, ShardToSplit=PARENT, NewStartingHashKey=str((lo + hi) // 2)
+    )
     wait_active(client, unique_name)
     put_records(client, unique_name, make_payloads(20, 20, prefix="b"))
-    args = ("--stream-name", unique_name, "--job-name", "reshard", "--endpoint-url",
-            kinesis_mock.endpoint_url, "--checkpoint-store", cfg.checkpoint_store)  # fmt: skip
+    args = (
+        "--stream-name",
+        unique_name,
+        "--job-name",
+        "reshard",
+        "--endpoint-url",
+        kinesis_mock.endpoint_url,
+        "--checkpoint-store",
+        cfg.checkpoint_store,
+    )
 
     shards = by_shard(status_json(*args))
     children = sorted(s for s in shards if s != PARENT)
@@ -92,6 +107,11 @@ def test_states_of_a_split_stream(kinesis_mock: KinesisMock, unique_name: str,
     assert shards[PARENT]["lag"] is None  # nothing left to probe
     for c in children:
         assert shards[c]["state"] == "open" and shards[c]["lag"]["pending"] is False
-    assert doc["summary"]["states"] == {"open": 2, "waiting": 0, "closed": 0, "ended": 1,
-                                        "unlisted": 0}  # fmt: skip
+    assert doc["summary"]["states"] == {
+        "open": 2,
+        "waiting": 0,
+        "closed": 0,
+        "ended": 1,
+        "unlisted": 0,
+    }
     assert doc["kinesis_calls"] == 2 + 2 * len(children)

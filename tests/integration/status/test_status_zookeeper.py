@@ -78,10 +78,20 @@ def start_worker(config: Path, worker_id: str, out: Path) -> subprocess.Popen[by
     log = (out / f"{worker_id}.log").open("wb")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "kinesis_spout.coordination.worker", "--config", str(config),
-             "--worker-id", worker_id, "--output", str(out)],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "kinesis_spout.coordination.worker",
+                "--config",
+                str(config),
+                "--worker-id",
+                worker_id,
+                "--output",
+                str(out),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     finally:
         log.close()
 
@@ -142,10 +152,12 @@ def test_status_of_two_zookeeper_workers_sharing_a_stream(
         return (
             owners == {"w1", "w2"}
             and all(s.lease for s in report.shards)
-            and all(s.checkpoint and s.checkpoint.sequence_number == last[s.shard_id]
-                    for s in report.shards)
+            and all(
+                s.checkpoint and s.checkpoint.sequence_number == last[s.shard_id]
+                for s in report.shards
+            )
             and report.summary.pending == 0
-        )  # fmt: skip
+        )
 
     try:
         wait_for("both workers own shards and are caught up", settled, procs, tmp_path)
@@ -160,9 +172,13 @@ def test_status_of_two_zookeeper_workers_sharing_a_stream(
             assert s["checkpoint"]["sequence"] == last[s["shard_id"]]
             assert s["lease"]["pid"] == pids[s["lease"]["owner"]]
             assert s["lease"]["age_seconds"] >= 0 and s["lease"]["epoch"] >= 1
-            assert s["lag"] == {"pending": False, "millis_behind_latest": 0,
-                                "next_record_arrival": None, "next_record_age_seconds": None,
-                                "error": None}  # fmt: skip
+            assert s["lag"] == {
+                "pending": False,
+                "millis_behind_latest": 0,
+                "next_record_arrival": None,
+                "next_record_age_seconds": None,
+                "error": None,
+            }
             assert s["dead_letters"] == 0
         assert doc["summary"]["unowned"] == [] and doc["job_lease"]["state"] == "free"
         assert doc["kinesis_calls"] == 2 + 2 * SHARDS  # describe, list, a probe of 2 per shard

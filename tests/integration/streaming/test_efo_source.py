@@ -69,8 +69,9 @@ def test_efo_reads_every_record_once_in_order_and_commits(
     assert_exactly_once(resumed.rows(), expected + more)
     assert_shard_order(resumed.batches())
     assert set(checkpoints(store_url, job, unique_name)) == {
-        "shardId-000000000000", "shardId-000000000001",
-    }  # fmt: skip
+        "shardId-000000000000",
+        "shardId-000000000001",
+    }
 
 
 def checkpoints(url: str, job: str, stream: str) -> dict[str, tuple[int, int]]:

@@ -33,9 +33,13 @@ def test_the_listener_sees_rows_offsets_and_metrics_of_each_batch(
     sink = BatchSink(tmp_path / "sink")
     try:
         q = start_query(
-            kinesis_spark, stream, moto_server.endpoint_url, sink, tmp_path / "ck",
+            kinesis_spark,
+            stream,
+            moto_server.endpoint_url,
+            sink,
+            tmp_path / "ck",
             maxRecordsPerShard=PER_SHARD,
-        )  # fmt: skip
+        )
         q.awaitTermination(180)
         assert q.exception() is None
         # Listener events arrive asynchronously: wait until they cover every row.

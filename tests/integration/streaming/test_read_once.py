@@ -29,8 +29,9 @@ def test_a_query_fetches_each_record_once(
     expected = fill(moto_client, stream, 600, "a", aggregates=20, per_aggregate=5)
     sink = BatchSink(tmp_path / "sink")
     with FaultProxy(moto_server.endpoint_url) as proxy:
-        q = start_query(kinesis_spark, stream, proxy.endpoint_url, sink, tmp_path / "ck",
-                        maxRecordsPerShard=70)  # fmt: skip
+        q = start_query(
+            kinesis_spark, stream, proxy.endpoint_url, sink, tmp_path / "ck", maxRecordsPerShard=70
+        )
         q.awaitTermination(120)
         fetched = proxy.records_returned
         calls = proxy.requests.get("GetRecords", 0)
@@ -42,7 +43,7 @@ def test_a_query_fetches_each_record_once(
     # next batch (its other user records): at most one per shard and batch
     assert 620 <= fetched <= 620 + 4 * batches, f"{fetched} Kinesis records fetched for 620"
     assert calls >= 4
-    batches_dir = Path(f"{tmp_path / 'ck'}.store") / "spark-" f"{stream}" / f"{stream}.batches"
+    batches_dir = Path(f"{tmp_path / 'ck'}.store") / f"spark-{stream}" / f"{stream}.batches"
     (run_dir,) = batches_dir.iterdir()  # one run: this checkpoint location
     kept = [d for d in run_dir.iterdir() if d.name.isdigit()]
     assert len(kept) <= 2, "batch-end records of committed batches stay"
@@ -53,10 +54,14 @@ def _reader(endpoint: str, stream: str, store: Path, **extra: str) -> Any:
     from kinesis_spout.streaming.source import KinesisStreamReader
 
     opts = parse_options(
-        {"streamname": stream, "endpointurl": endpoint, "checkpointstore": f"file://{store}",
-         **{k.lower(): v for k, v in extra.items()}},
+        {
+            "streamname": stream,
+            "endpointurl": endpoint,
+            "checkpointstore": f"file://{store}",
+            **{k.lower(): v for k, v in extra.items()},
+        },
         env={},
-    )  # fmt: skip
+    )
     return KinesisStreamReader(opts)
 
 
@@ -65,8 +70,9 @@ def _read(reader: Any, partition: Any) -> list[Row]:
     rows = []
     for batch in executor.read(pickle.loads(pickle.dumps(partition))):
         for r in batch.to_pylist():
-            rows.append(Row(r["shardId"], int(r["sequenceNumber"]), r["subSequenceNumber"],
-                            rid(r["data"])))  # fmt: skip
+            rows.append(
+                Row(r["shardId"], int(r["sequenceNumber"]), r["subSequenceNumber"], rid(r["data"]))
+            )
     return rows
 
 
@@ -76,8 +82,9 @@ def test_a_task_run_again_returns_the_recorded_range_fetching_it_once_more(
     create_stream(moto_client, unique_name, 1)
     first = fill(moto_client, unique_name, 30, "a")
     with FaultProxy(moto_server.endpoint_url) as proxy:
-        reader = _reader(proxy.endpoint_url, unique_name, tmp_path / "store",
-                         maxRecordsPerShard="100")  # fmt: skip
+        reader = _reader(
+            proxy.endpoint_url, unique_name, tmp_path / "store", maxRecordsPerShard="100"
+        )
         start = reader.initialOffset()
         end = reader.latestOffset(start, None)
         (partition,) = reader.partitions(start, end)
@@ -117,8 +124,7 @@ def test_two_attempts_reading_at_once_return_the_first_recorded_range(
     early = store.record(p.run, p.batch, p.shard_id, _end_after(moto_server, unique_name, p, 10))
     store.misses = 1  # ... after this attempt looked
     api = KinesisApi(make_client(moto_server.endpoint_url), unique_name)
-    pages = read_batch_shard(api, store, p.batch, p.shard_id, p.plan, p.start, run=p.run,
-                             fetch=100)  # fmt: skip
+    pages = read_batch_shard(api, store, p.batch, p.shard_id, p.plan, p.start, run=p.run, fetch=100)
     rows = [r for page in pages for r in page]  # this attempt read 25, then lost the race
     assert len(rows) == early.count == 10
     assert rows[-1].key == early.position.key  # type: ignore[union-attr]

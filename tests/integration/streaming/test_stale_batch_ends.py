@@ -42,16 +42,30 @@ def test_a_new_checkpoint_location_reads_everything_despite_the_old_runs_records
     _split(client, unique_name)
     store = f"file://{tmp_path / 'store'}"  # shared by both runs, as jobName is
     old = BatchSink(tmp_path / "old")
-    q = start_query(kinesis_spark, unique_name, kinesis_mock.endpoint_url, old,
-                    tmp_path / "ck-old", maxRecordsPerShard=10, checkpointStore=store)  # fmt: skip
+    q = start_query(
+        kinesis_spark,
+        unique_name,
+        kinesis_mock.endpoint_url,
+        old,
+        tmp_path / "ck-old",
+        maxRecordsPerShard=10,
+        checkpointStore=store,
+    )
     q.awaitTermination(120)
     assert q.exception() is None
     assert_exactly_once(old.rows(), first)
 
     second = fill(client, unique_name, 20, "b")  # lands in the children
     new = BatchSink(tmp_path / "new")
-    q = start_query(kinesis_spark, unique_name, kinesis_mock.endpoint_url, new,
-                    tmp_path / "ck-new", maxRecordsPerShard=5, checkpointStore=store)  # fmt: skip
+    q = start_query(
+        kinesis_spark,
+        unique_name,
+        kinesis_mock.endpoint_url,
+        new,
+        tmp_path / "ck-new",
+        maxRecordsPerShard=5,
+        checkpointStore=store,
+    )
     q.awaitTermination(180)
     assert q.exception() is None, q.exception()
     assert_exactly_once(new.rows(), first + second)

@@ -55,10 +55,14 @@ def _mirror(endpoint: str, stream: str, store: str, *positions: ShardPosition) -
 def _resume(endpoint: str, stream: str, store_url: str, tmp_path: Path, n: int) -> list[str]:
     """What a spout resuming from the store delivers (``n`` records at most)."""
     config = SpoutConfig(
-        stream_name=stream, endpoint_url=endpoint, job_name=f"spark-{stream}",
-        checkpoint_store=store_url, dead_letter=str(tmp_path / "dead"), worker_id="w1",
+        stream_name=stream,
+        endpoint_url=endpoint,
+        job_name=f"spark-{stream}",
+        checkpoint_store=store_url,
+        dead_letter=str(tmp_path / "dead"),
+        worker_id="w1",
         empty_shard_backoff=0.05,
-    )  # fmt: skip
+    )
     store = open_store(store_url, config.job_name, owner="w1")
     spout = KinesisSpout(config, store=store, client=make_client(endpoint))
     spout.open()
@@ -86,8 +90,7 @@ def test_a_cut_after_an_aggregates_first_record_is_not_mirrored_as_done(
     rows = _stream(moto_client, unique_name)
     store = f"file://{tmp_path / 'store'}"
     # batch 1 read the plain record; batch 2 stopped after the first user record of A
-    _mirror(moto_server.endpoint_url, unique_name, store, _pos(rows[0], False),
-            _pos(rows[1], True))  # fmt: skip
+    _mirror(moto_server.endpoint_url, unique_name, store, _pos(rows[0], False), _pos(rows[1], True))
     got = _resume(moto_server.endpoint_url, unique_name, store, tmp_path, len(rows) - 1)
     # the previous position stays: the spout replays A's first record, and skips nothing
     assert got == [r.rid for r in rows[1:]]

@@ -37,11 +37,21 @@ def test_reads_spread_over_executors_and_a_killed_worker_loses_nothing(
         conf = json.dumps(cluster_spark_conf(cluster) | {"spark.ui.enabled": "false"})
         log = (tmp_path / "child.log").open("wb")
         child = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("cluster_child.py")), conf,
-             proxy.endpoint_url, unique_name, str(tmp_path / "ck"), str(sink), "1"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                str(Path(__file__).with_name("cluster_child.py")),
+                conf,
+                proxy.endpoint_url,
+                unique_name,
+                str(tmp_path / "ck"),
+                str(sink),
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             env=job_environment(master=cluster.master_url),
-        )  # fmt: skip
+        )
         try:
             deadline = time.monotonic() + 240
             while not (sink / "paused-1").exists():

@@ -26,10 +26,10 @@ def keys(records: list[Record]) -> list[Row]:
     ]
 
 
-
 def read_ahead(*args: Any, **kwargs: Any) -> ReadAhead:
     """Where a first read stopped (its records left out)."""
     return read_fresh(*args, **kwargs)[1]
+
 
 def test_replay_reads_exactly_the_planned_ranges_across_kpl_cuts(
     moto_client: Any, unique_name: str
