@@ -79,10 +79,18 @@ _END = "_end"
 """Marks the read ends among the statuses collected with them (:class:`_Collect`)."""
 
 
-def _as_batches(kept: list[KeptRead], bases: dict[int, int]) -> Iterator[pa.RecordBatch]:
+def _as_batches(
+    kept: list[KeptRead], tasks: list[ReadPlan], bases: dict[int, int]
+) -> Iterator[pa.RecordBatch]:
     """A task's reads as rows of :data:`FRAME_SCHEMA`: each plan's records (``_row``
     from the plan's base on), then its end."""
+    sizes = {p.task: p.size for p in tasks}
     for res, records in kept:
+        if len(records) > sizes[res.task]:  # its rows would run into the next plan's
+            raise RuntimeError(
+                f"plan {res.task} ({res.shard_id}) read {len(records)} records, more than "
+                f"its {sizes[res.task]}"
+            )
         if records:
             table = records_to_arrow(records)
             base = bases[res.task]
@@ -107,7 +115,7 @@ def frame_reader(
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for i in batch.column(0).to_pylist():
-                yield from _as_batches(read_recorded(tasks[i], settings, to), bases)
+                yield from _as_batches(read_recorded(tasks[i], settings, to), tasks[i], bases)
 
     return run
 
@@ -120,7 +128,7 @@ class RowSpace:
 
     def __init__(self, plans: list[ReadPlan]) -> None:
         self.tasks = [p.task for p in plans]
-        sizes = [len(p.retries) if p.is_retry else p.limit for p in plans]
+        sizes = [p.size for p in plans]
         self.starts = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))[:-1]
         self.bases = dict(zip(self.tasks, self.starts.tolist(), strict=True))
         """The first row of each plan, by task number."""

@@ -82,6 +82,11 @@ class ReadPlan:
     def is_retry(self) -> bool:
         return self.position is None
 
+    @property
+    def size(self) -> int:
+        """The most user records the plan may yield: its limit, or its retries."""
+        return len(self.retries) if self.position is None else self.limit
+
 
 @dataclass(slots=True)
 class ReadResult:
