@@ -128,6 +128,8 @@ class RowSpace:
 
     def __init__(self, plans: list[ReadPlan]) -> None:
         self.tasks = [p.task for p in plans]
+        self.index = {task: i for i, task in enumerate(self.tasks)}
+        """Each plan's place in the micro-batch, by task number."""
         sizes = [p.size for p in plans]
         self.starts = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))[:-1]
         self.bases = dict(zip(self.tasks, self.starts.tolist(), strict=True))
@@ -136,8 +138,7 @@ class RowSpace:
     def order(self, results: list[ReadResult]) -> tuple[list[ReadResult], dict[int, int]]:
         """``results`` in plan order, and each plan's first row once only the records
         read are numbered (by task number)."""
-        at = {task: i for i, task in enumerate(self.tasks)}
-        ordered = sorted(results, key=lambda r: at[r.task])
+        ordered = sorted(results, key=lambda r: self.index[r.task])
         dense: dict[int, int] = {}
         n = 0
         for res in ordered:
@@ -150,10 +151,9 @@ class RowSpace:
         counts = np.zeros(len(self.tasks), dtype=np.int64)
         firsts = np.zeros(len(self.tasks), dtype=np.int64)
         ordered, dense = self.order(results)
-        at = {task: i for i, task in enumerate(self.tasks)}
         for res in ordered:
-            counts[at[res.task]] = len(res)
-            firsts[at[res.task]] = dense[res.task]
+            counts[self.index[res.task]] = len(res)
+            firsts[self.index[res.task]] = dense[res.task]
         n = int(counts.sum())
         col = table.column(ROW)
         valid = col.is_valid().to_numpy(zero_copy_only=False)
@@ -266,7 +266,8 @@ class FrameJobs:
 
         got = _Collect(space, stage.where(F.col(META).isNotNull()).select(PLAN, META))
         st = self.runner.run_frame(key, self._records(stage), 0, 0, collect=got).statuses
-        return self._settle(stage, space, got.results, st), 1 + self.runner.n_sinks
+        results, fetched = self._settle(stage, space, got.results, st)
+        return results, 1 + self.runner.n_sinks + fetched
 
     def _in_two(self, stage: Any, key: int, space: RowSpace) -> tuple[list[ReadResult], int]:
         """The read ends first; the processing only if something was read."""
@@ -278,7 +279,8 @@ class FrameJobs:
             return results, 1
         got = _Collect(space, None, results)
         st = self.runner.run_frame(key, self._records(stage), 0, 0, collect=got).statuses
-        return self._settle(stage, space, results, st), 2 + self.runner.n_sinks
+        results, fetched = self._settle(stage, space, results, st)
+        return results, 2 + self.runner.n_sinks + fetched
 
     def _records(self, stage: Any) -> Any:
         """The records the stage read, as the processing's input (fan-out: with roots)."""
@@ -292,16 +294,17 @@ class FrameJobs:
 
     def _settle(
         self, stage: Any, space: RowSpace, results: list[ReadResult], st: Statuses
-    ) -> list[ReadResult]:
-        """The statuses (rows ``0..n-1``, plan by plan) into the plans' results; the
-        payloads of the failed records from the persisted reads (a small Spark job,
-        counted by the caller's figures only through the results)."""
+    ) -> tuple[list[ReadResult], int]:
+        """The statuses (rows ``0..n-1``, plan by plan) into the plans' results, in plan
+        order; the payloads of the failed records from the persisted reads. The second
+        value counts the Spark jobs that took: 1 when records failed, else 0."""
         ordered, dense = space.order(results)
         failed_rows = [(r, st.errors.get(r, "failed")) for r in st.failed_rows.tolist()]
         failed = _place(ordered, dense, st.ok, failed_rows)
-        if failed:
-            _fill_payloads(ordered, _failed_rows(stage, failed, space.bases))
-        return ordered
+        if not failed:
+            return ordered, 0
+        _fill_payloads(ordered, _failed_rows(stage, failed, space.bases))
+        return ordered, 1
 
     def _struct(self) -> Any:
         if self._schema is None:

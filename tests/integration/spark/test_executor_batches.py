@@ -162,3 +162,29 @@ def test_a_transform_reads_and_processes_in_one_spark_job_and_skips_empty_polls(
     assert 2 <= len(calls) < driver.micro_batches
     assert driver.spark_jobs == driver.micro_batches
     assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
+
+
+def test_a_transforms_spark_job_count_includes_the_failed_payloads_job(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str
+) -> None:
+    """The driver's count of Spark jobs is Spark's own, also when records fail and their
+    payloads are fetched from the persisted reads (one more job per micro-batch)."""
+    from pyspark.sql import functions as F
+
+    from kinesis_spout.spark.processing import dataframe_transform
+
+    create_stream(moto_client, unique_name, 2)
+    put_records(moto_client, unique_name, spread_items(40))
+
+    def fails_some(df: Any) -> Any:
+        return df.select("_row", (F.col("_row") % 7 != 3).alias("status"))
+
+    cfg = job_config(batch_size=1000, retry_limit=0, empty_shard_backoff=0.2, stop_when_idle=1.5)
+    driver, summary = run_driver(cfg, dataframe_transform(fails_some), spark)
+
+    assert summary.failed > 0
+    tracker = spark.sparkContext.statusTracker()
+    groups = range(1, driver.micro_batches + 1)
+    assert driver.spark_jobs == sum(
+        len(tracker.getJobIdsForGroup(driver.jobs.group(b))) for b in groups
+    )
