@@ -16,6 +16,7 @@ from kinesis_spout.records import Checkpoint, Record, ShardInfo
 from kinesis_spout.stopping import StopSignals
 
 if TYPE_CHECKING:
+    from kinesis_spout.multistream import MultiStreamSpout, open_reader
     from kinesis_spout.spout import KinesisSpout
 
 __version__ = "0.1.0"
@@ -27,6 +28,10 @@ def __getattr__(name: str) -> Any:
         from kinesis_spout.spout import KinesisSpout
 
         return KinesisSpout
+    if name in ("MultiStreamSpout", "open_reader"):
+        from kinesis_spout import multistream
+
+        return getattr(multistream, name)
     raise AttributeError(f"module 'kinesis_spout' has no attribute {name!r}")
 
 
@@ -36,10 +41,12 @@ __all__ = [
     "InitialPosition",
     "KinesisSpout",
     "KinesisSpoutError",
+    "MultiStreamSpout",
     "Record",
     "ShardInfo",
     "SpoutConfig",
     "StopSignals",
     "load_config",
+    "open_reader",
     "__version__",
 ]

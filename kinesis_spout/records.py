@@ -91,6 +91,11 @@ class Record:
     """MillisBehindLatest of the GetRecords answer that carried it."""
 
     @property
+    def stream(self) -> str:
+        """The stream's name (``stream_name``): a job reading several routes by it."""
+        return self.stream_name
+
+    @property
     def message_id(self) -> str:
         """``"<shardId>:<sequence>[:<sub>]"``: the id used for ack/fail."""
         return message_id(self.shard_id, self.key)

@@ -187,7 +187,7 @@ class KinesisSpout:
         self._lease.take()  # first: a second reader of the job reads nothing
         if self._client is None:
             self._client = make_client(cfg.endpoint_url, cfg.region, profile=cfg.profile)
-        self.api = KinesisApi(self._client, cfg.stream_name)
+        self.api = KinesisApi(self._client, cfg.stream_name, cfg.stream_arn)
         self.shard_set.api = self.api
         endpoint = getattr(getattr(self._client, "meta", None), "endpoint_url", cfg.endpoint_url)
         status, shards = describe_stream(

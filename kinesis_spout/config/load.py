@@ -169,6 +169,17 @@ def add_config_arguments(
         doc = plain_text(FIELD_DOCS.get(f.name, ""))
         if fields is not None:
             doc = doc.split(". ", 1)[0].rstrip(".")
+        if f.name == "streams":  # --stream A --stream B (or --stream A,B)
+            group.add_argument(
+                "--stream",
+                "--streams",
+                dest="cfg_streams",
+                metavar="NAME|ARN",
+                action="append",
+                default=absent,
+                help=doc + " Once per stream.",
+            )
+            continue
         doc += _default_text(f)
         group.add_argument(
             "--" + f.name.replace("_", "-"),
@@ -219,6 +230,13 @@ def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = N
     return load_config(getattr(args, "config", None), env=env, overrides=overrides)
 
 
+def _toml_value(v: str | Mapping[str, str]) -> str:
+    """A string, or an inline table of strings, as TOML writes them."""
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+
+
 def to_toml(config: SpoutConfig, keys: Sequence[str] | None = None) -> str:
     """Serialise (a subset of) the config as flat TOML."""
     lines = []
@@ -229,6 +247,9 @@ def to_toml(config: SpoutConfig, keys: Sequence[str] | None = None) -> str:
             continue
         if isinstance(v, bool):
             lines.append(f"{k} = {'true' if v else 'false'}")
+        elif isinstance(v, list):
+            if v:
+                lines.append(f"{k} = [{', '.join(_toml_value(e) for e in v)}]")
         elif isinstance(v, int | float):
             lines.append(f"{k} = {v!r}")
         else:

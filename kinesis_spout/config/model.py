@@ -32,6 +32,7 @@ from kinesis_spout.config.checks import (
     check_numbers,
     check_targets,
 )
+from kinesis_spout.config.streams import StreamSpec, check_streams, parse_streams
 from kinesis_spout.config.values import MAX_RECORDS_PER_CALL, InitialPosition
 from kinesis_spout.errors import ConfigError
 
@@ -58,6 +59,12 @@ class SpoutConfig:
     # --- what to read -------------------------------------------------------
     stream_name: str = "demo"
     """Kinesis stream to read."""
+    streams: tuple[StreamSpec, ...] = ()
+    """Several streams to read in one job: names or stream ARNs
+    (``arn:aws:kinesis:REGION:ACCOUNT:stream/NAME``), comma-separated in the environment,
+    ``--stream`` once per stream on the command line; in a file, an entry may be a table
+    that sets the stream's own ``initial_position``, ``initial_timestamp`` or
+    ``consumer``. Empty: ``stream_name`` alone; given, ``stream_name`` is their first."""
     job_name: str = "kinesis-spout"
     """Part of every checkpoint path: two jobs never share checkpoints."""
     region: str = ""
@@ -197,6 +204,35 @@ class SpoutConfig:
         return frozenset(r.strip() for r in self.dead_letter_on.split(",") if r.strip())
 
     @property
+    def stream_arn(self) -> str | None:
+        """The stream's ARN, when this config reads one stream given as an ARN."""
+        if len(self.streams) == 1 and self.streams[0].name == self.stream_name:
+            return self.streams[0].arn
+        return None
+
+    @property
+    def stream_names(self) -> tuple[str, ...]:
+        """The names of the streams read: ``streams``', else ``stream_name``."""
+        return tuple(s.name for s in self.streams) or (self.stream_name,)
+
+    def per_stream(self) -> list[SpoutConfig]:
+        """One config per stream read (its own overrides applied, ``streams`` its own entry
+        alone): what each stream's reader is built from. One stream: ``[self]``."""
+        if len(self.streams) <= 1:
+            return [self]
+        out = []
+        for s in self.streams:
+            changes: dict[str, Any] = {"stream_name": s.name, "streams": (s,)}
+            if s.initial_position is not None:
+                changes["initial_position"] = s.initial_position
+            if s.initial_timestamp is not None:
+                changes["initial_timestamp"] = s.initial_timestamp
+            if s.consumer is not None:
+                changes["consumer"] = s.consumer
+            out.append(dataclasses.replace(self, **changes))
+        return out
+
+    @property
     def efo_consumer_name(self) -> str:
         """The enhanced fan-out consumer's name: ``consumer_name``, else ``job_name``."""
         return self.consumer_name or self.job_name
@@ -214,7 +250,9 @@ class SpoutConfig:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, enum.Enum):
+            if f.name == "streams":
+                v = [spec.as_value() for spec in v]
+            elif isinstance(v, enum.Enum):
                 v = v.value
             elif isinstance(v, datetime):
                 v = v.isoformat()
@@ -272,6 +310,8 @@ def _coerce(name: str, value: Any) -> Any:
     """Turn a TOML/env/CLI value into the field's type, or raise ConfigError."""
     if name not in _HINTS:
         raise ConfigError(name, value, f"unknown key; known keys: {', '.join(FIELD_NAMES)}")
+    if name == "streams":
+        return parse_streams(value)
     typ, optional = _base_type(name)
     if value is None or (optional and isinstance(value, str) and value.lower() in ("", "none")):
         if optional:
@@ -339,6 +379,7 @@ def _validate(c: SpoutConfig) -> None:
         from kinesis_spout.aws import resolve_region
 
         object.__setattr__(c, "region", resolve_region(c.profile))
+    _align_streams(c)
     check_names(c)
     check_numbers(c)
     check_executor_reads(c)
@@ -346,10 +387,41 @@ def _validate(c: SpoutConfig) -> None:
     check_targets(c)
 
 
+def _align_streams(c: SpoutConfig) -> None:
+    """``streams`` checked; ``stream_name`` made its first (it may be left at its default,
+    or name that first stream; any other name is an error)."""
+    if not c.streams:
+        return
+    check_streams(c.streams, c.region)
+    first = c.streams[0].name
+    if c.stream_name not in (first, _DEFAULT_STREAM):
+        raise ConfigError(
+            "stream_name",
+            c.stream_name,
+            f"unset, or the first of streams ({first!r}): give the streams in one of them",
+        )
+    object.__setattr__(c, "stream_name", first)
+    for s in c.streams:
+        position = s.initial_position or c.initial_position
+        if position is InitialPosition.AT_TIMESTAMP and not (
+            s.initial_timestamp or c.initial_timestamp
+        ):
+            raise ConfigError(
+                f"streams[{s.stream}].initial_timestamp", None, "required with AT_TIMESTAMP"
+            )
+
+
+_DEFAULT_STREAM = "demo"
+
+
 def _check_types(c: SpoutConfig) -> None:
     """Each field has its type (ISO strings and position names are converted)."""
     for name in FIELD_NAMES:
         value = getattr(c, name)
+        if name == "streams":
+            if not (isinstance(value, tuple) and all(isinstance(v, StreamSpec) for v in value)):
+                object.__setattr__(c, name, parse_streams(value))
+            continue
         typ, optional = _base_type(name)
         if value is None:
             _check(optional, name, value, "a value is required")

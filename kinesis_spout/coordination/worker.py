@@ -38,6 +38,7 @@ from typing import TextIO
 from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config.load import add_config_arguments, config_from_args
+from kinesis_spout.config.streams import require_one_stream
 from kinesis_spout.coordination.coordinator import ShardCoordinator
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
@@ -85,6 +86,7 @@ def run_worker(
             config.checkpoint_store,
             "a zk:// URL: several workers coordinate through ZooKeeper",
         )
+    require_one_stream(config.streams, "the coordination worker")
     endpoint = MetricsEndpoint.of(config, "worker")
     metrics = endpoint.start().metrics if endpoint is not None else NoopMetrics()
     try:

@@ -135,9 +135,14 @@ def translate(exc: Exception, what: str) -> Exception:
 class KinesisApi:
     """One stream's Kinesis calls, returning value objects."""
 
-    def __init__(self, client: Any, stream_name: str) -> None:
+    def __init__(self, client: Any, stream_name: str, stream_arn: str | None = None) -> None:
         self.client = client
         self.stream_name = stream_name
+        self.stream_arn = stream_arn
+        """Given: the calls name the stream by ``StreamARN`` (a stream of another account)."""
+        self.created: datetime | None = None
+        """The stream's creation time, from :meth:`check_stream`: part of its identity (a
+        stream deleted and created again under its name is another stream)."""
         self.calls = 0
         self._token_needs_stream = False
         self.server_time: datetime | None = None
@@ -159,23 +164,34 @@ class KinesisApi:
                 raise
             raise translated from exc
 
+    @property
+    def stream_ref(self) -> dict[str, str]:
+        """How a call names the stream: ``StreamARN`` if given, else ``StreamName``."""
+        if self.stream_arn is not None:
+            return {"StreamARN": self.stream_arn}
+        return {"StreamName": self.stream_name}
+
     def check_stream(self) -> str:
         """The stream's status; :class:`StreamNotFoundError` if it does not exist.
 
-        Also sets ``server_time`` from the answer's ``Date`` header."""
+        Also sets ``server_time`` from the answer's ``Date`` header, and ``created``."""
         try:
             resp = self._call(
                 f"DescribeStreamSummary {self.stream_name}",
                 self.client.describe_stream_summary,
-                StreamName=self.stream_name,
+                **self.stream_ref,
             )
         except StreamNotFoundError:
+            named = self.stream_arn or self.stream_name
             raise StreamNotFoundError(
-                f"stream {self.stream_name!r} not found at {self.client.meta.endpoint_url} "
+                f"stream {named!r} not found at {self.client.meta.endpoint_url} "
                 f"(region {self.client.meta.region_name})"
             ) from None
         self.server_time = _server_date(resp)
-        return str(resp["StreamDescriptionSummary"]["StreamStatus"])
+        summary = resp["StreamDescriptionSummary"]
+        created = summary.get("StreamCreationTimestamp")
+        self.created = created if isinstance(created, datetime) else None
+        return str(summary["StreamStatus"])
 
     def list_shards(self, page_size: int | None = None) -> list[ShardInfo]:
         """Every shard of the stream (open and closed), following pagination.
@@ -183,7 +199,7 @@ class KinesisApi:
         ``page_size`` sets ``MaxResults`` (tests use it to force several pages).
         """
         shards: list[ShardInfo] = []
-        kwargs: dict[str, Any] = {"StreamName": self.stream_name}
+        kwargs: dict[str, Any] = dict(self.stream_ref)
         if page_size is not None:
             kwargs["MaxResults"] = page_size
         while True:
@@ -193,9 +209,13 @@ class KinesisApi:
                 )
             except KinesisError as exc:
                 # moto needs StreamName next to NextToken; real Kinesis rejects that.
-                if not exc.retriable and "NextToken" in kwargs and "StreamName" not in kwargs:
+                if (
+                    not exc.retriable
+                    and "NextToken" in kwargs
+                    and len(kwargs) == 1 + ("MaxResults" in kwargs)
+                ):
                     self._token_needs_stream = True
-                    kwargs["StreamName"] = self.stream_name
+                    kwargs.update(self.stream_ref)
                     continue
                 raise
             shards.extend(_shard_info(s) for s in resp.get("Shards", []))
@@ -204,7 +224,7 @@ class KinesisApi:
                 return shards
             kwargs = {"NextToken": token}
             if self._token_needs_stream:
-                kwargs["StreamName"] = self.stream_name
+                kwargs.update(self.stream_ref)
             if page_size is not None:
                 kwargs["MaxResults"] = page_size
 
@@ -218,7 +238,7 @@ class KinesisApi:
         timestamp: datetime | None = None,
     ) -> str:
         """GetShardIterator: after/at a sequence number, else ``position``."""
-        kwargs: dict[str, Any] = {"StreamName": self.stream_name, "ShardId": shard_id}
+        kwargs: dict[str, Any] = {**self.stream_ref, "ShardId": shard_id}
         if after_sequence is not None:
             kwargs.update(
                 ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=after_sequence
@@ -246,6 +266,7 @@ class KinesisApi:
             self.client.get_records,
             ShardIterator=iterator,
             Limit=limit,
+            **({"StreamARN": self.stream_arn} if self.stream_arn is not None else {}),
         )
         behind = resp.get("MillisBehindLatest")
         raw = resp.get("Records", [])

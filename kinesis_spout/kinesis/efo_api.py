@@ -203,6 +203,8 @@ class FanOutApi:
 
     def stream_arn(self) -> str:
         """The stream's ARN (``DescribeStreamSummary``, once)."""
+        if self._stream_arn is None and self.api.stream_arn is not None:
+            self._stream_arn = self.api.stream_arn
         if self._stream_arn is None:
             client = self.api.client
             try:

@@ -165,12 +165,14 @@ def make_spout(config: SpoutConfig, storm: StormContext) -> SpoutLike:
     """The spout for this task: a plain :class:`~kinesis_spout.spout.KinesisSpout` when
     the component runs as one Storm task, else one that shares the shards with the
     other tasks through ZooKeeper leases (:mod:`kinesis_spout.multilang.coordinated`)."""
+    from kinesis_spout.config.streams import require_one_stream
     from kinesis_spout.multilang.coordinated import (
         CoordinatedSpout,
         require_shared_store,
         storm_parallelism,
     )
 
+    require_one_stream(config.streams, "the multilang spout")
     parallelism = storm_parallelism(storm.context)
     require_shared_store(config, parallelism, storm.component_id)
     if parallelism > 1:

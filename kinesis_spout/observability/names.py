@@ -171,6 +171,14 @@ SPECS: tuple[MetricSpec, ...] = (
         "Records with the KPL magic but a bad checksum or body (handed on whole)",
     ),
     MetricSpec(
+        "streams_gone",
+        PREFIX + "streams_gone_total",
+        Kind.COUNTER,
+        "Streams of a reader of several that stopped being read: deleted, or recreated "
+        "under their name (the series' stream label names it)",
+        per_shard=False,
+    ),
+    MetricSpec(
         "rebalances",
         PREFIX + "rebalances_total",
         Kind.COUNTER,

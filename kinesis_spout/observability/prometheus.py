@@ -10,6 +10,7 @@ process never clash); the endpoint serves it (:mod:`~kinesis_spout.observability
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -85,6 +86,15 @@ class PrometheusMetrics:
         for spec in SPECS:
             if names is None or spec.name in names:
                 self._family(spec)
+
+    def for_stream(self, stream: str) -> PrometheusMetrics:
+        """A collector into the same metrics whose series are labelled ``stream`` (each
+        stream of a reader of several reports through its own)."""
+        sibling = copy.copy(self)
+        sibling.stream = stream
+        sibling._children = {}
+        sibling._since = {}
+        return sibling
 
     # --- MetricsCollector ------------------------------------------------------------
     def increment(self, name: str, value: int = 1, *, shard: str | None = None) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config.load import config_from_args
+from kinesis_spout.config.streams import require_one_stream
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.status.collect import StatusInputs, collect, probe_starts
 from kinesis_spout.status.model import LagProbe, StatusReport
@@ -144,6 +145,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Print the status; see the module docstring for the exit status."""
     with _quiet(getattr(args, "verbose", False)):
         config = config_from_args(args)
+        require_one_stream(config.streams, "status")
         try:
             report = gather(config, lag=not args.no_lag, timeout=args.timeout)
         except ConfigError:

@@ -56,7 +56,10 @@ def build_driver(
     None: the spout's own (its endpoint with ``metrics_port``, else none).
     ``job_lease``: the spout takes the job lease on open (``job.py``, holding it: False).
     """
+    from kinesis_spout.config.streams import require_one_stream
     from kinesis_spout.spark.processing import as_processor, load_processor
+
+    require_one_stream(config.streams, "the Spark job")
 
     processor = load_processor(process, config) if isinstance(process, str) else None
     processor = processor or as_processor(process, config)

@@ -227,9 +227,11 @@ def _read_pid(path: str) -> int | None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``kinesis-spout run``: validate, then ``spark-submit`` the job."""
+    from kinesis_spout.config.streams import require_one_stream
     from kinesis_spout.spark.job import job_config
 
     config, process = job_config(args)
+    require_one_stream(config.streams, "the Spark job")  # before spark-submit starts
     if not process:
         raise KinesisSpoutError(
             "no processing given: --process module:function, or process = ... in the config file"
