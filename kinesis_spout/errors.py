@@ -44,6 +44,11 @@ class StreamNotFoundError(KinesisError):
     """The stream does not exist (or is not visible with these credentials)."""
 
 
+class StreamRecreatedError(StreamNotFoundError):
+    """The stream read was deleted and another created under its name (its creation time
+    changed): the reader stops reading it; a new reader starts it fresh."""
+
+
 class EndpointUnreachableError(KinesisError):
     """The Kinesis endpoint could not be reached at all."""
 

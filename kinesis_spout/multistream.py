@@ -34,7 +34,7 @@ from kinesis_spout.checkpoint.factory import open_config_store
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.core.acks import MessageRef
 from kinesis_spout.core.readerlease import ReaderLease, reader_label
-from kinesis_spout.core.stats import SpoutStats
+from kinesis_spout.core.stats import SpoutStats, combined_stats
 from kinesis_spout.deadletter import DeadLetterSink
 from kinesis_spout.deadletter.open import open_dead_letter_sink
 from kinesis_spout.errors import KinesisSpoutError, StreamNotFoundError
@@ -78,6 +78,7 @@ class MultiStreamSpout:
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
         job_lease: bool = True,
+        subscribe: bool = True,
         reader: str = "KinesisSpout",
     ) -> None:
         self.config = config
@@ -91,10 +92,13 @@ class MultiStreamSpout:
         self._client = client
         self._spout_args: dict[str, Any] = {"clock": clock, "rng": rng, "sleep": sleep}
         self._reader = reader
+        self._subscribe = subscribe
         self.spouts: dict[str, KinesisSpout] = {}
         """The streams still read, by name, in the config's order."""
         self.gone: dict[str, str] = {}
         """Streams no longer read, by name: why."""
+        self._final: dict[str, SpoutStats] = {}
+        """The last counters of the streams no longer read."""
         self._turn = 0
         self._opened = self._closed = False
 
@@ -140,6 +144,7 @@ class MultiStreamSpout:
             metrics=labelled(one.stream_name) if labelled is not None else self.metrics,
             client=self._client,
             job_lease=False,
+            subscribe=self._subscribe,
             reader=self._reader,
             **self._spout_args,
         )
@@ -227,12 +232,12 @@ class MultiStreamSpout:
         try:
             return spout.next_batch(n)
         except StreamNotFoundError as exc:
-            self._let_go(spout, f"deleted ({exc})")
+            self.let_go(spout, f"deleted ({exc})")
         except KinesisSpoutError:
             changed = self._recreated(spout)
             if changed is None:
                 raise
-            self._let_go(spout, changed)
+            self.let_go(spout, changed)
         return []
 
     def _recreated(self, spout: KinesisSpout) -> str | None:
@@ -250,7 +255,9 @@ class MultiStreamSpout:
             return f"recreated (created {api.created.isoformat()}, read since {before.isoformat()})"
         return None
 
-    def _let_go(self, spout: KinesisSpout, why: str) -> None:
+    def let_go(self, spout: KinesisSpout, why: str) -> None:
+        """Stop reading ``spout``'s stream (deleted or created again: ``why``); the others
+        go on. Also called by a reader elsewhere that found it gone (the Spark driver)."""
         name = spout.config.stream_name
         log.warning("stream %s %s: it is no longer read; the other streams go on", name, why)
         spout.metrics.increment(STREAMS_GONE)  # labelled with its stream
@@ -260,6 +267,7 @@ class MultiStreamSpout:
             spout.close()  # saves what was done; a store error is logged, not raised
         except Exception:
             log.exception("closing stream %s failed", name)
+        self._final[name] = spout.stats()
 
     def poll_delay(self) -> float:
         """Seconds until some stream may have something (0: call ``next_batch`` now)."""
@@ -318,7 +326,12 @@ class MultiStreamSpout:
         """Every stream still read is idle."""
         return self._opened and all(s.is_idle for s in self.spouts.values())
 
-    def stats(self) -> Mapping[str, SpoutStats]:
+    def stats(self) -> SpoutStats:
+        """The counters of every stream still read, summed (``millis_behind_latest`` keyed
+        ``"<stream>/<shardId>"``; ``checkpoint_age`` the oldest)."""
+        return combined_stats(self.stream_stats(), self._final.values())
+
+    def stream_stats(self) -> Mapping[str, SpoutStats]:
         """Each stream's counters, by name."""
         return {name: s.stats() for name, s in self.spouts.items()}
 

@@ -43,6 +43,15 @@ class CheckpointStore(Protocol):
         (:mod:`~kinesis_spout.checkpoint.resets`). Never called by readers."""
         ...
 
+    def claim_stream(self, stream_name: str, identity: str) -> str | None:
+        """Record ``identity`` (the stream's creation time) as the identity of
+        ``stream_name``'s checkpoints. The first claim keeps what is stored (a store written
+        before identities were kept: the same stream, as older jobs read it). A claim with
+        another identity than the stored one is a stream deleted and created again under
+        its name: the stored checkpoints are moved aside (kept, never resumed) and the old
+        identity is returned. None: nothing moved."""
+        ...
+
     def close(self) -> None:
         """Release connections; further calls are an error."""
         ...
@@ -76,6 +85,9 @@ class MemoryCheckpointStore:
         self.writes = 0
         self.closed = False
         self._fence = ResetFence()
+        self._identities: dict[str, str] = {}
+        self.retired: dict[tuple[str, str, str], Checkpoint] = {}
+        """Checkpoints of streams recreated since, by (stream, its old identity, shard)."""
 
     def load(self, stream_name: str) -> dict[str, Checkpoint]:
         self._check_open()
@@ -120,6 +132,17 @@ class MemoryCheckpointStore:
             self._data[k] = cp
             self.writes += 1
             return cp
+
+    def claim_stream(self, stream_name: str, identity: str) -> str | None:
+        self._check_open()
+        with self._lock:
+            old = self._identities.get(stream_name)
+            self._identities[stream_name] = identity
+            if old is None or old == identity:
+                return None
+            for k in [k for k in self._data if k[0] == stream_name]:
+                self.retired[(stream_name, old, k[1])] = self._data.pop(k)
+            return old
 
     def close(self) -> None:
         self.closed = True

@@ -5,6 +5,10 @@ Layout: ``DIR/<job>/<stream>.json``, one file per job and stream::
     {"format": 1, "job": "billing", "stream": "orders",
      "shards": {"shardId-000000000000": {<the object of codec.py>}, ...}}
 
+and ``DIR/<job>/<stream>.identity``, the creation time of the stream those checkpoints
+are of (``claim_stream``); the checkpoints of a stream since deleted and created again
+are kept as ``<stream>.json.retired-<its creation time>``.
+
 A write is read-check-modify-write under an exclusive ``flock`` on
 ``DIR/<job>/.<stream>.lock`` (so two stores on one directory, even in two
 processes, still compare-and-set), and lands atomically: write a temporary
@@ -149,6 +153,33 @@ class FileCheckpointStore:
             self._write(path, stream_name, current)
         log.info("checkpoint %s/%s reset (reset %d)", stream_name, shard_id, cp.resets)
         return cp
+
+    def claim_stream(self, stream_name: str, identity: str) -> str | None:
+        """See :meth:`CheckpointStore.claim_stream`: under the stream's lock."""
+        self._check_open()
+        path = self.path(stream_name)
+        marker = self.job_dir / f"{stream_name}.identity"
+        with self._locked(stream_name):
+            try:
+                old: str | None = marker.read_text(encoding="utf-8").strip() or None
+            except FileNotFoundError:
+                old = None
+            except OSError as exc:
+                raise CheckpointStoreUnavailableError(
+                    f"cannot read {marker}: {exc.strerror}"
+                ) from exc
+            if old == identity:
+                return None
+            try:
+                if old is not None and path.exists():
+                    stamp = "".join(c if c.isalnum() else "-" for c in old)
+                    path.rename(path.with_name(f"{path.name}.retired-{stamp}"))
+                replace_synced(marker, identity.encode() + b"\n")
+            except OSError as exc:
+                raise CheckpointStoreUnavailableError(
+                    f"cannot write {marker}: {exc.strerror}"
+                ) from exc
+        return old
 
     def close(self) -> None:
         self._closed = True

@@ -249,6 +249,55 @@ class ZooKeeperCheckpointStore:
         """See :meth:`CheckpointStore.reset` (:func:`~.zk_reset.reset_node`)."""
         return reset_node(self.nodes, self.owner, self._now, stream_name, shard_id, checkpoint)
 
+    def claim_stream(self, stream_name: str, identity: str) -> str | None:
+        """See :meth:`CheckpointStore.claim_stream`: the identity is the data of
+        ``<stream>/@identity``; a recreated stream's checkpoints move to
+        ``<job>/@retired/<stream>-<old identity>/`` in the transaction that records the
+        new identity (so two workers claiming at once move them once)."""
+        _check_component("stream_name", stream_name)
+        self.nodes.check_usable(f"claim {stream_name}")
+        base = self.paths.stream(stream_name)
+        marker = f"{base}/@identity"
+        self.ensure_path(base)
+        for _ in range(_CAS_ATTEMPTS):
+            try:
+                data, stat = self.wait(
+                    self.client.get_async(marker), f"read {marker}", (NoNodeError,)
+                )
+                old: str | None = data.decode() or None
+                version: int | None = int(stat.version)
+            except NoNodeError:
+                old, version = None, None
+            if old == identity:
+                return None
+            tx = self.client.transaction()
+            if version is None:
+                tx.create(marker, identity.encode(), acl=self.acl)
+            else:
+                tx.set_data(marker, identity.encode(), version)
+            if old is not None:
+                self._retire(tx, stream_name, old)
+            results = self.wait(tx.commit_async(), f"write {marker}")
+            if not any(isinstance(r, Exception) for r in results):
+                return old
+            log.debug("%s changed concurrently; re-reading", marker)
+        raise CheckpointStoreUnavailableError(
+            f"claim {stream_name}: {_CAS_ATTEMPTS} attempts lost to concurrent writers"
+        )
+
+    def _retire(self, tx: Any, stream_name: str, old: str) -> None:
+        """Add to ``tx`` the move of every checkpoint of ``stream_name`` aside."""
+        base = self.paths.stream(stream_name)
+        stamp = "".join(c if c.isalnum() else "-" for c in old)
+        aside = f"{self.paths.job_path}/@retired/{stream_name}-{stamp}"
+        self.ensure_path(aside)
+        children = self.wait(self.client.get_children_async(base), f"list {base}")
+        for shard in sorted(c for c in children if not c.startswith("@")):
+            path = f"{base}/{shard}"
+            data, stat = self.wait(self.client.get_async(path), f"read {path}")
+            tx.create(f"{aside}/{shard}", data, acl=self.acl)
+            tx.delete(path, int(stat.version))
+
     def close(self) -> None:
         if self.nodes.closed:
             return

@@ -70,6 +70,28 @@ def _throttled_or_dropped(exc: Exception) -> bool:
     return isinstance(exc, ThrottledError | TransientKinesisError)
 
 
+def claim_identity(store: CheckpointStore, api: KinesisApi, config: SpoutConfig) -> bool:
+    """With ``streams`` configured, record the stream's creation time as its checkpoints'
+    identity (as KCL's multi-stream mode keys a stream by name and creation time; a job
+    of ``stream_name`` alone keys by name, as before and as KCL's single-stream mode).
+    A stream deleted and created again under its name is then another stream: the store
+    moves the old checkpoints aside and this reader starts the new stream's shards at
+    ``initial_position``, never from the old positions. True: it did."""
+    if not config.streams or api.created is None:  # or an endpoint that does not say
+        return False
+    old = store.claim_stream(api.stream_name, api.created.isoformat())
+    if old is not None:
+        log.warning(
+            "stream %s was created again (at %s; the stored checkpoints are of the stream "
+            "created at %s): they are kept aside, not resumed; its shards start at the "
+            "initial position",
+            api.stream_name,
+            api.created.isoformat(),
+            old,
+        )
+    return old is not None
+
+
 def load_and_adopt(
     shard_set: ShardSet,
     committer: Committer,
@@ -77,8 +99,12 @@ def load_and_adopt(
     api: KinesisApi,
     shards: list[ShardInfo],
 ) -> dict[str, Checkpoint]:
-    """Load (and pin) the checkpoints, adopt the owned shards, start the ready ones."""
+    """Load (and pin) the checkpoints, adopt the owned shards, start the ready ones. A
+    stream created again since its checkpoints were written starts fresh
+    (:func:`claim_identity`, once they loaded: a corrupt store is left as it is)."""
     checkpoints = store.load(shard_set.config.stream_name)
+    if claim_identity(store, api, shard_set.config):
+        checkpoints = store.load(shard_set.config.stream_name)
     shard_set.map.update(shards)
     # pinned starts of a first open at LATEST/AT_TIMESTAMP
     latest = (api.server_time or datetime.now(UTC)) - LATEST_MARGIN

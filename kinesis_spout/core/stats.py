@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -67,4 +67,32 @@ def spout_stats(
         ignored=acks.ignored,
         checkpoint_writes=committer.writes,
         expired=acks.expired,
+    )
+
+
+def combined_stats(parts: Mapping[str, SpoutStats], gone: Iterable[SpoutStats] = ()) -> SpoutStats:
+    """The snapshot of a reader of several streams: the counters of ``parts`` (by stream)
+    and of the streams it no longer reads (``gone``: their last snapshots, so totals
+    never fall) summed; ``millis_behind_latest`` keyed ``"<stream>/<shardId>"``, the
+    oldest ``checkpoint_age``."""
+    every = [*parts.values(), *gone]
+    ages = [s.checkpoint_age for s in parts.values() if s.checkpoint_age is not None]
+    return SpoutStats(
+        read=sum(s.read for s in every),
+        acked=sum(s.acked for s in every),
+        failed=sum(s.failed for s in every),
+        retried=sum(s.retried for s in every),
+        dead_lettered=sum(s.dead_lettered for s in every),
+        in_flight=sum(s.in_flight for s in parts.values()),
+        millis_behind_latest=MappingProxyType(
+            {
+                f"{name}/{shard}": behind
+                for name, s in parts.items()
+                for shard, behind in s.millis_behind_latest.items()
+            }
+        ),
+        checkpoint_age=max(ages, default=None),
+        ignored=sum(s.ignored for s in every),
+        checkpoint_writes=sum(s.checkpoint_writes for s in every),
+        expired=sum(s.expired for s in every),
     )

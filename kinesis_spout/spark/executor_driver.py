@@ -43,7 +43,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import replace
 from typing import Any
 
 from kinesis_spout.config import SpoutConfig
@@ -55,6 +54,7 @@ from kinesis_spout.spark.read.frames import FrameJobs
 from kinesis_spout.spark.read.jobs import ReadIsolation, ReadJobs
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.planner import ExecutorReadPlanner
+from kinesis_spout.spark.read.streams import ShardKey, StreamPlanners, plan_key
 from kinesis_spout.spark.reports import (
     BatchReport,
     JobSummary,
@@ -76,7 +76,7 @@ class ExecutorDriver(StopControl):
         config: SpoutConfig,
         spark: Any,
         fn: RecordFunction,
-        planner: ExecutorReadPlanner,
+        planner: ExecutorReadPlanner | StreamPlanners,
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -88,7 +88,10 @@ class ExecutorDriver(StopControl):
         fan-out instead (``fn`` then only runs the probes of failure isolation)."""
         super().__init__()
         self.config = config
+        if isinstance(planner, ExecutorReadPlanner):
+            planner = StreamPlanners.of(planner)
         self.planner = planner
+        """The planners of the job's streams (one per stream)."""
         self.spout = planner.spout
         self.metrics: MetricsCollector = metrics if metrics is not None else self.spout.metrics
         self.clock = clock
@@ -108,7 +111,7 @@ class ExecutorDriver(StopControl):
         self._job_ids = 0
         self._running: dict[int, Future[Outcome]] = {}
         self._started: dict[int, tuple[float, list[ReadPlan]]] = {}
-        self._busy: dict[str, int] = {}  # shard -> the running job that reads it
+        self._busy: dict[ShardKey, int] = {}  # (stream, shard) -> the running job reading it
         self._deadline = config.task_timeout or None
         self.abandoned = 0
         """Jobs given up past their deadline."""
@@ -123,8 +126,7 @@ class ExecutorDriver(StopControl):
         self.spout.open()
         self._stats = self.spout.stats()
         self.startup.mark("stream open")
-        if self.planner.consumer_arn is not None:  # consumer = "efo": the tasks subscribe
-            self.jobs.settings = replace(self.jobs.settings, consumer_arn=self.planner.consumer_arn)
+        self.jobs.settings = self.planner.settings(self.jobs.settings)  # ARNs, efo consumers
         failure: BaseException | None = None
         pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="kinesis-spout-read")
         try:
@@ -180,15 +182,15 @@ class ExecutorDriver(StopControl):
         self._running[job] = pool.submit(self._run_job, job, plans)
         self._started[job] = (now, plans)
         for p in plans:
-            self._busy[p.shard_id] = job
+            self._busy[plan_key(p)] = job
 
     def _forget(self, job: int) -> tuple[float, list[ReadPlan]]:
         """A job no longer runs (done or given up): when it started, and its plans."""
         del self._running[job]
         started, plans = self._started.pop(job)
         for p in plans:
-            if self._busy.get(p.shard_id) == job:
-                del self._busy[p.shard_id]
+            if self._busy.get(plan_key(p)) == job:
+                del self._busy[plan_key(p)]
         return started, plans
 
     @property

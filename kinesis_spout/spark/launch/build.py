@@ -7,6 +7,7 @@ import os
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.config import SpoutConfig
@@ -59,7 +60,8 @@ def build_driver(
     from kinesis_spout.config.streams import require_one_stream
     from kinesis_spout.spark.processing import as_processor, load_processor
 
-    require_one_stream(config.streams, "the Spark job")
+    if config.read_on == "driver" or spout is not None or row_sink is not None:
+        require_one_stream(config.streams, "the Spark job's driver reads")
 
     processor = load_processor(process, config) if isinstance(process, str) else None
     processor = processor or as_processor(process, config)
@@ -151,9 +153,10 @@ def _executor_driver(
     metrics: MetricsCollector | None,
     job_lease: bool,
 ) -> ExecutorDriver:
-    from kinesis_spout.spark.read.planner import ExecutorReadPlanner, executor_read_spout
+    from kinesis_spout.spark.read.planner import executor_read_spout
+    from kinesis_spout.spark.read.streams import StreamPlanners
 
-    reader = ExecutorReadPlanner(
+    reader = StreamPlanners(
         executor_read_spout(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
     )
     if isinstance(processor, RecordProcessor):
@@ -194,10 +197,10 @@ def _frame_jobs(
     job, stream, auth = config.job_name, config.stream_name, config.zk_auth
 
     def ends(run: str, key: int) -> RecordTo:
-        return RecordTo(url, job, stream, run, key, auth)
+        return RecordTo(url, job, stream, run, key, auth)  # each plan's stream: RecordTo.of
 
-    store = ends("", 0).open()
-    return FrameJobs(spark, processor, config.sink, ends, store)
+    stores = [replace(ends("", 0), stream=name).open() for name in config.stream_names]
+    return FrameJobs(spark, processor, config.sink, ends, stores)
 
 
 def run_job(config: SpoutConfig, process: Any, **kwargs: Any) -> JobSummary:

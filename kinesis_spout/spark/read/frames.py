@@ -39,7 +39,7 @@ import bisect
 import logging
 import pickle
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -212,19 +212,20 @@ class FrameJobs:
         processor: TransformProcessor | FanOutProcessor,
         sink: str,
         ends: Callable[[str, int], RecordTo],
-        store: BatchEndStore,
+        stores: Sequence[BatchEndStore],
     ) -> None:
         self.spark = spark
         self.runner = SparkRunner(spark, processor, sink_target=sink, settle_trees=True)
         self.fan_out = isinstance(processor, FanOutProcessor)
         self.ends = ends
         """``ends(run, key)``: where the reads of Spark job ``key`` record their ends."""
-        self.store = store
-        """The batch-end store (the driver removes what no job needs any more)."""
+        self.stores = list(stores)
+        """The batch-end stores of the job's streams (the driver removes what no job needs
+        any more)."""
         self._active: set[int] = set()
         self._schema: Any = None
-        self._caught_up: set[str] = set()
-        """Shards whose last read was at their tip and read nothing."""
+        self._caught_up: set[tuple[str, str]] = set()
+        """Shards (stream, shard) whose last read was at their tip and read nothing."""
 
     def collect(
         self, plans: list[ReadPlan], tasks: int, settings: ReadSettings, run: str, key: int
@@ -243,22 +244,27 @@ class FrameJobs:
                 results, jobs = self._in_one(stage, key, space)
             else:
                 results, jobs = self._in_two(stage, key, space)
-            self._caught_up = {r.shard_id for r in results if r.caught_up and not len(r)}
+            self._caught_up = {
+                (r.stream, r.shard_id) for r in results if r.caught_up and not len(r)
+            }
             return results, jobs
         finally:
             stage.unpersist()
             self._active.discard(key)
-            self.store.forget_before(run, min(self._active, default=key + 1))
+            floor = min(self._active, default=key + 1)
+            for store in self.stores:
+                store.forget_before(run, floor)
 
     def close(self) -> None:
-        self.store.close()
+        for store in self.stores:
+            store.close()
 
     def _flowing(self, plans: list[ReadPlan]) -> bool:
         """Records are likely: a retry plan, or a shard whose last read found some (or was
         not at its tip). Then the read and the processing are one Spark job; else the
         read goes first, and nothing is processed (no user code, no sink write) when it
         read nothing: an idle poll costs one small job."""
-        return any(p.is_retry or p.shard_id not in self._caught_up for p in plans)
+        return any(p.is_retry or (p.stream, p.shard_id) not in self._caught_up for p in plans)
 
     def _in_one(self, stage: Any, key: int, space: RowSpace) -> tuple[list[ReadResult], int]:
         """Read and process in one Spark job: the read ends come back with the statuses."""

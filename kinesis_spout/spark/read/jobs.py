@@ -46,6 +46,7 @@ from kinesis_spout.spark.isolation import (
 from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.processing import RecordFunction
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.read.planner import poison_id
 from kinesis_spout.spark.read.shuffle import shuffled_results
 from kinesis_spout.spark.read.task import task_function
 
@@ -158,7 +159,7 @@ class ReadJobs:
         (0) one task per core of the cluster (``defaultParallelism``), never more
         tasks than plans. With ``consumer = "efo"`` a task per plan: a subscription
         waits for events, so a task's shards would share its deadline one after the other."""
-        if plans <= 1 or self.settings.consumer_arn is not None:
+        if plans <= 1 or self.settings.subscribes:
             return max(plans, 1)
         per = self.shards_per_task
         if per <= 0:
@@ -172,7 +173,7 @@ class ReadJobs:
         isolate them all. When nothing ran before (one shard, the record at its head, as after
         a restart), a probe job of the same task function with nothing to read tells whether
         Spark runs Python tasks now."""
-        ids = [r.message_id for plan, _ in iso.alone for r in plan.retries]
+        ids = [poison_id(r) for plan, _ in iso.alone for r in plan.retries]
         self.poison_judge.judge(batch_id, iso, ids, probe=functools.partial(self._probe, batch_id))
         self.poison_judge.raise_if_exhausted(batch_id, iso)
 

@@ -12,7 +12,7 @@ The code that reads and processes is :mod:`kinesis_spout.spark.read.task` (a tas
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from kinesis_spout.records import GetterPosition, Record, ShardInfo
@@ -21,6 +21,17 @@ from tracker import SequenceKey
 
 if TYPE_CHECKING:
     from kinesis_spout.config import SpoutConfig
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTarget:
+    """How the tasks of a job of several streams call one of them."""
+
+    name: str
+    arn: str | None = None
+    """Given: the calls name the stream by ``StreamARN``."""
+    consumer_arn: str | None = None
+    """``consumer = "efo"``: the consumer the tasks subscribe as, on this stream."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +57,31 @@ class ReadSettings:
     """The AWS profile of the tasks' clients (None: ``AWS_PROFILE`` or the default chain)."""
     poll_threads: int = 1
     """GetRecords calls a task keeps in flight at once (one per shard at most)."""
+    stream_arn: str | None = None
+    """The stream's ARN, when the config gives it as one."""
+    streams: tuple[StreamTarget, ...] = ()
+    """A job of several streams: each stream's name, ARN and consumer (a plan says its
+    stream; :meth:`for_plan`)."""
+
+    @property
+    def subscribes(self) -> bool:
+        """The tasks subscribe (``consumer = "efo"``, for the stream or any of the job's)."""
+        return self.consumer_arn is not None or any(t.consumer_arn for t in self.streams)
+
+    def for_plan(self, plan: ReadPlan) -> ReadSettings:
+        """These settings for the stream ``plan`` reads."""
+        if not self.streams:  # one stream: these are its settings
+            return self
+        for target in self.streams:
+            if target.name == plan.stream:
+                return replace(
+                    self,
+                    stream_name=target.name,
+                    stream_arn=target.arn,
+                    consumer_arn=target.consumer_arn,
+                    streams=(),
+                )
+        raise ValueError(f"plan {plan.task} reads stream {plan.stream!r}, not one of the job's")
 
     @classmethod
     def of(cls, config: SpoutConfig) -> ReadSettings:
@@ -62,6 +98,7 @@ class ReadSettings:
             fast=FastRetry.of(config),
             profile=config.profile,
             poll_threads=config.poll_threads,
+            stream_arn=config.stream_arn,
         )
 
 
@@ -77,6 +114,8 @@ class ReadPlan:
     retries: tuple[Record, ...] = ()
     closed: bool = False
     """ListShards says the shard is closed (a subscription then probes its end)."""
+    stream: str = ""
+    """The stream of the shard (set by the job's planners)."""
 
     @property
     def is_retry(self) -> bool:
@@ -127,6 +166,14 @@ class ReadResult:
     executor: str = ""
     pid: int = 0
     seconds: float = 0.0
+
+    stream: str = ""
+    """The plan's stream."""
+
+    @classmethod
+    def for_plan(cls, plan: ReadPlan, executor: str = "", pid: int = 0) -> ReadResult:
+        """An empty result of ``plan`` (its task, shard and stream), read by ``executor``."""
+        return cls(plan.task, plan.shard_id, executor=executor, pid=pid, stream=plan.stream)
 
     def __len__(self) -> int:
         return len(self.ok)

@@ -32,21 +32,29 @@ after ``retry_limit`` retries.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.metrics import MetricsCollector
-from kinesis_spout.records import ShardBatch, ShardState
+from kinesis_spout.multistream import MultiStreamSpout, open_reader
+from kinesis_spout.records import Record, ShardBatch, ShardState
 from kinesis_spout.spark.read.alone import read_alone
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 from kinesis_spout.spout import KinesisSpout
 
 log = logging.getLogger(__name__)
+
+
+def poison_id(record: Record) -> str:
+    """How a record that failed alone is remembered: ``"<stream>/<message id>"`` (a job
+    may read several streams)."""
+    return f"{record.stream_name}/{record.message_id}"
 
 
 def sparse_marks(ok: bytearray, failed: Iterable[int]) -> list[tuple[int, bool]]:
@@ -78,11 +86,11 @@ def count_task_figures(metrics: MetricsCollector, shard_id: str, res: ReadResult
         metrics.increment("kinesis_errors", res.transient, shard=shard_id)
 
 
-def executor_read_spout(config: SpoutConfig, **kwargs: Any) -> KinesisSpout:
-    """The spout whose shards Spark tasks read: it keeps positions, trackers and
-    checkpoints, and does not subscribe itself (``consumer = "efo"``: the tasks do).
-    ``kwargs`` go to :class:`~kinesis_spout.spout.KinesisSpout`."""
-    return KinesisSpout(config, subscribe=False, reader="ExecutorReadPlanner", **kwargs)
+def executor_read_spout(config: SpoutConfig, **kwargs: Any) -> KinesisSpout | MultiStreamSpout:
+    """The reader whose shards Spark tasks read (of one stream, or of several): it keeps
+    positions, trackers and checkpoints, and does not subscribe itself (``consumer =
+    "efo"``: the tasks do). ``kwargs`` go to :func:`~kinesis_spout.multistream.open_reader`."""
+    return open_reader(config, subscribe=False, reader="ExecutorReadPlanner", **kwargs)
 
 
 class ExecutorReadPlanner:
@@ -101,7 +109,9 @@ class ExecutorReadPlanner:
         self._clock = spout.clock
         self._early: dict[str, float] = {}
         """Per shard waiting at its tip: how early it may join a micro-batch."""
-        self._tasks = 0
+        self.tasks: Iterator[int] = itertools.count(1)
+        """Numbers of the tasks planned (shared by the planners of a job's streams, so a
+        number names one plan of the job)."""
         self.read_tasks = 0
         self.retry_tasks = 0
         self.readers: set[tuple[str, int]] = set()
@@ -149,8 +159,7 @@ class ExecutorReadPlanner:
         return consumer.arn if consumer is not None else None
 
     def _next_task(self) -> int:
-        self._tasks += 1
-        return self._tasks
+        return next(self.tasks)
 
     def _readable(self, sh: ShardPartition, now: float, early: bool = False) -> bool:
         """The shard may read now (``early``: or within its early margin)."""
@@ -331,7 +340,7 @@ class ExecutorReadPlanner:
         if plan.position is None:
             for rec in plan.retries:
                 self._acks.fail_record(sh, rec.key, rec, error, now)
-            return [rec.message_id for rec in plan.retries]
+            return [poison_id(rec) for rec in plan.retries]
         spout = self.spout
         assert spout.api is not None
         getter, page = read_alone(
@@ -340,7 +349,8 @@ class ExecutorReadPlanner:
         if not page.records:
             self._not_read_alone(sh, plan, getter, page)
             return []  # not readable now: the next cycle tries the shard again
-        res = ReadResult(plan.task, plan.shard_id, position=getter.position, calls=getter.calls)
+        res = ReadResult.for_plan(plan)
+        res.position, res.calls = getter.position, getter.calls
         res.call_seconds = [page.seconds] if page.seconds is not None else []
         for i, rec in enumerate(page.records):
             res.seqs.append(rec.sequence_number)
@@ -352,4 +362,4 @@ class ExecutorReadPlanner:
         res.caught_up = getter.caught_up
         res.child_shards, res.aggregates = page.child_shards, page.aggregates
         self._apply_read(sh, res, now)
-        return [rec.message_id for rec in page.records]
+        return [poison_id(rec) for rec in page.records]

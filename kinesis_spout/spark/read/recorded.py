@@ -63,6 +63,12 @@ class RecordTo:
     def open(self) -> BatchEndStore:
         return open_batch_ends(self.url, self.job, self.stream, self.zk_auth)
 
+    def of(self, plan: ReadPlan) -> RecordTo:
+        """Where ``plan``'s end is recorded: under its stream (a job may read several)."""
+        if not plan.stream or plan.stream == self.stream:
+            return self
+        return replace(self, stream=plan.stream)
+
 
 _STORES: dict[tuple[str, str, str, str | None], BatchEndStore] = {}
 """Batch-end stores of this executor process (a ZooKeeper session each)."""
@@ -129,7 +135,7 @@ def _keeper(res: ReadResult, kept: list[Record]) -> Callable[[list[Record]], Non
 
 
 def _fresh(plan: ReadPlan) -> tuple[ReadResult, list[Record]]:
-    return ReadResult(plan.task, plan.shard_id, executor=executor_id(), pid=os.getpid()), []
+    return ReadResult.for_plan(plan, executor_id(), os.getpid()), []
 
 
 def read_recorded(plans: list[ReadPlan], settings: ReadSettings, to: RecordTo) -> list[KeptRead]:
@@ -146,14 +152,15 @@ def read_recorded(plans: list[ReadPlan], settings: ReadSettings, to: RecordTo) -
             reads.append((plan, _keeper(res, kept), res))
         out.append((res, kept))
     if reads:
-        store = _store(to)
-        floor = store.floor(to.run)
-        if to.key < floor:
-            raise removed_error(store.where(to.run, to.key, plans[0].shard_id), to.key, floor)
+        for plan in {to.of(p).stream: p for p, _, _ in reads}.values():  # once per stream
+            store = _store(to.of(plan))
+            floor = store.floor(to.run)
+            if to.key < floor:
+                raise removed_error(store.where(to.run, to.key, plan.shard_id), to.key, floor)
         read_shards(reads, settings)
         for i, plan in enumerate(plans):
             if not plan.is_retry:
-                out[i] = _settle(store, to, plan, out[i], settings)
+                out[i] = _settle(_store(to.of(plan)), to, plan, out[i], settings)
     seconds = time.monotonic() - t0
     for res, _ in out:
         res.seconds = seconds

@@ -48,7 +48,7 @@ def read_shards(reads: list[Read], settings: ReadSettings) -> None:
     polled: list[tuple[BoundedRead, ReadResult]] = []
     for plan, consume, res in reads:
         assert plan.position is not None
-        if settings.consumer_arn is not None:
+        if settings.for_plan(plan).consumer_arn is not None:
             left = max(deadline - time.monotonic(), 0.0)
             read_subscribed(plan, settings, consume, res, seconds=left)
         else:
@@ -94,10 +94,12 @@ def _polling_getter(plan: ReadPlan, settings: ReadSettings) -> KinesisShardGette
 
     pos = plan.position
     assert pos is not None
+    settings = settings.for_plan(plan)
     return KinesisShardGetter(
         KinesisApi(
             process_client(settings.endpoint_url, settings.region, profile=settings.profile),
             settings.stream_name,
+            settings.stream_arn,
         ),
         plan.shard_id,
         backoff=JitteredBackoff(
@@ -126,6 +128,7 @@ def read_subscribed(
     """Enhanced fan-out: subscribe at the plan's position and take events until its
     limit, the tip, the shard's end or ``seconds`` (``read_seconds`` by default)."""
     pos = plan.position
+    settings = settings.for_plan(plan)
     assert pos is not None and settings.consumer_arn is not None
     target = EfoTarget(
         settings.stream_name,

@@ -46,7 +46,7 @@ def _read_stage(
         taken: list[tuple[ReadPlan, ReadResult, list[Record]]] = []
         reads: list[Read] = []
         for plan in plans:
-            res = ReadResult(plan.task, plan.shard_id, executor=executor_id(), pid=os.getpid())
+            res = ReadResult.for_plan(plan, executor_id(), os.getpid())
             records: list[Record] = list(plan.retries)
             taken.append((plan, res, records))
             if not plan.is_retry:

@@ -111,7 +111,7 @@ def run_plans(
     results: list[ReadResult] = []
     reads: list[Read] = []
     for plan in plans:
-        res = ReadResult(plan.task, plan.shard_id, executor=executor_id(), pid=os.getpid())
+        res = ReadResult.for_plan(plan, executor_id(), os.getpid())
         proc = _Processing(fn, res, keep, settings.fast)
         results.append(res)
         if plan.is_retry:

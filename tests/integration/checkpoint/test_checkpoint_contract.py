@@ -233,3 +233,22 @@ def test_a_pinned_start_round_trips_and_gives_way_to_real_progress(
     store.save(cp(None, shard=other, start_at=when))
     ended = store.mark_ended(STREAM, other, "w")
     assert ended.shard_end and ended.sequence_number is None
+
+
+def test_a_stream_created_again_gets_fresh_checkpoints_and_the_old_ones_are_kept_aside(
+    store_factory: StoreFactory,
+) -> None:
+    """Issue 24: a stream's identity is its creation time; the first claim keeps what a
+    store written before identities holds, a claim of another identity moves it aside."""
+    store = store_factory()
+    store.save(cp("500"))
+    assert store.claim_stream(STREAM, "2026-01-01T00:00:00+00:00") is None  # adopted
+    assert store.claim_stream(STREAM, "2026-01-01T00:00:00+00:00") is None
+    assert store_factory().load(STREAM)["shardId-000000000000"].sequence_number == "500"
+    old = store_factory().claim_stream(STREAM, "2026-02-02T00:00:00+00:00")
+    assert old == "2026-01-01T00:00:00+00:00"
+    assert store_factory().load(STREAM) == {}  # the new stream starts fresh
+    store.save(cp("7"))  # lower than the old stream's 500: not "backwards"
+    assert store_factory().load(STREAM)["shardId-000000000000"].sequence_number == "7"
+    assert store_factory().claim_stream(STREAM, "2026-02-02T00:00:00+00:00") is None
+    assert store_factory().load("payments") == {}  # other streams untouched

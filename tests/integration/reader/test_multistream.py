@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
-from reader_helpers import FAST, fill, rid
+from reader_helpers import FAST, fill, put, rid
 
 from kinesis_spout.checkpoint.factory import open_store
 from kinesis_spout.config import SpoutConfig
@@ -217,7 +217,7 @@ def test_a_stream_by_arn_and_one_by_name_route_by_stream(
         assert MultiStreamSpout.message_id(got[0]).startswith(f"{got[0].stream}/shardId-")
         with pytest.raises(Exception, match="names no stream"):
             spout.ack(got[0].message_id)
-        assert set(spout.stats()) == {a, b}
+        assert set(spout.stream_stats()) == {a, b}
         for name, n in ((a, 30), (b, 40)):  # each stream's series carry its name
             read = [
                 registry.get_sample_value(
@@ -314,3 +314,53 @@ def test_a_single_stream_job_resumes_unchanged_after_upgrading_to_a_streams_list
     assert sorted(p.name for p in (tmp_path / "cp" / "job").glob("*.json")) == sorted(
         [f"{a}.json", f"{b}.json"]
     )
+
+
+def _recreate(client: Any, name: str, shards: int) -> None:
+    client.delete_stream(StreamName=name)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.describe_stream_summary(StreamName=name)
+        except client.exceptions.ResourceNotFoundException:
+            break
+        assert time.monotonic() < deadline, f"{name} still there"
+        time.sleep(0.1)
+    time.sleep(0.01)  # a creation time after the old one's
+    create_stream(client, name, shards)
+
+
+def test_a_stream_created_again_under_its_name_is_read_from_its_start_not_resumed(
+    emulator: KinesisEmulator, emulator_kinesis: Any, unique_name: str, tmp_path: Path
+) -> None:
+    a = unique_name
+    old = fill(emulator_kinesis, a, 40, shards=1, prefix="old")
+    with KinesisSpout(_config(emulator, tmp_path, [a])) as spout:
+        assert sorted(rid(r.data) for r in _read(spout, 40)) == sorted(old)
+    _recreate(emulator_kinesis, a, 1)
+    new = put(emulator_kinesis, a, 12, prefix="new")  # fewer: the old position is past them
+    with KinesisSpout(_config(emulator, tmp_path, [a])) as spout:
+        assert sorted(rid(r.data) for r in _read(spout, 12)) == sorted(new)
+    kept = list((tmp_path / "cp" / "job").glob(f"{a}.json.retired-*"))
+    assert len(kept) == 1 and "shardId-000000000000" in kept[0].read_text()
+
+
+def test_a_stream_created_again_while_read_is_let_go_and_the_others_go_on(
+    emulator: KinesisEmulator, emulator_kinesis: Any, unique_name: str, tmp_path: Path
+) -> None:
+    a, b = f"{unique_name}-a", f"{unique_name}-b"
+    fill(emulator_kinesis, a, 10, shards=1, prefix="a")
+    fill(emulator_kinesis, b, 10, shards=1, prefix="b")
+    metrics = InMemoryMetrics()
+    cfg = _config(emulator, tmp_path, [a, b], shard_refresh_interval=0.2)
+    with MultiStreamSpout(cfg, metrics=metrics) as spout:
+        _read(spout, 20)
+        _recreate(emulator_kinesis, b, 1)
+        put(emulator_kinesis, b, 5, prefix="new")
+        deadline = time.monotonic() + 30
+        while b in spout.spouts:
+            assert time.monotonic() < deadline, "the recreated stream is still read"
+            assert all(r.stream == a for r in spout.next_batch(100))
+            time.sleep(0.05)
+        assert "created again" in spout.gone[b] or "deleted" in spout.gone[b]
+        assert metrics.count("streams_gone") == 1

@@ -276,3 +276,15 @@ def spy_results(driver: Any) -> list[Any]:
 
     driver.planner.apply = spy
     return seen
+
+
+def slow_with_poison(record: InputRecord) -> None:
+    """~2 ms per record (so a kill lands mid-stream); POISON records fail every time."""
+    time.sleep(0.002)
+    if record.data.startswith(POISON):
+        raise ValueError(f"poison record {record.data[:20]!r}")
+
+
+@processor_factory
+def poison_kill_test_job(config: SpoutConfig) -> RecordProcessor:
+    return per_record(slow_with_poison, name="slow_with_poison")

@@ -157,7 +157,7 @@ def test_the_record_that_fails_alone_is_read_past_an_expired_iterator(
         px.expire = 0.5  # seed 1: the first GetRecords expires, the second is answered
         failed = sp.fail_alone(replace(plan, limit=1), "worker died")
         assert px.injected.expire == 1
-        assert len(failed) == 1 and failed[0].startswith(SHARD)
+        assert len(failed) == 1 and failed[0].startswith(f"{unique_name}/{SHARD}")
         (plan,) = sp.plan(10_000)  # the shard reads on after it
         assert plan.position is not None and plan.position.after is not None
         px.expire = 1.0

@@ -1,0 +1,228 @@
+"""The Spark job over several streams (issue 24): one Spark job per micro-batch over the
+shards of every stream, each record's ``stream`` column, and per-stream checkpoints,
+dead letters and batch ends.
+
+* Three streams of 1, 2 and 4 shards, poison records in each, on moto and kinesis-mock:
+  ``spark-submit`` killed with SIGKILL mid-stream, then the job run again until idle:
+  nothing lost, the dead letters exactly each stream's poison records, every stream's
+  checkpoints at its shards' last records.
+* A DataFrame transform routes by the ``stream`` column, and a fan-out counts words of two
+  streams, on the executors.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import spark_job_helpers
+from spark_job_helpers import POISON, last_per_shard
+
+from kinesis_spout.checkpoint import open_store
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.config.load import load_config
+from kinesis_spout.deadletter import read_dead_letters
+from kinesis_spout.spark.executor_driver import ExecutorDriver
+from kinesis_spout.spark.launch.build import build_driver, run_job
+from kinesis_spout.spark.launch.submit import (
+    DEFAULT_CONF,
+    find_spark_submit,
+    job_environment,
+    job_file,
+)
+from kinesis_spout.spark.process.sinks import read_parquet_dir
+from kinesis_spout.spark.processing import dataframe_transform
+from kinesis_spout.testing.servers import KinesisEmulator
+from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(400)]
+
+SHARDS = {"s1": 1, "s2": 2, "s4": 4}
+
+
+def fill(
+    client: Any, base: str, per_shard: int
+) -> tuple[dict[str, list[tuple[str, str]]], dict[str, set[tuple[str, str]]]]:
+    """The streams of :data:`SHARDS` filled, every 50th record POISON: what each got put
+    (shard, sequence), and its poison records."""
+    put: dict[str, list[tuple[str, str]]] = {}
+    poison: dict[str, set[tuple[str, str]]] = {}
+    for suffix, shards in SHARDS.items():
+        name = f"{base}-{suffix}"
+        create_stream(client, name, shards)
+        items = make_payloads(per_shard * shards, 120, prefix=f"{suffix}-")
+        bad = set(range(11, len(items), 50))
+        for i in bad:
+            items[i] = (items[i][0], POISON + b"-%d" % i)
+        put[name] = put_records(client, name, items)
+        poison[name] = {put[name][i] for i in bad}
+    return put, poison
+
+
+def sink_rows(directory: Path) -> int:
+    try:
+        table = read_parquet_dir(directory)
+    except OSError:  # a file renamed into place while listing
+        return 0
+    return 0 if table is None else table.num_rows
+
+
+def test_three_streams_killed_mid_stream_and_restarted_lose_nothing(
+    spark: Any,
+    emulator: KinesisEmulator,
+    emulator_kinesis: Any,
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    put, poison = fill(emulator_kinesis, unique_name, 150)
+    names = list(put)
+    rows_dir = tmp_path / "rows"
+    flags = {
+        "job-name": unique_name,
+        "endpoint-url": emulator.endpoint_url,
+        "checkpoint-store": f"file://{tmp_path / 'checkpoints'}",
+        "dead-letter": str(tmp_path / "dead-letter"),
+        "sink": f"parquet://{rows_dir}",
+        "batch-size": "100",
+        "max-in-flight": "60",
+        "retry-limit": "1",
+        "retry-backoff": "0.05",
+        "checkpoint-interval": "0.5",
+        "empty-shard-backoff": "0.1",
+        "batch-max-wait": "0.3",
+    }
+    conf = [a for k, v in DEFAULT_CONF.items() for a in ("--conf", f"{k}={v}")]
+    cmd = [
+        find_spark_submit(),
+        "--master",
+        "local[2]",
+        *conf,
+        "--conf",
+        "spark.ui.enabled=false",
+        str(job_file()),
+        "--process",
+        f"{spark_job_helpers.__file__}:poison_kill_test_job",
+        *[a for k, v in flags.items() for a in (f"--{k}", v)],
+        *[a for name in names for a in ("--stream", name)],
+    ]
+    total = sum(len(p) for p in put.values())
+    log_path = tmp_path / "job.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            env=job_environment(master="local[2]"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 180
+            while sink_rows(rows_dir) < total // 5:
+                assert proc.poll() is None, f"job exited early:\n{log_path.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"no progress:\n{log_path.read_text()[-3000:]}"
+                time.sleep(0.2)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    assert sink_rows(rows_dir) < total, "the kill came too late to be mid-stream"
+
+    overrides = {k.replace("-", "_"): v for k, v in flags.items()}
+    cfg = load_config(
+        None, env={}, overrides={**overrides, "streams": names, "stop_when_idle": 1.5}
+    )
+    run_job(cfg, spark_job_helpers.slow_with_poison, spark=spark, progress=None)
+
+    table = read_parquet_dir(rows_dir)
+    assert table is not None
+    seen = set(
+        zip(
+            table.column("stream").to_pylist(),
+            table.column("shardId").to_pylist(),
+            table.column("sequenceNumber").to_pylist(),
+            strict=True,
+        )
+    )
+    dead = read_dead_letters(cfg.dead_letter)
+    store = open_store(cfg.checkpoint_store, unique_name)
+    try:
+        for name in names:
+            good = {(name, s, q) for s, q in put[name] if (s, q) not in poison[name]}
+            assert good <= seen, f"{name}: lost {sorted(good - seen)[:3]}"
+            mine = {(d["shard_id"], d["sequence_number"]) for d in dead if d["stream"] == name}
+            assert mine == poison[name], name
+            stored = {s: cp.sequence_number for s, cp in store.load(name).items()}
+            assert stored == last_per_shard(put[name]), name
+    finally:
+        store.close()
+
+
+def by_stream(df: Any) -> Any:
+    """A transform that routes by stream: records of ``*-s1`` fail when POISON, the
+    others pass; the stream is kept for the sink."""
+    from pyspark.sql import functions as F
+
+    bad = F.col("data").cast("string").startswith(POISON.decode()) & F.col("stream").endswith("-s1")
+    return df.select(
+        "_row",
+        "stream",
+        "shardId",
+        "sequenceNumber",
+        (~bad).alias("status"),
+        F.when(bad, F.lit("poison in s1")).alias("error"),
+    )
+
+
+def test_a_transform_over_three_streams_runs_on_the_executors_and_routes_by_stream(
+    spark: Any, moto_server: Any, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    put, poison = fill(moto_client, unique_name, 60)
+    names = list(put)
+    out = tmp_path / "rows"
+    cfg = SpoutConfig(
+        streams=names,
+        job_name=unique_name,
+        endpoint_url=moto_server.endpoint_url,
+        checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
+        dead_letter=str(tmp_path / "dead-letter"),
+        sink=f"parquet://{out}",
+        retry_limit=0,
+        empty_shard_backoff=0.1,
+        batch_max_wait=0.3,
+        checkpoint_interval=0.5,
+        stop_when_idle=1.5,
+    )
+    driver = build_driver(cfg, dataframe_transform(by_stream), spark=spark, progress=None)
+    assert isinstance(driver, ExecutorDriver)
+    driver.run()
+    assert driver.spark_jobs >= 1 and all(pid != os.getpid() for _, pid in driver.planner.readers)
+
+    rows = read_parquet_dir(out)
+    assert rows is not None
+    written = Counter(
+        zip(
+            rows.column("stream").to_pylist(),
+            rows.column("shardId").to_pylist(),
+            rows.column("sequenceNumber").to_pylist(),
+            strict=True,
+        )
+    )
+    s1 = names[0]
+    want = {(n, s, q) for n in names for s, q in put[n] if n != s1 or (s, q) not in poison[n]}
+    assert set(written) == want and set(written.values()) == {1}
+    dead = read_dead_letters(cfg.dead_letter)
+    assert {(d["stream"], d["shard_id"], d["sequence_number"]) for d in dead} == {
+        (s1, s, q) for s, q in poison[s1]
+    }
+    store = open_store(cfg.checkpoint_store, unique_name)
+    try:
+        for name in names:
+            stored = {s: cp.sequence_number for s, cp in store.load(name).items()}
+            assert stored == last_per_shard(put[name]), name
+    finally:
+        store.close()
