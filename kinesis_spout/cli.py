@@ -36,6 +36,7 @@ Adder = Callable[[argparse.ArgumentParser], None]
 DEAD_LETTER_FIELDS = ("dead_letter", "job_name", "stream_name", "region", "profile")
 STATUS_FIELDS = (
     *STORE_FIELDS,
+    "streams",
     *AWS_FIELDS,
     "dead_letter",
     "initial_position",

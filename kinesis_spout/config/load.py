@@ -170,14 +170,14 @@ def add_config_arguments(
         if fields is not None:
             doc = doc.split(". ", 1)[0].rstrip(".")
         if f.name == "streams":  # --stream A --stream B (or --stream A,B)
+            names = ("--stream",) if fields is not None else ("--stream", "--streams")
             group.add_argument(
-                "--stream",
-                "--streams",
+                *names,
                 dest="cfg_streams",
                 metavar="NAME|ARN",
                 action="append",
                 default=absent,
-                help=doc + " Once per stream.",
+                help=doc + (" (--stream once per stream)" if fields is None else ""),
             )
             continue
         doc += _default_text(f)

@@ -60,7 +60,7 @@ class SpoutConfig:
     stream_name: str = "demo"
     """Kinesis stream to read."""
     streams: tuple[StreamSpec, ...] = ()
-    """Several streams to read in one job: names or stream ARNs
+    """Several streams read by one job. Names or stream ARNs
     (``arn:aws:kinesis:REGION:ACCOUNT:stream/NAME``), comma-separated in the environment,
     ``--stream`` once per stream on the command line; in a file, an entry may be a table
     that sets the stream's own ``initial_position``, ``initial_timestamp`` or

@@ -1,5 +1,7 @@
 """``kinesis-spout status``: per shard of the stream, its checkpoint, state, owner,
 lag and dead letters, and the job lease; a table, or one JSON document with ``--json``.
+A job of several streams (``streams``): one table per stream, and the document's
+``streams`` list; ``--stream NAME`` shows that one.
 
 Read only: it creates no file, directory or ZooKeeper node, takes no lease and
 writes no checkpoint. Exit status: 0 when the report was printed (what could not
@@ -20,7 +22,6 @@ from typing import Any
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config.load import config_from_args
-from kinesis_spout.config.streams import require_one_stream
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.status.collect import StatusInputs, collect, probe_starts
 from kinesis_spout.status.model import LagProbe, StatusReport
@@ -45,7 +46,7 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="longest wait for ZooKeeper and for each Kinesis call (default: 10)",
+        help="longest wait for each call (default: 10)",
     )
 
 
@@ -145,13 +146,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Print the status; see the module docstring for the exit status."""
     with _quiet(getattr(args, "verbose", False)):
         config = config_from_args(args)
-        require_one_stream(config.streams, "status")
         try:
-            report = gather(config, lag=not args.no_lag, timeout=args.timeout)
+            reports = [
+                gather(one, lag=not args.no_lag, timeout=args.timeout)
+                for one in config.per_stream()
+            ]
         except ConfigError:
             raise
         except KinesisSpoutError as exc:
             print(f"kinesis-spout status: error: {exc}", file=sys.stderr)
             return 1
-    print(to_json(report) if args.json else to_table(report))
+    if args.json:
+        print(to_json(*reports))
+    else:  # one table per stream (--stream NAME: that one)
+        print("\n\n".join(to_table(r) for r in reports))
     return 0

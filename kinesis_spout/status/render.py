@@ -114,11 +114,22 @@ def _summary(s: Summary) -> dict[str, Any]:
     }
 
 
-def to_json(report: StatusReport) -> str:
-    """The report as one JSON document (see docs/operations.md for every key)."""
+def to_json(report: StatusReport, *others: StatusReport) -> str:
+    """The report as one JSON document (see docs/operations.md for every key): the first
+    stream's keys at the top, as a job of one stream has them, and ``streams``, the
+    document of each stream of the job (``others``: the streams after the first)."""
     doc = {
         "format": JSON_FORMAT,
         "generated_at": _iso(report.generated_at),
+        **_document(report),
+        "streams": [_document(r) for r in (report, *others)],
+    }
+    return json.dumps(doc, indent=2)
+
+
+def _document(report: StatusReport) -> dict[str, Any]:
+    """One stream's part of the document."""
+    return {
         "job": report.job,
         "stream": report.stream,
         "stream_status": report.stream_status,
@@ -132,4 +143,3 @@ def to_json(report: StatusReport) -> str:
         "notes": list(report.notes),
         "problems": list(report.problems),
     }
-    return json.dumps(doc, indent=2)
