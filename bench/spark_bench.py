@@ -27,7 +27,9 @@ Starts a moto server, puts ``--records`` records of ``--size`` bytes into a
   ``records``/``lost``/``duplicates`` for executor reads, and the same under
   ``driver_mode``.
 * instead, with ``--shards 4,32,128``: the shard-scaling figures of the job run by
-  ``kinesis-spout run`` (see ``bench/spark_shards.py``).
+  ``kinesis-spout run`` (see ``bench/spark_shards.py``);
+* instead, with ``--streams 4``: the job over 4 streams against 1 stream of as many
+  shards, and the fairness of its reads (see ``bench/spark_streams.py``).
 
 Spark starts once and is warmed up before the timed runs. Each job run uses
 a fresh job name (fresh checkpoints). With ``--json`` the last line is one
@@ -36,6 +38,7 @@ JSON object (``job_rps_10k``, ``boto3_rps``, ``ratio_vs_boto3_10k`` ...).
 
     python bench/spark_bench.py [--records 100000] [--size 200] [--cluster] [--json] [--plot FILE]
     python bench/spark_bench.py --shards 4,32,128 [--records 40000] [--json]
+    python bench/spark_bench.py --streams 4 [--records 40000] [--json]
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import poison_bench  # noqa: E402
 import spark_scale  # noqa: E402
 import spark_shards  # noqa: E402
+import spark_streams  # noqa: E402
 import spark_styles  # noqa: E402
 from reader_bench import stock_client  # noqa: E402
 from spark_scale import scale_figures  # noqa: E402
@@ -239,10 +243,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(bench/poison_bench.py; --records defaults to 20,000 there)",
     )
     spark_shards.add_shards_arguments(parser)
+    parser.add_argument(
+        "--streams",
+        type=int,
+        metavar="N",
+        help="instead: the job over N streams of 2 shards against 1 stream of 2N shards "
+        "(bench/spark_streams.py; --records defaults to 40,000 there)",
+    )
     add_plot_argument(parser)
     args = parser.parse_args(argv)
+    if args.streams is not None and args.streams < 2:
+        parser.error(f"--streams {args.streams}: at least 2")
     if args.records is None:
-        args.records = 20_000 if args.poison_rate else 40_000 if args.shards else 100_000
+        few = args.shards or args.streams
+        args.records = 20_000 if args.poison_rate else 40_000 if few else 100_000
     check_plot_argument(parser, args.plot)
     return args
 
@@ -369,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     if args.poison_rate is not None:
         return poison_bench.poison_main(args)
+    if args.streams:
+        return spark_streams.streams_main(args)
     if args.shards:
         return spark_shards.shards_main(args, lambda c, stream, n: boto3_loop(c, n, stream))
     local, scale = measure(args)

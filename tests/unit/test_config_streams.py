@@ -88,11 +88,14 @@ def test_stream_name_may_only_name_the_first_stream() -> None:
     assert err.value.field == "stream_name"
 
 
-def test_the_spark_job_says_it_reads_one_stream_before_it_starts(
+def test_driver_reads_say_they_read_one_stream_before_spark_starts(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from kinesis_spout.cli import main
 
-    code = main(["run", "--stream", "a", "--stream", "b", "--process", "x:y", "--dry-run"])
+    argv = ["run", "--stream", "a", "--stream", "b", "--process", "x:y", "--dry-run"]
+    code = main([*argv, "--read-on", "driver"])
     err = capsys.readouterr().err
-    assert code != 0 and "streams='a,b'" in err and "one stream for the Spark job" in err
+    assert code != 0 and "streams='a,b'" in err and "one stream for the Spark job's" in err
+    assert main(argv) == 0  # executor reads read several
+    assert "--stream a --stream b" in capsys.readouterr().out

@@ -140,7 +140,10 @@ def build_command(
         cmd.append("--verbose")
     for name in FIELD_NAMES:
         value = getattr(args, "cfg_" + name, None)
-        if value is not None:
+        if isinstance(value, list):  # a repeatable flag (--stream A --stream B): as given
+            flag = "--stream" if name == "streams" else "--" + name.replace("_", "-")
+            cmd += [a for v in value for a in (flag, _flag_value(v))]
+        elif value is not None:
             cmd += ["--" + name.replace("_", "-"), _flag_value(value)]
     return cmd
 
@@ -231,7 +234,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kinesis_spout.spark.job import job_config
 
     config, process = job_config(args)
-    require_one_stream(config.streams, "the Spark job")  # before spark-submit starts
+    if config.read_on == "driver":  # said before spark-submit starts
+        require_one_stream(config.streams, "the Spark job's driver reads")
     if not process:
         raise KinesisSpoutError(
             "no processing given: --process module:function, or process = ... in the config file"
