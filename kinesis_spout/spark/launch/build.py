@@ -57,11 +57,7 @@ def build_driver(
     None: the spout's own (its endpoint with ``metrics_port``, else none).
     ``job_lease``: the spout takes the job lease on open (``job.py``, holding it: False).
     """
-    from kinesis_spout.config.streams import require_one_stream
     from kinesis_spout.spark.processing import as_processor, load_processor
-
-    if config.read_on == "driver" or spout is not None or row_sink is not None:
-        require_one_stream(config.streams, "the Spark job's driver reads")
 
     processor = load_processor(process, config) if isinstance(process, str) else None
     processor = processor or as_processor(process, config)
@@ -131,9 +127,9 @@ def _driver_spout(
     micro-batch completes (fan-out trees keep ``message_timeout`` in the driver's
     ledger); its own message timeout would fail the records of a batch filled while a
     slow one runs (the pipeline) and deliver them again, so it is off."""
-    from kinesis_spout.spout import KinesisSpout
+    from kinesis_spout.multistream import open_reader
 
-    return KinesisSpout(
+    return open_reader(  # a KinesisSpout, or a MultiStreamSpout of several streams
         config.replace(message_timeout=0.0),
         clock=clock,
         rng=rng,

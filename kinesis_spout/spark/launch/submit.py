@@ -230,12 +230,9 @@ def _read_pid(path: str) -> int | None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``kinesis-spout run``: validate, then ``spark-submit`` the job."""
-    from kinesis_spout.config.streams import require_one_stream
     from kinesis_spout.spark.job import job_config
 
     config, process = job_config(args)
-    if config.read_on == "driver":  # said before spark-submit starts
-        require_one_stream(config.streams, "the Spark job's driver reads")
     if not process:
         raise KinesisSpoutError(
             "no processing given: --process module:function, or process = ... in the config file"
