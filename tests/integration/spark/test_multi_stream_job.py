@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -261,3 +262,53 @@ def test_driver_reads_over_two_streams_dead_letter_each_streams_poison(
             assert stored == last_per_shard(put[name]), name
     finally:
         store.close()
+
+
+def test_a_stream_deleted_while_the_job_reads_is_let_go_and_the_others_go_on(
+    spark: Any, moto_server: Any, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    a, b = f"{unique_name}-a", f"{unique_name}-b"
+    for name in (a, b):
+        create_stream(moto_client, name, 2)
+        put_records(moto_client, name, make_payloads(200, 50, prefix=f"{name[-1]}-"))
+    cfg = SpoutConfig(
+        streams=[a, b],
+        job_name=unique_name,
+        endpoint_url=moto_server.endpoint_url,
+        checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
+        dead_letter=str(tmp_path / "dead-letter"),
+        empty_shard_backoff=0.1,
+        batch_max_wait=0.3,
+        checkpoint_interval=0.5,
+        shard_refresh_interval=0.5,
+        stop_when_idle=3.0,
+    )
+    driver = build_driver(cfg, spark_job_helpers.accept, spark=spark, progress=None)
+    assert isinstance(driver, ExecutorDriver)
+    outcome: list[BaseException | None] = []
+    runner = threading.Thread(target=lambda: outcome.append(_run(driver)), daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 120
+    while driver.spout.stats().acked < 400:  # both streams read
+        assert runner.is_alive() and time.monotonic() < deadline, outcome
+        time.sleep(0.1)
+    moto_client.delete_stream(StreamName=b)
+    late = put_records(moto_client, a, make_payloads(100, 50, prefix="late-"))
+    runner.join(timeout=180)
+    assert not runner.is_alive() and outcome == [None], outcome
+    assert b in driver.spout.gone and a in driver.spout.spouts  # type: ignore[union-attr]
+    store = open_store(cfg.checkpoint_store, unique_name)
+    try:
+        stored = {s: cp.sequence_number for s, cp in store.load(a).items()}
+    finally:
+        store.close()
+    for shard, seq in last_per_shard(late).items():
+        assert stored[shard] == seq  # the stream left read on to its last record
+
+
+def _run(driver: ExecutorDriver) -> BaseException | None:
+    try:
+        driver.run()
+    except BaseException as exc:  # the test thread reports it
+        return exc
+    return None
