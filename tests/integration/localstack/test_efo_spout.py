@@ -288,3 +288,34 @@ def test_efo_against_moto_is_a_clear_error(
         read_until(spout, lambda g: False, timeout=30)
     spout.close()
     assert efo_threads() == []
+
+
+def test_two_streams_one_by_enhanced_fan_out_one_polled(
+    localstack: LocalStackServer, unique_name: str, tmp_path: Path
+) -> None:
+    """Issue 24: a per-stream ``consumer``: one stream subscribed (its consumer registered
+    on it), the other polled, in one reader; each record read once, with its stream."""
+    from kinesis_spout.multistream import MultiStreamSpout
+
+    client = emulator_client(localstack.endpoint_url)
+    pushed, polled = f"{unique_name}-efo", f"{unique_name}-poll"
+    sent: dict[str, set[tuple[str, str]]] = {}
+    for name in (pushed, polled):
+        create_stream(client, name, 2)
+        sent[name] = set(put_records(client, name, make_payloads(80, 60)))
+    cfg = efo_config(
+        localstack.endpoint_url,
+        pushed,
+        tmp_path,
+        consumer="polling",
+        consumer_name="multi",
+        streams=[{"stream": pushed, "consumer": "efo"}, polled],
+    )
+    with MultiStreamSpout(cfg) as spout:
+        got = read_until(spout, lambda g: len(g) >= 160)  # type: ignore[arg-type]
+        assert efo_threads()  # the efo stream's shards are subscribed
+        assert consumers(client, pushed) == ["multi"] and consumers(client, polled) == []
+    keys = Counter((r.stream, r.shard_id, r.sequence_number) for r in got)
+    assert len(keys) == 160 and set(keys.values()) == {1}
+    for name in (pushed, polled):
+        assert {(s, q) for st, s, q in keys if st == name} == sent[name]
