@@ -43,14 +43,34 @@ Worked example (the figures are what the function returns)::
     w2 ('shard-0',)
     w3 ('shard-4',)
     w4 ('shard-1', 'shard-2')
+
+**Several streams** (one worker group and one assignment per stream) balance each
+stream alone, so the workers taking one more of a stream must also differ between
+streams, or 2 streams of 1 shard each would both go to one of 2 workers. With a
+``rotation`` (an int) the workers taking one more are fixed: those at positions
+``rotation, rotation + 1, ...`` (cyclically) of the sorted workers.
+:func:`stream_rotations` gives each stream, in the config's order, the rotation just
+past the previous streams' extra shards, so over the streams every worker's count
+differs from another's by at most one (when the streams have the same workers)::
+
+    >>> splits = [(1, 2), (1, 2)]  # 2 streams: (live shards, workers) each
+    >>> stream_rotations(splits)
+    [0, 1]
+    >>> assign_shards(["shard-0"], ["w1", "w2"], rotation=0)
+    {'w1': ('shard-0',), 'w2': ()}
+    >>> assign_shards(["shard-0"], ["w1", "w2"], rotation=1)
+    {'w1': (), 'w2': ('shard-0',)}
+
+A single stream is assigned without a rotation (the first workers to fill up take one
+more), as it was before several streams could be read.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ["affinity", "assign_shards", "moved_shards"]
+__all__ = ["affinity", "assign_shards", "moved_shards", "stream_rotations"]
 
 
 def affinity(worker: str, shard: str) -> int:
@@ -59,17 +79,23 @@ def affinity(worker: str, shard: str) -> int:
     return int.from_bytes(digest, "big")
 
 
-def assign_shards(shards: Iterable[str], workers: Iterable[str]) -> dict[str, tuple[str, ...]]:
+def assign_shards(
+    shards: Iterable[str], workers: Iterable[str], rotation: int | None = None
+) -> dict[str, tuple[str, ...]]:
     """Each worker's shards (sorted), for every worker; empty when there are no workers.
 
-    Duplicates in either input are ignored; ties in score (astronomically
-    rare) are broken by shard then worker name, so the result is total.
+    ``rotation``: None, the first workers to fill up take one shard more than the
+    others; an int, the workers at sorted positions from ``rotation`` on do (see the
+    module docstring: one stream of several). Duplicates in either input are ignored;
+    ties in score (astronomically rare) are broken by shard then worker name, so the
+    result is total.
     """
     members = sorted(set(workers))
     items = sorted(set(shards))
     if not members:
         return {}
     quota, extra = divmod(len(items), len(members))
+    fixed = _one_more(members, extra, rotation)
     pairs = sorted(
         ((affinity(w, s), s, w) for s in items for w in members),
         key=lambda p: (-p[0], p[1], p[2]),
@@ -80,7 +106,7 @@ def assign_shards(shards: Iterable[str], workers: Iterable[str]) -> dict[str, tu
         if shard in owner:
             continue
         n = count[worker]
-        if n < quota or (n == quota and extra > 0):
+        if n < quota or (n == quota and extra > 0 and (fixed is None or worker in fixed)):
             if n == quota:
                 extra -= 1
             owner[shard] = worker
@@ -91,6 +117,26 @@ def assign_shards(shards: Iterable[str], workers: Iterable[str]) -> dict[str, tu
     for shard in items:
         result[owner[shard]].append(shard)
     return {w: tuple(s) for w, s in result.items()}
+
+
+def _one_more(members: Sequence[str], extra: int, rotation: int | None) -> frozenset[str] | None:
+    """The workers that take one shard more than the quota (None: the first to fill up)."""
+    if rotation is None:
+        return None
+    return frozenset(members[(rotation + k) % len(members)] for k in range(extra))
+
+
+def stream_rotations(splits: Iterable[tuple[int, int]]) -> list[int]:
+    """Each stream's ``rotation`` for :func:`assign_shards`, from the ``(live shards,
+    workers)`` of every stream in the config's order: the previous streams' extra shards
+    (shards beyond an even split) summed, so each stream's extras start where the last
+    one's ended. Every worker of the streams must list them in the same order."""
+    out: list[int] = []
+    at = 0
+    for shards, workers in splits:
+        out.append(at)
+        at += shards % workers if workers > 0 else 0
+    return out
 
 
 def moved_shards(

@@ -59,10 +59,14 @@ class ShardCoordinator:
     ``list_shards`` is called at start and every ``shard_refresh_interval``
     seconds. Shards whose checkpoint says ``shard_end`` are not assigned.
     ``retry_interval``: how often a lease held by another worker is tried
-    again (a deletion watch usually wakes us sooner).
+    again (a deletion watch usually wakes us sooner). ``rotation``: a worker of
+    several streams has one coordinator per stream, each rotated past the extra
+    shards of the streams before it (:meth:`set_rotation`), so that the streams'
+    extra shards go to different workers.
 
     Over 300 lines as one job: the lease tables and every change to them
-    (rebalance, release, the session's news), the spout steered from them.
+    (rebalance, release, the session's news, a stream let go), the spout steered
+    from them; the module is over 400 lines for the same reason.
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class ShardCoordinator:
         retry_interval: float = 1.0,
         drain_timeout: float = 10.0,
         metrics: MetricsCollector | None = None,
+        rotation: int | None = None,
     ) -> None:
         self.store = store
         self.stream_name = stream_name
@@ -91,6 +96,12 @@ class ShardCoordinator:
         self._retry_interval = retry_interval
         self._drain_timeout = drain_timeout
         self._metrics: MetricsCollector = metrics or NoopMetrics()
+        self.rotation = rotation
+        """This stream's :func:`assign_shards` rotation (None: a worker of one stream)."""
+        self.split = (0, 0)
+        """``(live shards, workers)`` at the last rebalance: what the next streams'
+        rotations are computed from
+        (:func:`~kinesis_spout.coordination.assignment.stream_rotations`)."""
 
         self._states: dict[str, LeaseState] = {}
         self._held: dict[str, Lease] = {}
@@ -144,6 +155,37 @@ class ShardCoordinator:
     def close(self) -> None:
         """Stop listening (the store and the spout are the caller's to close)."""
         self.session.close()
+
+    def set_rotation(self, rotation: int) -> None:
+        """Rotate this stream's assignment (see :func:`assign_shards`): a change is
+        a rebalance, when the streams before this one changed their split."""
+        if rotation != self.rotation:
+            self.rotation = rotation
+            self._dirty = True
+
+    def abandon(self) -> None:
+        """The stream is no longer read (deleted, or created again; its spout closed
+        and saved what was done): delete the leases and the member node without the
+        spout, stop listening. What ZooKeeper refuses now goes with the session."""
+        held = [*self._held.values(), *self._to_release.values()]
+        self._states.clear()
+        self._held.clear()
+        self._to_release.clear()
+        try:
+            for lease in held:
+                self.leases.release(lease)
+            if self._registered:
+                self.leases.unregister()
+        except CheckpointStoreUnavailableError as exc:
+            log.warning(
+                "worker %s leaves %s with its session: %s", self.worker_id, self.stream_name, exc
+            )
+        self._registered = False
+        self._shutting_down = True
+        self.close()
+        log.info(
+            "worker %s left %s: the stream is no longer read", self.worker_id, self.stream_name
+        )
 
     # -- the worker's thread --------------------------------------------------------
     def poll(self) -> None:
@@ -314,9 +356,11 @@ class ShardCoordinator:
                     return
         ended = {s for s, cp in self.store.load(self.stream_name).items() if cp.shard_end}
         live = [s for s in self._shards if s not in ended]
+        self.split = (len(set(live)), len(workers))
         mine: set[str] = set()
         if self._registered and not self._shutting_down:
-            mine = set(assign_shards(live, workers).get(self.worker_id, ()))
+            assigned = assign_shards(live, workers, self.rotation)
+            mine = set(assigned.get(self.worker_id, ()))
         log.debug(
             "rebalance %s: workers=%s live shards=%d mine=%s",
             self.stream_name,

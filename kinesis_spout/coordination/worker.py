@@ -1,12 +1,12 @@
 """A worker process for multi-worker runs: one spout, ZooKeeper-coordinated.
 
-Run as many as you like on one stream, on one or several machines::
+Run as many as you like on one stream or several, on one or several machines::
 
     python -m kinesis_spout.coordination.worker --config job.toml \\
         --checkpoint-store zk://127.0.0.1:2181/kinesis-spout --worker-id w1 \\
         --output ./processed
 
-Each worker joins the stream's worker group in ZooKeeper, takes the shards
+Each worker joins each stream's worker group in ZooKeeper, takes the shards
 assigned to it, and runs a trivial processing function: it appends one line
 per record to ``<output>/<worker_id>.records``::
 
@@ -16,6 +16,17 @@ per record to ``<output>/<worker_id>.records``::
 :func:`kinesis_spout.testing.streams.make_payloads`), flushes the file, then
 acks the batch. So a record is "processed" once its line is in the file, and
 a line without an ack (a crash in between) is exactly an in-flight duplicate.
+A worker of several streams writes the stream first: ``<stream> <shard_id> ...``.
+
+**Several streams** (``streams`` in the config): one
+:class:`~kinesis_spout.multistream.MultiStreamSpout` (no job lease: the shard leases
+fence the workers) and one :class:`ShardCoordinator` per stream, each steering its
+stream's spout; the leases and worker groups are each stream's, as with one stream.
+Each stream's assignment is rotated past the extra shards of the streams before it
+(:func:`~kinesis_spout.coordination.assignment.stream_rotations`), so the streams'
+shards are balanced over the workers as a whole: every worker of a job must list the
+same streams in the same order. A stream found deleted or created again is let go
+(its leases and member node deleted); the others go on.
 
 SIGTERM or SIGINT: the worker gives its shards up cleanly (drain, final
 checkpoint, lease deleted) and exits 0. ``kill -9`` is what the takeover test
@@ -30,20 +41,21 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
 
 from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config.load import add_config_arguments, config_from_args
-from kinesis_spout.config.streams import require_one_stream
+from kinesis_spout.coordination.assignment import stream_rotations
 from kinesis_spout.coordination.coordinator import ShardCoordinator
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.metrics import MetricsCollector, NoopMetrics
+from kinesis_spout.multistream import MultiStreamSpout, open_reader
 from kinesis_spout.observability.endpoint import MetricsEndpoint
 from kinesis_spout.records import Record
 from kinesis_spout.spout import KinesisSpout
@@ -54,15 +66,19 @@ log = logging.getLogger(__name__)
 _MAX_IDLE_SLEEP = 0.2
 
 
-def record_line(record: Record) -> str:
-    """The line written for one processed record."""
+def record_line(record: Record, with_stream: bool = False) -> str:
+    """The line written for one processed record; ``with_stream`` (a worker of several
+    streams) puts the stream first, a worker of one writes the lines it always wrote."""
     payload_id = record.data.split(b"|", 1)[0].decode("utf-8", "replace")
-    return f"{record.shard_id} {record.sequence_number} {record.sub_sequence_number} {payload_id}\n"
+    line = f"{record.shard_id} {record.sequence_number} {record.sub_sequence_number} {payload_id}\n"
+    return f"{record.stream_name} {line}" if with_stream else line
 
 
-def process(records: Sequence[Record], out: TextIO, delay_per_record: float) -> None:
+def process(
+    records: Sequence[Record], out: TextIO, delay_per_record: float, with_stream: bool = False
+) -> None:
     """The trivial processing function: log each record, flush, simulate work."""
-    out.write("".join(record_line(r) for r in records))
+    out.write("".join(record_line(r, with_stream) for r in records))
     out.flush()
     if delay_per_record > 0:
         time.sleep(delay_per_record * len(records))
@@ -86,7 +102,6 @@ def run_worker(
             config.checkpoint_store,
             "a zk:// URL: several workers coordinate through ZooKeeper",
         )
-    require_one_stream(config.streams, "the coordination worker")
     endpoint = MetricsEndpoint.of(config, "worker")
     metrics = endpoint.start().metrics if endpoint is not None else NoopMetrics()
     try:
@@ -114,30 +129,19 @@ def _run(
         session_timeout=config.zk_session_timeout,
     )
     client = make_client(config.endpoint_url, config.region, profile=config.profile)
-    api = KinesisApi(client, config.stream_name)
-    # Shard leases fence the workers sharing the stream: no job lease.
-    spout = KinesisSpout(config, store=store, client=client, metrics=metrics, job_lease=False)
-    coordinator = ShardCoordinator(
-        store,
-        config.stream_name,
-        spout,
-        worker_id=config.worker_id,
-        list_shards=lambda: [s.shard_id for s in api.list_shards()],
-        shard_refresh_interval=config.shard_refresh_interval,
-        drain_timeout=drain_timeout,
-        metrics=metrics,
-    )
+    # Shard leases fence the workers sharing the streams: no job lease.
+    reader = open_reader(config, store=store, client=client, metrics=metrics, job_lease=False)
     out_path = output_dir / f"{config.worker_id}.records"
-    log.info(
-        "worker %s starting on %s: %s", config.worker_id, config.stream_name, config.redacted()
-    )
+    streams = ", ".join(config.stream_names)
+    log.info("worker %s starting on %s: %s", config.worker_id, streams, config.redacted())
+    group = _Group(reader, [])
     try:
-        spout.open()
-        coordinator.start()
+        reader.open()
+        group.coordinators = _coordinators(config, reader, store, client, metrics, drain_timeout)
+        for coordinator in group.coordinators:
+            coordinator.start()
         with out_path.open("a", encoding="utf-8") as out:
-            _loop(
-                spout,
-                coordinator,
+            group.run(
                 out,
                 stop,
                 process_delay,
@@ -145,55 +149,135 @@ def _run(
                 shutdown_timeout=drain_timeout + config.zk_session_timeout,
             )
     finally:
-        coordinator.close()
+        for coordinator in group.coordinators:
+            coordinator.close()
         try:
-            spout.close()
+            reader.close()
         finally:
             store.close()
-    log.info("worker %s stopped: %s", config.worker_id, spout.stats())
+    log.info("worker %s stopped: %s", config.worker_id, reader.stats())
 
 
-def _loop(
-    spout: KinesisSpout,
-    coordinator: ShardCoordinator,
-    out: TextIO,
-    stop: threading.Event,
-    process_delay: float,
-    batch_size: int,
-    shutdown_timeout: float,
-) -> None:
-    leave_by: float | None = None
-    while True:
-        if stop.is_set() and leave_by is None:
-            coordinator.begin_shutdown()
-            leave_by = time.monotonic() + shutdown_timeout
-        coordinator.poll()
-        if coordinator.done:
-            return
-        if leave_by is not None and time.monotonic() > leave_by:
-            # ZooKeeper unreachable: closing the session removes the leases anyway.
-            log.warning("could not leave the worker group cleanly in %.0fs", shutdown_timeout)
-            return
+def _coordinators(
+    config: SpoutConfig,
+    reader: KinesisSpout | MultiStreamSpout,
+    store: ZooKeeperCheckpointStore,
+    client: Any,
+    metrics: MetricsCollector,
+    drain_timeout: float,
+) -> list[ShardCoordinator]:
+    """One coordinator per stream, in the config's order, each steering its stream's
+    spout (several streams: rotated, and its metrics labelled with its stream)."""
+    spouts: dict[str, KinesisSpout]
+    if isinstance(reader, MultiStreamSpout):
+        spouts, labelled = dict(reader.spouts), getattr(metrics, "for_stream", None)
+    else:
+        spouts, labelled = {config.stream_name: reader}, None
+    several = isinstance(reader, MultiStreamSpout)
+    return [
+        ShardCoordinator(
+            store,
+            one.stream_name,
+            spouts[one.stream_name],
+            worker_id=config.worker_id,
+            list_shards=_lister(KinesisApi(client, one.stream_name, one.stream_arn)),
+            shard_refresh_interval=config.shard_refresh_interval,
+            drain_timeout=drain_timeout,
+            metrics=labelled(one.stream_name) if labelled is not None else metrics,
+            rotation=0 if several else None,
+        )
+        for one in config.per_stream()
+    ]
+
+
+def _lister(api: KinesisApi) -> Callable[[], list[str]]:
+    """The stream's shard ids, listed anew at each call (bound here, not in a loop)."""
+    return lambda: [s.shard_id for s in api.list_shards()]
+
+
+class _Group:
+    """The reader and its streams' coordinators, stepped together by the worker's loop.
+
+    The coordinators are polled in the config's order, each after its rotation is set
+    from the splits of the streams before it (just polled): a change there rebalances
+    it in the same step. A stream the reader lets go (deleted, created again) loses its
+    coordinator (:meth:`ShardCoordinator.abandon`); with no stream left, an error.
+    """
+
+    def __init__(
+        self, reader: KinesisSpout | MultiStreamSpout, coordinators: list[ShardCoordinator]
+    ) -> None:
+        self.reader = reader
+        self.coordinators = coordinators
+        self.several = isinstance(reader, MultiStreamSpout)
+
+    def run(
+        self,
+        out: TextIO,
+        stop: threading.Event,
+        process_delay: float,
+        batch_size: int,
+        shutdown_timeout: float,
+    ) -> None:
+        """Read, process and ack until ``stop``, then leave every group (or time out)."""
+        leave_by: float | None = None
+        while True:
+            if stop.is_set() and leave_by is None:
+                for coordinator in self.coordinators:
+                    coordinator.begin_shutdown()
+                leave_by = time.monotonic() + shutdown_timeout
+            self.poll()
+            if all(c.done for c in self.coordinators):
+                return
+            if leave_by is not None and time.monotonic() > leave_by:
+                # ZooKeeper unreachable: closing the session removes the leases anyway.
+                log.warning("could not leave the worker group cleanly in %.0fs", shutdown_timeout)
+                return
+            batch = self.read(batch_size)
+            if batch:
+                process(batch, out, process_delay, self.several)
+                self.reader.ack_many(batch)
+                continue
+            delay = min(
+                self.reader.poll_delay(),
+                *(c.poll_delay() for c in self.coordinators),
+                _MAX_IDLE_SLEEP,
+            )
+            stop.wait(max(delay, 0.001))
+
+    def poll(self) -> None:
+        """Poll each coordinator, rotated past the streams before it when several."""
+        for i, coordinator in enumerate(self.coordinators):
+            if self.several:
+                coordinator.set_rotation(stream_rotations(c.split for c in self.coordinators)[i])
+            coordinator.poll()
+
+    def read(self, batch_size: int) -> list[Record]:
+        """The next batch (none while reading is paused); streams let go are left."""
         try:
-            batch = spout.next_batch(batch_size)
+            batch = self.reader.next_batch(batch_size)
         except KinesisSpoutError as exc:
             if not exc.retriable:
                 raise
             log.warning("reading paused: %s", exc)
             batch = []
-        if batch:
-            process(batch, out, process_delay)
-            spout.ack_many(batch)
-            continue
-        delay = min(spout.poll_delay(), coordinator.poll_delay(), _MAX_IDLE_SLEEP)
-        stop.wait(max(delay, 0.001))
+        if isinstance(self.reader, MultiStreamSpout):
+            self._leave_gone(self.reader.gone)
+        return batch
+
+    def _leave_gone(self, gone: dict[str, str]) -> None:
+        for coordinator in [c for c in self.coordinators if c.stream_name in gone]:
+            coordinator.abandon()
+            self.coordinators.remove(coordinator)
+        if not self.coordinators:
+            raise KinesisSpoutError(f"no stream left to read: {gone}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kinesis_spout.coordination.worker",
-        description="One ZooKeeper-coordinated worker: reads its share of the stream's "
-        "shards and logs each record to <output>/<worker_id>.records.",
+        description="One ZooKeeper-coordinated worker: reads its share of the shards of "
+        "the config's streams and logs each record to <output>/<worker_id>.records.",
     )
     parser.add_argument("--output", required=True, type=Path, help="directory for .records files")
     parser.add_argument(

@@ -9,7 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kinesis_spout.coordination import assignment
-from kinesis_spout.coordination.assignment import affinity, assign_shards, moved_shards
+from kinesis_spout.coordination.assignment import (
+    affinity,
+    assign_shards,
+    moved_shards,
+    stream_rotations,
+)
 
 shard_ids = st.lists(
     st.integers(0, 10_000).map(lambda i: f"shardId-{i:012d}"), max_size=60, unique=True
@@ -90,3 +95,65 @@ def test_membership_changes_move_few_other_shards() -> None:
 
 def test_moved_shards() -> None:
     assert moved_shards({"a": ["s1", "s2"]}, {"a": ["s1"], "b": ["s2", "s3"]}) == {"s2"}
+
+
+# --- several streams: each rotated past the extra shards of the streams before it -----
+
+
+def assign_streams(
+    streams: list[list[str]], workers: list[str]
+) -> list[dict[str, tuple[str, ...]]]:
+    """What a worker of several streams does: each stream's assignment rotated by
+    :func:`stream_rotations` over the (live shards, workers) of every stream."""
+    rotations = stream_rotations((len(set(s)), len(set(workers))) for s in streams)
+    return [assign_shards(s, workers, r) for s, r in zip(streams, rotations, strict=True)]
+
+
+def test_two_streams_of_one_shard_go_to_two_workers() -> None:
+    shard = ["shardId-000000000000"]  # both streams name their shard alike
+    for workers in (["w1", "w2"], ["w2", "w1"], ["host-b", "host-a"]):
+        a, b = assign_streams([shard, shard], workers)
+        assert {w for w, ss in a.items() if ss} != {w for w, ss in b.items() if ss}
+
+
+def test_streams_of_2_and_3_shards_over_2_workers() -> None:
+    a, b = assign_streams([[f"s{i}" for i in range(2)], [f"s{i}" for i in range(3)]], ["x", "y"])
+    assert {w: len(a[w]) + len(b[w]) for w in ("x", "y")} == {"x": 3, "y": 2}
+    assert all(a[w] and b[w] for w in ("x", "y"))  # each worker reads both streams
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(shard_ids, min_size=1, max_size=5), worker_ids)
+def test_several_streams_balanced_over_the_workers_as_a_whole(
+    streams: list[list[str]], workers: list[str]
+) -> None:
+    got = assign_streams(streams, workers)
+    for shards, one in zip(streams, got, strict=True):
+        assert sorted(s for ss in one.values() for s in ss) == sorted(shards)
+        counts = [len(v) for v in one.values()]
+        assert max(counts) - min(counts) <= 1  # each stream balanced
+    totals = [sum(len(one[w]) for one in got) for w in workers]
+    assert max(totals) - min(totals) <= 1  # and the streams together
+
+
+def test_no_rotation_is_the_single_stream_assignment_and_rotations_start_at_zero() -> None:
+    shards = [f"shardId-{i:012d}" for i in range(5)]
+    assert assign_shards(shards, ["a", "b", "c"]) == assign_shards(shards, ["c", "b", "a"], None)
+    assert stream_rotations([(5, 3), (1, 3), (4, 0), (2, 3)]) == [0, 2, 3, 3]
+    assert stream_rotations([]) == []
+
+
+def test_rotated_membership_changes_move_few_other_shards() -> None:
+    """A rotated stream stays sticky: a leave moves, besides the shards given up, about
+    one other shard on average (the workers taking one more may change, not most)."""
+    rnd = random.Random(11)
+    extra_moves = []
+    for _ in range(300):
+        shards = [f"shardId-{i:012d}" for i in range(rnd.randint(4, 40))]
+        workers = [f"host-{rnd.randint(0, 10**6)}" for _ in range(rnd.randint(2, 8))]
+        rotation = rnd.randint(0, 7)
+        before = assign_shards(shards, workers, rotation)
+        gone = rnd.choice(workers)
+        after = assign_shards(shards, [w for w in workers if w != gone], rotation)
+        extra_moves.append(len(moved_shards(before, after) - set(before[gone])))
+    assert sum(extra_moves) / len(extra_moves) < 2.0
