@@ -1,4 +1,8 @@
-"""The streaming source's offsets (version 2): one batch's plan, pure, no I/O.
+"""The streaming source's offsets: one batch's plan, pure, no I/O.
+
+A source of one stream writes version 2 (:class:`BatchOffset`, below); one of several
+streams writes version 3 (:class:`StreamsOffset`, at the end), which nests one stream's
+plan under its name.
 
 An offset *is* one micro-batch: its id and, per shard, where its read starts
 and how many records it may take. Where each read stopped is not in the
@@ -31,12 +35,29 @@ starts there::
 Spark compares offsets as JSON to decide "no new data", so the JSON is
 canonical (sorted keys, fixed shape). Batch 0 is the initial offset: it
 reads nothing.
+
+Several streams (version 3)::
+
+    {"version": 3, "job": "spark-orders-payments", "batch": 7, "run": "3f2a...",
+     "streams": {
+       "orders": {"start": {"type": "TRIM_HORIZON"},
+                  "shards": {"shardId-000000000000": {"seq": "4959...", "n": 9, "q": 500}}},
+       "payments": {"start": {"type": "TRIM_HORIZON"},
+                    "shards": {"shardId-000000000000": {"q": 500}, ...}}}}
+
+``job``, ``batch``, ``run`` and ``cutoff`` are the batch's; each stream's ``start`` and
+``shards`` mean what they mean in version 2 (each stream's batch-end records and
+checkpoints are its own, under its name). A new version rather than a superset of 2:
+a release that reads only version 2 refuses a version-3 offset with an error naming the
+version, where a superset would let it read one stream's plan as if it were the
+query's and lose the others. Version 2 stays what a one-stream source writes, so a
+query started before several streams were supported resumes unchanged.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -45,6 +66,8 @@ from kinesis_spout.records import ShardPosition, StartPosition
 from kinesis_spout.streaming.errors import OffsetError
 
 OFFSET_VERSION = 2
+STREAMS_VERSION = 3
+"""The version of an offset over several streams (:class:`StreamsOffset`)."""
 
 RUN_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 """What a run id may be (it is a path component of the batch-end records)."""
@@ -126,8 +149,8 @@ class BatchOffset:
         if version != OFFSET_VERSION:
             raise OffsetError(
                 f"Kinesis source offset version {version!r} is not supported (this version "
-                f"reads {OFFSET_VERSION}; version 1 was the read-ahead source of earlier "
-                "releases): use a new checkpoint location"
+                f"reads {OFFSET_VERSION} and {STREAMS_VERSION}; version 1 was the read-ahead "
+                "source of earlier releases): use a new checkpoint location"
             )
         stream, job, batch = doc.get("stream"), doc.get("job"), doc.get("batch")
         if not isinstance(stream, str) or not stream:
@@ -157,3 +180,98 @@ class BatchOffset:
         }
         start = StartPosition.from_json(doc.get("start"))
         return cls(stream, job, batch, start, plans, cutoff, run)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamsOffset:
+    """One batch's plan over the source's streams: one :class:`BatchOffset` per stream,
+    by name, all of the same job, batch, run and cutoff. Of one stream, its JSON is that
+    stream's (version 2); of several, version 3 (see the module docstring)."""
+
+    parts: Mapping[str, BatchOffset]
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise OffsetError("an offset plans at least one stream")
+        first = next(iter(self.parts.values()))
+        for name, part in self.parts.items():
+            if part.stream_name != name:
+                raise OffsetError(f"offset part {name!r} plans stream {part.stream_name!r}")
+            mine = (part.job_name, part.batch, part.run, part.cutoff)
+            if mine != (first.job_name, first.batch, first.run, first.cutoff):
+                raise OffsetError(
+                    f"the streams of one offset differ in job, batch, run or cutoff: {name!r} "
+                    f"has {mine}, {first.stream_name!r} has "
+                    f"{(first.job_name, first.batch, first.run, first.cutoff)}"
+                )
+
+    @classmethod
+    def of(cls, parts: Iterable[BatchOffset]) -> StreamsOffset:
+        return cls({p.stream_name: p for p in parts})
+
+    @property
+    def _first(self) -> BatchOffset:
+        return next(iter(self.parts.values()))
+
+    @property
+    def job_name(self) -> str:
+        return self._first.job_name
+
+    @property
+    def batch(self) -> int:
+        return self._first.batch
+
+    @property
+    def run(self) -> str:
+        return self._first.run
+
+    @property
+    def cutoff(self) -> datetime | None:
+        return self._first.cutoff
+
+    @property
+    def streams(self) -> list[str]:
+        """The streams' names, sorted."""
+        return sorted(self.parts)
+
+    def to_json(self) -> dict[str, Any]:
+        if len(self.parts) == 1:
+            return self._first.to_json()
+        out = self._first.to_json()
+        for key in ("stream", "start", "shards"):
+            del out[key]
+        out["version"] = STREAMS_VERSION
+        out["streams"] = {
+            name: {k: v for k, v in self.parts[name].to_json().items() if k in _PART_KEYS}
+            for name in self.streams
+        }
+        return out
+
+    @classmethod
+    def from_json(cls, doc: Any) -> StreamsOffset:
+        """Parse a version-2 or version-3 offset; :class:`OffsetError` naming what is wrong."""
+        if not isinstance(doc, dict) or doc.get("version") != STREAMS_VERSION:
+            return cls.of([BatchOffset.from_json(doc)])
+        streams = doc.get("streams")
+        if not isinstance(streams, dict) or len(streams) < 2:
+            raise OffsetError(
+                f"offset 'streams' must be an object of two or more streams, got {streams!r:.200}"
+            )
+        common = {k: v for k, v in doc.items() if k != "streams"}
+        parts = []
+        for name, part in streams.items():
+            if not isinstance(part, dict) or set(part) - set(_PART_KEYS):
+                raise OffsetError(
+                    f"offset of stream {name!r} must be an object of {', '.join(_PART_KEYS)}, "
+                    f"got {part!r:.200}"
+                )
+            parts.append(
+                BatchOffset.from_json(
+                    {**common, **part, "version": OFFSET_VERSION, "stream": str(name)}
+                )
+            )
+        return cls.of(parts)
+
+
+_PART_KEYS = ("start", "shards")
+"""What a stream's entry of a version-3 offset holds."""

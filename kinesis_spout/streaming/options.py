@@ -1,10 +1,13 @@
 """Options of ``spark.readStream.format("kinesis")``, parsed and validated: pure.
 
 Names follow the existing Spark Kinesis connectors where one exists
-(``streamName``, ``region``, ``endpointUrl``, ``initialPosition`` as in the
-Databricks and Qubole connectors). Spark lower-cases option keys, so they
-are matched case-insensitively. An unknown option is an error, not ignored:
-a typo in ``maxRecordsPerShard`` must not silently read unbounded batches.
+(``streamName``, ``streamARN``, ``region``, ``endpointUrl``, ``initialPosition`` as in
+the Databricks and Qubole connectors). ``streamName`` and ``streamARN`` take several
+streams, comma-separated; they are parsed and checked as the reader's ``streams`` are
+(:mod:`kinesis_spout.config.streams`), with errors naming the option. Spark
+lower-cases option keys, so they are matched case-insensitively. An unknown option
+is an error, not ignored: a typo in ``maxRecordsPerShard`` must not silently read
+unbounded batches.
 """
 
 from __future__ import annotations
@@ -23,13 +26,17 @@ from kinesis_spout.config import (
     MAX_RECORDS_PER_CALL,
     InitialPosition,
 )
+from kinesis_spout.config.streams import STREAM_ARN, StreamSpec, check_streams, parse_streams
 from kinesis_spout.errors import ConfigError
 
 DEFAULT_MAX_RECORDS_PER_SHARD = 10_000
 
 #: Canonical option names and what each means (shown in errors and docs).
 OPTIONS: dict[str, str] = {
-    "streamName": "the Kinesis stream to read (required)",
+    "streamName": "the Kinesis streams to read, comma-separated names (this or streamARN "
+    "is required)",
+    "streamARN": "streams to read by ARN, comma-separated "
+    "arn:aws:kinesis:REGION:ACCOUNT:stream/NAME (in the source's region)",
     "region": "AWS region (default: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1)",
     "endpointUrl": "Kinesis endpoint, e.g. an emulator (default: AWS_ENDPOINT_URL[_KINESIS])",
     "initialPosition": "trim_horizon (default), earliest, latest, at_timestamp, "
@@ -43,7 +50,7 @@ OPTIONS: dict[str, str] = {
     "checkpointStore": "file://DIR or zk://host:port[,host:port]/root (required): the "
     "executors record where each batch's read of each shard stopped, and commit() writes "
     "per-shard checkpoints there",
-    "jobName": "job name of those checkpoints (default: spark-<streamName>)",
+    "jobName": "job name of those checkpoints (default: spark-<stream>[-<stream>...])",
     "zkAuth": "user:password for ZooKeeper digest ACLs",
     "failOnDataLoss": "true (default): fail when planned records are gone; false: log and go on",
     "consumer": "polling (default: GetRecords) or efo (enhanced fan-out: the executors "
@@ -69,7 +76,8 @@ _POSITIONS = {
 class SourceOptions:
     """The validated options; picklable (it travels to the executors)."""
 
-    stream_name: str
+    streams: tuple[StreamSpec, ...]
+    """The streams read, as given (``streamName`` entries, then ``streamARN`` ones)."""
     region: str = "us-east-1"
     endpoint_url: str | None = None
     initial_position: InitialPosition = InitialPosition.TRIM_HORIZON
@@ -89,6 +97,11 @@ class SourceOptions:
     """Seconds a shard whose last read reached its tip waits for its next batch."""
     shard_list_interval: float = 1.0
     """Seconds a ListShards answer is reused (ListShards allows 100 calls/s per stream)."""
+
+    @property
+    def stream_name(self) -> str:
+        """The streams' names, comma-separated (one stream: its name); for messages."""
+        return ",".join(s.name for s in self.streams)
 
     @property
     def owner(self) -> str:
@@ -154,14 +167,14 @@ def parse_options(
     """
     env = os.environ if env is None else env
     given = _known(options)
-    stream = _stream_name(given)
     region, endpoint = _location(given, env)
+    streams = _streams(given, region)
     position, timestamp = _start(given)
-    store, job, zk_auth = _store(given, stream)
+    store, job, zk_auth = _store(given, streams)
     consumer, consumer_name = _consumer(given, job)
     per_trigger = given.get("maxRecordsPerTrigger")
     opts = SourceOptions(
-        stream_name=stream,
+        streams=streams,
         region=region,
         endpoint_url=endpoint,
         initial_position=position,
@@ -209,13 +222,41 @@ def _known(options: Mapping[str, Any]) -> dict[str, str]:
     return given
 
 
-def _stream_name(given: Mapping[str, str]) -> str:
-    stream = given.get("streamName", "").strip()
-    if not stream:
+_NAME_RULE = (
+    "comma-separated stream names, each 1..128 characters of a-z, A-Z, 0-9, _ . - "
+    "(ARNs go in streamARN)"
+)
+_ARN_RULE = (
+    "comma-separated stream ARNs, each arn:aws:kinesis:REGION:ACCOUNT:stream/NAME "
+    "(names go in streamName)"
+)
+
+
+def _streams(given: Mapping[str, str], region: str) -> tuple[StreamSpec, ...]:
+    """The streams of ``streamName`` and ``streamARN``: at least one, none twice, every ARN
+    in ``region`` (:func:`~kinesis_spout.config.streams.check_streams`)."""
+    streams = _entries(given, "streamName", arn=False) + _entries(given, "streamARN", arn=True)
+    if not streams:
         raise ConfigError("streamName", given.get("streamName"), OPTIONS["streamName"])
-    if len(stream) > 128 or not all(c.isalnum() or c in "_.-" for c in stream):
-        raise ConfigError("streamName", stream, "1..128 characters of a-z, A-Z, 0-9, _ . -")
-    return stream
+    try:
+        check_streams(streams, region)
+    except ConfigError as exc:  # it names "streams": name the option instead
+        option = "streamARN" if STREAM_ARN.fullmatch(str(exc.value)) else "streamName"
+        raise ConfigError(option, exc.value, exc.allowed.replace("config's", "source's")) from None
+    return streams
+
+
+def _entries(given: Mapping[str, str], option: str, *, arn: bool) -> tuple[StreamSpec, ...]:
+    """The comma-separated entries of ``option``: names, or (``arn``) ARNs."""
+    rule = _ARN_RULE if arn else _NAME_RULE
+    try:
+        streams = parse_streams(given.get(option, ""))
+    except ConfigError as exc:
+        raise ConfigError(option, exc.value, rule) from None
+    for s in streams:
+        if (s.arn is not None) != arn:
+            raise ConfigError(option, s.stream, rule)
+    return streams
 
 
 def _location(given: Mapping[str, str], env: Mapping[str, str]) -> tuple[str, str | None]:
@@ -263,7 +304,9 @@ def _consumer(given: Mapping[str, str], job: str) -> tuple[str, str]:
     return consumer, name
 
 
-def _store(given: Mapping[str, str], stream: str) -> tuple[str | None, str, str | None]:
+def _store(
+    given: Mapping[str, str], streams: tuple[StreamSpec, ...]
+) -> tuple[str | None, str, str | None]:
     """The checkpoint store URL, the job name and the ZooKeeper auth."""
     store = given.get("checkpointStore") or None
     if store is not None and not store.startswith(("file://", "zk://")):
@@ -272,10 +315,25 @@ def _store(given: Mapping[str, str], stream: str) -> tuple[str | None, str, str 
             store,
             _STORE_NEEDED + " (memory:// cannot work: they run in separate processes)",
         )
-    job = given.get("jobName") or f"spark-{stream}"
+    job = given.get("jobName") or _default_job(streams)
     if "/" in job or job in (".", ".."):
         raise ConfigError("jobName", job, "a non-empty name without '/'")
     zk_auth = given.get("zkAuth") or None
     if zk_auth is not None and ":" not in zk_auth:
         raise ConfigError("zkAuth", "***", "user:password")
     return store, job, zk_auth
+
+
+def _default_job(streams: tuple[StreamSpec, ...]) -> str:
+    """``spark-<stream>``, or with several streams ``spark-<stream>-<stream>...`` (in the
+    order given); a default longer than 128 characters is an error asking for ``jobName``
+    (it is a path component and the default consumer name)."""
+    job = "spark-" + "-".join(s.name for s in streams)
+    if len(streams) > 1 and len(job) > 128:
+        raise ConfigError(
+            "jobName",
+            None,
+            f"required with these {len(streams)} streams: the default {job[:40]}... is "
+            "longer than 128 characters",
+        )
+    return job

@@ -7,7 +7,9 @@ stays empty. What Spark does report for the ``kinesis`` source, in every
 ``StreamingQueryProgress``, is ``numInputRows``, the input and processing rates
 and the batch's start and end offsets, which for this source are its batch plans
 (stream, job, the source's batch number and, per shard, the position before the
-batch and its quota; see :mod:`~kinesis_spout.streaming.batch_offset`). The
+batch and its quota; see :mod:`~kinesis_spout.streaming.batch_offset`). A source of
+several streams gives one :class:`KinesisSourceProgress` too (Spark counts its rows
+together): ``stream`` lists them, comma-separated, and shards are ``<stream>/<shardId>``. The
 ``description`` is only the JVM class name (``PythonMicroBatchStream...``), so
 the source is recognised by its offsets.
 
@@ -30,7 +32,7 @@ from typing import Any
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from kinesis_spout.metrics import MetricsCollector
-from kinesis_spout.streaming.batch_offset import BatchOffset
+from kinesis_spout.streaming.batch_offset import StreamsOffset
 from kinesis_spout.streaming.errors import OffsetError
 
 
@@ -42,11 +44,13 @@ class KinesisSourceProgress:
     batch_id: int
     """Spark's batch id (the one ``foreachBatch`` gets)."""
     stream: str
+    """The stream; several: their names, comma-separated."""
     job: str
     plan: int
     """The source's own batch number (its offset's ``batch``)."""
     quotas: Mapping[str, int]
-    """Per shard planned in this batch, the most records it may read."""
+    """Per shard planned in this batch, the most records it may read (several streams:
+    keyed ``<stream>/<shardId>``)."""
     after: Mapping[str, str | None]
     """Per shard, the sequence number the batch read after (None: from its start)."""
     num_input_rows: int
@@ -62,13 +66,26 @@ def _get(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
 
 
-def _offset(text: Any) -> BatchOffset | None:
+def _offset(text: Any) -> StreamsOffset | None:
     if not text:
         return None
     try:
-        return BatchOffset.from_json(json.loads(text) if isinstance(text, str) else text)
+        return StreamsOffset.from_json(json.loads(text) if isinstance(text, str) else text)
     except (OffsetError, ValueError, TypeError):
         return None  # another source's offset
+
+
+def _shards(end: StreamsOffset) -> tuple[dict[str, int], dict[str, str | None]]:
+    """Per shard with a quota, the quota and the sequence number it reads after (keyed
+    ``<stream>/<shardId>`` with several streams)."""
+    quotas: dict[str, int] = {}
+    after: dict[str, str | None] = {}
+    for name, part in end.parts.items():
+        for shard, plan in part.reads.items():
+            key = shard if len(end.parts) == 1 else f"{name}/{shard}"
+            quotas[key] = plan.quota
+            after[key] = plan.position.sequence if plan.position is not None else None
+    return quotas, after
 
 
 def kinesis_progress(progress: Any) -> list[KinesisSourceProgress]:
@@ -78,19 +95,16 @@ def kinesis_progress(progress: Any) -> list[KinesisSourceProgress]:
         end = _offset(_get(source, "endOffset"))
         if end is None:
             continue
+        quotas, after = _shards(end)
         out.append(
             KinesisSourceProgress(
                 query_id=str(_get(progress, "id")),
                 batch_id=int(_get(progress, "batchId")),
-                stream=end.stream_name,
+                stream=",".join(end.streams),
                 job=end.job_name,
                 plan=end.batch,
-                quotas={s: p.quota for s, p in end.shards.items() if p.quota},
-                after={
-                    s: (p.position.sequence if p.position is not None else None)
-                    for s, p in end.shards.items()
-                    if p.quota
-                },
+                quotas=quotas,
+                after=after,
                 num_input_rows=int(_get(source, "numInputRows") or 0),
                 input_rows_per_second=float(_get(source, "inputRowsPerSecond") or 0.0),
                 processed_rows_per_second=float(_get(source, "processedRowsPerSecond") or 0.0),

@@ -11,6 +11,8 @@ on the executors:
   batch's start position up to its quota and records where it stopped in the
   checkpoint store before returning (first writer wins, so a retried task
   returns the same range: :mod:`~kinesis_spout.streaming.executor_read`);
+  with several streams (``streamName=a,b``, ``streamARN=...``) a task is one shard
+  of one stream, and its rows carry that stream's name;
 * the driver holds the offsets (batch plans) in Spark's checkpoint location.
 
 So clients and stores are created lazily and never pickled. This module holds
@@ -36,12 +38,13 @@ from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import process_client
 from kinesis_spout.kinesis.efo_read import EfoTarget
 from kinesis_spout.records import StartPosition
-from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
+from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan, StreamsOffset
 from kinesis_spout.streaming.errors import MissingDependencyError
 from kinesis_spout.streaming.executor_read import read_batch_shard
 from kinesis_spout.streaming.options import SourceOptions, parse_options
 from kinesis_spout.streaming.planner import Planner
 from kinesis_spout.streaming.rows import arrow_schema, to_arrow
+from kinesis_spout.streaming.stream_planner import StreamPlanner
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -112,18 +115,20 @@ def check_dependencies() -> None:
             )
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=64)
 def _batch_ends(url: str, job: str, stream: str, zk_auth: str | None) -> BatchEndStore:
-    """One batch-end store per Python worker process."""
+    """One batch-end store per stream and Python worker process (a query reading more
+    streams than this cache holds reopens a store when its stream's turn comes)."""
     return open_batch_ends(url, job, stream, zk_auth)
 
 
 class BatchShardPartition(InputPartition):
-    """One Spark task: one shard of one batch. Picklable."""
+    """One Spark task: one shard of one stream in one batch. Picklable."""
 
     def __init__(
         self,
         batch: int,
+        stream: str,
         shard_id: str,
         plan: ShardPlan,
         start: StartPosition,
@@ -131,9 +136,12 @@ class BatchShardPartition(InputPartition):
         efo: EfoTarget | None = None,
         closed: bool = False,
         run: str = "",
+        arn: str | None = None,
     ) -> None:
-        super().__init__(f"{batch}:{shard_id}")
-        self.batch, self.shard_id, self.plan = batch, shard_id, plan
+        super().__init__(f"{batch}:{stream}/{shard_id}")
+        self.batch, self.stream, self.shard_id, self.plan = batch, stream, shard_id, plan
+        self.arn = arn
+        """The stream's ARN when it was given as one (the calls then name it by ARN)."""
         self.start, self.cutoff = start, cutoff
         self.efo, self.closed = efo, closed
         """``consumer=efo``: subscribe as this consumer; ListShards says it is closed."""
@@ -143,7 +151,7 @@ class BatchShardPartition(InputPartition):
     def __repr__(self) -> str:
         pos = self.plan.position
         after = pos.key if pos is not None else self.start.kind.value
-        return f"BatchShardPartition({self.batch}, {self.shard_id}, after={after})"
+        return f"BatchShardPartition({self.batch}, {self.stream}/{self.shard_id}, after={after})"
 
 
 class KinesisDataSource(DataSource):
@@ -231,15 +239,7 @@ class KinesisStreamReader(DataSourceStreamReader):
         self.planner.planned(last)
         if first.batch == last.batch:
             return []  # no batch between them (PySpark 4.0 asks after a restart)
-        log.debug("batch %d: %d shards", last.batch, len(last.reads))
-        efo = self.planner.efo_target()
-        closed = self.planner.closed_shards()
-        return [
-            BatchShardPartition(
-                last.batch, shard, plan, last.start, last.cutoff, efo, shard in closed, last.run
-            )
-            for shard, plan in last.reads.items()
-        ]
+        return [p for name in last.streams for p in _partitions(self.planner.parts[name], last)]
 
     def commit(self, end: dict[str, Any]) -> None:
         self.planner.commit(self.planner.parse(end))
@@ -255,9 +255,9 @@ class KinesisStreamReader(DataSourceStreamReader):
             raise TypeError(f"not a kinesis partition: {partition!r}")
         opts = self.options
         assert opts.checkpoint_store is not None
-        api = KinesisApi(process_client(opts.endpoint_url, opts.region), opts.stream_name)
-        store = _batch_ends(opts.checkpoint_store, opts.job_name, opts.stream_name, opts.zk_auth)
         p = partition
+        api = KinesisApi(process_client(opts.endpoint_url, opts.region), p.stream, p.arn)
+        store = _batch_ends(opts.checkpoint_store, opts.job_name, p.stream, opts.zk_auth)
         for page in read_batch_shard(
             api,
             store,
@@ -273,6 +273,29 @@ class KinesisStreamReader(DataSourceStreamReader):
             closed=p.closed,
         ):
             yield to_arrow(page)
+
+
+def _partitions(planner: StreamPlanner, offset: StreamsOffset) -> list[BatchShardPartition]:
+    """The tasks of one stream in ``offset``'s batch: one per shard with a quota."""
+    part = offset.parts[planner.name]
+    log.debug("batch %d: %d shards of %s", part.batch, len(part.reads), planner.name)
+    efo = planner.efo_target()
+    closed = planner.closed_shards()
+    return [
+        BatchShardPartition(
+            part.batch,
+            part.stream_name,
+            shard,
+            plan,
+            part.start,
+            part.cutoff,
+            efo,
+            shard in closed,
+            part.run,
+            planner.spec.arn,
+        )
+        for shard, plan in part.reads.items()
+    ]
 
 
 if SupportsTriggerAvailableNow is not None:
@@ -300,6 +323,7 @@ __all__ = [
     "KinesisStreamReader",
     "BatchOffset",
     "BatchShardPartition",
+    "StreamsOffset",
     "arrow_schema",
     "check_dependencies",
     "register",

@@ -17,7 +17,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from kinesis_spout.errors import CheckpointError, KinesisSpoutError, StaleCheckpointError
-from kinesis_spout.records import Checkpoint
+from kinesis_spout.records import Checkpoint, ShardPosition
 from kinesis_spout.streaming.offsets import SourceOffset
 from kinesis_spout.streaming.options import SourceOptions
 
@@ -29,12 +29,14 @@ log = logging.getLogger(__name__)
 
 class StoreMirror:
     """Writes each shard's committed position to ``options.checkpoint_store``
-    (opened lazily, once per process), skipping positions already written."""
+    (opened lazily, once per process, shared by the source's streams: each stream's
+    checkpoints are under its name), skipping positions already written."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._store: CheckpointStore | None = None
-        self._committed: dict[str, tuple[str | None, int, bool]] = {}
+        self._committed: dict[tuple[str, str], tuple[str | None, int, bool]] = {}
+        """Per (stream, shard), the position last written."""
 
     def commit(self, end: SourceOffset) -> None:
         """Mirror ``end`` into the checkpoint store. Never fails the query: the
@@ -50,32 +52,41 @@ class StoreMirror:
         for shard in sorted(end.shards):
             pos = end.shards[shard]
             mark = (pos.sequence, pos.sub_sequence, pos.ended)
-            if self._committed.get(shard) == mark:
+            key = (end.stream_name, shard)
+            if self._committed.get(key) == mark:
                 continue
             if pos.partial and pos.sub_sequence == 0:
-                log.debug("checkpoint of %s kept: %s is inside an aggregate", shard, pos.key)
+                log.debug("checkpoint of %s/%s kept: %s is inside an aggregate", *key, pos.key)
                 continue
-            try:
-                if pos.sequence is None:
-                    store.mark_ended(end.stream_name, shard, opts.owner)
-                else:
-                    store.save(
-                        Checkpoint(
-                            end.stream_name,
-                            shard,
-                            pos.sequence,
-                            pos.sub_sequence,
-                            shard_end=pos.ended,
-                            job_name=opts.job_name,
-                            owner=opts.owner,
-                        )
+            if self._write(store, end.stream_name, shard, pos):
+                self._committed[key] = mark
+
+    def _write(self, store: CheckpointStore, stream: str, shard: str, pos: ShardPosition) -> bool:
+        """Write one shard's checkpoint; False: not written (the next commit retries)."""
+        opts = self.options
+        try:
+            if pos.sequence is None:
+                store.mark_ended(stream, shard, opts.owner)
+            else:
+                store.save(
+                    Checkpoint(
+                        stream,
+                        shard,
+                        pos.sequence,
+                        pos.sub_sequence,
+                        shard_end=pos.ended,
+                        job_name=opts.job_name,
+                        owner=opts.owner,
                     )
-            except StaleCheckpointError as exc:
-                log.info("checkpoint of %s not moved: %s", shard, exc)
-            except CheckpointError as exc:
-                log.warning("checkpoint of %s not written (next commit retries): %s", shard, exc)
-                continue
-            self._committed[shard] = mark
+                )
+        except StaleCheckpointError as exc:
+            log.info("checkpoint of %s/%s not moved: %s", stream, shard, exc)
+        except CheckpointError as exc:
+            log.warning(
+                "checkpoint of %s/%s not written (next commit retries): %s", stream, shard, exc
+            )
+            return False
+        return True
 
     def _open_store(self) -> CheckpointStore:
         if self._store is None:

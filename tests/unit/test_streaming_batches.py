@@ -14,7 +14,7 @@ import pytest
 from kinesis_spout.checkpoint.batch_ends import BatchEnd, BatchEndError, PlannedFrom
 from kinesis_spout.checkpoint.file_batch_ends import FileBatchEnds
 from kinesis_spout.records import ShardInfo, ShardPosition, StartPosition
-from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan
+from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan, StreamsOffset
 from kinesis_spout.streaming.errors import OffsetError
 from kinesis_spout.streaming.options import parse_options
 from kinesis_spout.streaming.planner import Planner
@@ -160,16 +160,30 @@ def planner(
     )
     opts = dataclasses.replace(opts, shard_list_interval=0.0)
     p = Planner(opts) if clock is None else Planner(opts, clock=clock.time, sleep=clock.sleep)
-    p._api = FakeApi(shards)  # type: ignore[assignment]  # noqa: SLF001
+    p.parts["orders"]._api = FakeApi(shards)  # type: ignore[assignment]  # noqa: SLF001
     return p
+
+
+def initial(p: Planner) -> BatchOffset:
+    """The initial offset of the planner's one stream."""
+    return p.initial_offset().parts["orders"]
+
+
+def latest(p: Planner, start: dict[str, Any] | None, total: int | None) -> BatchOffset:
+    """The next offset of the planner's one stream (its JSON is the source's)."""
+    return p.latest(start, total).parts["orders"]
 
 
 def record(p: Planner, batch: int, shard: str, e: BatchEnd) -> BatchEnd:
     """What the task reading ``shard`` in the planner's last planned ``batch`` records."""
-    offset = p._last_planned  # noqa: SLF001
-    assert offset is not None and offset.batch == batch
+    planned_last = p._last_planned  # noqa: SLF001
+    assert planned_last is not None
+    offset = planned_last.parts["orders"]
+    assert offset.batch == batch
     planned = PlannedFrom.of(offset.run, offset.shards[shard], offset.start)
-    return p.store.record(offset.run, batch, shard, dataclasses.replace(e, planned=planned))
+    return p.parts["orders"].store.record(
+        offset.run, batch, shard, dataclasses.replace(e, planned=planned)
+    )
 
 
 def test_latest_offset_plans_without_reading_and_children_wait_for_their_parents(
@@ -177,11 +191,11 @@ def test_latest_offset_plans_without_reading_and_children_wait_for_their_parents
 ) -> None:
     shards = [ShardInfo(A), ShardInfo(B), ShardInfo(C, parent_shard_id=A)]
     p = planner(tmp_path, shards, maxRecordsPerShard="50")
-    first = p.latest(p.initial_offset().to_json(), None)
+    first = latest(p, initial(p).to_json(), None)
     assert (first.batch, first.reads) == (1, {A: ShardPlan(None, 50), B: ShardPlan(None, 50)})
     record(p, 1, A, end(9, 9, ended=True))  # A ends in batch 1
     record(p, 1, B, end(4, 4))
-    second = p.latest(first.to_json(), 6)  # a ReadMaxRows(6) limit
+    second = latest(p, first.to_json(), 6)  # a ReadMaxRows(6) limit
     assert second.batch == 2
     assert second.shards[A] == ShardPlan(pos(9, 9, ended=True))  # ended: kept, no quota
     assert second.shards[B].position == pos(4, 4)
@@ -193,25 +207,25 @@ def test_shards_at_their_tip_rest_so_an_idle_stream_gets_no_batch(tmp_path: Path
     import time
 
     p = planner(tmp_path, [ShardInfo(A)])
-    first = p.latest(p.initial_offset().to_json(), None)
+    first = latest(p, initial(p).to_json(), None)
     record(p, 1, A, dataclasses.replace(end(None, caught_up=True), at=time.time()))
-    assert p.latest(first.to_json(), None) == first  # resting: no new batch
+    assert latest(p, first.to_json(), None) == first  # resting: no new batch
     record(p, 1, A, end(None))  # (already recorded: first one wins)
-    p._rest_until[A] = 0.0  # noqa: SLF001 - the rest is over
-    assert p.latest(first.to_json(), None).batch == 2
+    p.parts["orders"]._rest_until[A] = 0.0  # noqa: SLF001 - the rest is over
+    assert latest(p, first.to_json(), None).batch == 2
 
 
 def test_a_missing_batch_end_record_stops_the_query_naming_it(tmp_path: Path) -> None:
     p = planner(tmp_path, [ShardInfo(A), ShardInfo(B)])
-    first = p.latest(p.initial_offset().to_json(), None)
+    first = latest(p, initial(p).to_json(), None)
     record(p, 1, A, end(3))
     with pytest.raises(BatchEndError, match=r"no batch-end record for batch 1, shard shardId-b"):
-        p.latest(first.to_json(), None)
+        latest(p, first.to_json(), None)
 
 
 def test_an_offset_of_another_stream_or_job_is_refused(tmp_path: Path) -> None:
     p = planner(tmp_path, [ShardInfo(A)])
-    doc = p.initial_offset().to_json()
+    doc = initial(p).to_json()
     with pytest.raises(OffsetError, match="job 'other'.*as job 'billing'"):
         p.parse({**doc, "job": "other"})
     with pytest.raises(OffsetError, match="stream 'payments'"):
@@ -222,17 +236,21 @@ def test_commit_writes_the_checkpoints_and_drops_older_records(tmp_path: Path) -
     from kinesis_spout.checkpoint import open_store
 
     p = planner(tmp_path, [ShardInfo(A)])
-    offset = p.initial_offset()
+    offset = initial(p)
     for b in (1, 2, 3):
-        offset = p.latest(offset.to_json(), None)
+        offset = latest(p, offset.to_json(), None)
         record(p, b, A, end(10 * b, 10))
-    p.commit(offset)
+    p.commit(StreamsOffset.of([offset]))
     store = open_store(f"file://{tmp_path}", "billing")
     try:
         assert store.load("orders")[A].sequence_number == "30"
     finally:
         store.close()
-    assert [p.store.get(offset.run, b, A) is not None for b in (1, 2, 3)] == [False, False, True]
+    assert [p.parts["orders"].store.get(offset.run, b, A) is not None for b in (1, 2, 3)] == [
+        False,
+        False,
+        True,
+    ]
 
 
 def test_available_now_ends_once_every_shard_reached_the_cutoff(tmp_path: Path) -> None:
@@ -240,15 +258,15 @@ def test_available_now_ends_once_every_shard_reached_the_cutoff(tmp_path: Path) 
 
     p = planner(tmp_path, [ShardInfo(A), ShardInfo(B)], maxRecordsPerShard="5")
     p.cutoff = datetime.now(UTC)  # prepareForTriggerAvailableNow
-    first = p.latest(p.initial_offset().to_json(), None)
+    first = latest(p, initial(p).to_json(), None)
     assert first.cutoff == p.cutoff and BatchOffset.from_json(first.to_json()) == first
     record(p, 1, A, end(5, 5))  # quota reached: more may follow
     record(p, 1, B, end(2, 2, caught_up=True))  # reached the cutoff
-    second = p.latest(first.to_json(), None)
+    second = latest(p, first.to_json(), None)
     assert set(second.reads) == {A}
     record(p, 2, A, end(7, 2, caught_up=True))
-    p._rest_until.clear()  # noqa: SLF001 - even after any rest
-    assert p.latest(second.to_json(), None) == second  # no new batch: the query stops
+    p.parts["orders"]._rest_until.clear()  # noqa: SLF001 - even after any rest
+    assert latest(p, second.to_json(), None) == second  # no new batch: the query stops
 
 
 def test_available_now_reads_on_after_an_earlier_query_caught_up(tmp_path: Path) -> None:
@@ -257,11 +275,11 @@ def test_available_now_reads_on_after_an_earlier_query_caught_up(tmp_path: Path)
     from datetime import UTC, datetime
 
     p = planner(tmp_path, [ShardInfo(A)], maxRecordsPerShard="5")
-    first = p.latest(p.initial_offset().to_json(), None)
+    first = latest(p, initial(p).to_json(), None)
     record(p, 1, A, end(5, 5, caught_up=True, at=time.time() - 60))  # a minute ago
-    p._rest_until.clear()  # noqa: SLF001 - its rest is long over
+    p.parts["orders"]._rest_until.clear()  # noqa: SLF001 - its rest is long over
     p.cutoff = datetime.now(UTC)  # the new query's prepareForTriggerAvailableNow
-    second = p.latest(first.to_json(), None)
+    second = latest(p, first.to_json(), None)
     assert second.batch == first.batch + 1 and set(second.reads) == {A}  # not taken as done
 
 
@@ -277,15 +295,15 @@ def test_runs_keep_their_records_apart(tmp_path: Path) -> None:
 
 def test_a_record_planned_from_another_plan_is_refused_naming_both(tmp_path: Path) -> None:
     p = planner(tmp_path, [ShardInfo(A)], maxRecordsPerShard="5")
-    first = p.latest(p.initial_offset().to_json(), None)
+    first = latest(p, initial(p).to_json(), None)
     other = PlannedFrom(first.run, pos(15, 5), StartPosition(), 10)
-    p.store.record(first.run, 1, A, dataclasses.replace(end(40, 10), planned=other))
+    p.parts["orders"].store.record(first.run, 1, A, dataclasses.replace(end(40, 10), planned=other))
     with pytest.raises(
         BatchEndError,
         match=r"planned from run .*'seq': '15'.*quota 10, but "
         r"this batch is planned from run .*'TRIM_HORIZON'.*quota 5",
     ):
-        p.latest(first.to_json(), None)
+        latest(p, first.to_json(), None)
 
 
 def test_the_executor_refuses_a_record_of_another_plan_before_reading(tmp_path: Path) -> None:
@@ -302,16 +320,16 @@ def test_the_executor_refuses_a_record_of_another_plan_before_reading(tmp_path: 
 
 def test_a_record_of_an_earlier_release_is_used_only_under_its_offsets(tmp_path: Path) -> None:
     p = planner(tmp_path, [ShardInfo(A)], maxRecordsPerShard="5")
-    legacy = dataclasses.replace(p.initial_offset(), run="")  # no run: an earlier release
-    first = p.latest(legacy.to_json(), None)
+    legacy = dataclasses.replace(initial(p), run="")  # no run: an earlier release
+    first = latest(p, legacy.to_json(), None)
     assert first.run == "" and "run" not in first.to_json()
-    p.store.record("", 1, A, end(5, 5))  # no plan in it
-    assert p.latest(first.to_json(), None).shards[A].position == pos(5, 5)
+    p.parts["orders"].store.record("", 1, A, end(5, 5))  # no plan in it
+    assert latest(p, first.to_json(), None).shards[A].position == pos(5, 5)
     fresh = planner(tmp_path, [ShardInfo(A)], maxRecordsPerShard="5")
-    ran = fresh.latest(fresh.initial_offset().to_json(), None)
-    p.store.record(ran.run, 1, A, end(5, 5))
+    ran = latest(fresh, initial(fresh).to_json(), None)
+    p.parts["orders"].store.record(ran.run, 1, A, end(5, 5))
     with pytest.raises(BatchEndError, match="unknown plan"):
-        fresh.latest(ran.to_json(), None)
+        latest(fresh, ran.to_json(), None)
 
 
 def test_a_leftover_attempt_of_a_removed_batch_records_nothing(tmp_path: Path) -> None:
@@ -353,22 +371,22 @@ def test_available_now_waits_out_a_rest_instead_of_ending_early(
     clock = FakeClock()
     p = planner(tmp_path, [ShardInfo(A), ShardInfo(B)], clock, maxRecordsPerShard="5")
     p.cutoff = datetime.fromtimestamp(clock.now, UTC)
-    first = p.latest(p.initial_offset().to_json(), None)
+    first = latest(p, initial(p).to_json(), None)
     at = clock.now - 0.01  # just before the cutoff, or throttled at once
     record(p, 1, A, BatchEnd(pos(3, 3), at=at, **last))
     record(p, 1, B, end(2, 2, caught_up=True, at=clock.now + 0.5))  # B reached the cutoff
-    second = p.latest(first.to_json(), None)
+    second = latest(p, first.to_json(), None)
     assert second != first, "the query would end with records of A before the cutoff unread"
     assert set(second.reads) == {A} and second.shards[A].position == pos(3, 3)
     assert clock.waits == [pytest.approx(rest - 0.01)]  # the rest, waited once
     record(p, 2, A, end(5, 2, caught_up=True, at=clock.now))
-    assert p.latest(second.to_json(), None) == second  # every shard at the cutoff: it ends
+    assert latest(p, second.to_json(), None) == second  # every shard at the cutoff: it ends
     assert len(clock.waits) == 1
 
 
 def test_without_a_cutoff_a_resting_stream_gets_no_batch_and_no_wait(tmp_path: Path) -> None:
     clock = FakeClock()
     p = planner(tmp_path, [ShardInfo(A)], clock)
-    first = p.latest(p.initial_offset().to_json(), None)
+    first = latest(p, initial(p).to_json(), None)
     record(p, 1, A, BatchEnd(None, throttled=True, at=clock.now))
-    assert p.latest(first.to_json(), None) == first and clock.waits == []
+    assert latest(p, first.to_json(), None) == first and clock.waits == []
