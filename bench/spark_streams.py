@@ -42,7 +42,7 @@ from kinesis_spout.config.streams import parse_streams
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, emulator_client, make_payloads, put_records
 
-RUNS = 2
+RUNS = 3
 FAIR_SECONDS = 10.0
 FAIR_BATCH = 500
 SHARDS_PER_STREAM = 2

@@ -118,9 +118,12 @@ class ExecutorReadPlanner:
         """(executor, pid) of every task whose result was applied."""
 
     # ------------------------------------------------------------------ planning
-    def plan(self, max_records: int, busy: Collection[str] = ()) -> list[ReadPlan]:
+    def plan(
+        self, max_records: int, busy: Collection[str] = (), early: bool = False
+    ) -> list[ReadPlan]:
         """The next tasks (retry tasks first) of the shards not ``busy`` (with a task
-        running); ``[]``: nothing to do now."""
+        running); ``[]``: nothing to do now. ``early``: a micro-batch runs anyway (another
+        stream of the job has plans), so shards waiting at their tip may join it early."""
         self.spout.check_open()
         now = self._clock()
         self._rr.held = busy  # a running retry task's records do not expire under it
@@ -137,7 +140,7 @@ class ExecutorReadPlanner:
         # Shards waiting at their tip join a micro-batch that runs anyway up to half their
         # wait early, so idle shards that fell out of step (a read cut by the deadline) poll
         # together again: one Spark job per round, not one per group.
-        early = bool(plans) or any(self._readable(sh, now) for sh in free)
+        early = early or bool(plans) or any(self._readable(sh, now) for sh in free)
         for sh in free:
             if self._readable(sh, now, early):
                 limit = min(max_records, self.spout.make_room(sh, now))

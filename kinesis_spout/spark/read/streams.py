@@ -9,7 +9,10 @@ planner once it is open) and:
 * plans every stream in each micro-batch (each stream's shards get their plans as in a
   job of that stream alone, so a stream of 1 shard is planned as often as one of 64; the
   stream that comes first turns at each batch), the plans tagged with their stream and
-  numbered by one counter, so a task number names one plan of the job;
+  numbered by one counter, so a task number names one plan of the job. When one stream
+  has plans, the shards of the others that wait at their tip may join the micro-batch
+  early, as the shards of one stream do: idle streams poll in step with the busy ones,
+  not in micro-batches of their own;
 * routes each result, and each plan that failed alone, to its stream's planner;
 * keys the shards that are in a running job by ``(stream, shard)``.
 """
@@ -81,11 +84,28 @@ class StreamPlanners:
         planners = list(self.planners.items())
         k = self._turn % max(len(planners), 1)
         self._turn += 1
+        order = planners[k:] + planners[:k]
+        plans = self._plan(order, max_records, busy, early=False)
+        if plans:  # a micro-batch runs: the streams with none may join it early
+            planned = {p.stream for p in plans}
+            rest = [(n, p) for n, p in order if n not in planned]
+            plans += self._plan(rest, max_records, busy, early=True)
+        return plans
+
+    def _plan(
+        self,
+        planners: list[tuple[str, ExecutorReadPlanner]],
+        max_records: int,
+        busy: Collection[ShardKey],
+        early: bool,
+    ) -> list[ReadPlan]:
+        """The plans of these streams, tagged with their stream (a stream found gone is
+        let go)."""
         plans: list[ReadPlan] = []
-        for name, planner in planners[k:] + planners[:k]:
+        for name, planner in planners:
             mine = {shard for stream, shard in busy if stream == name}
             try:
-                planned = planner.plan(max_records, mine)
+                planned = planner.plan(max_records, mine, early)
             except StreamNotFoundError as exc:  # deleted, or created again
                 if not isinstance(self.spout, MultiStreamSpout):
                     raise
