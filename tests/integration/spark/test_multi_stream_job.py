@@ -182,11 +182,14 @@ def by_stream(df: Any) -> Any:
 def test_a_transform_over_three_streams_runs_on_the_executors_and_routes_by_stream(
     spark: Any, moto_server: Any, moto_client: Any, unique_name: str, tmp_path: Path
 ) -> None:
+    """One of the streams is given by ARN: the read tasks name it by ``StreamARN``."""
     put, poison = fill(moto_client, unique_name, 60)
     names = list(put)
+    summary = moto_client.describe_stream_summary(StreamName=names[2])
+    arn = summary["StreamDescriptionSummary"]["StreamARN"]
     out = tmp_path / "rows"
     cfg = SpoutConfig(
-        streams=names,
+        streams=[*names[:2], arn],
         job_name=unique_name,
         endpoint_url=moto_server.endpoint_url,
         checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
