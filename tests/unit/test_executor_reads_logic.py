@@ -22,7 +22,7 @@ from kinesis_spout.spark.isolation import BatchFailedError
 from kinesis_spout.spark.read.frames import RowSpace
 from kinesis_spout.spark.read.jobs import ReadIsolation, ReadJobs, _halves, _rest
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.read.planner import sparse_marks
+from kinesis_spout.spark.read.planner import poison_id, sparse_marks
 from kinesis_spout.spark.read.shuffle import LOST, assemble
 from tracker import InflightRecordTracker, SequenceKey
 
@@ -244,7 +244,7 @@ def test_the_retry_of_a_record_a_read_found_failing_alone_is_known_poison() -> N
     jobs.healthy = True
     read = ReadIsolation(splits_left=4, alone=[(ReadPlan(1, "shard-1", POS, limit=1), "died")])
     jobs.judge(1, read)
-    jobs.remember_poison([_rec(2).message_id])  # what fail_alone read and failed
+    jobs.remember_poison([poison_id(_rec(2))])  # what fail_alone read and failed
     retry = ReadPlan(2, "shard-1", None, retries=(_rec(2),))
     jobs.judge(2, ReadIsolation(splits_left=4, alone=[(retry, "died")]))
     with pytest.raises(BatchFailedError):  # a record never seen failing alone: systematic

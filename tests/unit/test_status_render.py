@@ -82,7 +82,11 @@ def test_json_has_the_documented_keys_and_values() -> None:
         "kinesis_calls",
         "notes",
         "problems",
+        "streams",
     ]
+    # each stream's part: the keys from job to problems (one stream: the top level's)
+    (only,) = doc["streams"]
+    assert only == {k: v for k, v in doc.items() if k not in ("format", "generated_at", "streams")}
     assert doc["format"] == 1 and doc["generated_at"] == "2026-11-24T12:00:00+00:00"
     assert doc["job_lease"] == {
         "state": "held",
