@@ -16,9 +16,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from proctree import TreeCpu
 
@@ -174,11 +175,20 @@ def job_dir(base: Path, name: str) -> Path:
     return path
 
 
-def write_job(workdir: Path, stream: str, endpoint: str, *, stop_when_idle: float) -> Path:
+def write_job(
+    workdir: Path,
+    stream: str,
+    endpoint: str,
+    *,
+    stop_when_idle: float,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
     """The job's TOML file and its processing file under ``workdir`` (fresh checkpoints and
-    dead letters there): executor reads, the library's defaults otherwise."""
+    dead letters there): executor reads, ``extra`` config values, the library's defaults
+    otherwise."""
     fn = workdir / "bench_noop.py"
     fn.write_text(PROCESS_FILE.format(first=str(workdir / "first-record")))
+    extra = dict(extra or {})
     cfg = SpoutConfig(
         stream_name=stream,
         job_name=workdir.name,
@@ -187,9 +197,10 @@ def write_job(workdir: Path, stream: str, endpoint: str, *, stop_when_idle: floa
         dead_letter=str(workdir / "dead-letter"),
         read_on="executors",
         stop_when_idle=stop_when_idle,
+        **extra,
     )
     toml = workdir / "job.toml"
-    toml.write_text(f'process = "{fn}:process"\n' + to_toml(cfg, JOB_KEYS))
+    toml.write_text(f'process = "{fn}:process"\n' + to_toml(cfg, (*JOB_KEYS, *extra)))
     return toml
 
 

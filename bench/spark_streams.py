@@ -36,8 +36,6 @@ from typing import Any
 import job_runs
 
 from devkit.plots import Bar, BarChart, Panel, finish_bench
-from kinesis_spout.config import SpoutConfig
-from kinesis_spout.config.load import to_toml
 from kinesis_spout.config.streams import parse_streams
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, emulator_client, make_payloads, put_records
@@ -65,28 +63,15 @@ def free_port() -> int:
 def write_job(
     workdir: Path, streams: list[str], endpoint: str, port: int, batch: int | None
 ) -> Path:
-    """The job's TOML file (the no-op processing of :mod:`job_runs`) over ``streams``,
-    serving its metrics on ``port`` (``batch``: its ``batch_size``; None: the default)."""
-    fn = workdir / "bench_noop.py"
-    fn.write_text(job_runs.PROCESS_FILE.format(first=str(workdir / "first-record")))
-    values: dict[str, Any] = {
-        "stream_name": streams[0],  # one stream: as a job of one stream is configured
-        "streams": parse_streams(streams) if len(streams) > 1 else (),
-        "job_name": workdir.name,
-        "endpoint_url": endpoint,
-        "checkpoint_store": f"file://{workdir / 'checkpoints'}",
-        "dead_letter": str(workdir / "dead-letter"),
-        "read_on": "executors",
-        "stop_when_idle": 0.5,
-        "metrics_port": port,
-    }
+    """The job's TOML file (:func:`job_runs.write_job`) over ``streams`` (one: as a job of
+    one stream is configured), serving its metrics on ``port`` (``batch``: its
+    ``batch_size``; None: the default)."""
+    extra: dict[str, Any] = {"metrics_port": port}
+    if len(streams) > 1:
+        extra["streams"] = parse_streams(streams)
     if batch is not None:
-        values["batch_size"] = batch
-    cfg = SpoutConfig(**values)
-    keys = (*job_runs.JOB_KEYS, "streams", "metrics_port", "batch_size")
-    toml = workdir / "job.toml"
-    toml.write_text(f'process = "{fn}:process"\n' + to_toml(cfg, keys))
-    return toml
+        extra["batch_size"] = batch
+    return job_runs.write_job(workdir, streams[0], endpoint, stop_when_idle=0.5, extra=extra)
 
 
 def scrape(port: int) -> dict[str, float]:

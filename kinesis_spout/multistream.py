@@ -36,8 +36,8 @@ from kinesis_spout.core.acks import MessageRef
 from kinesis_spout.core.readerlease import ReaderLease, reader_label
 from kinesis_spout.core.stats import SpoutStats, combined_stats
 from kinesis_spout.deadletter import DeadLetterSink
-from kinesis_spout.deadletter.open import open_dead_letter_sink
-from kinesis_spout.errors import KinesisSpoutError, StreamNotFoundError
+from kinesis_spout.deadletter.open import open_config_sink
+from kinesis_spout.errors import KinesisSpoutError, StreamNotFoundError, StreamRecreatedError
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.metrics import MetricsCollector, NoopMetrics
 from kinesis_spout.observability.endpoint import MetricsEndpoint
@@ -118,13 +118,7 @@ class MultiStreamSpout:
             if self._store is None:
                 self._store = open_config_store(cfg)
             if self._dead is None:
-                self._dead = open_dead_letter_sink(
-                    cfg.dead_letter,
-                    cfg.job_name,
-                    cfg.dead_letter_reasons,
-                    region=cfg.region,
-                    profile=cfg.profile,
-                )
+                self._dead = open_config_sink(cfg)
             for one in cfg.per_stream():
                 spout = self._spout(one)
                 self.spouts[one.stream_name] = spout
@@ -228,32 +222,23 @@ class MultiStreamSpout:
         return spouts[k:] + spouts[:k]
 
     def _take(self, spout: KinesisSpout, n: int) -> list[Record]:
-        """``spout.next_batch(n)``; a stream found deleted or recreated is let go."""
+        """``spout.next_batch(n)``; a stream found deleted or created again is let go (an
+        other error is checked against the stream's identity first: a gone stream can
+        answer with another error)."""
         try:
             return spout.next_batch(n)
         except StreamNotFoundError as exc:
-            self.let_go(spout, f"deleted ({exc})")
+            self.let_go(spout, _gone(exc))
         except KinesisSpoutError:
-            changed = self._recreated(spout)
-            if changed is None:
+            if spout.api is None:
                 raise
-            self.let_go(spout, changed)
+            try:
+                spout.api.check_identity()
+            except StreamNotFoundError as exc:
+                self.let_go(spout, _gone(exc))
+                return []
+            raise
         return []
-
-    def _recreated(self, spout: KinesisSpout) -> str | None:
-        """Why ``spout``'s stream is no longer the one it read (deleted, or created again),
-        or None if it still is."""
-        api = spout.api
-        if api is None:
-            return None
-        before = api.created
-        try:
-            api.check_stream()
-        except StreamNotFoundError as exc:
-            return f"deleted ({exc})"
-        if before is not None and api.created is not None and api.created != before:
-            return f"recreated (created {api.created.isoformat()}, read since {before.isoformat()})"
-        return None
 
     def let_go(self, spout: KinesisSpout, why: str) -> None:
         """Stop reading ``spout``'s stream (deleted or created again: ``why``); the others
@@ -348,3 +333,8 @@ class MultiStreamSpout:
             raise KinesisSpoutError("MultiStreamSpout: call open() first")
         if self._closed:
             raise KinesisSpoutError("MultiStreamSpout: closed")
+
+
+def _gone(exc: StreamNotFoundError) -> str:
+    """Why a stream is no longer read, as the WARNING and ``gone`` say it."""
+    return str(exc) if isinstance(exc, StreamRecreatedError) else f"deleted ({exc})"

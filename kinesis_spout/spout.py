@@ -59,7 +59,7 @@ from kinesis_spout.core.shardset import ShardSet
 from kinesis_spout.core.startup import describe_stream, load_and_adopt
 from kinesis_spout.core.stats import SpoutStats, spout_stats
 from kinesis_spout.deadletter import DeadLetterSink
-from kinesis_spout.deadletter.open import open_dead_letter_sink
+from kinesis_spout.deadletter.open import open_config_sink
 from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
@@ -201,13 +201,7 @@ class KinesisSpout:
             self._store = open_config_store(cfg)
         self._committer.store = self._store
         if self.acks.sink is None:
-            self.acks.sink = open_dead_letter_sink(
-                cfg.dead_letter,
-                cfg.job_name,
-                cfg.dead_letter_reasons,
-                region=cfg.region,
-                profile=cfg.profile,
-            )
+            self.acks.sink = open_config_sink(cfg)
         checkpoints = load_and_adopt(self.shard_set, self._committer, self._store, self.api, shards)
         log.info(
             "opened stream %s (%s) at %s: %d shards, %d owned, %d with checkpoints",

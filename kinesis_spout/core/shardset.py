@@ -30,7 +30,6 @@ from kinesis_spout.errors import (
     CheckpointStoreUnavailableError,
     ExpiredIteratorError,
     KinesisError,
-    StreamRecreatedError,
     ThrottledError,
 )
 from kinesis_spout.kinesis.api import KinesisApi
@@ -211,8 +210,8 @@ class ShardSet:
     def refresh(self, now: float) -> None:
         assert self.api is not None
         try:
-            if self.config.streams:  # the stream's identity counts (see startup.claim_identity)
-                self._check_identity(self.api)
+            if self.config.streams and self.api.created is not None:
+                self.api.check_identity()  # it counts with streams (startup.claim_identity)
             shards = self.api.list_shards()
         except KinesisError as exc:
             if not exc.retriable:
@@ -226,23 +225,6 @@ class ShardSet:
             log.info("new shards: %s", [s.shard_id for s in new])
         self.adopt_new(self.map.ids())
         self.check_lineage(now)
-
-    @staticmethod
-    def _check_identity(api: KinesisApi) -> None:
-        """:class:`StreamRecreatedError` if the stream was created again since it was
-        opened (its shard ids and sequence numbers start over: reading on would mix two
-        streams under one set of checkpoints)."""
-        before = api.created
-        if before is None:
-            return
-        api.check_stream()
-        if api.created is not None and api.created != before:
-            created, api.created = api.created, before  # still the one this reader read
-            raise StreamRecreatedError(
-                f"stream {api.stream_name!r} was deleted and created again (at "
-                f"{created.isoformat()}; read since {before.isoformat()}): it is another "
-                "stream, not read on with this one's checkpoints"
-            )
 
     def check_lineage(self, now: float) -> None:
         """Start WAITING shards whose parents ended, here or (per the store) elsewhere."""

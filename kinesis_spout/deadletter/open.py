@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from kinesis_spout.deadletter.base import (
     REASONS,
@@ -12,6 +13,9 @@ from kinesis_spout.deadletter.base import (
     LoggingDeadLetterSink,
 )
 from kinesis_spout.deadletter.jsonl import JsonlDeadLetterSink
+
+if TYPE_CHECKING:
+    from kinesis_spout.config import SpoutConfig
 
 
 def open_dead_letter_sink(
@@ -36,3 +40,15 @@ def open_dead_letter_sink(
         sink = JsonlDeadLetterSink(target, job_name)
     on = frozenset(on)
     return sink if on >= set(REASONS) else FilteredDeadLetterSink(sink, on)
+
+
+def open_config_sink(cfg: SpoutConfig) -> DeadLetterSink:
+    """The dead-letter sink of a config: its target and job, the reasons of
+    ``dead_letter_on``, an S3 client of its region and profile."""
+    return open_dead_letter_sink(
+        cfg.dead_letter,
+        cfg.job_name,
+        cfg.dead_letter_reasons,
+        region=cfg.region,
+        profile=cfg.profile,
+    )

@@ -34,6 +34,7 @@ from kinesis_spout.errors import (
     KinesisError,
     ResourceInUseError,
     StreamNotFoundError,
+    StreamRecreatedError,
     ThrottledError,
     TransientKinesisError,
 )
@@ -192,6 +193,21 @@ class KinesisApi:
         created = summary.get("StreamCreationTimestamp")
         self.created = created if isinstance(created, datetime) else None
         return str(summary["StreamStatus"])
+
+    def check_identity(self) -> None:
+        """The stream is still the one ``created`` was read of: :class:`StreamNotFoundError`
+        if it is gone, :class:`StreamRecreatedError` if it was created again since (its
+        shard ids and sequence numbers start over: reading on would mix two streams under
+        one set of checkpoints). ``created`` keeps the old stream's time."""
+        before = self.created
+        self.check_stream()
+        if before is not None and self.created is not None and self.created != before:
+            created, self.created = self.created, before
+            raise StreamRecreatedError(
+                f"stream {self.stream_name!r} was deleted and created again (at "
+                f"{created.isoformat()}; read since {before.isoformat()}): it is another "
+                "stream, not read on with this one's checkpoints"
+            )
 
     def list_shards(self, page_size: int | None = None) -> list[ShardInfo]:
         """Every shard of the stream (open and closed), following pagination.

@@ -147,8 +147,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     with _quiet(getattr(args, "verbose", False)):
         config = config_from_args(args)
         try:
+            # one client for every stream (a bad timeout: gather's error names it)
+            client = _client(config, args.timeout) if args.timeout > 0 else None
             reports = [
-                gather(one, lag=not args.no_lag, timeout=args.timeout)
+                gather(one, lag=not args.no_lag, timeout=args.timeout, client=client)
                 for one in config.per_stream()
             ]
         except ConfigError:

@@ -48,12 +48,13 @@ def read_shards(reads: list[Read], settings: ReadSettings) -> None:
     polled: list[tuple[BoundedRead, ReadResult]] = []
     for plan, consume, res in reads:
         assert plan.position is not None
-        if settings.for_plan(plan).consumer_arn is not None:
+        mine = settings.for_plan(plan)  # the plan's stream's (resolved: for_plan again is itself)
+        if mine.consumer_arn is not None:
             left = max(deadline - time.monotonic(), 0.0)
-            read_subscribed(plan, settings, consume, res, seconds=left)
+            read_subscribed(plan, mine, consume, res, seconds=left)
         else:
             read = BoundedRead(
-                _polling_getter(plan, settings),
+                _polling_getter(plan, mine),
                 plan.limit,
                 _taker(res, consume),
                 per_call=settings.records_per_call,

@@ -288,3 +288,63 @@ def slow_with_poison(record: InputRecord) -> None:
 @processor_factory
 def poison_kill_test_job(config: SpoutConfig) -> RecordProcessor:
     return per_record(slow_with_poison, name="slow_with_poison")
+
+
+def sink_rows(directory: Path) -> int:
+    """Rows in a parquet sink so far (0 while it has none, or a file is being renamed)."""
+    from kinesis_spout.spark.process.sinks import read_parquet_dir
+
+    try:
+        table = read_parquet_dir(directory)
+    except OSError:  # a file renamed into place while listing
+        return 0
+    return 0 if table is None else table.num_rows
+
+
+def submit_and_kill(
+    process: str, args: list[str], rows_dir: Path, rows: int, log_path: Path
+) -> None:
+    """``spark-submit`` the job (``local[2]``, ``--process process`` and ``args``) and
+    SIGKILL its whole process group once its parquet sink in ``rows_dir`` holds ``rows``
+    rows (waited for with a deadline; the job's output goes to ``log_path``)."""
+    import os
+    import signal
+    import subprocess
+
+    from kinesis_spout.spark.launch.submit import (
+        DEFAULT_CONF,
+        find_spark_submit,
+        job_environment,
+        job_file,
+    )
+
+    conf = [a for k, v in DEFAULT_CONF.items() for a in ("--conf", f"{k}={v}")]
+    cmd = [
+        find_spark_submit(),
+        "--master",
+        "local[2]",
+        *conf,
+        "--conf",
+        "spark.ui.enabled=false",
+        str(job_file()),
+        "--process",
+        process,
+        *args,
+    ]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            env=job_environment(master="local[2]"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 180
+            while sink_rows(rows_dir) < rows:
+                assert proc.poll() is None, f"job exited early:\n{log_path.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"no progress:\n{log_path.read_text()[-3000:]}"
+                time.sleep(0.2)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)

@@ -13,8 +13,6 @@ dead letters and batch ends.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -23,7 +21,7 @@ from typing import Any
 
 import pytest
 import spark_job_helpers
-from spark_job_helpers import POISON, last_per_shard
+from spark_job_helpers import POISON, last_per_shard, sink_rows, submit_and_kill
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.config import SpoutConfig
@@ -31,12 +29,6 @@ from kinesis_spout.config.load import load_config
 from kinesis_spout.deadletter import read_dead_letters
 from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.launch.build import build_driver, run_job
-from kinesis_spout.spark.launch.submit import (
-    DEFAULT_CONF,
-    find_spark_submit,
-    job_environment,
-    job_file,
-)
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import dataframe_transform
 from kinesis_spout.testing.servers import KinesisEmulator
@@ -66,12 +58,27 @@ def fill(
     return put, poison
 
 
-def sink_rows(directory: Path) -> int:
+def assert_dead_letters_per_stream(
+    cfg: SpoutConfig, names: list[str], poison: dict[str, set[tuple[str, str]]]
+) -> None:
+    """Each stream's dead letters are exactly its poison records."""
+    dead = read_dead_letters(cfg.dead_letter)
+    for name in names:
+        mine = {(d["shard_id"], d["sequence_number"]) for d in dead if d["stream"] == name}
+        assert mine == poison[name], name
+
+
+def assert_checkpoints_at_last(
+    cfg: SpoutConfig, put: dict[str, list[tuple[str, str]]], names: list[str]
+) -> None:
+    """Each stream's checkpoints are at its shards' last records."""
+    store = open_store(cfg.checkpoint_store, cfg.job_name)
     try:
-        table = read_parquet_dir(directory)
-    except OSError:  # a file renamed into place while listing
-        return 0
-    return 0 if table is None else table.num_rows
+        for name in names:
+            stored = {s: cp.sequence_number for s, cp in store.load(name).items()}
+            assert stored == last_per_shard(put[name]), name
+    finally:
+        store.close()
 
 
 def test_three_streams_killed_mid_stream_and_restarted_lose_nothing(
@@ -98,39 +105,11 @@ def test_three_streams_killed_mid_stream_and_restarted_lose_nothing(
         "empty-shard-backoff": "0.1",
         "batch-max-wait": "0.3",
     }
-    conf = [a for k, v in DEFAULT_CONF.items() for a in ("--conf", f"{k}={v}")]
-    cmd = [
-        find_spark_submit(),
-        "--master",
-        "local[2]",
-        *conf,
-        "--conf",
-        "spark.ui.enabled=false",
-        str(job_file()),
-        "--process",
-        f"{spark_job_helpers.__file__}:poison_kill_test_job",
-        *[a for k, v in flags.items() for a in (f"--{k}", v)],
-        *[a for name in names for a in ("--stream", name)],
-    ]
     total = sum(len(p) for p in put.values())
-    log_path = tmp_path / "job.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            cmd,
-            env=job_environment(master="local[2]"),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            deadline = time.monotonic() + 180
-            while sink_rows(rows_dir) < total // 5:
-                assert proc.poll() is None, f"job exited early:\n{log_path.read_text()[-3000:]}"
-                assert time.monotonic() < deadline, f"no progress:\n{log_path.read_text()[-3000:]}"
-                time.sleep(0.2)
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+    args = [a for k, v in flags.items() for a in (f"--{k}", v)]
+    args += [a for name in names for a in ("--stream", name)]
+    process = f"{spark_job_helpers.__file__}:poison_kill_test_job"
+    submit_and_kill(process, args, rows_dir, total // 5, tmp_path / "job.log")
     assert sink_rows(rows_dir) < total, "the kill came too late to be mid-stream"
 
     overrides = {k.replace("-", "_"): v for k, v in flags.items()}
@@ -149,18 +128,11 @@ def test_three_streams_killed_mid_stream_and_restarted_lose_nothing(
             strict=True,
         )
     )
-    dead = read_dead_letters(cfg.dead_letter)
-    store = open_store(cfg.checkpoint_store, unique_name)
-    try:
-        for name in names:
-            good = {(name, s, q) for s, q in put[name] if (s, q) not in poison[name]}
-            assert good <= seen, f"{name}: lost {sorted(good - seen)[:3]}"
-            mine = {(d["shard_id"], d["sequence_number"]) for d in dead if d["stream"] == name}
-            assert mine == poison[name], name
-            stored = {s: cp.sequence_number for s, cp in store.load(name).items()}
-            assert stored == last_per_shard(put[name]), name
-    finally:
-        store.close()
+    for name in names:
+        good = {(name, s, q) for s, q in put[name] if (s, q) not in poison[name]}
+        assert good <= seen, f"{name}: lost {sorted(good - seen)[:3]}"
+    assert_dead_letters_per_stream(cfg, names, poison)
+    assert_checkpoints_at_last(cfg, put, names)
 
 
 def by_stream(df: Any) -> Any:
@@ -223,13 +195,7 @@ def test_a_transform_over_three_streams_runs_on_the_executors_and_routes_by_stre
     assert {(d["stream"], d["shard_id"], d["sequence_number"]) for d in dead} == {
         (s1, s, q) for s, q in poison[s1]
     }
-    store = open_store(cfg.checkpoint_store, unique_name)
-    try:
-        for name in names:
-            stored = {s: cp.sequence_number for s, cp in store.load(name).items()}
-            assert stored == last_per_shard(put[name]), name
-    finally:
-        store.close()
+    assert_checkpoints_at_last(cfg, put, names)
 
 
 def test_driver_reads_over_two_streams_dead_letter_each_streams_poison(
@@ -252,19 +218,11 @@ def test_driver_reads_over_two_streams_dead_letter_each_streams_poison(
         stop_when_idle=1.5,
     )
     summary = run_job(cfg, spark_job_helpers.flaky_and_poison, spark=spark, progress=None)
-    dead = read_dead_letters(cfg.dead_letter)
     bad = sum(len(poison[n]) for n in names)
     assert summary.dead_lettered == bad
     assert summary.ok == sum(len(put[n]) for n in names) - bad
-    store = open_store(cfg.checkpoint_store, unique_name)
-    try:
-        for name in names:
-            mine = {(d["shard_id"], d["sequence_number"]) for d in dead if d["stream"] == name}
-            assert mine == poison[name], name
-            stored = {s: cp.sequence_number for s, cp in store.load(name).items()}
-            assert stored == last_per_shard(put[name]), name
-    finally:
-        store.close()
+    assert_dead_letters_per_stream(cfg, names, poison)
+    assert_checkpoints_at_last(cfg, put, names)
 
 
 def test_a_stream_deleted_while_the_job_reads_is_let_go_and_the_others_go_on(

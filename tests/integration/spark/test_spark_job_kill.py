@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import spark_job_helpers
+from spark_job_helpers import sink_rows, submit_and_kill
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.config.load import load_config
 from kinesis_spout.spark.launch.build import run_job
-from kinesis_spout.spark.launch.submit import (
-    DEFAULT_CONF,
-    find_spark_submit,
-    job_environment,
-    job_file,
-)
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
@@ -31,14 +22,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(40
 SHARDS = 4
 RECORDS = 2400
 MAX_IN_FLIGHT = 50
-
-
-def sink_rows(directory: Path) -> int:
-    try:
-        table = read_parquet_dir(directory)
-    except OSError:  # a file renamed into place while listing
-        return 0
-    return 0 if table is None else table.num_rows
 
 
 def test_a_job_killed_with_sigkill_resumes_without_loss_and_replays_at_most_max_in_flight(
@@ -65,37 +48,9 @@ def test_a_job_killed_with_sigkill_resumes_without_loss_and_replays_at_most_max_
         "empty-shard-backoff": "0.1",
         "batch-max-wait": "0.3",
     }
-    conf = [a for k, v in DEFAULT_CONF.items() for a in ("--conf", f"{k}={v}")]
-    cmd = [
-        find_spark_submit(),
-        "--master",
-        "local[2]",
-        *conf,
-        "--conf",
-        "spark.ui.enabled=false",
-        str(job_file()),
-        "--process",
-        f"{spark_job_helpers.__file__}:kill_test_job",
-        *[a for k, v in flags.items() for a in (f"--{k}", v)],
-    ]
-    log_path = tmp_path / "job.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            cmd,
-            env=job_environment(master="local[2]"),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            deadline = time.monotonic() + 180
-            while sink_rows(rows_dir) < RECORDS // 5:
-                assert proc.poll() is None, f"job exited early:\n{log_path.read_text()[-3000:]}"
-                assert time.monotonic() < deadline, f"no progress:\n{log_path.read_text()[-3000:]}"
-                time.sleep(0.2)
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+    args = [a for k, v in flags.items() for a in (f"--{k}", v)]
+    process = f"{spark_job_helpers.__file__}:kill_test_job"
+    submit_and_kill(process, args, rows_dir, RECORDS // 5, tmp_path / "job.log")
     before = sink_rows(rows_dir)
     assert before < RECORDS, "the kill came too late to be mid-stream"
 
