@@ -11,10 +11,18 @@ Part of ``bench/spark_bench.py`` (its local ``local[2]`` session and moto server
 Each job reads the whole stream on the executors (batch 10,000); records/s from the
 start of the run to the ack of the last record, over the boto3 loop's on the same
 stream, run just before.
+
+With each ratio, the machine's CPU per record during the job's run (every process:
+the emulator, Spark's JVM, its Python workers and this driver; Linux ``/proc/stat``)
+and the **ceiling** that puts on the ratio: the job cannot go faster than all the
+machine's cores busy with it, so ``{style}_ceiling_vs_boto3`` is ``cores`` times the
+boto3 loop's seconds per record over the job's CPU per record. A ratio near its
+ceiling is bound by the cores, not by waiting.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +42,14 @@ def pass_all(df: Any) -> Any:
     from pyspark.sql import functions as F
 
     return df.select("_row", F.lit(True).alias("status"))
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def style_run(
@@ -79,16 +95,23 @@ def style_figures(
     words = fan_out(split_sentence, "word string", [WordCountSink(tmp / "counts")], "wordcount")
     style_run(spark, endpoint, tmp, stream, transform, records)  # warm-up
     out: dict[str, float] = {}
+    cores = len(os.sched_getaffinity(0))
     for key, name, process in (
         ("transform", stream, transform),
         ("fanout", WORDS_STREAM, words),
     ):
         boto = boto3_loop(plain_client, name, records)
+        busy = machine_busy_seconds()
         rps = style_run(spark, endpoint, tmp, name, process, records)
+        cpu_us = 1e6 * (machine_busy_seconds() - busy) / records
+        ceiling = cores * 1e6 / boto / cpu_us
         out[f"job_rps_{key}"] = round(rps)
         out[f"{key}_vs_boto3"] = round(rps / boto, 3)
+        out[f"{key}_cpu_us_per_record"] = round(cpu_us, 1)
+        out[f"{key}_ceiling_vs_boto3"] = round(ceiling, 3)
         print(
             f"job, executor reads, {key}: {rps:>8,.0f} records/s, {rps / boto:.2f}x the "
-            f"boto3 loop on its stream ({boto:,.0f} records/s)"
+            f"boto3 loop on its stream ({boto:,.0f} records/s); {cpu_us:.0f} us of machine "
+            f"CPU per record: at most {ceiling:.2f}x on {cores} cores"
         )
     return out

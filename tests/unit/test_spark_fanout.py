@@ -158,6 +158,25 @@ def test_derived_records_may_be_tuples_dicts_or_single_values() -> None:
     assert derived.column("n").to_pylist() == [1, 2, None]
 
 
+def test_a_one_field_schema_takes_plain_values_and_the_other_shapes_alike() -> None:
+    """Plain values take a fast path; tuples, dicts and other types the general one:
+    the rows are the same either way, and a bad shape still fails only its record."""
+    answers = {
+        b"plain": ["a", "b"],
+        b"shaped": [("a",), {"word": "b"}, ["c"]],
+        b"mixed": ["a", ("b",)],
+        b"unknown": [{"word": "a", "extra": 1}],
+        b"none": [None],
+    }
+    out = run_stage(make_input(list(answers), [1, 2, 3, 4, 5]), lambda r: answers[r.data])
+    status = out.filter(pa.compute.is_null(out.column(ID)))
+    assert status.column("_ok").to_pylist() == [True, True, True, False, True]
+    assert "unknown fields ['extra']" in status.column("_error").to_pylist()[3]
+    derived = out.filter(pa.compute.is_valid(out.column(ID)))
+    assert derived.column("word").to_pylist() == ["a", "b", "a", "b", "c", "a", "b", None]
+    assert derived.column(ROOT).to_pylist() == [1, 1, 2, 2, 2, 3, 3, 5]
+
+
 def test_a_record_whose_derived_values_do_not_fit_fails_alone() -> None:
     schema = pa.schema([pa.field("n", pa.int64())])
 

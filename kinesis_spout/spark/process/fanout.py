@@ -173,25 +173,44 @@ def stage_schema(derived: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _normalise(item: Any, names: Sequence[str]) -> tuple[Any, ...]:
-    """One derived record as a tuple in field order (tuple, dict or single value)."""
+_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
+"""Types a derived record of a one-field schema may be as it is (no tuple or dict to
+look into)."""
+
+
+def _normalise(item: Any, names: Sequence[str]) -> Any:
+    """One derived record as a row: a tuple in field order (tuple, dict or single
+    value); with one field, the value itself."""
+    one = len(names) == 1
     if isinstance(item, Mapping):
         unknown = set(item) - set(names)
         if unknown:
             raise ValueError(f"derived record has unknown fields {sorted(unknown)}; schema {names}")
-        return tuple(item.get(n) for n in names)
+        return item.get(names[0]) if one else tuple(item.get(n) for n in names)
     if isinstance(item, tuple | list):
         if len(item) != len(names):
             raise ValueError(
                 f"derived record {item!r} has {len(item)} values for {len(names)} fields {names}"
             )
-        return tuple(item)
-    if len(names) == 1:
-        return (item,)
+        return item[0] if one else tuple(item)
+    if one:
+        return item
     raise ValueError(f"derived record {item!r} is not a tuple or dict for fields {names}")
 
 
-def _columns(rows: Sequence[tuple[Any, ...]], derived: pa.Schema) -> list[pa.Array]:
+def _rows(items: Iterable[Any] | None, names: Sequence[str]) -> list[Any]:
+    """``emit``'s answer as rows (:func:`_normalise`). The common case of one field of
+    plain values (a word per derived record) is taken as it is: no call per record."""
+    values = list(items or ())
+    if len(names) == 1 and set(map(type, values)) <= _PLAIN:
+        return values
+    return [_normalise(x, names) for x in values]
+
+
+def _columns(rows: Sequence[Any], derived: pa.Schema) -> list[pa.Array]:
+    """Rows (:func:`_normalise`) as Arrow columns of the derived schema."""
+    if len(derived) == 1:
+        return [pa.array(rows, derived.field(0).type)]
     cols = list(zip(*rows, strict=True)) if rows else [()] * len(derived)
     return [pa.array(list(c), f.type) for c, f in zip(cols, derived, strict=True)]
 
@@ -262,17 +281,17 @@ def _per_row(per_sink: list[UIntArray], n: int) -> pa.Array:
 
 def _emit_all(
     emit: EmitFunction, names: list[str], batch: pa.RecordBatch
-) -> tuple[list[int], list[bool], list[str | None], list[list[tuple[Any, ...]]]]:
-    """``emit`` on every record of ``batch``: (rows, ok flags, errors, derived per record)."""
+) -> tuple[list[int], list[bool], list[str | None], list[list[Any]]]:
+    """``emit`` on every record of ``batch``: (rows, ok flags, errors, derived rows per
+    record, :func:`_rows`)."""
     rows: list[int] = []
     oks: list[bool] = []
     errors: list[str | None] = []
-    per_record: list[list[tuple[Any, ...]]] = []
+    per_record: list[list[Any]] = []
     for row, record in iter_records(batch):
         rows.append(row)
         try:
-            items = emit(record)
-            norm = [_normalise(x, names) for x in (items or ())]
+            norm = _rows(emit(record), names)
         except Exception as exc:  # any user error fails the source record
             oks.append(False)
             errors.append(format_error(exc))
@@ -285,11 +304,11 @@ def _emit_all(
 
 
 def _derived_columns(
-    per_record: list[list[tuple[Any, ...]]],
+    per_record: list[list[Any]],
     oks: list[bool],
     errors: list[str | None],
     derived: pa.Schema,
-) -> tuple[list[tuple[Any, ...]], list[pa.Array]]:
+) -> tuple[list[Any], list[pa.Array]]:
     """The derived rows as Arrow columns; a record whose rows do not fit the schema
     fails (in ``oks``/``errors``, its rows dropped) and the others go on."""
     flat = [t for items in per_record for t in items]
