@@ -40,7 +40,7 @@ from typing import Any, Generic, TypeVar
 
 from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.spark.process.arrow import format_error
-from kinesis_spout.spark.process.runner import ProcessingContractError
+from kinesis_spout.spark.process.contract import ProcessingContractError
 
 log = logging.getLogger(__name__)
 

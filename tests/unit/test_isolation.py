@@ -19,7 +19,7 @@ from kinesis_spout.spark.isolation import (
     run_split,
     split_budget,
 )
-from kinesis_spout.spark.process.runner import ProcessingContractError
+from kinesis_spout.spark.process.contract import ProcessingContractError
 from kinesis_spout.spark.read.jobs import TASK_WORDS
 from kinesis_spout.spark.rowsplit import ROW_WORDS, ROWS
 

@@ -23,9 +23,10 @@ from kinesis_spout.config import SpoutConfig
 from kinesis_spout.records import Record
 from kinesis_spout.spark.driver import BatchFailedError, BatchReport, SparkDriver
 from kinesis_spout.spark.process.arrow import ROOT, ROW, statuses_from_arrow
+from kinesis_spout.spark.process.contract import ProcessingContractError
 from kinesis_spout.spark.process.fanout import ID, run_emit
 from kinesis_spout.spark.process.ledger import SinkStatuses
-from kinesis_spout.spark.process.runner import BatchOutcome, ProcessingContractError
+from kinesis_spout.spark.process.runner import BatchOutcome
 from kinesis_spout.spark.processing import (
     FanOutProcessor,
     InputRecord,

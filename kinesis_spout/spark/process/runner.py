@@ -24,7 +24,6 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.spark.process.arrow import (
     RECORD_STATUS_DDL,
     ROOT,
@@ -33,6 +32,8 @@ from kinesis_spout.spark.process.arrow import (
     Statuses,
     statuses_from_arrow,
 )
+from kinesis_spout.spark.process.contract import ProcessingContractError, ok_and_error
+from kinesis_spout.spark.process.exprs import Exprs
 from kinesis_spout.spark.process.fanout import ID, SINK_VALS, IntArray, emit_mapper, stage_schema
 from kinesis_spout.spark.process.fastretry import FastRetry
 from kinesis_spout.spark.process.ledger import SinkStatuses
@@ -54,12 +55,6 @@ INTERNAL_COLUMNS = (ROW, ROOT, "status", "error")
 #: (Spark warns about tasks over 1000 KiB).
 TASK_BYTES = 512 * 1024
 _ARROW_MAX_RECORDS = 10_000  # Spark's default spark.sql.execution.arrow.maxRecordsPerBatch
-
-
-class ProcessingContractError(KinesisSpoutError):
-    """The processing's output breaks its contract (a missing ``_row`` or
-    ``status`` column, a status of the wrong type): a bug to fix, so the job
-    stops instead of failing records."""
 
 
 @dataclass(slots=True)
@@ -103,34 +98,6 @@ class BatchRunner(Protocol):
     def run(self, batch_id: int, table: pa.Table, start: int, stop: int) -> BatchOutcome: ...
 
 
-def _ok_and_error(df: Any, what: str, key: str) -> tuple[Any, Any]:
-    """Spark columns ``ok`` (boolean, never null) and ``error`` from ``status``/``error``."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    cols = set(df.columns)
-    for need in (key, "status"):
-        if need not in cols:
-            raise ProcessingContractError(
-                f"{what} returned columns {sorted(cols)}: it must keep {key!r} and add 'status' "
-                "(boolean, or 'ok' for success) and optionally 'error'"
-            )
-    dtype = df.schema["status"].dataType
-    if isinstance(dtype, T.BooleanType):
-        ok = F.coalesce(F.col("status"), F.lit(False))
-        fallback = F.lit(None).cast("string")
-    elif isinstance(dtype, T.StringType):
-        ok = F.coalesce(F.lower(F.trim(F.col("status"))) == F.lit("ok"), F.lit(False))
-        fallback = F.col("status")
-    else:
-        raise ProcessingContractError(
-            f"{what}: column 'status' has type {dtype.simpleString()}: expected boolean or string"
-        )
-    error = F.col("error").cast("string") if "error" in cols else F.lit(None).cast("string")
-    error = F.when(~ok, F.coalesce(error, fallback, F.lit(f"{what} reported a failure")))
-    return ok.alias("ok"), error.alias("error")
-
-
 class SparkRunner:
     """Runs a :data:`Processor` on a SparkSession."""
 
@@ -157,6 +124,8 @@ class SparkRunner:
         self._derived_arrow: pa.Schema | None = None
         self._stage_struct: Any = None
         self._arrow_batch = 0  # the maxRecordsPerBatch last set (0: not yet)
+        self.exprs = Exprs()
+        """Column expressions reused by every micro-batch (see :mod:`.exprs`)."""
 
     @property
     def needs_roots(self) -> bool:
@@ -246,7 +215,7 @@ class SparkRunner:
             raise ProcessingContractError(
                 f"transform {p.name} returned {type(out).__name__}, not a DataFrame"
             )
-        ok, error = _ok_and_error(out, f"transform {p.name}", ROW)
+        ok, error = ok_and_error(out, f"transform {p.name}", ROW, self.exprs)
         want_rows = self._has_row_sink
         extra = [c for c in out.columns if c not in INTERNAL_COLUMNS] if want_rows else []
         back = out.select(ROW, ok, error, *extra)
@@ -277,13 +246,14 @@ class SparkRunner:
             )
         stage = df.mapInArrow(emit_mapper(p.emit, derived_schema, len(sinks)), stage_struct)
         stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
+        x = self.exprs
         try:
+            derived = stage.where(x.get("derived", lambda: F.col(ID).isNotNull())).select(
+                *x.columns(ROOT, ID, *derived_schema.names)
+            )
             if self.settle_trees:
-                derived = stage.where(F.col(ID).isNotNull()).select(
-                    ROOT, ID, *[f.name for f in derived_schema]
-                )
-                frames = [(name, _sink_frame(name, sink, derived)) for name, sink in sinks]
-                return BatchOutcome(settle(*collect(partials_frame(stage, frames))))
+                frames = [(name, _sink_frame(name, sink, derived, x)) for name, sink in sinks]
+                return BatchOutcome(settle(*collect(partials_frame(stage, frames, x))))
             back = (
                 stage.where(F.col(ID).isNull())
                 .select(ROW, F.col("_ok").alias("ok"), F.col("_error").alias("error"), "_ack_val")
@@ -295,10 +265,7 @@ class SparkRunner:
             ack_vals[rows - start] = (
                 back.column("_ack_val").fill_null(0).to_numpy(zero_copy_only=False)
             )
-            derived = stage.where(F.col(ID).isNotNull()).select(
-                ROOT, ID, *[f.name for f in derived_schema]
-            )
-            return BatchOutcome(statuses, None, ack_vals, _sink_statuses(sinks, derived))
+            return BatchOutcome(statuses, None, ack_vals, _sink_statuses(sinks, derived, x))
         finally:
             stage.unpersist()
 
@@ -356,7 +323,7 @@ class _ExecutorRowSinkBranch:
         derived.select(*columns).mapInArrow(writer, "written long").collect()
 
 
-def _sink_frame(name: str, sink: FanOutSink, derived: Any) -> Any:
+def _sink_frame(name: str, sink: FanOutSink, derived: Any, exprs: Exprs | None = None) -> Any:
     """Run one anchored sink on the derived records: None if it wrote everything (it
     returned None), else the DataFrame of its statuses (``_root``, ``_id``, ``ok``,
     ``error``): it must keep the root and id columns."""
@@ -372,17 +339,19 @@ def _sink_frame(name: str, sink: FanOutSink, derived: Any) -> Any:
             raise ProcessingContractError(
                 f"sink {name} returned columns {res.columns}: it must keep {key!r}"
             )
-    ok, error = _ok_and_error(res, f"sink {name}", ID)
+    ok, error = ok_and_error(res, f"sink {name}", ID, exprs)
     return res.select(ROOT, ID, ok, error)
 
 
-def _sink_statuses(sinks: list[tuple[str, FanOutSink]], derived: Any) -> list[SinkStatuses]:
+def _sink_statuses(
+    sinks: list[tuple[str, FanOutSink]], derived: Any, exprs: Exprs | None = None
+) -> list[SinkStatuses]:
     """Run each anchored sink on the derived records; their statuses, in sink order
     (the ids of the sinks that wrote everything are collected once)."""
     results: list[SinkStatuses] = []
     ids_table: pa.Table | None = None
     for i, (name, sink) in enumerate(sinks):
-        frame = _sink_frame(name, sink, derived)
+        frame = _sink_frame(name, sink, derived, exprs)
         if frame is not None:
             results.append(SinkStatuses.from_arrow(i, name, frame.toArrow()))
             continue

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kinesis_spout.spark.process.arrow import ROOT, ROW, Statuses, sink_error
+from kinesis_spout.spark.process.exprs import Exprs
 from kinesis_spout.spark.process.fanout import (
     ID,
     SINK_VALS,
@@ -106,34 +107,45 @@ def edge_partials(
     return run
 
 
-def partials_frame(stage: Any, sinks: list[tuple[str, Any]]) -> Any:
+def partials_frame(stage: Any, sinks: list[tuple[str, Any]], exprs: Exprs | None = None) -> Any:
     """One DataFrame of every partial: the emit stage's status rows (``stage`` rows with
     a null ``_id``) and each sink's statuses (``(name, DataFrame of _root, _id, ok,
     error)``, in sink order) folded per task by :func:`edge_partials`.
 
     A sink given as ``(name, None)`` wrote every derived record: it acks each edge to
     it, whose XOR per root the emit stage already has (``_sink_vals``), so it is XORed
-    into the emit row instead of the derived records being read again."""
+    into the emit row instead of the derived records being read again. ``exprs``: where
+    the emit rows' expressions are kept between micro-batches."""
+    wrote_all = tuple(statuses is None for _, statuses in sinks)
+    where, columns = (exprs or Exprs()).get(
+        ("emit partials", wrote_all), lambda: _emit_partials(wrote_all)
+    )
+    frame = stage.where(where).select(*columns)
+    for i, (name, statuses) in enumerate(sinks):
+        if statuses is not None:
+            frame = frame.unionByName(statuses.mapInArrow(edge_partials(i, name), PARTIAL_DDL))
+    return frame
+
+
+def _emit_partials(wrote_all: tuple[bool, ...]) -> tuple[Any, tuple[Any, ...]]:
+    """The emit rows' filter and their partial's columns, the sinks ``wrote_all`` XORed in."""
     from pyspark.sql import functions as F
 
     xor = F.col("_ack_val")
-    for i, (_, statuses) in enumerate(sinks):
-        if statuses is None:
+    for i, wrote in enumerate(wrote_all):
+        if wrote:
             xor = xor.bitwiseXOR(F.coalesce(F.element_at(SINK_VALS, i + 1), F.lit(0)))
     ok = F.coalesce(F.col("_ok"), F.lit(False))
     sink = F.when(ok & (F.col("_ack_val") == 0), F.lit(EMIT_DONE)).otherwise(F.lit(EMIT))
-    frame = stage.where(F.col(ID).isNull()).select(
-        ROW,
-        ROOT,
+    columns = (
+        F.col(ROW),
+        F.col(ROOT),
         sink.cast("long").alias(SINK),
         xor.alias(XOR),
         (~ok).alias(FAILED),
         F.col("_error").alias(ERROR),
     )
-    for i, (name, statuses) in enumerate(sinks):
-        if statuses is not None:
-            frame = frame.unionByName(statuses.mapInArrow(edge_partials(i, name), PARTIAL_DDL))
-    return frame
+    return F.col(ID).isNull(), columns
 
 
 def settle(partials: pa.Table, start: int, stop: int) -> Statuses:

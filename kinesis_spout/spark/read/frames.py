@@ -56,6 +56,7 @@ from kinesis_spout.spark.process.arrow import (
     Statuses,
     records_to_arrow,
 )
+from kinesis_spout.spark.process.exprs import Exprs
 from kinesis_spout.spark.process.runner import SparkRunner
 from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
@@ -182,10 +183,17 @@ class _Collect:
     reads: their rows renumbered ``0..n-1`` (:meth:`RowSpace.dense`); with ``ends``, the
     read ends come back in the same Spark job (a union, told apart by ``_end``)."""
 
-    def __init__(self, space: RowSpace, ends: Any, results: list[ReadResult] | None = None) -> None:
+    def __init__(
+        self,
+        space: RowSpace,
+        ends: Any,
+        results: list[ReadResult] | None = None,
+        exprs: Exprs | None = None,
+    ) -> None:
         self.space = space
         self.ends = ends
         self.results: list[ReadResult] = results or []
+        self.exprs = exprs or Exprs()
 
     def __call__(self, frame: Any) -> tuple[pa.Table, int, int]:
         if self.ends is None:
@@ -193,7 +201,7 @@ class _Collect:
         else:
             from pyspark.sql import functions as F
 
-            marked = self.ends.withColumn(_END, F.lit(True))
+            marked = self.ends.withColumn(_END, self.exprs.get(_END, lambda: F.lit(True)))
             both = frame.unionByName(marked, allowMissingColumns=True).toArrow()
             is_end = pc.is_valid(both.column(_END))
             metas = both.filter(is_end).column(META).to_pylist()
@@ -216,6 +224,7 @@ class FrameJobs:
     ) -> None:
         self.spark = spark
         self.runner = SparkRunner(spark, processor, sink_target=sink, settle_trees=True)
+        self.exprs = self.runner.exprs
         self.fan_out = isinstance(processor, FanOutProcessor)
         self.ends = ends
         """``ends(run, key)``: where the reads of Spark job ``key`` record their ends."""
@@ -268,35 +277,41 @@ class FrameJobs:
 
     def _in_one(self, stage: Any, key: int, space: RowSpace) -> tuple[list[ReadResult], int]:
         """Read and process in one Spark job: the read ends come back with the statuses."""
-        from pyspark.sql import functions as F
-
-        got = _Collect(space, stage.where(F.col(META).isNotNull()).select(PLAN, META))
+        got = _Collect(space, self._ends(stage), exprs=self.exprs)
         st = self.runner.run_frame(key, self._records(stage), 0, 0, collect=got).statuses
         results, fetched = self._settle(stage, space, got.results, st)
         return results, 1 + self.runner.n_sinks + fetched
 
     def _in_two(self, stage: Any, key: int, space: RowSpace) -> tuple[list[ReadResult], int]:
         """The read ends first; the processing only if something was read."""
-        from pyspark.sql import functions as F
-
-        ends = stage.where(F.col(META).isNotNull()).select(PLAN, META).toArrow()
+        ends = self._ends(stage).toArrow()
         results = [pickle.loads(b) for b in ends.column(META).to_pylist()]
         if not any(len(res) for res in results):
             return results, 1
-        got = _Collect(space, None, results)
+        got = _Collect(space, None, results, self.exprs)
         st = self.runner.run_frame(key, self._records(stage), 0, 0, collect=got).statuses
         results, fetched = self._settle(stage, space, results, st)
         return results, 2 + self.runner.n_sinks + fetched
+
+    def _ends(self, stage: Any) -> Any:
+        """The read ends' rows of the stage (task number and pickled result)."""
+        from pyspark.sql import functions as F
+
+        x = self.exprs
+        return stage.where(x.get("ends", lambda: F.col(META).isNotNull())).select(
+            *x.columns(PLAN, META)
+        )
 
     def _records(self, stage: Any) -> Any:
         """The records the stage read, as the processing's input (fan-out: with roots)."""
         from pyspark.sql import functions as F
 
-        columns = [F.col(c) for c in DATA_COLUMNS] + [F.col(ROW)]
+        x = self.exprs
+        columns = x.columns(*DATA_COLUMNS, ROW)
         if self.fan_out:
             first = random.getrandbits(62)  # the rows' roots: first + row (ids mix them)
-            columns.append((F.lit(first) + F.col(ROW)).alias(ROOT))
-        return stage.where(F.col(META).isNull()).select(*columns)
+            columns.append((F.lit(first) + columns[-1]).alias(ROOT))
+        return stage.where(x.get("records", lambda: F.col(META).isNull())).select(*columns)
 
     def _settle(
         self, stage: Any, space: RowSpace, results: list[ReadResult], st: Statuses
