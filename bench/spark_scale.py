@@ -15,7 +15,8 @@ two 1-core workers started from PySpark's jars:
   processed message id to (one file per process), over every measured run;
 * executor reads only: ``driver_cpu_us_per_record_<style>``, the driver CPU per record
   of the DataFrame styles on two workers (``styles``: the transform and the word-count
-  fan-out of ``spark_styles``), measured as for the per-record function.
+  fan-out of ``spark_styles``), measured as for the per-record function (after a
+  warm-up run of the same style).
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ def scale_figures(
                         runs.append(cluster_run(spark, endpoint, tmp, stream, mode, 0, total))
                         if mode == "executors":
                             for key, (name, process, n) in (styles or {}).items():
+                                style_cpu_run(spark, endpoint, tmp, name, process, n)  # warm-up
                                 cpu_us = style_cpu_run(spark, endpoint, tmp, name, process, n)
                                 style_cpu[f"driver_cpu_us_per_record_{key}"] = round(cpu_us, 2)
                     r = cluster_run(spark, endpoint, tmp, cpu_stream, mode, spins, cpu_total)
