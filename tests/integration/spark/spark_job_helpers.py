@@ -302,11 +302,17 @@ def sink_rows(directory: Path) -> int:
 
 
 def submit_and_kill(
-    process: str, args: list[str], rows_dir: Path, rows: int, log_path: Path
+    process: str,
+    args: list[str],
+    until: Callable[[], bool],
+    log_path: Path,
+    env: dict[str, str] | None = None,
 ) -> None:
-    """``spark-submit`` the job (``local[2]``, ``--process process`` and ``args``) and
-    SIGKILL its whole process group once its parquet sink in ``rows_dir`` holds ``rows``
-    rows (waited for with a deadline; the job's output goes to ``log_path``)."""
+    """``spark-submit`` the job (``local[2]``, ``--process process`` and ``args``, in
+    ``env``, default this process's) and SIGKILL its whole process group once ``until()``
+    is true (waited for with a deadline; the job's output goes to ``log_path``).
+    spark-submit itself, not ``kinesis-spout run`` (whose job outlives it by a moment):
+    SIGKILL of its process group is the driver's instant death."""
     import os
     import signal
     import subprocess
@@ -334,14 +340,14 @@ def submit_and_kill(
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             cmd,
-            env=job_environment(master="local[2]"),
+            env=job_environment(env, master="local[2]"),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         try:
             deadline = time.monotonic() + 180
-            while sink_rows(rows_dir) < rows:
+            while not until():
                 assert proc.poll() is None, f"job exited early:\n{log_path.read_text()[-3000:]}"
                 assert time.monotonic() < deadline, f"no progress:\n{log_path.read_text()[-3000:]}"
                 time.sleep(0.2)

@@ -109,7 +109,7 @@ def test_three_streams_killed_mid_stream_and_restarted_lose_nothing(
     args = [a for k, v in flags.items() for a in (f"--{k}", v)]
     args += [a for name in names for a in ("--stream", name)]
     process = f"{spark_job_helpers.__file__}:poison_kill_test_job"
-    submit_and_kill(process, args, rows_dir, total // 5, tmp_path / "job.log")
+    submit_and_kill(process, args, lambda: sink_rows(rows_dir) >= total // 5, tmp_path / "job.log")
     assert sink_rows(rows_dir) < total, "the kill came too late to be mid-stream"
 
     overrides = {k.replace("-", "_"): v for k, v in flags.items()}

@@ -11,9 +11,6 @@ from __future__ import annotations
 import base64
 import functools
 import os
-import signal
-import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,17 +18,12 @@ from typing import Any
 import boto3
 import pytest
 import spark_job_helpers
+from spark_job_helpers import submit_and_kill
 
 from kinesis_spout.cli import main as cli_main
 from kinesis_spout.config.load import load_config
 from kinesis_spout.deadletter.s3 import iter_s3_entries
 from kinesis_spout.spark.launch.build import run_job
-from kinesis_spout.spark.launch.submit import (
-    DEFAULT_CONF,
-    find_spark_submit,
-    job_environment,
-    job_file,
-)
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import per_record
 from kinesis_spout.testing.servers import MotoServer
@@ -95,37 +87,15 @@ def test_poison_records_land_in_s3_once_across_a_kill_and_are_redriven(
         "retry-limit": "2",
     }
     prefix = f"dl/{unique_name}/{unique_name}/"
-    env = job_environment(
-        {**os.environ, "KSPOUT_TEST_FIXED": str(fixed), "AWS_ENDPOINT_URL_S3": endpoint},
-        master="local[2]",
-    )
-    conf = [a for k, v in DEFAULT_CONF.items() for a in ("--conf", f"{k}={v}")]
-    # spark-submit itself (not `kinesis-spout run`, whose job outlives it by a moment):
-    # SIGKILL of its process group is the driver's instant death
-    cmd = [
-        find_spark_submit(),
-        "--master",
-        "local[2]",
-        *conf,
-        str(job_file()),
-        "--process",
+    env = {**os.environ, "KSPOUT_TEST_FIXED": str(fixed), "AWS_ENDPOINT_URL_S3": endpoint}
+    args = [a for k, v in flags.items() for a in (f"--{k}", v)]
+    submit_and_kill(
         f"{spark_job_helpers.__file__}:poison_job",
-        *[a for k, v in flags.items() for a in (f"--{k}", v)],
-    ]
-    log_path = tmp_path / "job.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            deadline = time.monotonic() + 180
-            while len(s3_entries(endpoint, prefix)) < 3 or len(sink_rows(rows)) < RECORDS // 5:
-                assert proc.poll() is None, f"job exited early:\n{log_path.read_text()[-3000:]}"
-                assert time.monotonic() < deadline, f"no progress:\n{log_path.read_text()[-3000:]}"
-                time.sleep(0.2)
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+        args,
+        lambda: len(s3_entries(endpoint, prefix)) >= 3 and len(sink_rows(rows)) >= RECORDS // 5,
+        tmp_path / "job.log",
+        env,
+    )
     assert len(sink_rows(rows)) < RECORDS - len(poison), "the kill came too late"
 
     overrides = {k.replace("-", "_"): v for k, v in flags.items()}

@@ -50,7 +50,9 @@ def test_a_job_killed_with_sigkill_resumes_without_loss_and_replays_at_most_max_
     }
     args = [a for k, v in flags.items() for a in (f"--{k}", v)]
     process = f"{spark_job_helpers.__file__}:kill_test_job"
-    submit_and_kill(process, args, rows_dir, RECORDS // 5, tmp_path / "job.log")
+    submit_and_kill(
+        process, args, lambda: sink_rows(rows_dir) >= RECORDS // 5, tmp_path / "job.log"
+    )
     before = sink_rows(rows_dir)
     assert before < RECORDS, "the kill came too late to be mid-stream"
 
