@@ -21,7 +21,7 @@ class ProcessingContractError(KinesisSpoutError):
     stops instead of failing records."""
 
 
-def ok_and_error(df: Any, what: str, key: str, exprs: Exprs | None = None) -> tuple[Any, Any]:
+def ok_and_error(df: Any, what: str, key: str, exprs: Exprs) -> tuple[Any, Any]:
     """Spark columns ``ok`` (boolean, never null) and ``error`` from ``status``/``error``
     (``exprs``: where they are kept between micro-batches)."""
     from pyspark.sql import types as T
@@ -39,7 +39,7 @@ def ok_and_error(df: Any, what: str, key: str, exprs: Exprs | None = None) -> tu
             f"{what}: column 'status' has type {dtype.simpleString()}: expected boolean or string"
         )
     boolean, has_error = isinstance(dtype, T.BooleanType), "error" in cols
-    ok, error = (exprs or Exprs()).get(
+    ok, error = exprs.get(
         ("ok and error", what, boolean, has_error),
         lambda: _status_columns(what, boolean, has_error),
     )

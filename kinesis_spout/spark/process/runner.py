@@ -323,7 +323,7 @@ class _ExecutorRowSinkBranch:
         derived.select(*columns).mapInArrow(writer, "written long").collect()
 
 
-def _sink_frame(name: str, sink: FanOutSink, derived: Any, exprs: Exprs | None = None) -> Any:
+def _sink_frame(name: str, sink: FanOutSink, derived: Any, exprs: Exprs) -> Any:
     """Run one anchored sink on the derived records: None if it wrote everything (it
     returned None), else the DataFrame of its statuses (``_root``, ``_id``, ``ok``,
     ``error``): it must keep the root and id columns."""
@@ -344,7 +344,7 @@ def _sink_frame(name: str, sink: FanOutSink, derived: Any, exprs: Exprs | None =
 
 
 def _sink_statuses(
-    sinks: list[tuple[str, FanOutSink]], derived: Any, exprs: Exprs | None = None
+    sinks: list[tuple[str, FanOutSink]], derived: Any, exprs: Exprs
 ) -> list[SinkStatuses]:
     """Run each anchored sink on the derived records; their statuses, in sink order
     (the ids of the sinks that wrote everything are collected once)."""

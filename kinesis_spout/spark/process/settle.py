@@ -107,7 +107,7 @@ def edge_partials(
     return run
 
 
-def partials_frame(stage: Any, sinks: list[tuple[str, Any]], exprs: Exprs | None = None) -> Any:
+def partials_frame(stage: Any, sinks: list[tuple[str, Any]], exprs: Exprs) -> Any:
     """One DataFrame of every partial: the emit stage's status rows (``stage`` rows with
     a null ``_id``) and each sink's statuses (``(name, DataFrame of _root, _id, ok,
     error)``, in sink order) folded per task by :func:`edge_partials`.
@@ -117,9 +117,7 @@ def partials_frame(stage: Any, sinks: list[tuple[str, Any]], exprs: Exprs | None
     into the emit row instead of the derived records being read again. ``exprs``: where
     the emit rows' expressions are kept between micro-batches."""
     wrote_all = tuple(statuses is None for _, statuses in sinks)
-    where, columns = (exprs or Exprs()).get(
-        ("emit partials", wrote_all), lambda: _emit_partials(wrote_all)
-    )
+    where, columns = exprs.get(("emit partials", wrote_all), lambda: _emit_partials(wrote_all))
     frame = stage.where(where).select(*columns)
     for i, (name, statuses) in enumerate(sinks):
         if statuses is not None:

@@ -187,13 +187,13 @@ class _Collect:
         self,
         space: RowSpace,
         ends: Any,
+        exprs: Exprs,
         results: list[ReadResult] | None = None,
-        exprs: Exprs | None = None,
     ) -> None:
         self.space = space
         self.ends = ends
         self.results: list[ReadResult] = results or []
-        self.exprs = exprs or Exprs()
+        self.exprs = exprs
 
     def __call__(self, frame: Any) -> tuple[pa.Table, int, int]:
         if self.ends is None:
@@ -277,7 +277,7 @@ class FrameJobs:
 
     def _in_one(self, stage: Any, key: int, space: RowSpace) -> tuple[list[ReadResult], int]:
         """Read and process in one Spark job: the read ends come back with the statuses."""
-        got = _Collect(space, self._ends(stage), exprs=self.exprs)
+        got = _Collect(space, self._ends(stage), self.exprs)
         st = self.runner.run_frame(key, self._records(stage), 0, 0, collect=got).statuses
         results, fetched = self._settle(stage, space, got.results, st)
         return results, 1 + self.runner.n_sinks + fetched
@@ -288,7 +288,7 @@ class FrameJobs:
         results = [pickle.loads(b) for b in ends.column(META).to_pylist()]
         if not any(len(res) for res in results):
             return results, 1
-        got = _Collect(space, None, results, self.exprs)
+        got = _Collect(space, None, self.exprs, results)
         st = self.runner.run_frame(key, self._records(stage), 0, 0, collect=got).statuses
         results, fetched = self._settle(stage, space, results, st)
         return results, 2 + self.runner.n_sinks + fetched
