@@ -69,6 +69,7 @@ EVENT_LOG_CONF = ("spark.eventLog.compress=false", "spark.eventLog.rolling.enabl
 SUMMARY = re.compile(
     r"^stopped \((?P<why>.*)\) after (?P<batches>\d+) batches: (?P<done>\d+) "
     r"done.* (?P<rps>[\d,.]+) records done/s of processing"
+    r"(?: \| (?P<empty>\d+) more micro-batches read nothing)?"
 )
 PROGRESS = re.compile(r"^batch \d+: .*\| ok (?P<ok>\d+) \|.*\| dead-lettered (?P<dead>\d+)")
 BARE_JOB = """
@@ -115,6 +116,11 @@ class JobRun:
     def records_per_second(self) -> float:
         """The job's own figure: records done per second of processing (summary line)."""
         return float(self.summary()["rps"].replace(",", ""))
+
+    def micro_batches(self) -> int:
+        """Micro-batches the job ran, those that read nothing included (summary line)."""
+        m = self.summary()
+        return int(m["batches"]) + int(m["empty"] or 0)
 
     def batches(self) -> list[tuple[float, int]]:
         """Per progress line (micro-batch): when it arrived, and its records done."""

@@ -151,7 +151,7 @@ class SpoutConfig:
 
     # --- the Spark job --------------------------------------------------------
     batch_size: int = 10_000
-    """Most records in one micro-batch."""
+    """Most records in one micro-batch (executor reads: read from each shard)."""
     batch_max_wait: float = 1.0
     """Most seconds to wait while filling a micro-batch."""
     sink: str = "none"

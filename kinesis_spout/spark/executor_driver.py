@@ -251,6 +251,7 @@ class ExecutorDriver(StopControl):
         retries = sum(len(p.retries) for p in plans) + sum(r.retried for r in results)
         records = sum(len(r) for r in results if r.position is not None) + retries
         if not (records or failed):
+            self._totals.empty_batches += 1
             return
         now = self.clock()
         since = max(started, self._last_line or started)  # overlapping jobs: counted once

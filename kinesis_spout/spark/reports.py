@@ -100,6 +100,9 @@ class JobSummary:
     """Time spent in iterations that had records (filling and processing)."""
     expired: int = 0
     """Of the dead-lettered: given up as older than ``max_record_age``."""
+    empty_batches: int = 0
+    """Executor reads: micro-batch jobs that read nothing (polls of idle shards), not in
+    ``batches``."""
 
     @property
     def done(self) -> int:
@@ -119,7 +122,12 @@ class JobSummary:
             f"{self.records} deliveries | failed {self.failed} | retried {self.retried} | "
             f"{self.seconds:.1f}s, of which {self.busy_seconds:.1f}s processing | "
             f"{self.done_per_second:,.1f} records done/s of processing"
+            f"{_empty(self.empty_batches)}"
         )
+
+
+def _empty(n: int) -> str:
+    return f" | {n} more micro-batches read nothing" if n else ""
 
 
 def _expired(n: int) -> str:
@@ -229,6 +237,8 @@ class RunTotals:
     dead_lettered: int = 0
     busy_seconds: float = 0.0
     expired: int = 0
+    empty_batches: int = 0
+    """Micro-batch jobs that read nothing (no progress line, not in ``batches``)."""
 
     def add(
         self,
@@ -266,4 +276,5 @@ class RunTotals:
             stopped_because,
             busy_seconds=self.busy_seconds,
             expired=self.expired,
+            empty_batches=self.empty_batches,
         )

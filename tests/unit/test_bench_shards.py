@@ -48,6 +48,16 @@ def test_the_figures_come_from_the_job_s_own_lines() -> None:
     assert run.wall_records_per_second() == pytest.approx(9_000 / 6.0)  # opened at 10 s
 
 
+@pytest.mark.parametrize("empty", [0, 2])
+def test_the_micro_batches_that_read_nothing_are_micro_batches_too(empty: int) -> None:
+    summary = JobSummary(3, 9_000, 9_000, 0, 0, 0, 12.0, "idle", empty_batches=empty)
+    line = summary.line()
+    assert ("read nothing" in line) == bool(empty)
+    run = _run([(1.0, _report(0, 9_000, 2.0)), (2.0, line + "\n")])
+    assert run.micro_batches() == 3 + empty
+    assert int(run.summary()["done"]) == 9_000
+
+
 def test_without_a_summary_line_the_run_says_what_it_printed() -> None:
     run = _run([(1.0, "Traceback (most recent call last):\n")])
     with pytest.raises(RuntimeError, match="(?s)no summary line.*Traceback"):

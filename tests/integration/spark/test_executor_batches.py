@@ -104,6 +104,10 @@ def test_128_shards_are_read_and_each_checkpointed_at_its_last_record(
     assert summary.ok == 5120 and summary.failed == 0
     assert driver.spark_jobs == driver.micro_batches  # no job per shard, no re-runs
     assert driver.micro_batches < 128  # each job read many shards
+    # The summary counts every micro-batch: those with records, and the polls that read
+    # nothing (the job stops only after some of these, at stop_when_idle).
+    assert summary.empty_batches >= 1
+    assert summary.batches + summary.empty_batches == driver.micro_batches
     assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
 
 
