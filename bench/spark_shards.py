@@ -7,7 +7,9 @@ runs, the library's defaults otherwise: batch 10,000, ``empty_shard_backoff`` 1 
 
 * ``rps_<S>``: per shard count S, a fresh stream of S shards holding the same
   ``--records`` records of ``--size`` bytes (a partition key each: spread evenly over the
-  shards), read from TRIM_HORIZON until idle: records/s from the job's summary line (records
+  shards), read from TRIM_HORIZON until idle, ``--rounds`` times (3), the shard counts
+  alternated; the run of median records/s gives every data-run figure of S (each run's
+  records/s in ``rps_runs_<S>``): records/s from the job's summary line (records
   done per second of processing; the first micro-batch, which starts the Python workers,
   included). ``shards_<max>_vs_<min>``: ``rps`` at the largest S over the smallest. From the
   progress lines as they arrived: ``rps_wall_<S>`` from the job's "opened stream" line to
@@ -41,6 +43,7 @@ runs, the library's defaults otherwise: batch 10,000, ``empty_shard_backoff`` 1 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import tempfile
 import time
@@ -90,6 +93,13 @@ def add_shards_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--idle-seconds", type=float, default=20.0, help="with --shards: each idle run's length"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="with --shards: data runs per shard count, alternated over the counts; the "
+        "median run of each count gives its figures (default 3)",
     )
 
 
@@ -157,6 +167,13 @@ def data_run(endpoint: str, tmp: Path, shards: int, records: int) -> dict[str, A
     }
 
 
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median records/s (the lower middle of an even count), with every
+    run's records/s as ``rps_runs``."""
+    ranked = sorted(runs, key=lambda r: r["rps"])
+    return ranked[(len(ranked) - 1) // 2] | {"rps_runs": [round(r["rps"]) for r in runs]}
+
+
 def idle_run(endpoint: str, tmp: Path, shards: int, seconds: float) -> JobRun:
     workdir = job_runs.job_dir(tmp, f"idle-{shards}")
     toml = job_runs.write_job(workdir, f"empty-{shards}", endpoint, stop_when_idle=0.0)
@@ -216,9 +233,9 @@ def measure(args: argparse.Namespace, boto3_loop: BotoLoop) -> Measured:
         for s in ends:
             create_stream(client, f"empty-{s}", s)
         fill(client, "startup", ends[0], ends[0] * STARTUP_RECORDS_PER_SHARD, args.size)
-        data: dict[int, dict[str, Any]] = {}
-        for s in args.shards:
-            data[s] = r = data_run(endpoint, tmp, s, args.records)
+        runs: dict[int, list[dict[str, Any]]] = {s: [] for s in args.shards}
+        for _, s in itertools.product(range(args.rounds), args.shards):
+            runs[s].append(r := data_run(endpoint, tmp, s, args.records))
             print(
                 f"{s:>4} shards: {r['rps']:>7,.0f} records/s (opened to last batch "
                 f"{r['rps_wall'] or 0:,}, after the first micro-batch {r['rps_warm'] or 0:,}), "
@@ -226,6 +243,7 @@ def measure(args: argparse.Namespace, boto3_loop: BotoLoop) -> Measured:
                 f"{r['spark_jobs']} Spark jobs, tree CPU "
                 f"{r['cpu_s']:.1f} s, wall {r['wall_s']:.0f} s"
             )
+        data = {s: median_run(done) for s, done in runs.items()}
         idle: dict[int, JobRun] = {}
         for s in ends:
             idle[s] = run = idle_run(endpoint, tmp, s, args.idle_seconds)
@@ -270,6 +288,7 @@ def figures(args: argparse.Namespace, m: Measured) -> dict[str, Any]:
         "master": job_runs.MASTER,
         "read_on": "executors",
     }
+    out["rounds"] = args.rounds
     for s, r in m.data.items():
         out.update({f"{k}_{s}": round(v) if k == "rps" else v for k, v in r.items()})
     out[f"shards_{hi}_vs_{lo}"] = round(m.data[hi]["rps"] / m.data[lo]["rps"], 3)

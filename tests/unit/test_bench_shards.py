@@ -114,3 +114,14 @@ def test_the_warm_up_job_is_not_counted_as_a_micro_batch_job(tmp_path: Path) -> 
     (tmp_path / "app").write_text("\n".join(lines) + "\n")
     assert job_runs.count_job_starts(tmp_path) == 2
     assert job_runs.count_job_starts(tmp_path, skip_group="none") == 3
+
+
+def test_the_median_run_gives_a_shard_count_s_figures() -> None:
+    runs = [{"rps": r, "batches": b} for r, b in ((7_000.4, 2), (5_000.0, 4), (9_000.0, 1))]
+    assert spark_shards.median_run(runs) == {
+        "rps": 7_000.4,
+        "batches": 2,
+        "rps_runs": [7_000, 5_000, 9_000],
+    }
+    two = spark_shards.median_run(runs[:2])  # an even count: the lower middle
+    assert two["rps"] == 5_000.0 and two["batches"] == 4
