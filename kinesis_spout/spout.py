@@ -92,10 +92,11 @@ class KinesisSpout:
     through the same public parts this spout's own loop uses: :attr:`shard_set`,
     :attr:`acks`, :attr:`rotation`, :meth:`housekeep`, :meth:`save`.
 
-    The class is over 300 lines because it is the whole public face: Storm's spout
-    contract, ownership, checkpoints and the read-only views (stats, shards, metrics),
-    one short method each; the work is done by the parts it holds (:mod:`kinesis_spout.core`:
-    the shard set, the round robin, the ack router, the committer).
+    The class is over 300 lines (the module over 400) because it is the whole public
+    face: Storm's spout contract, ownership, checkpoints and the read-only views (stats,
+    shards, metrics), one short method each; the work is done by the parts it holds
+    (:mod:`kinesis_spout.core`: the shard set, the round robin, the ack router, the
+    committer).
     """
 
     def __init__(

@@ -8,7 +8,8 @@ The package hands on the names that callers import from ``kinesis_spout.config``
 
 from __future__ import annotations
 
-from kinesis_spout.config.model import FIELD_DOCS, FIELD_NAMES, SpoutConfig, coerce_values, is_field
+from kinesis_spout.config.fielddocs import FIELD_DOCS
+from kinesis_spout.config.model import FIELD_NAMES, SpoutConfig, coerce_values, is_field
 from kinesis_spout.config.values import (
     CONSUMER_NAME,
     CONSUMER_NAME_RULE,

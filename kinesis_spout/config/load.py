@@ -22,8 +22,8 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kinesis_spout.config.fielddocs import FIELD_DOCS
 from kinesis_spout.config.model import (
-    FIELD_DOCS,
     FIELD_NAMES,
     SpoutConfig,
     coerce_values,

@@ -10,10 +10,8 @@ what is allowed.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import enum
-import inspect
 import math
 import os
 import socket
@@ -21,7 +19,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from kinesis_spout.config.checks import check as _check
@@ -32,12 +30,12 @@ from kinesis_spout.config.checks import (
     check_numbers,
     check_targets,
 )
+from kinesis_spout.config.coerce import allowed_text, to_type
 from kinesis_spout.config.streams import StreamSpec, check_streams, parse_streams
 from kinesis_spout.config.values import MAX_RECORDS_PER_CALL, InitialPosition
 from kinesis_spout.errors import ConfigError
 
 __all__ = [
-    "FIELD_DOCS",
     "FIELD_NAMES",
     "SpoutConfig",
     "coerce_values",
@@ -273,29 +271,6 @@ LIST_FIELDS = frozenset({"dead_letter_on"})
 _HINTS = typing.get_type_hints(SpoutConfig)
 
 
-def _field_docs() -> dict[str, str]:
-    """The docstring under each field of :class:`SpoutConfig` (for ``--help``)."""
-    try:
-        tree = ast.parse(inspect.getsource(SpoutConfig))
-    except (OSError, TypeError, SyntaxError):  # no source (frozen app): no help texts
-        return {}
-    docs: dict[str, str] = {}
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-    for node, nxt in zip(body, body[1:], strict=False):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
-
-
-FIELD_DOCS: dict[str, str] = _field_docs()
-
-
 def _base_type(name: str) -> tuple[type, bool]:
     """(underlying type, optional?) of a field."""
     hint = _HINTS[name]
@@ -318,49 +293,9 @@ def _coerce(name: str, value: Any) -> Any:
             return None
         raise ConfigError(name, value, "a value is required")
     try:
-        if typ is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
-                return True
-            if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
-        if typ is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if typ is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        if typ is str:
-            if isinstance(value, list | tuple) and name in LIST_FIELDS:
-                value = ",".join(str(v) for v in value)
-            if not isinstance(value, str):
-                raise ValueError
-            return value
-        if typ is InitialPosition:
-            if isinstance(value, InitialPosition):
-                return value
-            return InitialPosition(str(value).upper())
-        if typ is datetime:
-            dt = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-            return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+        return to_type(typ, value, join_list=name in LIST_FIELDS)
     except (ValueError, TypeError):
-        raise ConfigError(name, value, f"expected {_allowed_text(typ)}") from None
-    return value  # pragma: no cover - every field type is handled above
-
-
-def _allowed_text(typ: type) -> str:
-    return {
-        bool: "true or false",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        InitialPosition: "one of " + ", ".join(p.value for p in InitialPosition),
-        datetime: "an ISO 8601 timestamp such as 2026-01-31T12:00:00Z",
-    }.get(typ, getattr(typ, "__name__", str(typ)))
+        raise ConfigError(name, value, f"expected {allowed_text(typ)}") from None
 
 
 def coerce_values(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -435,6 +370,6 @@ def _check_types(c: SpoutConfig) -> None:
             value = float(value)
             object.__setattr__(c, name, value)
             ok = True
-        _check(ok, name, value, f"expected {_allowed_text(typ)}")
+        _check(ok, name, value, f"expected {allowed_text(typ)}")
         if typ is float:
             _check(math.isfinite(value), name, value, "a finite number")
