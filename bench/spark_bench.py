@@ -376,7 +376,11 @@ def print_summary(result: dict[str, Any], scale: Scale | None) -> None:
         for key in ("transform", "fanout"):
             cpu = figures.get(f"driver_cpu_us_per_record_{key}")
             if cpu is not None:
-                print(f"  {key} on the cluster: driver CPU {cpu:.2f} us/record (goal <= 2.0)")
+                each = figures.get(f"driver_cpu_us_per_record_{key}_runs", [])
+                print(
+                    f"  {key} on the cluster: driver CPU {cpu:.2f} us/record (goal <= 2.0; "
+                    f"median of runs {', '.join(f'{x:.2f}' for x in each)})"
+                )
 
 
 def main(argv: list[str] | None = None) -> int:

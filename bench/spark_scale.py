@@ -16,13 +16,15 @@ two 1-core workers started from PySpark's jars:
 * executor reads only: ``driver_cpu_us_per_record_<style>``, the driver CPU per record
   of the DataFrame styles on two workers (``styles``: the transform and the word-count
   fan-out of ``spark_styles``), measured as for the per-record function (after a
-  warm-up run of the same style).
+  warm-up run of the same style): the median of ``STYLE_RUNS`` runs, each run's in
+  ``driver_cpu_us_per_record_<style>_runs``.
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import statistics
 import time
 from collections import Counter
 from pathlib import Path
@@ -35,6 +37,10 @@ from kinesis_spout.spark.launch.build import build_driver
 from kinesis_spout.spark.processing import InputRecord
 
 BURN_US = 200.0
+STYLE_RUNS = 3
+"""Runs of each DataFrame style whose driver CPU per record is measured (the median is
+the figure): a micro-batch costs the driver about the same whatever its size, so one
+run's figure moves with how the stream's records fall into micro-batches."""
 
 
 def _calibrate() -> int:
@@ -129,6 +135,20 @@ def style_cpu_run(
     return 1e6 * ((last[-1] if last else _cpu()) - cpu0) / total
 
 
+def style_cpu_figures(
+    spark: Any, endpoint: str, tmp: Path, styles: dict[str, Style]
+) -> dict[str, Any]:
+    """Per style: a warm-up run, then the median driver CPU per record of
+    ``STYLE_RUNS`` runs (and each run's)."""
+    out: dict[str, Any] = {}
+    for key, (name, process, n) in styles.items():
+        style_cpu_run(spark, endpoint, tmp, name, process, n)  # warm-up
+        runs = [style_cpu_run(spark, endpoint, tmp, name, process, n) for _ in range(STYLE_RUNS)]
+        out[f"driver_cpu_us_per_record_{key}"] = round(statistics.median(runs), 2)
+        out[f"driver_cpu_us_per_record_{key}_runs"] = [round(x, 2) for x in runs]
+    return out
+
+
 def _cpu() -> float:
     """CPU seconds of this process so far (user + system, every thread)."""
     use = resource.getrusage(resource.RUSAGE_SELF)
@@ -162,7 +182,7 @@ def scale_figures(
         for mode in ("executors", "driver"):
             runs: list[dict[str, Any]] = []
             rps: dict[int, float] = {}
-            style_cpu: dict[str, float] = {}
+            style_cpu: dict[str, Any] = {}
             for cores in (2, 1):
                 spark = _session(cluster, cores, f"scale-{mode}-{cores}")
                 try:
@@ -170,10 +190,7 @@ def scale_figures(
                         cluster_run(spark, endpoint, tmp, stream, mode, 0, total)  # warm-up
                         runs.append(cluster_run(spark, endpoint, tmp, stream, mode, 0, total))
                         if mode == "executors":
-                            for key, (name, process, n) in (styles or {}).items():
-                                style_cpu_run(spark, endpoint, tmp, name, process, n)  # warm-up
-                                cpu_us = style_cpu_run(spark, endpoint, tmp, name, process, n)
-                                style_cpu[f"driver_cpu_us_per_record_{key}"] = round(cpu_us, 2)
+                            style_cpu = style_cpu_figures(spark, endpoint, tmp, styles or {})
                     r = cluster_run(spark, endpoint, tmp, cpu_stream, mode, spins, cpu_total)
                     runs.append(r)
                     rps[cores] = r["rps"]

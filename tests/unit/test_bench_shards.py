@@ -125,3 +125,20 @@ def test_the_median_run_gives_a_shard_count_s_figures() -> None:
     }
     two = spark_shards.median_run(runs[:2])  # an even count: the lower middle
     assert two["rps"] == 5_000.0 and two["batches"] == 4
+
+
+def test_a_style_s_driver_cpu_is_the_median_of_its_runs_after_a_warm_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import spark_scale
+
+    measured = iter([9.0, 2.5, 1.5, 2.0, 7.0, 1.0, 1.2, 1.1])  # each style: warm-up first
+    monkeypatch.setattr(spark_scale, "style_cpu_run", lambda *a: next(measured))
+    styles = {"fanout": ("words", None, 10), "transform": ("data", None, 10)}
+    out = spark_scale.style_cpu_figures(None, "http://x", Path("."), styles)
+    assert out == {
+        "driver_cpu_us_per_record_fanout": 2.0,
+        "driver_cpu_us_per_record_fanout_runs": [2.5, 1.5, 2.0],
+        "driver_cpu_us_per_record_transform": 1.1,
+        "driver_cpu_us_per_record_transform_runs": [1.0, 1.2, 1.1],
+    }
