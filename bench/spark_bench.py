@@ -365,22 +365,8 @@ def print_summary(result: dict[str, Any], scale: Scale | None) -> None:
             f"{key} on the executors: {result[f'{key}_vs_boto3']:.2f}x the boto3 loop on its "
             "stream (goal >= 1.0)"
         )
-    for mode, figures in (scale or {}).items():
-        print(
-            f"{mode} reads on the cluster: driver CPU "
-            f"{figures['driver_cpu_us_per_record']:.2f} us/record (goal <= 2.0), "
-            f"{figures['reader_processes']} reader processes (goal >= 2), 2 vs 1 worker "
-            f"{figures['scaling_2_vs_1']:.2f}x (goal >= 1.5), lost {figures['lost']}, "
-            f"duplicates {figures['duplicates']} of {figures['records']} records"
-        )
-        for key in ("transform", "fanout"):
-            cpu = figures.get(f"driver_cpu_us_per_record_{key}")
-            if cpu is not None:
-                each = figures.get(f"driver_cpu_us_per_record_{key}_runs", [])
-                print(
-                    f"  {key} on the cluster: driver CPU {cpu:.2f} us/record (goal <= 2.0; "
-                    f"median of runs {', '.join(f'{x:.2f}' for x in each)})"
-                )
+    if scale is not None:
+        spark_scale.print_scale(scale)
 
 
 def main(argv: list[str] | None = None) -> int:

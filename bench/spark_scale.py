@@ -207,3 +207,23 @@ def scale_figures(
                 "duplicates": sum(r["duplicates"] for r in runs),
             } | style_cpu
     return out
+
+
+def print_scale(scale: dict[str, dict[str, Any]]) -> None:
+    """Each read mode's cluster figures (:func:`scale_figures`), against their goals."""
+    for mode, figures in scale.items():
+        print(
+            f"{mode} reads on the cluster: driver CPU "
+            f"{figures['driver_cpu_us_per_record']:.2f} us/record (goal <= 2.0), "
+            f"{figures['reader_processes']} reader processes (goal >= 2), 2 vs 1 worker "
+            f"{figures['scaling_2_vs_1']:.2f}x (goal >= 1.5), lost {figures['lost']}, "
+            f"duplicates {figures['duplicates']} of {figures['records']} records"
+        )
+        for key in ("transform", "fanout"):
+            cpu = figures.get(f"driver_cpu_us_per_record_{key}")
+            if cpu is not None:
+                each = figures.get(f"driver_cpu_us_per_record_{key}_runs", [])
+                print(
+                    f"  {key} on the cluster: driver CPU {cpu:.2f} us/record (goal <= 2.0; "
+                    f"median of runs {', '.join(f'{x:.2f}' for x in each)})"
+                )
