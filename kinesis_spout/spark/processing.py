@@ -52,7 +52,14 @@ import pyarrow as pa
 
 from kinesis_spout.errors import ConfigError
 from kinesis_spout.records import Record
-from kinesis_spout.spark.process.arrow import DATA_COLUMNS, RECORD_STATUS_SCHEMA, ROW, format_error
+from kinesis_spout.spark.process.arrow import (
+    ARRIVAL,
+    DATA_COLUMNS,
+    RECORD_STATUS_SCHEMA,
+    ROW,
+    arrival_times,
+    format_error,
+)
 from kinesis_spout.spark.process.fastretry import FastRetry
 from tracker import SequenceKey
 
@@ -237,7 +244,10 @@ def input_record(
 
 def batch_records(batch: pa.RecordBatch) -> Iterator[Record]:
     """The records of an input batch, in row order (columns by name)."""
-    cols = [batch.column(name).to_pylist() for name in DATA_COLUMNS]
+    cols = [
+        arrival_times(batch.column(name)) if name == ARRIVAL else batch.column(name).to_pylist()
+        for name in DATA_COLUMNS
+    ]
     for values in zip(*cols, strict=True):
         yield input_record(*values)
 

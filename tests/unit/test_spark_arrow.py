@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kinesis_spout.records import Record
 from kinesis_spout.spark.process.arrow import (
@@ -16,6 +18,7 @@ from kinesis_spout.spark.process.arrow import (
     ROOT,
     ROW,
     Statuses,
+    arrival_times,
     format_error,
     records_to_arrow,
     statuses_from_arrow,
@@ -129,3 +132,21 @@ def test_errors_name_the_exception_type_and_are_clipped() -> None:
     assert format_error(RuntimeError()) == "RuntimeError"
     long = format_error(ValueError("x" * 10_000))
     assert len(long) == MAX_ERROR_CHARS and long.endswith("(truncated)")
+
+
+_TIMES = st.one_of(
+    st.none(),
+    st.datetimes(
+        min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
+    ),
+)
+
+
+@given(st.lists(st.one_of(_TIMES, st.sampled_from([None, datetime(2026, 11, 27, tzinfo=UTC)]))))
+def test_arrival_times_read_back_what_pyarrow_does(values: list[datetime | None]) -> None:
+    column = pa.array(values, pa.timestamp("us", tz="UTC"))
+    got = arrival_times(column)
+    assert got == column.to_pylist() == values
+    assert all(v is None or v.utcoffset() is not None for v in got)  # aware, as Records are
+    chunked = pa.chunked_array([column, column], pa.timestamp("us", tz="UTC"))
+    assert arrival_times(chunked) == values + values

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import numpy as np
@@ -27,6 +27,9 @@ ROW = "_row"
 ROOT = "_root"
 """Fan-out only: the record's acker root id (int64, the bits of a random 64-bit id)."""
 
+ARRIVAL = "approximateArrivalTimestamp"
+"""The arrival time's column (:func:`arrival_times` reads it back as datetimes)."""
+
 DATA_COLUMNS: tuple[str, ...] = (
     "stream",
     "shardId",
@@ -34,7 +37,7 @@ DATA_COLUMNS: tuple[str, ...] = (
     "subSequenceNumber",
     "partitionKey",
     "data",
-    "approximateArrivalTimestamp",
+    ARRIVAL,
     "attempt",
 )
 """The user-visible columns, in order (the names the Kinesis API uses)."""
@@ -47,7 +50,7 @@ INPUT_SCHEMA = pa.schema(
         pa.field("subSequenceNumber", pa.int64(), nullable=False),
         pa.field("partitionKey", pa.string(), nullable=False),
         pa.field("data", pa.binary(), nullable=False),
-        pa.field("approximateArrivalTimestamp", pa.timestamp("us", tz="UTC")),
+        pa.field(ARRIVAL, pa.timestamp("us", tz="UTC")),
         pa.field("attempt", pa.int32(), nullable=False),
         pa.field(ROW, pa.int64(), nullable=False),
     ]
@@ -125,6 +128,29 @@ def records_to_arrow(records: Sequence[RecordLike], roots: Sequence[int] | None 
     if roots is not None:
         arrays.append(pa.array(roots, pa.int64()))
     return pa.Table.from_arrays(arrays, schema=input_schema(roots is not None))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def arrival_times(column: pa.Array | pa.ChunkedArray) -> list[datetime | None]:
+    """A ``timestamp[us, tz=UTC]`` column as aware UTC datetimes (None where null).
+
+    The same values as ``column.to_pylist()``, which costs about 8 µs per value (it
+    goes through the time zone database); here the microseconds since the epoch are
+    added to a UTC epoch, about 1 µs, and a value equal to the one before it (records
+    of one put, or of one millisecond) is the same object. On the word count this was
+    a third of the emit stage's Python time."""
+    out: list[datetime | None] = []
+    append = out.append
+    last: int | None = None
+    value: datetime | None = None
+    for micros in column.cast(pa.int64()).to_pylist():
+        if micros != last:
+            value = None if micros is None else _EPOCH + timedelta(microseconds=micros)
+            last = micros
+        append(value)
+    return out
 
 
 def format_error(exc: BaseException) -> str:
