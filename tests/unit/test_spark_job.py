@@ -218,6 +218,24 @@ def test_cluster_deploy_mode_refuses_driver_local_checkpoints_and_dead_letters(
     assert "--deploy-mode cluster" in capsys.readouterr().out
 
 
+class _Conf:
+    """A session's runtime settings, as much of them as building a driver uses."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.conf = _Conf()
+
+
 def test_driver_reads_leave_timeouts_to_batch_outcomes_and_the_fan_out_ledger(
     tmp_path: Path,
 ) -> None:
@@ -236,7 +254,7 @@ def test_driver_reads_leave_timeouts_to_batch_outcomes_and_the_fan_out_ledger(
         checkpoint_store=f"file://{tmp_path}",
         dead_letter=str(tmp_path / "dl"),
     )
-    driver = build_driver(cfg, lambda r: None, spark=object(), progress=None, job_lease=False)
+    driver = build_driver(cfg, lambda r: None, spark=_Session(), progress=None, job_lease=False)
     assert isinstance(driver, SparkDriver)
     assert driver.spout.config.message_timeout == 0.0
     assert driver.config.message_timeout == 7.0  # what the fan-out ledger times trees by

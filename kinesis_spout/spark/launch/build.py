@@ -57,6 +57,7 @@ def build_driver(
     None: the spout's own (its endpoint with ``metrics_port``, else none).
     ``job_lease``: the spout takes the job lease on open (``job.py``, holding it: False).
     """
+    from kinesis_spout.spark.process.runner import uncompressed_caches
     from kinesis_spout.spark.processing import as_processor, load_processor
 
     processor = load_processor(process, config) if isinstance(process, str) else None
@@ -65,6 +66,7 @@ def build_driver(
         from pyspark.sql import SparkSession
 
         spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
+    uncompressed_caches(spark)
     if config.read_on == "executors":
         if spout is None and row_sink is None:
             return _executor_driver(

@@ -34,6 +34,7 @@ from kinesis_spout.examples.wordcount import (
 from kinesis_spout.records import GetterPosition
 from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.launch.build import build_driver
+from kinesis_spout.spark.process.runner import CACHE_COMPRESSED
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import dataframe_transform, fan_out
 from kinesis_spout.spark.read.frames import FRAME_SCHEMA, META, RowSpace, frame_reader
@@ -115,10 +116,13 @@ def test_the_word_count_fan_out_reads_on_the_executors(
     rows = tmp_path / "words"
     process = fan_out(split_sentence, "word string", [WordCountSink(counts)], name="wordcount")
     cfg = job_config(retry_limit=1, batch_size=250, sink=f"parquet://{rows}")
-    driver = build_driver(cfg, process, spark=spark, progress=None)
+    session = spark.newSession()  # its own SQL settings: the job sets one
+    assert session.conf.get(CACHE_COMPRESSED, None) is None
+    driver = build_driver(cfg, process, spark=session, progress=None)
     assert isinstance(driver, ExecutorDriver)
     summary = driver.run()
 
+    assert session.conf.get(CACHE_COMPRESSED) == "false"  # its caches are not compressed
     assert read_counts(counts) == expected_counts(items)
     words = read_parquet_dir(rows)  # the configured sink: one more anchored sink
     assert words is not None
@@ -128,6 +132,16 @@ def test_the_word_count_fan_out_reads_on_the_executors(
     assert sorted(d["message_id"] for d in dead) == sorted(poison_ids)
     assert summary.ok == len(items) - len(poison_ids)
     assert checkpoints(cfg, unique_name) == last_per_shard(put)
+
+
+@pytest.mark.parametrize("setting", ["true", "false"])
+def test_the_session_s_own_cache_compression_is_kept(
+    spark: Any, job_config: Any, setting: str
+) -> None:
+    session = spark.newSession()
+    session.conf.set(CACHE_COMPRESSED, setting)
+    build_driver(job_config(), dataframe_transform(not_poison), spark=session, progress=None)
+    assert session.conf.get(CACHE_COMPRESSED) == setting
 
 
 def test_a_fan_out_sink_that_fails_a_word_fails_its_sentences(
