@@ -13,7 +13,8 @@ start of the run to the ack of the last record, over the boto3 loop's on the sam
 stream, run just before.
 
 With each ratio, the machine's CPU per record during the job's run (every process:
-the emulator, Spark's JVM, its Python workers and this driver; Linux ``/proc/stat``)
+the emulator, Spark's JVM, its Python workers and this driver; Linux ``/proc/stat``,
+less the time the host took from this virtual machine, printed apart as *steal*)
 and the **ceiling** that puts on the ratio: the job cannot go faster than all the
 machine's cores busy with it, so ``{style}_ceiling_vs_boto3`` is ``cores`` times the
 boto3 loop's seconds per record over the job's CPU per record. A ratio near its
@@ -44,12 +45,15 @@ def pass_all(df: Any) -> Any:
     return df.select("_row", F.lit(True).alias("status"))
 
 
-def machine_busy_seconds() -> float:
-    """CPU seconds the whole machine has spent busy since boot (``/proc/stat``)."""
+def machine_seconds() -> tuple[float, float]:
+    """CPU seconds since boot the whole machine has spent busy, and those the host took
+    from it (``/proc/stat``'s *steal*: a virtual CPU that wanted to run while the
+    hypervisor ran something else). Steal is not the job's CPU, so it is not in busy."""
     with open("/proc/stat") as f:
         ticks = [int(x) for x in f.readline().split()[1:]]
-    idle = ticks[3] + ticks[4]  # idle, iowait
-    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    hz = os.sysconf("SC_CLK_TCK")
+    busy = sum(ticks[:7]) - ticks[3] - ticks[4]  # user .. softirq, less idle and iowait
+    return busy / hz, ticks[7] / hz
 
 
 def style_run(
@@ -102,17 +106,21 @@ def style_figures(
         ("fanout", WORDS_STREAM, words),
     ):
         boto = boto3_loop(plain_client, name, records)
-        busy = machine_busy_seconds()
+        busy, steal = machine_seconds()
         rps = style_run(spark, endpoint, tmp, name, process, records)
-        cpu_us = 1e6 * (machine_busy_seconds() - busy) / records
+        busy_after, steal_after = machine_seconds()
+        cpu_us = 1e6 * (busy_after - busy) / records
+        steal_us = 1e6 * (steal_after - steal) / records
         ceiling = cores * 1e6 / boto / cpu_us
         out[f"job_rps_{key}"] = round(rps)
         out[f"{key}_vs_boto3"] = round(rps / boto, 3)
         out[f"{key}_cpu_us_per_record"] = round(cpu_us, 1)
+        out[f"{key}_steal_us_per_record"] = round(steal_us, 1)
         out[f"{key}_ceiling_vs_boto3"] = round(ceiling, 3)
         print(
             f"job, executor reads, {key}: {rps:>8,.0f} records/s, {rps / boto:.2f}x the "
             f"boto3 loop on its stream ({boto:,.0f} records/s); {cpu_us:.0f} us of machine "
-            f"CPU per record: at most {ceiling:.2f}x on {cores} cores"
+            f"CPU per record: at most {ceiling:.2f}x on {cores} cores (the host took "
+            f"{steal_us:.0f} us per record more)"
         )
     return out
