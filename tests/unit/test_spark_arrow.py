@@ -150,3 +150,17 @@ def test_arrival_times_read_back_what_pyarrow_does(values: list[datetime | None]
     assert all(v is None or v.utcoffset() is not None for v in got)  # aware, as Records are
     chunked = pa.chunked_array([column, column], pa.timestamp("us", tz="UTC"))
     assert arrival_times(chunked) == values + values
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "ns"])
+def test_arrival_times_of_another_unit_are_the_same_instants(unit: str) -> None:
+    at = datetime(2026, 11, 27, 6, 29, 9, 123000, tzinfo=UTC)
+    column = pa.array([at, None], pa.timestamp(unit, tz="Europe/Berlin"))
+    expected = [at.replace(microsecond=0) if unit == "s" else at, None]
+    assert arrival_times(column) == expected
+    assert arrival_times(column)[0].utcoffset().total_seconds() == 0  # type: ignore[union-attr]
+
+
+def test_arrival_times_of_a_column_that_is_no_timestamp_is_an_error() -> None:
+    with pytest.raises(TypeError, match="expected a timestamp column, not int64"):
+        arrival_times(pa.array([1, 2]))

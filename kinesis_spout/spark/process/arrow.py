@@ -134,13 +134,20 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def arrival_times(column: pa.Array | pa.ChunkedArray) -> list[datetime | None]:
-    """A ``timestamp[us, tz=UTC]`` column as aware UTC datetimes (None where null).
+    """A timestamp column as aware UTC datetimes (None where null), as every
+    :class:`~kinesis_spout.records.Record` has them.
 
-    The same values as ``column.to_pylist()``, which costs about 8 µs per value (it
-    goes through the time zone database); here the microseconds since the epoch are
+    The instants ``column.to_pylist()`` gives, which costs about 8 µs per value (it
+    goes through the time zone database, and gives the column's zone: Spark sends its
+    session's, UTC in the job's session); here the microseconds since the epoch are
     added to a UTC epoch, about 1 µs, and a value equal to the one before it (records
     of one put, or of one millisecond) is the same object. On the word count this was
-    a third of the emit stage's Python time."""
+    a third of the emit stage's Python time. A unit other than microseconds is cast to
+    them first (cut to the microsecond, as Kinesis's milliseconds always are)."""
+    if not pa.types.is_timestamp(column.type):
+        raise TypeError(f"arrival times: expected a timestamp column, not {column.type}")
+    if column.type.unit != "us":
+        column = column.cast(pa.timestamp("us", tz=column.type.tz), safe=False)
     out: list[datetime | None] = []
     append = out.append
     last: int | None = None

@@ -34,7 +34,7 @@ from kinesis_spout.examples.wordcount import (
 from kinesis_spout.records import GetterPosition
 from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.launch.build import build_driver
-from kinesis_spout.spark.process.runner import CACHE_COMPRESSED
+from kinesis_spout.spark.process.runner import CACHE_COMPRESSED, uncompressed_caches
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import dataframe_transform, fan_out
 from kinesis_spout.spark.read.frames import FRAME_SCHEMA, META, RowSpace, frame_reader
@@ -135,12 +135,10 @@ def test_the_word_count_fan_out_reads_on_the_executors(
 
 
 @pytest.mark.parametrize("setting", ["true", "false"])
-def test_the_session_s_own_cache_compression_is_kept(
-    spark: Any, job_config: Any, setting: str
-) -> None:
+def test_the_session_s_own_cache_compression_is_kept(spark: Any, setting: str) -> None:
     session = spark.newSession()
     session.conf.set(CACHE_COMPRESSED, setting)
-    build_driver(job_config(), dataframe_transform(not_poison), spark=session, progress=None)
+    uncompressed_caches(session)
     assert session.conf.get(CACHE_COMPRESSED) == setting
 
 
