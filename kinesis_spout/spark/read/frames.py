@@ -58,10 +58,9 @@ from kinesis_spout.spark.process.arrow import (
 )
 from kinesis_spout.spark.process.exprs import Exprs
 from kinesis_spout.spark.process.runner import SparkRunner
-from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor
+from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor, input_record
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.recorded import KeptRead, RecordTo, read_recorded
-from tracker import SequenceKey
 
 log = logging.getLogger(__name__)
 
@@ -369,18 +368,7 @@ def _failed_rows(
     table = stage.where(F.col(META).isNull() & F.col(ROW).isin(rows)).toArrow()
     out = []
     for values in table.to_pylist():
-        seq, sub = values["sequenceNumber"], values["subSequenceNumber"]
-        record = Record(
-            values["stream"],
-            values["shardId"],
-            seq,
-            sub,
-            values["partitionKey"],
-            values["data"],
-            values["approximateArrivalTimestamp"],
-            SequenceKey(int(seq), sub),
-            attempt=values["attempt"],
-        )
+        record = input_record(*(values[name] for name in DATA_COLUMNS))
         out.append((values[PLAN], values[ROW] - bases[values[PLAN]], record))
     return out
 
