@@ -310,13 +310,12 @@ def submit_and_kill(
 ) -> None:
     """``spark-submit`` the job (``local[2]``, ``--process process`` and ``args``, in
     ``env``, default this process's) and SIGKILL its whole process group once ``until()``
-    is true (waited for with a deadline; the job's output goes to ``log_path``).
+    is true (waited for with a deadline; the job's output goes to ``log_path``), then wait
+    until no process of it is left (:meth:`devkit.chaos.process.JobProcess.kill`: a
+    killed driver still holds its job lease until it has exited).
     spark-submit itself, not ``kinesis-spout run`` (whose job outlives it by a moment):
-    SIGKILL of its process group is the driver's instant death."""
-    import os
-    import signal
-    import subprocess
-
+    SIGKILL of its process group is the driver's death."""
+    from devkit.chaos.process import JobProcess
     from kinesis_spout.spark.launch.submit import (
         DEFAULT_CONF,
         find_spark_submit,
@@ -337,20 +336,12 @@ def submit_and_kill(
         process,
         *args,
     ]
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            cmd,
-            env=job_environment(env, master="local[2]"),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            deadline = time.monotonic() + 180
-            while not until():
-                assert proc.poll() is None, f"job exited early:\n{log_path.read_text()[-3000:]}"
-                assert time.monotonic() < deadline, f"no progress:\n{log_path.read_text()[-3000:]}"
-                time.sleep(0.2)
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+    job = JobProcess(cmd, job_environment(env, master="local[2]"), log_path).start()
+    try:
+        deadline = time.monotonic() + 180
+        while not until():
+            assert job.poll() is None, f"job exited early:\n{log_path.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no progress:\n{log_path.read_text()[-3000:]}"
+            time.sleep(0.2)
+    finally:
+        job.kill()
