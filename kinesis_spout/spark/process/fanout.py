@@ -43,8 +43,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from kinesis_spout.records import Record
 from kinesis_spout.spark.process.arrow import ROOT, ROW, clip_error, format_error
-from kinesis_spout.spark.processing import EmitFunction, iter_records
+from kinesis_spout.spark.processing import EmitFunction, batch_records
 
 log = logging.getLogger(__name__)
 
@@ -221,54 +222,66 @@ def run_emit(
     n_sinks: int,
     batches: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` body of the fan-out style.
-
-    Per input batch yields one batch of status rows (one per source record:
-    ``_ok``, ``_error``, ``_ack_val``, ``_sink_vals``; ``_id`` null) and one of derived rows
-    (``_id`` set). A record whose ``emit`` raised, or whose derived records
-    do not fit the schema, fails with that error and contributes no rows.
-    """
+    """The ``mapInArrow`` body of the fan-out style: :func:`emit_records` on the
+    records of each input batch (``_row``, ``_root`` and the record's columns)."""
     schema = stage_schema(derived)
-    names = list(derived.names)
     for batch in batches:
         roots = batch.column(ROOT).to_numpy(zero_copy_only=False).astype(np.int64)
-        rows, oks, errors, per_record = _emit_all(emit, names, batch)
-        flat, derived_cols = _derived_columns(per_record, oks, errors, derived)
-        counts = np.array([len(x) for x in per_record], dtype=np.int64)
-        roots_u = to_unsigned(roots)
-        emitted = np.array(oks, dtype=bool)
-        per_sink = [np.where(emitted, v, U64(0)) for v in sink_vals(roots_u, counts, n_sinks)]
-        vals = xor_each(per_sink, len(rows))
-        n = len(rows)
+        rows = batch.column(ROW).to_numpy(zero_copy_only=False).astype(np.int64)
+        yield from emit_records(emit, schema, n_sinks, rows, roots, batch_records(batch))
+
+
+def emit_records(
+    emit: EmitFunction,
+    schema: pa.Schema,
+    n_sinks: int,
+    rows: IntArray,
+    roots: IntArray,
+    records: Iterable[Record],
+) -> Iterator[pa.RecordBatch]:
+    """``emit`` on each record (row ``rows[i]``, root id ``roots[i]``), as batches of
+    ``schema`` (:func:`stage_schema`): one of status rows (one per source record:
+    ``_ok``, ``_error``, ``_ack_val``, ``_sink_vals``; ``_id`` null), then one of derived
+    rows (``_id`` set) if there are any. A record whose ``emit`` raised, or whose
+    derived records do not fit the schema, fails with that error and contributes no
+    rows."""
+    derived = pa.schema(list(schema)[len(STAGE_FIELDS) :])
+    oks, errors, per_record = _emit_all(emit, list(derived.names), records)
+    flat, derived_cols = _derived_columns(per_record, oks, errors, derived)
+    counts = np.array([len(x) for x in per_record], dtype=np.int64)
+    roots_u = to_unsigned(roots)
+    emitted = np.array(oks, dtype=bool)
+    per_sink = [np.where(emitted, v, U64(0)) for v in sink_vals(roots_u, counts, n_sinks)]
+    vals = xor_each(per_sink, len(oks))
+    n = len(oks)
+    yield pa.RecordBatch.from_arrays(
+        [
+            pa.array(rows, pa.int64()),
+            pa.array(roots, pa.int64()),
+            pa.nulls(n, pa.int64()),
+            pa.array(oks, pa.bool_()),
+            pa.array(errors, pa.string()),
+            pa.array(to_signed(vals), pa.int64()),
+            _per_row(per_sink, n),
+            *[pa.nulls(n, f.type) for f in derived],
+        ],
+        schema=schema,
+    )
+    m = len(flat)
+    if m:
         yield pa.RecordBatch.from_arrays(
             [
-                pa.array(rows, pa.int64()),
-                pa.array(roots, pa.int64()),
-                pa.nulls(n, pa.int64()),
-                pa.array(oks, pa.bool_()),
-                pa.array(errors, pa.string()),
-                pa.array(to_signed(vals), pa.int64()),
-                _per_row(per_sink, n),
-                *[pa.nulls(n, f.type) for f in derived],
+                pa.array(np.repeat(rows, counts)),
+                pa.array(np.repeat(roots, counts)),
+                pa.array(to_signed(derived_ids(roots_u, counts))),
+                pa.nulls(m, pa.bool_()),
+                pa.nulls(m, pa.string()),
+                pa.nulls(m, pa.int64()),
+                pa.nulls(m, pa.list_(pa.int64())),
+                *derived_cols,
             ],
             schema=schema,
         )
-        m = len(flat)
-        if m:
-            ids = derived_ids(roots_u, counts)
-            yield pa.RecordBatch.from_arrays(
-                [
-                    pa.array(np.repeat(np.array(rows, dtype=np.int64), counts)),
-                    pa.array(np.repeat(roots, counts)),
-                    pa.array(to_signed(ids)),
-                    pa.nulls(m, pa.bool_()),
-                    pa.nulls(m, pa.string()),
-                    pa.nulls(m, pa.int64()),
-                    pa.nulls(m, pa.list_(pa.int64())),
-                    *derived_cols,
-                ],
-                schema=schema,
-            )
 
 
 def _per_row(per_sink: list[UIntArray], n: int) -> pa.Array:
@@ -280,16 +293,14 @@ def _per_row(per_sink: list[UIntArray], n: int) -> pa.Array:
 
 
 def _emit_all(
-    emit: EmitFunction, names: list[str], batch: pa.RecordBatch
-) -> tuple[list[int], list[bool], list[str | None], list[list[Any]]]:
-    """``emit`` on every record of ``batch``: (rows, ok flags, errors, derived rows per
-    record, :func:`_rows`)."""
-    rows: list[int] = []
+    emit: EmitFunction, names: list[str], records: Iterable[Record]
+) -> tuple[list[bool], list[str | None], list[list[Any]]]:
+    """``emit`` on every record: (ok flags, errors, derived rows per record,
+    :func:`_rows`)."""
     oks: list[bool] = []
     errors: list[str | None] = []
     per_record: list[list[Any]] = []
-    for row, record in iter_records(batch):
-        rows.append(row)
+    for record in records:
         try:
             norm = _rows(emit(record), names)
         except Exception as exc:  # any user error fails the source record
@@ -300,7 +311,7 @@ def _emit_all(
             oks.append(True)
             errors.append(None)
             per_record.append(norm)
-    return rows, oks, errors, per_record
+    return oks, errors, per_record
 
 
 def _derived_columns(

@@ -7,7 +7,9 @@ and ``toArrow()`` of a small status table (``collect()`` is about 2x slower):
 * per-record: ``mapInArrow`` of the function, statuses straight back;
 * transform: the user's DataFrame, reduced to ``_row``, ``ok``, ``error``;
 * fan-out: ``mapInArrow`` of ``emit`` (persisted, so each sink reads it
-  without re-running ``emit``), the emit statuses back, then each sink
+  without re-running ``emit``; executor reads run ``emit`` in the read task and
+  start from its rows, :meth:`SparkRunner.run_emitted`), the emit statuses back,
+  then each sink (:mod:`~kinesis_spout.spark.process.fanout_sinks`)
   on the derived rows and its per-derived-record statuses back.
 
 Nothing here acks or fails: the driver applies the :class:`BatchOutcome`
@@ -35,10 +37,11 @@ from kinesis_spout.spark.process.arrow import (
 from kinesis_spout.spark.process.contract import ProcessingContractError, ok_and_error
 from kinesis_spout.spark.process.exprs import Exprs
 from kinesis_spout.spark.process.fanout import ID, SINK_VALS, IntArray, emit_mapper, stage_schema
+from kinesis_spout.spark.process.fanout_sinks import anchored_sinks, sink_frame, sink_statuses
 from kinesis_spout.spark.process.fastretry import FastRetry
 from kinesis_spout.spark.process.ledger import SinkStatuses
 from kinesis_spout.spark.process.settle import partials_frame, settle
-from kinesis_spout.spark.process.sinks import NullSink, RowSink, ok_rows_writer, rows_writer
+from kinesis_spout.spark.process.sinks import NullSink, RowSink, ok_rows_writer
 from kinesis_spout.spark.processing import (
     FanOutProcessor,
     FanOutSink,
@@ -252,24 +255,13 @@ class SparkRunner:
         from pyspark.sql import functions as F
 
         derived_schema, stage_struct = self._fan_out_schemas(p)
-        sinks: list[tuple[str, FanOutSink]] = [(_sink_name(s), s) for s in p.sinks]
-        if self.sink_target is not None and self._has_row_sink:
-            branch = _ExecutorRowSinkBranch(self.sink_target, batch_id)
-            sinks.append((f"row sink {self.sink_target}", branch))
-        elif self._has_row_sink:
-            sinks.append(
-                (f"row sink {self.row_sink.name}", _RowSinkBranch(self.row_sink, batch_id))
-            )
+        sinks = self._fan_out_sinks(p, batch_id)
         stage = df.mapInArrow(emit_mapper(p.emit, derived_schema, len(sinks)), stage_struct)
         stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
-        x = self.exprs
         try:
-            derived = stage.where(x.get("derived", lambda: F.col(ID).isNotNull())).select(
-                *x.columns(ROOT, ID, *derived_schema.names)
-            )
             if self.settle_trees:
-                frames = [(name, _sink_frame(name, sink, derived, x)) for name, sink in sinks]
-                return BatchOutcome(settle(*collect(partials_frame(stage, frames, x))))
+                return self._settle(stage, derived_schema, sinks, collect)
+            derived = self._derived(stage, derived_schema)
             back = (
                 stage.where(F.col(ID).isNull())
                 .select(ROW, F.col("_ok").alias("ok"), F.col("_error").alias("error"), "_ack_val")
@@ -281,9 +273,55 @@ class SparkRunner:
             ack_vals[rows - start] = (
                 back.column("_ack_val").fill_null(0).to_numpy(zero_copy_only=False)
             )
-            return BatchOutcome(statuses, None, ack_vals, _sink_statuses(sinks, derived, x))
+            answers = sink_statuses(sinks, derived, self.exprs)
+            return BatchOutcome(statuses, None, ack_vals, answers)
         finally:
             stage.unpersist()
+
+    def run_emitted(self, batch_id: int, stage: Any, collect: Collect) -> BatchOutcome:
+        """A fan-out whose ``emit`` already ran where its records were read: ``stage`` has
+        the rows of :func:`~kinesis_spout.spark.process.fanout.stage_schema` (columns by
+        name, others may be there too), made with :attr:`n_sinks` sinks. Its sinks run
+        and its trees are settled in the statuses' Spark job (``settle_trees``)."""
+        p = self.processor
+        if not isinstance(p, FanOutProcessor):
+            raise TypeError(f"run_emitted runs fan-outs, not {type(p).__name__}")
+        derived_schema, _ = self._fan_out_schemas(p)
+        return self._settle(stage, derived_schema, self._fan_out_sinks(p, batch_id), collect)
+
+    def _fan_out_sinks(self, p: FanOutProcessor, batch_id: int) -> list[tuple[str, FanOutSink]]:
+        target = self.sink_target if self._has_row_sink else None
+        row_sink = None if self.sink_target is not None or not self._has_row_sink else self.row_sink
+        return anchored_sinks(p, batch_id, target, row_sink)
+
+    def _derived(self, stage: Any, derived_schema: pa.Schema) -> Any:
+        """The derived records of an emit stage: ``_root``, ``_id`` and the derived fields."""
+        from pyspark.sql import functions as F
+
+        x = self.exprs
+        return stage.where(x.get("derived", lambda: F.col(ID).isNotNull())).select(
+            *x.columns(ROOT, ID, *derived_schema.names)
+        )
+
+    def _settle(
+        self,
+        stage: Any,
+        derived_schema: pa.Schema,
+        sinks: list[tuple[str, FanOutSink]],
+        collect: Collect,
+    ) -> BatchOutcome:
+        """Each sink on the derived records, then the trees settled in the statuses' job."""
+        derived = self._derived(stage, derived_schema)
+        x = self.exprs
+        frames = [(name, sink_frame(name, sink, derived, x)) for name, sink in sinks]
+        return BatchOutcome(settle(*collect(partials_frame(stage, frames, x))))
+
+    def fan_out_schema(self) -> pa.Schema:
+        """The fan-out's derived records' schema, as Arrow (checked the first time)."""
+        p = self.processor
+        if not isinstance(p, FanOutProcessor):
+            raise TypeError(f"{type(p).__name__} is not a fan-out")
+        return self._fan_out_schemas(p)[0]
 
     def _fan_out_schemas(self, p: FanOutProcessor) -> tuple[pa.Schema, Any]:
         if self._derived_arrow is None:
@@ -306,79 +344,3 @@ class SparkRunner:
             self._derived_arrow = schema
             self._stage_struct = from_arrow_schema(stage_schema(schema))
         return self._derived_arrow, self._stage_struct
-
-
-def _sink_name(sink: object) -> str:
-    return str(
-        getattr(sink, "name", None) or getattr(sink, "__qualname__", None) or type(sink).__name__
-    )
-
-
-class _RowSinkBranch:
-    """The configured row sink as one more anchored sink of a fan-out tree."""
-
-    def __init__(self, sink: RowSink, batch_id: int) -> None:
-        self.sink = sink
-        self.batch_id = batch_id
-
-    def __call__(self, derived: Any) -> None:
-        self.sink.write(self.batch_id, derived.drop(ROOT, ID).toArrow())
-
-
-class _ExecutorRowSinkBranch:
-    """The configured sink as one more anchored sink of a fan-out tree, written by the
-    executors (executor reads): every derived record is written, or the job fails."""
-
-    def __init__(self, target: str, batch_id: int) -> None:
-        self.target = target
-        self.batch_id = batch_id
-
-    def __call__(self, derived: Any) -> None:
-        columns = [c for c in derived.columns if c not in (ROOT, ID)]
-        writer = rows_writer(self.target, self.batch_id)
-        derived.select(*columns).mapInArrow(writer, "written long").collect()
-
-
-def _sink_frame(name: str, sink: FanOutSink, derived: Any, exprs: Exprs) -> Any:
-    """Run one anchored sink on the derived records: None if it wrote everything (it
-    returned None), else the DataFrame of its statuses (``_root``, ``_id``, ``ok``,
-    ``error``): it must keep the root and id columns."""
-    res = sink(derived)
-    if res is None:
-        return None
-    if not hasattr(res, "columns"):
-        raise ProcessingContractError(
-            f"sink {name} returned {type(res).__name__}: expected a DataFrame of statuses or None"
-        )
-    for key in (ROOT, ID):
-        if key not in res.columns:
-            raise ProcessingContractError(
-                f"sink {name} returned columns {res.columns}: it must keep {key!r}"
-            )
-    ok, error = ok_and_error(res, f"sink {name}", ID, exprs)
-    return res.select(ROOT, ID, ok, error)
-
-
-def _sink_statuses(
-    sinks: list[tuple[str, FanOutSink]], derived: Any, exprs: Exprs
-) -> list[SinkStatuses]:
-    """Run each anchored sink on the derived records; their statuses, in sink order
-    (the ids of the sinks that wrote everything are collected once)."""
-    results: list[SinkStatuses] = []
-    ids_table: pa.Table | None = None
-    for i, (name, sink) in enumerate(sinks):
-        frame = _sink_frame(name, sink, derived, exprs)
-        if frame is not None:
-            results.append(SinkStatuses.from_arrow(i, name, frame.toArrow()))
-            continue
-        if ids_table is None:
-            ids_table = derived.select(ROOT, ID).toArrow()
-        results.append(
-            SinkStatuses.all_ok(
-                i,
-                name,
-                ids_table.column(ROOT).to_numpy(zero_copy_only=False),
-                ids_table.column(ID).to_numpy(zero_copy_only=False),
-            )
-        )
-    return results

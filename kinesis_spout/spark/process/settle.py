@@ -66,9 +66,9 @@ EMIT_LOST = "emit lost the record"
 
 
 def _partials(sink: int, name: str, batch: pa.RecordBatch) -> pa.RecordBatch:
-    """One task batch of a sink's statuses (``_root``, ``_id``, ``ok``, ``error``: the
-    runner's ``_sink_frame``) as partials: the XOR of the ok edges per root, one row per
-    failed root."""
+    """One task batch of a sink's statuses (``_root``, ``_id``, ``ok``, ``error``:
+    :func:`~kinesis_spout.spark.process.fanout_sinks.sink_frame`) as partials: the XOR
+    of the ok edges per root, one row per failed root."""
     keyed = pc.and_(pc.is_valid(batch.column(ROOT)), pc.is_valid(batch.column(ID)))
     if not pc.all(keyed).as_py():  # a row without its keys acks nothing, fails nothing
         batch = batch.filter(keyed)

@@ -3,7 +3,7 @@ read tasks read, with only statuses, failed payloads and read ends at the driver
 
 A micro-batch of these styles is **one Spark job** while records flow:
 
-1. **Read** (:mod:`kinesis_spout.spark.read.recorded`): the read tasks read their
+1. **Read** (:mod:`~kinesis_spout.spark.read.stage`): the read tasks read their
    shards and record each read's end (first writer wins) before returning any
    record, so a partition Spark computes again has the same records. Their
    output is persisted on the executors. Each plan's rows are numbered from a base
@@ -12,11 +12,15 @@ A micro-batch of these styles is **one Spark job** while records flow:
    (the derived ids mix it, :mod:`~kinesis_spout.spark.process.fanout`), so no
    driver round trip sits between the read and the processing.
 2. **Process**: the records become a DataFrame on the executors, and the user's
-   transform or fan-out runs on it exactly as with driver reads
-   (:meth:`~kinesis_spout.spark.process.runner.SparkRunner.run_frame`); a configured
-   ``sink`` is written by the executors. The statuses come back **with the read
-   ends** (a union, in the same Spark job), and the driver renumbers the rows read
-   ``0..n-1`` (:meth:`RowSpace.dense`).
+   transform runs on it exactly as with driver reads
+   (:meth:`~kinesis_spout.spark.process.runner.SparkRunner.run_frame`). A fan-out's
+   ``emit`` has already run in the read task, on the records it read
+   (:mod:`~kinesis_spout.spark.read.stage`), so its sinks and trees go on from
+   the read's rows
+   (:meth:`~kinesis_spout.spark.process.runner.SparkRunner.run_emitted`). A
+   configured ``sink`` is written by the executors. The statuses come back **with
+   the read ends** (a union, in the same Spark job), and the driver renumbers the
+   rows read ``0..n-1`` (:meth:`RowSpace.dense`).
 3. **Failed payloads**: only when records failed, their payloads are taken from
    the persisted reads (a small Spark job).
 
@@ -39,7 +43,7 @@ import bisect
 import logging
 import pickle
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,76 +52,18 @@ import pyarrow.compute as pc
 
 from kinesis_spout.checkpoint.batch_ends import BatchEndStore
 from kinesis_spout.records import Record
-from kinesis_spout.spark.process.arrow import (
-    DATA_COLUMNS,
-    INPUT_SCHEMA,
-    ROOT,
-    ROW,
-    Statuses,
-    records_to_arrow,
-)
+from kinesis_spout.spark.process.arrow import DATA_COLUMNS, ROW, Statuses
 from kinesis_spout.spark.process.exprs import Exprs
 from kinesis_spout.spark.process.runner import SparkRunner
 from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor, input_record
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.read.recorded import KeptRead, RecordTo, read_recorded
+from kinesis_spout.spark.read.recorded import RecordTo
+from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, PLAN, ReadEmitter, frame_reader
 
 log = logging.getLogger(__name__)
 
-PLAN = "_plan"
-"""The task number of the plan a row was read for."""
-META = "_meta"
-"""A plan's pickled :class:`ReadResult` (one row per plan, its other columns null)."""
-
-FRAME_SCHEMA = pa.schema(
-    [pa.field(f.name, f.type, nullable=True) for f in INPUT_SCHEMA]
-    + [pa.field(PLAN, pa.int64()), pa.field(META, pa.binary())]
-)
-"""The read stage's rows: a record (``_row`` its plan's base plus its index in the plan's
-read, :class:`RowSpace`) or a plan's end."""
 _END = "_end"
 """Marks the read ends among the statuses collected with them (:class:`_Collect`)."""
-
-
-def _as_batches(
-    kept: list[KeptRead], tasks: list[ReadPlan], bases: dict[int, int]
-) -> Iterator[pa.RecordBatch]:
-    """A task's reads as rows of :data:`FRAME_SCHEMA`: each plan's records (``_row``
-    from the plan's base on), then its end."""
-    sizes = {p.task: p.size for p in tasks}
-    for res, records in kept:
-        if len(records) > sizes[res.task]:  # its rows would run into the next plan's
-            raise RuntimeError(
-                f"plan {res.task} ({res.shard_id}) read {len(records)} records, more than "
-                f"its {sizes[res.task]}"
-            )
-        if records:
-            table = records_to_arrow(records)
-            base = bases[res.task]
-            if base:
-                rows = pa.array(np.arange(base, base + len(records), dtype=np.int64))
-                table = table.set_column(table.schema.get_field_index(ROW), ROW, rows)
-            table = table.append_column(PLAN, pa.array([res.task] * len(records), pa.int64()))
-            table = table.append_column(META, pa.nulls(len(records), pa.binary()))
-            yield from table.cast(FRAME_SCHEMA).to_batches()
-        end: dict[str, list[Any]] = {name: [None] for name in FRAME_SCHEMA.names}
-        end[PLAN], end[META] = [res.task], [pickle.dumps(res)]
-        yield pa.RecordBatch.from_pydict(end, schema=FRAME_SCHEMA)
-
-
-def frame_reader(
-    tasks: list[list[ReadPlan]], settings: ReadSettings, to: RecordTo, bases: dict[int, int]
-) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` body over ``spark.range(len(tasks))``: task ``i`` reads
-    ``tasks[i]`` (:func:`~kinesis_spout.spark.read.recorded.read_recorded`); a plan's
-    rows are numbered from its base in ``bases`` (by task number)."""
-
-    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for i in batch.column(0).to_pylist():
-                yield from _as_batches(read_recorded(tasks[i], settings, to), tasks[i], bases)
-
-    return run
 
 
 class RowSpace:
@@ -244,8 +190,11 @@ class FrameJobs:
 
         self._active.add(key)
         space = RowSpace(plans)
-        reader = frame_reader(split_tasks(plans, tasks), settings, self.ends(run, key), space.bases)
-        stage = self.spark.range(0, tasks, 1, tasks).mapInArrow(reader, self._struct())
+        emitter = self._emitter()
+        to = self.ends(run, key)
+        reader = frame_reader(split_tasks(plans, tasks), settings, to, space.bases, emitter)
+        struct = self._struct(emitter)
+        stage = self.spark.range(0, tasks, 1, tasks).mapInArrow(reader, struct)
         stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             if self._flowing(plans):
@@ -277,7 +226,7 @@ class FrameJobs:
     def _in_one(self, stage: Any, key: int, space: RowSpace) -> tuple[list[ReadResult], int]:
         """Read and process in one Spark job: the read ends come back with the statuses."""
         got = _Collect(space, self._ends(stage), self.exprs)
-        st = self.runner.run_frame(key, self._records(stage), 0, 0, collect=got).statuses
+        st = self._process(key, stage, got)
         results, fetched = self._settle(stage, space, got.results, st)
         return results, 1 + self.runner.n_sinks + fetched
 
@@ -288,7 +237,7 @@ class FrameJobs:
         if not any(len(res) for res in results):
             return results, 1
         got = _Collect(space, None, self.exprs, results)
-        st = self.runner.run_frame(key, self._records(stage), 0, 0, collect=got).statuses
+        st = self._process(key, stage, got)
         results, fetched = self._settle(stage, space, results, st)
         return results, 2 + self.runner.n_sinks + fetched
 
@@ -301,16 +250,27 @@ class FrameJobs:
             *x.columns(PLAN, META)
         )
 
-    def _records(self, stage: Any) -> Any:
-        """The records the stage read, as the processing's input (fan-out: with roots)."""
+    def _process(self, key: int, stage: Any, got: _Collect) -> Statuses:
+        """The transform on the records the stage read, or the rest of a fan-out whose
+        ``emit`` ran in the read (its record and derived rows); their statuses."""
         from pyspark.sql import functions as F
 
         x = self.exprs
-        columns = x.columns(*DATA_COLUMNS, ROW)
+        read = stage.where(x.get("records", lambda: F.col(META).isNull()))
         if self.fan_out:
-            first = random.getrandbits(62)  # the rows' roots: first + row (ids mix them)
-            columns.append((F.lit(first) + columns[-1]).alias(ROOT))
-        return stage.where(x.get("records", lambda: F.col(META).isNull())).select(*columns)
+            return self.runner.run_emitted(key, read, collect=got).statuses
+        frame = read.select(*x.columns(*DATA_COLUMNS, ROW))
+        return self.runner.run_frame(key, frame, 0, 0, collect=got).statuses
+
+    def _emitter(self) -> ReadEmitter | None:
+        """A fan-out's ``emit`` for this micro-batch's read tasks, its roots from a fresh
+        random first id (None for a transform)."""
+        p = self.runner.processor
+        if not isinstance(p, FanOutProcessor):
+            return None
+        first = random.getrandbits(62)  # the rows' roots: first + row (ids mix them)
+        derived = self.runner.fan_out_schema()
+        return ReadEmitter(p.emit, derived, self.runner.n_sinks, first)
 
     def _settle(
         self, stage: Any, space: RowSpace, results: list[ReadResult], st: Statuses
@@ -326,11 +286,12 @@ class FrameJobs:
         _fill_payloads(ordered, _failed_rows(stage, failed, space.bases))
         return ordered, 1
 
-    def _struct(self) -> Any:
+    def _struct(self, emitter: ReadEmitter | None) -> Any:
+        """The Spark schema of the read stage's rows (made once per job)."""
         if self._schema is None:
             from pyspark.sql.pandas.types import from_arrow_schema
 
-            self._schema = from_arrow_schema(FRAME_SCHEMA)
+            self._schema = from_arrow_schema(FRAME_SCHEMA if emitter is None else emitter.schema)
         return self._schema
 
 

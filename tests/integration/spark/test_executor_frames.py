@@ -37,9 +37,10 @@ from kinesis_spout.spark.launch.build import build_driver
 from kinesis_spout.spark.process.runner import CACHE_COMPRESSED, uncompressed_caches
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import dataframe_transform, fan_out
-from kinesis_spout.spark.read.frames import FRAME_SCHEMA, META, RowSpace, frame_reader
+from kinesis_spout.spark.read.frames import RowSpace
 from kinesis_spout.spark.read.plan import ReadPlan, ReadSettings
 from kinesis_spout.spark.read.recorded import RecordTo
+from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, frame_reader
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]

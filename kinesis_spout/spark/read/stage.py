@@ -1,0 +1,155 @@
+"""What a read task of the DataFrame styles returns: its records, its plans' ends and,
+for a fan-out, what ``emit`` made of the records.
+
+A task reads its shards (:func:`~kinesis_spout.spark.read.recorded.read_recorded`:
+each read's end recorded before any record is returned) and returns rows of
+:data:`FRAME_SCHEMA`: a row per record (``_row`` its plan's base plus its index in the
+plan's read), then a row per plan with its pickled result (:data:`META`).
+
+**A fan-out's emit in the read task.** The read task has the records it read as
+:class:`~kinesis_spout.records.Record` objects, the very ones ``emit`` takes, so it
+calls ``emit`` on them there (:class:`ReadEmitter`) instead of handing the records
+to the JVM and having a second Python stage take them back to run ``emit``. Each
+record then crosses from Python to the JVM once and is cached once, and the driver
+builds one ``mapInArrow`` fewer per micro-batch. The rows
+(:attr:`ReadEmitter.schema`: :data:`FRAME_SCHEMA`, then the emit stage's columns,
+:func:`~kinesis_spout.spark.process.fanout.stage_schema`, then the derived fields):
+
+* a **record row** per record read: its columns, ``_row``, its plan, its root id (the
+  micro-batch's first id plus the row, as the derived ids need) and its emit status
+  (``_ok``, ``_error``, ``_ack_val``, ``_sink_vals``), ``_id`` null;
+* a **derived row** per derived record: ``_root``, ``_id`` and the derived fields, the
+  record's columns and ``_row`` null;
+* a plan's end, as in every read.
+
+A partition Spark computes again reads the same records (the recorded read ends),
+gets the same roots from the same rows, and so the same derived ids.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from kinesis_spout.records import Record
+from kinesis_spout.spark.process.arrow import INPUT_SCHEMA, ROW, records_to_arrow
+from kinesis_spout.spark.process.fanout import emit_records, stage_schema
+from kinesis_spout.spark.processing import EmitFunction
+from kinesis_spout.spark.read.plan import ReadPlan, ReadSettings
+from kinesis_spout.spark.read.recorded import KeptRead, RecordTo, read_recorded
+
+PLAN = "_plan"
+"""The task number of the plan a row was read for."""
+META = "_meta"
+"""A plan's pickled :class:`ReadResult` (one row per plan, its other columns null)."""
+
+FRAME_SCHEMA = pa.schema(
+    [pa.field(f.name, f.type, nullable=True) for f in INPUT_SCHEMA]
+    + [pa.field(PLAN, pa.int64()), pa.field(META, pa.binary())]
+)
+"""The read stage's rows: a record (``_row`` its plan's base plus its index in the plan's
+read, :class:`~kinesis_spout.spark.read.frames.RowSpace`) or a plan's end."""
+
+
+def stage_batches(
+    kept: list[KeptRead],
+    tasks: list[ReadPlan],
+    bases: dict[int, int],
+    emitter: ReadEmitter | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """A task's reads as rows of :data:`FRAME_SCHEMA`: each plan's records (``_row``
+    from the plan's base on), then its end. With ``emitter`` (a fan-out), its rows
+    instead: the records with their emit statuses, their derived records, the end."""
+    sizes = {p.task: p.size for p in tasks}
+    schema = FRAME_SCHEMA if emitter is None else emitter.schema
+    for res, records in kept:
+        if len(records) > sizes[res.task]:  # its rows would run into the next plan's
+            raise RuntimeError(
+                f"plan {res.task} ({res.shard_id}) read {len(records)} records, more than "
+                f"its {sizes[res.task]}"
+            )
+        if records:
+            table = records_to_arrow(records)
+            base = bases[res.task]
+            if base:
+                rows = pa.array(np.arange(base, base + len(records), dtype=np.int64))
+                table = table.set_column(table.schema.get_field_index(ROW), ROW, rows)
+            table = table.append_column(PLAN, pa.array([res.task] * len(records), pa.int64()))
+            table = table.append_column(META, pa.nulls(len(records), pa.binary()))
+            table = table.cast(FRAME_SCHEMA)
+            yield from table.to_batches() if emitter is None else emitter(table, records)
+        end: dict[str, list[Any]] = {name: [None] for name in schema.names}
+        end[PLAN], end[META] = [res.task], [pickle.dumps(res)]
+        yield pa.RecordBatch.from_pydict(end, schema=schema)
+
+
+def frame_reader(
+    tasks: list[list[ReadPlan]],
+    settings: ReadSettings,
+    to: RecordTo,
+    bases: dict[int, int],
+    emitter: ReadEmitter | None = None,
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` body over ``spark.range(len(tasks))``: task ``i`` reads
+    ``tasks[i]`` (:func:`~kinesis_spout.spark.read.recorded.read_recorded`); a plan's
+    rows are numbered from its base in ``bases`` (by task number). A fan-out's
+    ``emitter`` runs its ``emit`` on the records read (:class:`ReadEmitter`)."""
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                kept = read_recorded(tasks[i], settings, to)
+                yield from stage_batches(kept, tasks[i], bases, emitter)
+
+    return run
+
+
+class ReadEmitter:
+    """Runs ``emit`` on the records of each plan a read task read (see the module)."""
+
+    def __init__(
+        self, emit: EmitFunction, derived: pa.Schema, n_sinks: int, first_root: int
+    ) -> None:
+        self.emit = emit
+        self.n_sinks = n_sinks
+        self.first_root = first_root
+        """The root id of row 0; row ``r``'s is ``first_root + r`` (below 2**63)."""
+        self.stage = stage_schema(derived)
+        seen = set(FRAME_SCHEMA.names)
+        self.schema = pa.schema([*FRAME_SCHEMA, *(f for f in self.stage if f.name not in seen)])
+        """The read stage's columns, then the emit stage's and the derived ones."""
+
+    def __call__(self, table: pa.Table, records: Sequence[Record]) -> Iterator[pa.RecordBatch]:
+        """The rows of one plan's read: ``table``, the records in the read stage's
+        columns (``_row`` numbered), and the same ``records``."""
+        rows = table.column(ROW).to_numpy().astype(np.int64)
+        roots = rows + np.int64(self.first_root)
+        got = emit_records(self.emit, self.stage, self.n_sinks, rows, roots, records)
+        statuses = next(got)
+        yield self._rows(len(rows), _named(table), _named(statuses))
+        for derived in got:  # _row null: a derived row is no record of the read
+            own = _named(derived)
+            del own[ROW]
+            yield self._rows(derived.num_rows, own)
+
+    def _rows(self, n: int, *sources: Mapping[str, pa.Array]) -> pa.RecordBatch:
+        """``n`` rows of :attr:`schema`, each column from the first source that has it
+        (else null)."""
+        columns = []
+        for f in self.schema:
+            column = next((s[f.name] for s in sources if f.name in s), None)
+            columns.append(pa.nulls(n, f.type) if column is None else column.cast(f.type))
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+def _named(data: pa.Table | pa.RecordBatch) -> dict[str, Any]:
+    """The columns of ``data`` by name (a table's as one array each)."""
+    columns = data.columns
+    return {
+        name: col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        for name, col in zip(data.schema.names, columns, strict=True)
+    }
