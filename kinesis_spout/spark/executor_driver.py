@@ -156,7 +156,7 @@ class ExecutorDriver(StopControl):
         if not self._running:
             self._idle()
             return
-        timeout = min(max(self.planner.wake_in(self._busy), MIN_WAIT), MAX_WAIT)
+        timeout = min(max(self._wait_in(now), MIN_WAIT), MAX_WAIT)
         done, _ = wait_futures(list(self._running.values()), timeout, FIRST_COMPLETED)
         for job, future in list(self._running.items()):
             if future in done:
@@ -173,6 +173,19 @@ class ExecutorDriver(StopControl):
         so that the other shards go on."""
         slow = 2 * self.jobs.settings.read_seconds
         return all(now - started > slow for started, _ in self._started.values())
+
+    def _wait_in(self, now: float) -> float:
+        """How long to wait for the running jobs before looking again: until a shard may
+        have a task. While no micro-batch may start beside them (none slow yet), a shard
+        due meanwhile cannot be read, so the wait lasts until one may start, or until a
+        checkpoint save or shard refresh if that comes first (a job that ends wakes the
+        wait at once)."""
+        wake = self.planner.wake_in(self._busy)
+        if not self._started or self._may_start(now):
+            return wake
+        slow = 2 * self.jobs.settings.read_seconds
+        may_start_in = max(started for started, _ in self._started.values()) + slow - now
+        return min(max(wake, may_start_in), self.planner.chores_in())
 
     def _submit(self, pool: ThreadPoolExecutor, plans: list[ReadPlan], now: float) -> None:
         if not self._job_ids:

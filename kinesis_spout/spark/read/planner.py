@@ -176,6 +176,11 @@ class ExecutorReadPlanner:
             and reader.getter.due(now + (self._early.get(sh.shard_id, 0.0) if early else 0.0))
         )
 
+    def chores_in(self) -> float:
+        """Seconds until the spout's next checkpoint save or shard refresh: the work
+        the driver does between micro-batches that is not planning a read."""
+        return max(0.0, min(self.spout.next_checkpoint_at, self._set.refresh_at) - self._clock())
+
     def wake_in(self, busy: Collection[str] = ()) -> float:
         """Seconds until a plan may have a task (0: plan now); the shards ``busy`` (in a
         running job) cannot have one before that job is back, so their times do not count."""

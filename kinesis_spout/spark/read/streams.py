@@ -122,6 +122,10 @@ class StreamPlanners:
         ]
         return min(waits, default=1.0)
 
+    def chores_in(self) -> float:
+        """Seconds until some stream's next checkpoint save or shard refresh."""
+        return min((planner.chores_in() for planner in self.planners.values()), default=1.0)
+
     def settings(self, base: ReadSettings) -> ReadSettings:
         """``base`` with what the open streams add: each stream's ARN and, with
         ``consumer = "efo"``, its consumer's ARN (the tasks subscribe as it)."""

@@ -192,3 +192,47 @@ def test_a_transforms_spark_job_count_includes_the_failed_payloads_job(
     assert driver.spark_jobs == sum(
         len(tracker.getJobIdsForGroup(driver.jobs.group(b))) for b in groups
     )
+
+
+def _keys_of_first_shard(n: int) -> list[str]:
+    """Partition keys that Kinesis hashes into the lower half of the key space (shard 0
+    of a two-shard stream)."""
+    import hashlib
+
+    keys = (f"k{i}" for i in range(10_000))
+    return [k for k in keys if hashlib.md5(k.encode()).digest()[0] < 0x80][:n]
+
+
+def test_a_shard_due_while_no_micro_batch_may_start_does_not_spin_the_driver(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str
+) -> None:
+    """While a micro-batch runs and none may start beside it (it is not slow yet), an
+    idle shard whose next poll comes due cannot be read: the driver waits for the job,
+    or a checkpoint, not for that shard. (It woke every 5 ms, about 200 times a second.)"""
+    import time
+
+    create_stream(moto_client, unique_name, 2)
+    put = put_records(moto_client, unique_name, [(k, b"slow") for k in _keys_of_first_shard(6)])
+
+    def slow(record: Any) -> None:
+        time.sleep(0.4)  # a micro-batch of 2 records: about 1 s; the empty shard is due in 0.1
+
+    cfg = job_config(batch_size=2, batch_max_wait=1.0, checkpoint_interval=1.0)
+    driver = build_driver(cfg, slow, spark=spark, progress=None)
+    assert isinstance(driver, ExecutorDriver)
+    step = driver._step
+    blocked = 0  # steps taken while a micro-batch ran and no other could start
+
+    def counting(pool: Any) -> None:
+        nonlocal blocked
+        if driver._started and not driver._may_start(driver.clock()):
+            blocked += 1
+        step(pool)
+
+    driver._step = counting  # type: ignore[method-assign]
+    summary = driver.run()
+
+    assert summary.ok == 6
+    assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
+    # Each micro-batch: its end, a checkpoint or two and the 0.5 s cap; not one per 5 ms.
+    assert blocked <= 8 * driver.micro_batches, (blocked, driver.micro_batches)
