@@ -127,12 +127,8 @@ class SparkRunner:
         row_sink: RowSink | None = None,
         fast: FastRetry | None = None,
         sink_target: str | None = None,
-        settle_trees: bool = False,
     ) -> None:
         self.spark = spark
-        self.settle_trees = settle_trees
-        """Fan-out: the trees settled in the micro-batch's Spark job
-        (:mod:`~kinesis_spout.spark.process.settle`), statuses back instead of the edges."""
         self.sink_target = sink_target
         """Executor reads: the ``sink`` the executors write the ok rows to (the rows
         never reach the driver; ``row_sink`` is then unused)."""
@@ -176,15 +172,17 @@ class SparkRunner:
         """The transform or fan-out of ``df``, the rows ``start..stop-1`` of a micro-batch
         (its ``_row`` column numbers them; fan-out: with ``_root``).
 
-        ``collect`` brings the statuses' DataFrame to the driver (default: ``toArrow``,
-        the rows ``start..stop-1``); executor reads pass one that collects the read ends
-        in the same Spark job and numbers the rows once it knows them."""
+        ``collect`` brings a transform's statuses' DataFrame to the driver (default:
+        ``toArrow``, the rows ``start..stop-1``); executor reads pass one that collects
+        the read ends in the same Spark job and numbers the rows once it knows them
+        (their fan-outs run through :meth:`run_emitted`)."""
         p = self.processor
-        got = collect or _Rows(start, stop)
         if isinstance(p, TransformProcessor):
-            return self._run_transform(batch_id, p, df, got)
+            return self._run_transform(batch_id, p, df, collect or _Rows(start, stop))
         if isinstance(p, FanOutProcessor):
-            return self._run_fan_out(batch_id, p, df, start, stop, got)
+            if collect is not None:
+                raise TypeError("a fan-out read on the executors runs through run_emitted")
+            return self._run_fan_out(batch_id, p, df, start, stop)
         raise TypeError(f"run_frame runs transforms and fan-outs, not {type(p).__name__}")
 
     def _to_dataframe(self, part: pa.Table) -> Any:
@@ -249,8 +247,10 @@ class SparkRunner:
         return BatchOutcome(statuses, processed)
 
     def _run_fan_out(
-        self, batch_id: int, p: FanOutProcessor, df: Any, start: int, stop: int, collect: Collect
+        self, batch_id: int, p: FanOutProcessor, df: Any, start: int, stop: int
     ) -> BatchOutcome:
+        """Driver reads: ``emit``, then the emit statuses and each sink's statuses back
+        for the driver's acker."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
@@ -259,8 +259,6 @@ class SparkRunner:
         stage = df.mapInArrow(emit_mapper(p.emit, derived_schema, len(sinks)), stage_struct)
         stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            if self.settle_trees:
-                return self._settle(stage, derived_schema, sinks, collect)
             derived = self._derived(stage, derived_schema)
             back = (
                 stage.where(F.col(ID).isNull())
@@ -281,8 +279,10 @@ class SparkRunner:
     def run_emitted(self, batch_id: int, stage: Any, collect: Collect) -> BatchOutcome:
         """A fan-out whose ``emit`` already ran where its records were read: ``stage`` has
         the rows of :func:`~kinesis_spout.spark.process.fanout.stage_schema` (columns by
-        name, others may be there too), made with :attr:`n_sinks` sinks. Its sinks run
-        and its trees are settled in the statuses' Spark job (``settle_trees``)."""
+        name, others may be there too), made with :attr:`n_sinks` sinks (executor reads).
+        Its sinks run, and its trees are settled in the statuses' Spark job
+        (:mod:`~kinesis_spout.spark.process.settle`): ``collect`` brings their statuses
+        back."""
         p = self.processor
         if not isinstance(p, FanOutProcessor):
             raise TypeError(f"run_emitted runs fan-outs, not {type(p).__name__}")

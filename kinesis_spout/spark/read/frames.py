@@ -168,7 +168,7 @@ class FrameJobs:
         stores: Sequence[BatchEndStore],
     ) -> None:
         self.spark = spark
-        self.runner = SparkRunner(spark, processor, sink_target=sink, settle_trees=True)
+        self.runner = SparkRunner(spark, processor, sink_target=sink)
         self.exprs = self.runner.exprs
         self.fan_out = isinstance(processor, FanOutProcessor)
         self.ends = ends
