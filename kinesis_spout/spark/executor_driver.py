@@ -178,8 +178,7 @@ class ExecutorDriver(StopControl):
         """How long to wait for the running jobs before looking again: until a shard may
         have a task. While no micro-batch may start beside them (none slow yet), a shard
         due meanwhile cannot be read, so the wait lasts until one may start, or until a
-        checkpoint save or shard refresh if that comes first (a job that ends wakes the
-        wait at once)."""
+        checkpoint save if that comes first (a job that ends wakes the wait at once)."""
         wake = self.planner.wake_in(self._busy)
         if not self._started or self._may_start(now):
             return wake

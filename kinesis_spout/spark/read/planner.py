@@ -177,9 +177,9 @@ class ExecutorReadPlanner:
         )
 
     def chores_in(self) -> float:
-        """Seconds until the spout's next checkpoint save or shard refresh: the work
-        the driver does between micro-batches that is not planning a read."""
-        return max(0.0, min(self.spout.next_checkpoint_at, self._set.refresh_at) - self._clock())
+        """Seconds until the spout's next checkpoint save: the driver's work while a
+        micro-batch runs (a shard refresh waits for the next plan, :meth:`plan`)."""
+        return max(0.0, self.spout.next_checkpoint_at - self._clock())
 
     def wake_in(self, busy: Collection[str] = ()) -> float:
         """Seconds until a plan may have a task (0: plan now); the shards ``busy`` (in a

@@ -123,7 +123,7 @@ class StreamPlanners:
         return min(waits, default=1.0)
 
     def chores_in(self) -> float:
-        """Seconds until some stream's next checkpoint save or shard refresh."""
+        """Seconds until some stream's next checkpoint save."""
         return min((planner.chores_in() for planner in self.planners.values()), default=1.0)
 
     def settings(self, base: ReadSettings) -> ReadSettings:

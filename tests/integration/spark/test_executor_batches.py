@@ -207,8 +207,9 @@ def test_a_shard_due_while_no_micro_batch_may_start_does_not_spin_the_driver(
     spark: Any, moto_client: Any, job_config: Any, unique_name: str
 ) -> None:
     """While a micro-batch runs and none may start beside it (it is not slow yet), an
-    idle shard whose next poll comes due cannot be read: the driver waits for the job,
-    or a checkpoint, not for that shard. (It woke every 5 ms, about 200 times a second.)"""
+    idle shard whose next poll comes due cannot be read, nor can the shard list be
+    refreshed: the driver waits for the job, or a checkpoint, not for those. (It woke
+    every 5 ms, about 200 times a second.)"""
     import time
 
     create_stream(moto_client, unique_name, 2)
@@ -217,7 +218,9 @@ def test_a_shard_due_while_no_micro_batch_may_start_does_not_spin_the_driver(
     def slow(record: Any) -> None:
         time.sleep(0.4)  # a micro-batch of 2 records: about 1 s; the empty shard is due in 0.1
 
-    cfg = job_config(batch_size=2, batch_max_wait=1.0, checkpoint_interval=1.0)
+    cfg = job_config(
+        batch_size=2, batch_max_wait=1.0, checkpoint_interval=1.0, shard_refresh_interval=0.3
+    )
     driver = build_driver(cfg, slow, spark=spark, progress=None)
     assert isinstance(driver, ExecutorDriver)
     step = driver._step
