@@ -208,7 +208,7 @@ class Measured:
     """The idle runs, at the smallest and the largest shard count."""
     startup_job: list[float]
     startup_bare: list[float]
-    styles: dict[str, float]
+    styles: dict[str, Any]
     """``spark_styles.style_figures``: the transform and the fan-out over boto3."""
 
 
