@@ -35,6 +35,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_pair(attempts: int = 50) -> int:
+    """A port ``p`` such that ``p`` and ``p + 1`` are both free right now, on every
+    interface (for a server that also listens on the next port, as
+    ``localstack/run_kinesis_mock.sh`` puts kinesis-mock's TLS port)."""
+    for _ in range(attempts):
+        with contextlib.ExitStack() as held:
+            try:
+                for port in (first := free_port(), first + 1):
+                    s = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                    s.bind(("", port))
+            except OSError:
+                continue
+            return first
+    raise KinesisSpoutError(f"no two free ports in a row in {attempts} attempts")
+
+
 def port_open(port: int, host: str = LOOPBACK) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.2)

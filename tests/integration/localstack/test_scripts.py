@@ -12,6 +12,7 @@ import pytest
 
 from devkit.localstack import LOCALSTACK_VERSION
 from kinesis_spout.config.load import load_config
+from kinesis_spout.testing.processes import free_port_pair
 from kinesis_spout.testing.servers import REPO_ROOT, free_port, port_open
 from kinesis_spout.testing.streams import create_stream, emulator_client
 
@@ -29,7 +30,7 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Complet
 def test_run_kinesis_mock_start_status_stop(tmp_path: Path, unique_name: str) -> None:
     script = str(LOCALSTACK_DIR / "run_kinesis_mock.sh")
     env = {**os.environ, "KINESIS_MOCK_RUN_DIR": str(tmp_path)}
-    port = free_port()
+    port = free_port_pair()  # the script puts the TLS port on the next one
     started = run([script, "start", str(port)], env)
     try:
         assert started.returncode == 0, started.stderr
