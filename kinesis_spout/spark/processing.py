@@ -252,11 +252,6 @@ def batch_records(batch: pa.RecordBatch) -> Iterator[Record]:
         yield input_record(*values)
 
 
-def iter_records(batch: pa.RecordBatch) -> Iterator[tuple[int, Record]]:
-    """``(_row, record)`` for each row of an input batch (columns by name)."""
-    yield from zip(batch.column(ROW).to_pylist(), batch_records(batch), strict=True)
-
-
 RecordReport: TypeAlias = Callable[[Record, "str | None", int], object]
 """Where :func:`run_records` reports each record: ``(the record, None or its last
 error, its last delivery number)``."""

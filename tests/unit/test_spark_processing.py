@@ -13,7 +13,7 @@ import pytest
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import ConfigError
 from kinesis_spout.records import Record
-from kinesis_spout.spark.process.arrow import records_to_arrow
+from kinesis_spout.spark.process.arrow import ROW, records_to_arrow
 from kinesis_spout.spark.process.sinks import ConsoleSink, ParquetSink, open_sink, read_parquet_dir
 from kinesis_spout.spark.processing import (
     FanOutProcessor,
@@ -21,9 +21,9 @@ from kinesis_spout.spark.processing import (
     RecordProcessor,
     TransformProcessor,
     as_processor,
+    batch_records,
     dataframe_transform,
     fan_out,
-    iter_records,
     load_processor,
     per_record,
     processor_factory,
@@ -99,9 +99,13 @@ def test_system_exit_is_not_swallowed() -> None:
         statuses(fn)
 
 
-def test_iter_records_pairs_rows_with_records() -> None:
+def test_batch_records_come_in_row_order() -> None:
     table = records_to_arrow(records(3)).slice(1, 2)
-    rows = [(row, rec.sequence_number) for b in table.to_batches() for row, rec in iter_records(b)]
+    rows = [
+        (row, rec.sequence_number)
+        for b in table.to_batches()
+        for row, rec in zip(b.column(ROW).to_pylist(), batch_records(b), strict=True)
+    ]
     assert rows == [(1, "101"), (2, "102")]
 
 
