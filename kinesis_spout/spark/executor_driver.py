@@ -39,6 +39,7 @@ those of the driver-read loop (:mod:`kinesis_spout.spark.driver`).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
@@ -171,8 +172,12 @@ class ExecutorDriver(StopControl):
         """A new micro-batch starts when none runs, or beside running ones that are
         slow (every one past twice the read deadline: a slow function, a hung task),
         so that the other shards go on."""
+        return now > self._may_start_at()
+
+    def _may_start_at(self) -> float:
+        """When every running job is slow (:meth:`_may_start`); -inf when none runs."""
         slow = 2 * self.jobs.settings.read_seconds
-        return all(now - started > slow for started, _ in self._started.values())
+        return max((started + slow for started, _ in self._started.values()), default=-math.inf)
 
     def _wait_in(self, now: float) -> float:
         """How long to wait for the running jobs before looking again: until a shard may
@@ -180,10 +185,9 @@ class ExecutorDriver(StopControl):
         due meanwhile cannot be read, so the wait lasts until one may start, or until a
         checkpoint save if that comes first (a job that ends wakes the wait at once)."""
         wake = self.planner.wake_in(self._busy)
-        if not self._started or self._may_start(now):
+        may_start_in = self._may_start_at() - now
+        if may_start_in < 0:
             return wake
-        slow = 2 * self.jobs.settings.read_seconds
-        may_start_in = max(started for started, _ in self._started.values()) + slow - now
         return min(max(wake, may_start_in), self.planner.chores_in())
 
     def _submit(self, pool: ThreadPoolExecutor, plans: list[ReadPlan], now: float) -> None:
