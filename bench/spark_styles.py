@@ -39,10 +39,16 @@ from kinesis_spout.spark.processing import Processor, dataframe_transform, fan_o
 from kinesis_spout.testing.streams import create_stream, put_records
 
 WORDS_STREAM = "bench-spark-words"
-WARM_UPS = 3
+WARM_UPS = 10
 """Runs of each style before the measured ones: the first runs of a session compile
-its plans and warm the JVM's JIT (a fresh session's first run after one warm-up
-cost about 135 µs of JVM CPU per record on the word count, the third about 90)."""
+its plans and warm the JVM's JIT. The JIT goes on compiling for longer than Spark's
+code generation: on the word count (40,000 records, ``local[2]``), the JVM spent
+12.9 s compiling methods in a session's first run, 4.5 in its third, 3.6 in its
+fourth, 1.8-2.0 in its tenth to thirteenth and 1.0-1.2 in its fifteenth to
+twentieth (``CompilationMXBean``; Spark generated no code after the first run),
+on 2 cores that the run needs; the runs went from 7,500-7,800 records/s (third to
+fifth) to 9,000-9,900 (tenth on). After three warm-ups the figures were those of a
+JVM still warming up."""
 RUNS = 3
 """Measured runs of each style, each after its own boto3 loop: the figures are their
 medians (each run's ratio in ``{style}_vs_boto3_runs``)."""
