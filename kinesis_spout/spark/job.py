@@ -213,7 +213,10 @@ def run_with_lease(
 
     print(describe(config, process), flush=True)
     try:
-        check_deploy_mode(config, str(spark.conf.get("spark.submit.deployMode", "client")))
+        # The SparkContext's conf: the session's (spark.conf) would create the SQL session
+        # state, 0.1-0.2 s that a per-record job never needs.
+        mode = spark.sparkContext.getConf().get("spark.submit.deployMode", "client")
+        check_deploy_mode(config, str(mode))
         # The lease is this process's already (take_job_lease): the spout takes none.
         driver = build_driver(config, process, spark=spark, metrics=metrics, job_lease=False)
     except KinesisSpoutError as exc:
@@ -263,7 +266,9 @@ def start_spark(config: SpoutConfig, process: str, times: StartupTimes) -> tuple
     )
 
     times.mark("spark imports")
-    imports = import_in_background("kinesis_spout.spark.launch.build", *DRIVER_MODULES)
+    imports = import_in_background(
+        "kinesis_spout.spark.launch.build", *DRIVER_MODULES, then=lambda: warm_client(config)
+    )
     spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
     quiet_accumulator_errors(spark)
     times.mark("spark session")
@@ -285,6 +290,15 @@ def start_spark(config: SpoutConfig, process: str, times: StartupTimes) -> tuple
         shipped.set_result(None)
     imports.join()
     return spark, shipped
+
+
+def warm_client(config: SpoutConfig) -> None:
+    """Make a Kinesis client as the spout will (then dropped): the first client of a
+    process loads botocore's service model (about 0.1 s), which the spout's own client
+    then finds loaded, so opening the stream does not wait for it."""
+    from kinesis_spout.kinesis.client import make_client
+
+    make_client(config.endpoint_url, config.region, profile=config.profile)
 
 
 DRIVER_MODULES = ("kinesis_spout.spark.launch.deploy", "kinesis_spout.kinesis.client", "boto3")

@@ -117,3 +117,34 @@ def test_a_dropped_accumulator_connection_is_one_log_line_not_a_traceback(
         assert "accumulator connection closed (EOFError)" in caplog.text
     else:
         assert "Traceback" in err and "EOFError" in err
+
+
+def test_the_background_imports_then_call_the_warm_up_and_a_failing_one_is_only_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import sys
+
+    from kinesis_spout.spark.launch.startup import import_in_background
+
+    seen: list[bool] = []
+
+    def then() -> None:  # runs after the imports
+        seen.append("kinesis_spout.spark.read.frames" in sys.modules)
+        raise OSError("no endpoint")
+
+    with caplog.at_level(logging.DEBUG, logger="kinesis_spout.spark.launch.startup"):
+        import_in_background("kinesis_spout.spark.read.frames", then=then).join(30)
+    assert seen == [True]
+    assert "failed in the background" in caplog.text
+
+
+def test_warm_client_loads_the_model_the_spout_s_client_then_finds() -> None:
+    from kinesis_spout.kinesis import client as clients
+    from kinesis_spout.spark.job import warm_client
+
+    config = SpoutConfig(stream_name="s", endpoint_url="http://127.0.0.1:9", region="eu-west-1")
+    loader = clients._session(config.profile)._session.get_component("data_loader")
+    loader._cache.clear()  # as in a new process
+    warm_client(config)  # makes a client (no call), as the spout will
+    loaded = [key for key in loader._cache if key[:2] == ("load_service_model", "kinesis")]
+    assert loaded  # the spout's client finds botocore's model of Kinesis loaded

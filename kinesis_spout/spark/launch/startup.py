@@ -66,10 +66,13 @@ class StartupTimes:
         return f"startup: {parts} | total {self.total:.2f}s"
 
 
-def import_in_background(*modules: str) -> threading.Thread:
-    """Import ``modules`` in a thread (started): while the SparkSession is created the
-    driver's Python only waits on the JVM, so the job's imports cost nothing there. An
-    import that fails here fails again, with its error, where the module is used."""
+def import_in_background(
+    *modules: str, then: Callable[[], object] | None = None
+) -> threading.Thread:
+    """Import ``modules`` in a thread (started), then call ``then``: while the
+    SparkSession is created the driver's Python only waits on the JVM, so the job's
+    imports (and ``then``: making its first Kinesis client) cost nothing there. An import
+    or a ``then`` that fails here fails again, with its error, where it is used."""
 
     def run() -> None:
         for name in modules:
@@ -77,6 +80,11 @@ def import_in_background(*modules: str) -> threading.Thread:
                 importlib.import_module(name)
             except Exception:  # noqa: BLE001 - said where it is imported for use
                 return
+        if then is not None:
+            try:
+                then()
+            except Exception:  # noqa: BLE001 - said where the job does it for use
+                log.debug("start-up: %s failed in the background", then, exc_info=True)
 
     thread = threading.Thread(target=run, name="kinesis-spout-imports", daemon=True)
     thread.start()

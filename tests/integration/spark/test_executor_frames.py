@@ -135,6 +135,22 @@ def test_the_word_count_fan_out_reads_on_the_executors(
     assert checkpoints(cfg, unique_name) == last_per_shard(put)
 
 
+def test_a_per_record_job_leaves_the_session_s_sql_settings_alone(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str
+) -> None:
+    """A per-record function caches nothing: its job does not set the cache setting (its
+    first ``spark.conf`` would create the SQL session state, a cost of its start-up)."""
+    create_stream(moto_client, unique_name, 2)
+    put_records(moto_client, unique_name, make_payloads(40))
+    session = spark.newSession()
+    driver = build_driver(job_config(), lambda record: None, spark=session, progress=None)
+    assert isinstance(driver, ExecutorDriver)
+    summary = driver.run()
+
+    assert summary.ok == 40
+    assert session.conf.get(CACHE_COMPRESSED, None) is None
+
+
 @pytest.mark.parametrize("setting", ["true", "false"])
 def test_the_session_s_own_cache_compression_is_kept(spark: Any, setting: str) -> None:
     session = spark.newSession()
