@@ -142,3 +142,24 @@ def test_a_style_s_driver_cpu_is_the_median_of_its_runs_after_a_warm_up(
         "driver_cpu_us_per_record_transform": 1.1,
         "driver_cpu_us_per_record_transform_runs": [1.0, 1.2, 1.1],
     }
+
+
+def test_the_start_up_overhead_is_the_median_of_each_job_run_less_its_own_bare_run() -> None:
+    def data(rps: float) -> dict[str, float]:
+        keys = ("rps", "rps_wall", "rps_warm")
+        return {k: rps for k in keys} | {"spark_jobs": 4, "batches": 4, "batches_with_records": 3}
+
+    idle = job_runs.JobRun([], [], 0.0, None, 5.0, 25.0, 26.0, 10.0, 4.0)
+    measured = spark_shards.Measured(
+        data={4: data(8000), 128: data(6400)},
+        idle={4: idle, 128: idle},
+        startup_job=[13.7, 13.7, 12.1],
+        startup_bare=[11.4, 13.6, 12.1],  # the bare run moves by more than the job's share
+        styles={},
+    )
+    args = argparse.Namespace(shards=[4, 128], records=40_000, size=200, rounds=1)
+    out = spark_shards.figures(args, measured)
+    assert out["startup_overhead_s_runs"] == [2.3, 0.1, 0.0]
+    assert out["startup_overhead_s"] == 0.1  # each pair at its own hour
+    assert out["startup_overhead_of_medians_s"] == 1.6  # 13.7 against 12.1: other pairs
+    assert out["shards_128_vs_4"] == 0.8
