@@ -40,12 +40,9 @@ from kinesis_spout.spark.read.shards import Read, read_shards
 
 
 def executor_id() -> str:
-    try:
-        from pyspark import SparkEnv  # type: ignore[attr-defined]
-
-        return str(SparkEnv.get().executorId())  # pragma: no cover - JVM side only
-    except Exception:
-        return f"{socket.gethostname()}:{os.getpid()}"
+    """The process that reads: ``host:pid`` (Spark's executor id lives in the JVM, out of a
+    Python worker's reach). Called for every plan, so it costs no more than that."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class _Processing:
