@@ -1,9 +1,19 @@
-"""Is a process alive: its start time from ``/proc``, so a reused pid does not count."""
+"""This process's name as a reader, and whether a process is alive (its start time from
+``/proc``, so a reused pid does not count)."""
 
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
+
+
+def reader_id() -> str:
+    """The process that reads a shard's range: ``host:pid``. Every executor read names
+    its reader with it (a read task's results, the batch-end records of the Spark job's
+    reads and of the streaming source's), once per plan, so it stays this cheap (Spark's
+    executor id lives in the JVM, out of a Python worker's reach)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def process_start_time(pid: int) -> str | None:

@@ -17,8 +17,6 @@ refused, never used; an attempt of a batch whose records were already removed
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from kinesis_spout.checkpoint.batch_ends import (
 from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.efo_read import EfoTarget
+from kinesis_spout.processinfo import reader_id
 from kinesis_spout.records import Record, StartPosition
 from kinesis_spout.retrying import never, retrying
 from kinesis_spout.streaming.batch_offset import ShardPlan
@@ -84,7 +83,7 @@ def read_batch_shard(
             throttled=ahead.error is not None,
             at=time.time(),
             children=ahead.children,
-            reader=f"{socket.gethostname()}:{os.getpid()}",
+            reader=reader_id(),
             planned=expected,
         )
         recorded = store.record(run, batch, shard_id, mine)

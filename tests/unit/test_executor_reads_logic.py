@@ -316,7 +316,7 @@ def test_a_half_that_read_nothing_is_not_followed_by_the_same_plan_again() -> No
     assert _rest([plan], [half]) == dataclasses.replace(plan, position=half.position, limit=4)
 
 
-def test_executor_id_names_the_process_without_trying_an_import_per_call(
+def test_reader_id_names_the_process_without_trying_an_import_per_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every plan of a read task names its reader (two or three calls per plan). The old
@@ -326,7 +326,7 @@ def test_executor_id_names_the_process_without_trying_an_import_per_call(
     import os
     import socket
 
-    from kinesis_spout.spark.read.task import executor_id
+    from kinesis_spout.processinfo import reader_id
 
     tried: list[str] = []
     real = builtins.__import__
@@ -336,5 +336,5 @@ def test_executor_id_names_the_process_without_trying_an_import_per_call(
         return real(name, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(builtins, "__import__", spy)
-    assert executor_id() == f"{socket.gethostname()}:{os.getpid()}"
+    assert reader_id() == f"{socket.gethostname()}:{os.getpid()}"
     assert tried == []

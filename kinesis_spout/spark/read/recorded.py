@@ -34,10 +34,10 @@ from kinesis_spout.checkpoint.batch_ends import (
 )
 from kinesis_spout.checkpoint.factory import open_batch_ends
 from kinesis_spout.config import InitialPosition
+from kinesis_spout.processinfo import reader_id
 from kinesis_spout.records import Record, ShardPosition, StartPosition
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.shards import Read, read_shards
-from kinesis_spout.spark.read.task import executor_id
 
 REPLAY_ATTEMPTS = 5
 """Reads of a recorded range (each within the read deadline) before the task fails."""
@@ -117,7 +117,7 @@ def end_of(res: ReadResult, planned: PlannedFrom) -> BatchEnd:
         caught_up=res.caught_up,
         throttled=res.throttled > 0,
         at=time.time(),
-        reader=executor_id(),
+        reader=reader_id(),
         planned=planned,
     )
 
@@ -135,7 +135,7 @@ def _keeper(res: ReadResult, kept: list[Record]) -> Callable[[list[Record]], Non
 
 
 def _fresh(plan: ReadPlan) -> tuple[ReadResult, list[Record]]:
-    return ReadResult.for_plan(plan, executor_id(), os.getpid()), []
+    return ReadResult.for_plan(plan, reader_id(), os.getpid()), []
 
 
 def read_recorded(plans: list[ReadPlan], settings: ReadSettings, to: RecordTo) -> list[KeptRead]:

@@ -23,12 +23,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
+from kinesis_spout.processinfo import reader_id
 from kinesis_spout.records import Record
 from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.processing import RecordFunction
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.shards import Read, read_shards
-from kinesis_spout.spark.read.task import executor_id, write_rows
+from kinesis_spout.spark.read.task import write_rows
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def _read_stage(
         taken: list[tuple[ReadPlan, ReadResult, list[Record]]] = []
         reads: list[Read] = []
         for plan in plans:
-            res = ReadResult.for_plan(plan, executor_id(), os.getpid())
+            res = ReadResult.for_plan(plan, reader_id(), os.getpid())
             records: list[Record] = list(plan.retries)
             taken.append((plan, res, records))
             if not plan.is_retry:

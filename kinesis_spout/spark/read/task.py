@@ -27,22 +27,16 @@ nothing skipped). The driver takes one result per task.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
+from kinesis_spout.processinfo import reader_id
 from kinesis_spout.records import Record
 from kinesis_spout.spark.process.fastretry import FastRetry
 from kinesis_spout.spark.processing import RecordFunction, run_records
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.shards import Read, read_shards
-
-
-def executor_id() -> str:
-    """The process that reads: ``host:pid`` (Spark's executor id lives in the JVM, out of a
-    Python worker's reach). Called for every plan, so it costs no more than that."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class _Processing:
@@ -108,7 +102,7 @@ def run_plans(
     results: list[ReadResult] = []
     reads: list[Read] = []
     for plan in plans:
-        res = ReadResult.for_plan(plan, executor_id(), os.getpid())
+        res = ReadResult.for_plan(plan, reader_id(), os.getpid())
         proc = _Processing(fn, res, keep, settings.fast)
         results.append(res)
         if plan.is_retry:
