@@ -62,8 +62,9 @@ def process(record):
     os.close(fd)
     return None
 '''
-OPENED = "opened stream"
-"""What the job logs once it has listed the shards and starts reading them."""
+BANNER = "kinesis-spout job '"
+"""The job's banner: printed once its Spark session is up, just before its micro-batch
+loop is built (the stream opens while the session starts, or next)."""
 EVENT_LOG_CONF = ("spark.eventLog.compress=false", "spark.eventLog.rolling.enabled=false")
 """Spark 4 compresses (zstd) and rolls event logs by default: one plain JSON-lines file."""
 SUMMARY = re.compile(
@@ -92,15 +93,15 @@ class JobRun:
     launched: float
     first_record: float | None
     """When the function was first called (None: no record reached it)."""
-    opened: float | None
-    """When the job's output said it opened the stream (started reading)."""
+    banner: float | None
+    """When the job printed its banner (its Spark session is up, :data:`BANNER`)."""
     stopped: float | None
     """When we sent SIGTERM (None: it stopped by itself)."""
     ended: float
     cpu_seconds: float
     """The whole process tree: launcher, JVM, Python driver, Python workers."""
     window_cpu_seconds: float | None
-    """The tree's sampled CPU from ``opened`` to ``stopped``."""
+    """The tree's sampled CPU from ``banner`` to ``stopped``."""
 
     @property
     def wall_seconds(self) -> float:
@@ -139,14 +140,14 @@ class JobRun:
         return sum(d for _, d in batches[1:]) / seconds if seconds > 0 else None
 
     def wall_records_per_second(self) -> float | None:
-        """Records done per second from the job's "opened stream" line to its last
-        progress line, as they arrived here (None: no such lines)."""
+        """Records done per second from the job's banner (its Spark session is up) to its
+        last progress line, as they arrived here (None: no such lines)."""
         batches = self.batches()
         lines = zip(self.lines, self.times, strict=True)
-        opened = next((t for line, t in lines if OPENED in line), None)
-        if not batches or opened is None or batches[-1][0] <= opened:
+        banner = next((t for line, t in lines if BANNER in line), None)
+        if not batches or banner is None or batches[-1][0] <= banner:
             return None
-        return sum(d for _, d in batches) / (batches[-1][0] - opened)
+        return sum(d for _, d in batches) / (batches[-1][0] - banner)
 
 
 class TimedLines(OutputLines):
@@ -249,8 +250,8 @@ def run_job(
     timeout: float = 900.0,
 ) -> JobRun:
     """Launch the job and wait for it to exit. ``stop_after``: SIGTERM that many seconds
-    after it opened the stream; ``stop_at_first_record``: SIGTERM once a record reached
-    the function. Else it stops by itself (``stop_when_idle``)."""
+    after its banner (its Spark session is up); ``stop_at_first_record``: SIGTERM once a
+    record reached the function. Else it stops by itself (``stop_when_idle``)."""
     first_file = toml.parent / "first-record"
     launched = time.time()
     proc = subprocess.Popen(
@@ -261,12 +262,12 @@ def run_job(
         text=True,
     )
     out = TimedLines(proc, f"the job ({toml})")
-    opened = stopped = window = None
+    banner = stopped = window = None
     with TreeCpu(proc.pid) as cpu:
         try:
             if stop_after is not None:
-                out.wait_for(OPENED, timeout)
-                opened, cpu0 = time.time(), cpu.sampled()
+                out.wait_for(BANNER, timeout)
+                banner, cpu0 = time.time(), cpu.sampled()
                 time.sleep(stop_after)
                 window, stopped = cpu.sampled() - cpu0, time.time()
                 proc.send_signal(signal.SIGTERM)
@@ -282,7 +283,7 @@ def run_job(
     if proc.returncode != 0:
         raise RuntimeError(f"the job exited with {proc.returncode}:\n" + "".join(lines[-40:]))
     first = float(first_file.read_text()) if first_file.exists() else None
-    return JobRun(lines, times, launched, first, opened, stopped, ended, cpu.seconds, window)
+    return JobRun(lines, times, launched, first, banner, stopped, ended, cpu.seconds, window)
 
 
 def _wait_for_file(path: Path, proc: subprocess.Popen[str], timeout: float) -> None:

@@ -12,8 +12,9 @@ runs, the library's defaults otherwise: batch 10,000, ``empty_shard_backoff`` 1 
   records/s in ``rps_runs_<S>``): records/s from the job's summary line (records
   done per second of processing; the first micro-batch, which starts the Python workers,
   included). ``shards_<max>_vs_<min>``: ``rps`` at the largest S over the smallest. From the
-  progress lines as they arrived: ``rps_wall_<S>`` from the job's "opened stream" line to
-  its last progress line, ``rps_warm_<S>`` from its first progress line to its last (the
+  progress lines as they arrived: ``rps_wall_<S>`` from the job's banner (printed once its
+  Spark session is up; the stream is opened while the session starts) to its last progress
+  line, ``rps_warm_<S>`` from its first progress line to its last (the
   ratios ``shards_<max>_vs_<min>_wall`` and ``_warm``).
 * ``spark_jobs_per_batch``: those runs write Spark's event log; its SparkListenerJobStart
   events (but the start-up's warm-up job, one per run) over the micro-batches the job ran
@@ -22,14 +23,14 @@ runs, the library's defaults otherwise: batch 10,000, ``empty_shard_backoff`` 1 
   (``spark_jobs_<S>``, ``batches_<S>``, ``batches_with_records_<S>`` for each S;
   ``spark_jobs_per_batch_with_records``: the jobs over the progress lines only).
 * idle: the job on an empty stream of the smallest and the largest S, SIGTERM
-  ``--idle-seconds`` (20) after it logged that it opened the stream, then waited for.
+  ``--idle-seconds`` (20) after its banner (its Spark session is up), then waited for.
   ``idle_cpu_s_<S>``/``idle_wall_s_<S>``: the CPU time of its whole process tree (launcher,
   JVM, Python driver, Python workers: :mod:`proctree`) and the wall time, launch to exit.
   ``idle_cpu_ms_per_shard_s`` = (CPU at large S - CPU at small S) / (large S - small S) /
-  idle seconds. ``idle_window_*``: the same from the tree's CPU sampled at the opening and
+  idle seconds. ``idle_window_*``: the same from the tree's CPU sampled at the banner and
   at the SIGTERM only (start-up and shut-down left out); ``idle_cores_<S>`` is that CPU per
   second (2.0 = both cores busy: the figure is then capped by the machine).
-  ``idle_start_s_<S>``: launch to "opened stream"; ``idle_stop_s_<S>``: SIGTERM to exit.
+  ``idle_start_s_<S>``: launch to the banner; ``idle_stop_s_<S>``: SIGTERM to exit.
 * ``startup_overhead_s``: the median of 3 of (launch -> the first record reaching the
   function (it writes a timestamp file on its first call; then SIGTERM)) minus (a bare
   Python run of ``SparkSession`` ``local[2]`` + ``parallelize([1]).count()``, launch ->
@@ -121,7 +122,7 @@ def chart(shards: list[int]) -> BarChart:
                 bars,
                 (
                     Series("summary line", "rps_{}"),
-                    Series("opened to last batch", "rps_wall_{}"),
+                    Series("session up to last batch", "rps_wall_{}"),
                     Series("after batch 0", "rps_warm_{}"),
                 ),
             ),
@@ -241,7 +242,7 @@ def measure(args: argparse.Namespace, boto3_loop: BotoLoop) -> Measured:
         for _, s in itertools.product(range(args.rounds), args.shards):
             runs[s].append(r := data_run(endpoint, tmp, s, args.records))
             print(
-                f"{s:>4} shards: {r['rps']:>7,.0f} records/s (opened to last batch "
+                f"{s:>4} shards: {r['rps']:>7,.0f} records/s (session up to last batch "
                 f"{r['rps_wall'] or 0:,}, after the first micro-batch {r['rps_warm'] or 0:,}), "
                 f"{r['batches']} micro-batches ({r['batches_with_records']} with records), "
                 f"{r['spark_jobs']} Spark jobs, tree CPU "
@@ -253,8 +254,8 @@ def measure(args: argparse.Namespace, boto3_loop: BotoLoop) -> Measured:
             idle[s] = run = idle_run(endpoint, tmp, s, args.idle_seconds)
             print(
                 f"idle, {s:>4} shards: {run.cpu_seconds:.1f} s CPU in {run.wall_seconds:.1f} s "
-                f"wall (launch to exit; opened the stream after "
-                f"{(run.opened or run.ended) - run.launched:.1f} s, exited "
+                f"wall (launch to exit; Spark session up after "
+                f"{(run.banner or run.ended) - run.launched:.1f} s, exited "
                 f"{run.ended - (run.stopped or run.ended):.1f} s after SIGTERM); "
                 f"{run.window_cpu_seconds or 0:.1f} s CPU in the {_window(run):.1f} s idle "
                 "window"
@@ -278,8 +279,8 @@ def measure(args: argparse.Namespace, boto3_loop: BotoLoop) -> Measured:
 
 
 def _window(run: JobRun) -> float:
-    """Seconds from the job's "opened stream" to our SIGTERM."""
-    return (run.stopped or run.ended) - (run.opened or run.launched)
+    """Seconds from the job's banner (its Spark session is up) to our SIGTERM."""
+    return (run.stopped or run.ended) - (run.banner or run.launched)
 
 
 def figures(args: argparse.Namespace, m: Measured) -> dict[str, Any]:
@@ -309,7 +310,7 @@ def figures(args: argparse.Namespace, m: Measured) -> dict[str, Any]:
         out[f"idle_window_s_{s}"] = round(window, 2)
         out[f"idle_window_cpu_s_{s}"] = round(run.window_cpu_seconds or 0.0, 2)
         out[f"idle_cores_{s}"] = round((run.window_cpu_seconds or 0.0) / window, 3)
-        out[f"idle_start_s_{s}"] = round((run.opened or run.ended) - run.launched, 1)
+        out[f"idle_start_s_{s}"] = round((run.banner or run.ended) - run.launched, 1)
         out[f"idle_stop_s_{s}"] = round(run.ended - (run.stopped or run.ended), 1)
     seconds = statistics.mean(_window(run) for run in m.idle.values())
     cpu = m.idle[hi].cpu_seconds - m.idle[lo].cpu_seconds
@@ -333,7 +334,7 @@ def print_summary(result: dict[str, Any], shards: list[int]) -> None:
     lo, hi = shards[0], shards[-1]
     print(
         f"records/s at {hi} shards over {lo}: {result[f'shards_{hi}_vs_{lo}']:.2f} (summary "
-        f"lines; opened to last batch {result[f'shards_{hi}_vs_{lo}_wall']}, after the first "
+        f"lines; session up to last batch {result[f'shards_{hi}_vs_{lo}_wall']}, after the first "
         f"micro-batch {result[f'shards_{hi}_vs_{lo}_warm']})"
     )
     print(

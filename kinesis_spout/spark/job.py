@@ -45,7 +45,7 @@ import signal  # noqa: E402
 from collections.abc import Callable, Mapping, Sequence  # noqa: E402
 from concurrent.futures import Future  # noqa: E402
 from types import FrameType  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 from kinesis_spout.config import SpoutConfig  # noqa: E402
 from kinesis_spout.config.load import add_config_arguments, load_config  # noqa: E402
@@ -53,6 +53,7 @@ from kinesis_spout.coordination.joblease import JobLease, open_job_lease  # noqa
 from kinesis_spout.errors import ConfigError, KinesisSpoutError  # noqa: E402
 from kinesis_spout.metrics import MetricsCollector  # noqa: E402
 from kinesis_spout.observability.endpoint import MetricsEndpoint  # noqa: E402
+from kinesis_spout.spark.launch.early import EarlyReader  # noqa: E402
 from kinesis_spout.spark.launch.launcher import (  # noqa: E402
     PIDFILE_ENV,
     exit_now,
@@ -60,6 +61,10 @@ from kinesis_spout.spark.launch.launcher import (  # noqa: E402
     watch_parent,
 )
 from kinesis_spout.spark.launch.startup import StartupTimes  # noqa: E402
+
+if TYPE_CHECKING:
+    from kinesis_spout.spark.driver import SparkDriver
+    from kinesis_spout.spark.executor_driver import ExecutorDriver
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +212,26 @@ def run_with_lease(
     """Start Spark and run the micro-batch loop; the exit code. Once the driver
     exists, its ``request_stop`` is put in ``stop`` (for the launcher watch)."""
     times = times or StartupTimes()
-    spark, shipped = start_spark(config, process, times)
+    early = EarlyReader(config, metrics) if config.read_on == "executors" else None
+    try:
+        return _run_spark(config, process, lease, stop, metrics, times, early)
+    finally:
+        if early is not None:  # the loop closes it as it ends; else (not started) here
+            early.close()
+
+
+def _run_spark(
+    config: SpoutConfig,
+    process: str,
+    lease: JobLease,
+    stop: list[Callable[[str], None]],
+    metrics: MetricsCollector | None,
+    times: StartupTimes,
+    early: EarlyReader | None,
+) -> int:
+    """:func:`run_with_lease` from the SparkSession on (``early``: the reader it opens
+    meanwhile)."""
+    spark, shipped = start_spark(config, process, times, early)
     from kinesis_spout.spark.launch.build import build_driver
     from kinesis_spout.spark.launch.deploy import check_deploy_mode
 
@@ -218,7 +242,14 @@ def run_with_lease(
         mode = spark.sparkContext.getConf().get("spark.submit.deployMode", "client")
         check_deploy_mode(config, str(mode))
         # The lease is this process's already (take_job_lease): the spout takes none.
-        driver = build_driver(config, process, spark=spark, metrics=metrics, job_lease=False)
+        driver = build_driver(
+            config,
+            process,
+            spark=spark,
+            metrics=metrics,
+            job_lease=False,
+            planners=early.planners if early is not None else None,
+        )
     except KinesisSpoutError as exc:
         print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
         spark.stop()
@@ -228,6 +259,13 @@ def run_with_lease(
     lease.on_lost = lambda: driver.request_stop("job lease lost")
     stop.append(driver.request_stop)
     shipped.result()  # the executors have the process file before the first micro-batch
+    times.mark("process file")
+    return run_driver(driver, spark)
+
+
+def run_driver(driver: SparkDriver | ExecutorDriver, spark: Any) -> int:
+    """Run the micro-batch loop to its end, print its summary or why it failed, stop
+    Spark; the exit code."""
     # After the SparkContext exists: PySpark installs its own SIGINT handler.
     _stop_on_signals(driver.request_stop)
     code = 0
@@ -252,11 +290,14 @@ def run_with_lease(
     return code
 
 
-def start_spark(config: SpoutConfig, process: str, times: StartupTimes) -> tuple[Any, Future[None]]:
+def start_spark(
+    config: SpoutConfig, process: str, times: StartupTimes, early: EarlyReader | None = None
+) -> tuple[Any, Future[None]]:
     """The SparkSession, started with everything that can overlap it: the driver's imports
-    meanwhile, then (executor reads) the user's file shipped and the executors' Python
-    workers started in a thread; the future is done once the file is shipped (its result
-    raises what shipping it raised)."""
+    meanwhile, then ``early`` opened (the stream and its shards' iterators; else a Kinesis
+    client made, :func:`warm_client`), and (executor reads) the user's file shipped and the
+    executors' Python workers started in a thread; the future is done once the file is
+    shipped (its result raises what shipping it raised)."""
     from pyspark.sql import SparkSession
 
     from kinesis_spout.spark.launch.startup import (
@@ -267,7 +308,9 @@ def start_spark(config: SpoutConfig, process: str, times: StartupTimes) -> tuple
 
     times.mark("spark imports")
     imports = import_in_background(
-        "kinesis_spout.spark.launch.build", *DRIVER_MODULES, then=lambda: warm_client(config)
+        "kinesis_spout.spark.launch.build",
+        *DRIVER_MODULES,
+        then=early.open if early is not None else lambda: warm_client(config),
     )
     spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
     quiet_accumulator_errors(spark)

@@ -25,6 +25,7 @@ from kinesis_spout.spark.reports import BatchReport, JobSummary, SpoutLike, prin
 
 if TYPE_CHECKING:
     from kinesis_spout.spark.read.frames import FrameJobs
+    from kinesis_spout.spark.read.streams import StreamPlanners
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ def build_driver(
     rng: random.Random | None = None,
     metrics: MetricsCollector | None = None,
     job_lease: bool = True,
+    planners: StreamPlanners | None = None,
 ) -> SparkDriver | ExecutorDriver:
     """A ready driver loop (not started): :class:`ExecutorDriver` for executor reads
     (``read_on = "executors"``, the default, every processing style), else
@@ -56,6 +58,8 @@ def build_driver(
     ``metrics``: where the spout and the loop report (the job passes its endpoint's);
     None: the spout's own (its endpoint with ``metrics_port``, else none).
     ``job_lease``: the spout takes the job lease on open (``job.py``, holding it: False).
+    ``planners``: executor reads' planners over a reader opened already (``job.py`` opens
+    it while the session starts: :mod:`~kinesis_spout.spark.launch.early`); None: made here.
     """
     from kinesis_spout.spark.process.runner import uncompressed_caches
     from kinesis_spout.spark.processing import as_processor, load_processor
@@ -73,8 +77,9 @@ def build_driver(
         uncompressed_caches(spark)
     if config.read_on == "executors":
         if spout is None and row_sink is None:
+            planners = planners or _executor_planners(config, clock, rng, metrics, job_lease)
             return _executor_driver(
-                config, spark, processor, clock, sleep, progress, rng, metrics, job_lease
+                config, spark, processor, planners, clock, sleep, progress, metrics
             )
         log.warning(
             "reading on the driver: executor reads use the configured sink, not a spout "
@@ -144,23 +149,32 @@ def _driver_spout(
     )
 
 
+def _executor_planners(
+    config: SpoutConfig,
+    clock: Callable[[], float],
+    rng: random.Random | None,
+    metrics: MetricsCollector | None,
+    job_lease: bool,
+) -> StreamPlanners:
+    """The planners of a new executor-read reader of ``config`` (opened by the loop)."""
+    from kinesis_spout.spark.read.planner import executor_read_spout
+    from kinesis_spout.spark.read.streams import StreamPlanners
+
+    return StreamPlanners(
+        executor_read_spout(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
+    )
+
+
 def _executor_driver(
     config: SpoutConfig,
     spark: Any,
     processor: Processor,
+    planners: StreamPlanners,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
     progress: Callable[[BatchReport], None] | None,
-    rng: random.Random | None,
     metrics: MetricsCollector | None,
-    job_lease: bool,
 ) -> ExecutorDriver:
-    from kinesis_spout.spark.read.planner import executor_read_spout
-    from kinesis_spout.spark.read.streams import StreamPlanners
-
-    reader = StreamPlanners(
-        executor_read_spout(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
-    )
     if isinstance(processor, RecordProcessor):
         fn, frames = processor.fn, None
     else:
@@ -169,7 +183,7 @@ def _executor_driver(
         config,
         spark,
         fn,
-        reader,
+        planners,
         clock=clock,
         sleep=sleep,
         progress=progress,

@@ -193,6 +193,9 @@ def assert_startup_said(text: str) -> None:
     phases = [p.split()[0] for p in body.split(" | ")]
     assert phases[:4] == ["imports", "config", "lease", "spark"]
     assert phases[-2:] == ["first", "total"] and "stream" in phases
+    # The stream opened while the session started, with both shards' iterators.
+    assert "opened the stream while Spark started" in text, text[-3000:]
+    assert "and 2 of 2 shard iterators" in text, text[-3000:]
 
 
 def test_driver_reads_serve_the_same_metrics_and_match_the_summary(
