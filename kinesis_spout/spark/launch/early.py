@@ -10,9 +10,9 @@ loop would open it; then the iterator of every shard that may read (a GetShardIt
 each, :func:`~kinesis_spout.spark.read.opening.open_iterators`), so the first
 micro-batch's read tasks go straight to GetRecords.
 
-What it costs nothing is only the waiting: at 128 shards on moto the iterators take
-0.9 s, more than they save the first micro-batch (0.3-0.6 s) when the loop opens them
-itself, so nothing opens them after the session is up. A failure here is logged, and
+Opening the iterators pays only while the driver waits anyway: at 128 shards on moto
+they take 0.9 s, more than they save the first micro-batch (0.3-0.6 s) when opened
+after the session is up, so nothing opens them then. A failure here is logged, and
 what was opened closed: the job opens the stream again once the session is up, and
 meets the error there, reported as always. The job lease is held already (the shard
 readers take none of their own).

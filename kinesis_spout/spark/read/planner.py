@@ -156,8 +156,8 @@ class ExecutorReadPlanner:
 
     def unopened(self) -> list[KinesisShardGetter]:
         """The getters of the shards that may read now and have no open iterator (their
-        first read would open one): what :func:`open_iterators` opens before the first
-        micro-batch. None with ``consumer = "efo"`` (the tasks subscribe)."""
+        first read would open one), for :func:`~kinesis_spout.spark.read.opening.open_iterators`.
+        Empty with ``consumer = "efo"`` (the tasks subscribe)."""
         if self.config.consumer == "efo":
             return []
         now = self._clock()
