@@ -122,12 +122,18 @@ def test_an_empty_page_that_is_behind_is_not_the_tip(
     moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
 ) -> None:
     """Real Kinesis answers empty pages while far behind (gaps, old data): a read task
-    reads on through them, and is caught up only at an answer that is not behind."""
+    reads on through them, and is caught up only at an answer that is not behind.
+
+    The read's deadline is not what this is about: at 5 calls a second, the five or six
+    calls here take 0.8-1.0 s, and a 1 s deadline cut the read on a loaded machine (40
+    of 60 records). It gets 10 s."""
     create_stream(moto_client, unique_name, 1)
     put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(60)])
     store = MemoryCheckpointStore("job")
     with FaultProxy(moto_server.endpoint_url, empty=0.5, seed=3, operations=["GetRecords"]) as px:
-        sp = reader(px.endpoint_url, unique_name, tmp_path, store, records_per_call=20)
+        sp = reader(
+            px.endpoint_url, unique_name, tmp_path, store, records_per_call=20, batch_max_wait=10.0
+        )
         plans = sp.plan(10_000)
         assert len(plans) == 1 and plans[0].limit >= 60
         res = run_plan(plans[0], ReadSettings.of(sp.config), lambda r: None, batch_id=1)
