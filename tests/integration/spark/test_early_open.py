@@ -7,18 +7,14 @@ read in-process as the micro-batch loop would (plans, read tasks, results applie
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from read_helpers import run_tasks
 
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.records import Record
 from kinesis_spout.spark.launch.early import EarlyReader
-from kinesis_spout.spark.read.plan import ReadSettings
-from kinesis_spout.spark.read.streams import StreamPlanners
-from kinesis_spout.spark.read.task import run_plan
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, put_records
 
@@ -38,31 +34,14 @@ def config(endpoint: str, stream: str, tmp_path: Path) -> SpoutConfig:
     )
 
 
+def flat(tasks: list[list[str]]) -> list[str]:
+    return [i for t in tasks for i in t]
+
+
 def put(client: Any, stream: str, prefix: str, n: int) -> list[str]:
     items = [(f"{prefix}{i}", f"{prefix}{i}".encode()) for i in range(n)]
     put_records(client, stream, items)
     return [key for key, _ in items]
-
-
-def read_until(planners: StreamPlanners, want: int, timeout: float = 30.0) -> list[str]:
-    """Plan, read (a task per plan, in-process) and apply until ``want`` records were
-    processed; their data, in the order read."""
-    settings = planners.settings(ReadSettings.of(planners.config))
-    seen: list[str] = []
-    deadline = time.monotonic() + timeout
-    while len(seen) < want:
-        assert time.monotonic() < deadline, f"stalled after {len(seen)} records"
-        plans = planners.plan(10_000)
-        if not plans:
-            time.sleep(min(planners.wake_in(), 0.05))
-            continue
-        for plan in plans:
-
-            def fn(r: Record) -> None:
-                seen.append(r.data.decode())
-
-            planners.apply([run_plan(plan, settings, fn, batch_id=1)])
-    return seen
 
 
 def test_a_stream_opened_early_plans_every_shard_at_an_iterator_opened_already(
@@ -78,7 +57,7 @@ def test_a_stream_opened_early_plans_every_shard_at_an_iterator_opened_already(
     assert len({p.shard_id for p in plans}) == 3
     assert all(p.position is not None and p.position.iterator for p in plans)
     # Read at those iterators, as the first micro-batch's tasks do: every record once.
-    assert sorted(read_until(planners, 30)) == sorted(first)
+    assert sorted(flat(run_tasks(planners, want=30))) == sorted(first)
     planners.spout.close()
     early.close()  # the loop took it and closed it: nothing more to close
 
@@ -92,7 +71,7 @@ def test_iterators_opened_early_start_right_after_the_checkpoints(
     early = EarlyReader(cfg, None)
     early.open()
     assert early.planners is not None
-    assert sorted(read_until(early.planners, 30)) == sorted(first)
+    assert sorted(flat(run_tasks(early.planners, want=30))) == sorted(first)
     early.planners.spout.close()  # the final checkpoint, as the loop's end writes it
     later = put(moto_client, unique_name, "b", 30)
     again = EarlyReader(cfg, None)
@@ -100,7 +79,8 @@ def test_iterators_opened_early_start_right_after_the_checkpoints(
     assert again.planners is not None
     plans = again.planners.plan(10_000)
     assert all(p.position is not None and p.position.iterator for p in plans)
-    assert sorted(read_until(again.planners, 30)) == sorted(later)  # nothing again, none lost
+    # Nothing read again, nothing lost.
+    assert sorted(flat(run_tasks(again.planners, want=30))) == sorted(later)
     again.close()
 
 

@@ -6,12 +6,12 @@ Spark: what is tested is the plan, the read and the tracking of its result).
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from read_helpers import run_tasks
 
 from devkit.faultproxy import FaultProxy
 from kinesis_spout.checkpoint.base import MemoryCheckpointStore
@@ -54,33 +54,6 @@ def reader(
     )
     sp.spout.open()
     return sp
-
-
-def run_tasks(sp: ExecutorReadPlanner, *, want: int, timeout: float = 30.0) -> list[list[str]]:
-    """Plan, read and apply in-process until ``want`` records were processed; the ids
-    each read task processed."""
-    settings = ReadSettings.of(sp.config)
-    tasks: list[list[str]] = []
-    seen = 0
-    deadline = time.monotonic() + timeout
-    while seen < want:
-        assert time.monotonic() < deadline, f"stalled after {seen} records: {tasks}"
-        plans = [p for p in sp.plan(10_000) if not p.is_retry]
-        if not plans:
-            time.sleep(min(sp.wake_in(), 0.05))
-            continue
-        for plan in plans:
-            done: list[str] = []
-
-            def fn(r: Record, done: list[str] = done) -> None:
-                done.append(r.data.split(b"|", 1)[0].decode())
-
-            res = run_plan(plan, settings, fn, batch_id=1)
-            sp.apply([res])
-            if done:
-                tasks.append(done)
-                seen += len(done)
-    return tasks
 
 
 def test_a_read_task_processes_at_most_the_window_in_user_records(
