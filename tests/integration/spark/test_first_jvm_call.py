@@ -1,0 +1,50 @@
+"""PySpark's first JVM call, made on its own before the job's background imports start
+(``job.first_jvm_call``): it is where PySpark imports pandas, CPU on the main thread
+that a session's ``getOrCreate`` would otherwise spend while those imports hold the GIL.
+
+A fresh interpreter (nothing imported yet), under a real ``spark-submit`` (its JVM).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kinesis_spout.spark.launch.submit import find_spark_submit, job_environment
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = """
+import sys
+import pyspark.sql
+from kinesis_spout.spark.job import first_jvm_call
+before = {"pandas", "pyspark.testing.utils"} & set(sys.modules)
+first_jvm_call()
+after = {"pandas", "pyspark.testing.utils"} & set(sys.modules)
+print("before", sorted(before), "after", sorted(after), flush=True)
+"""
+
+
+def run(cmd: list[str]) -> str:
+    done = subprocess.run(
+        cmd, env=job_environment(), capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_under_spark_submit_the_first_jvm_call_makes_the_imports_getorcreate_would(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "first_call.py"
+    script.write_text(SCRIPT)
+    said = run([find_spark_submit(), "--master", "local[1]", str(script)])
+    # Neither PySpark's SQL module nor the job's import pandas; PySpark's first JVM call does.
+    assert said == "before [] after ['pandas', 'pyspark.testing.utils']"
+
+
+def test_without_spark_submit_it_starts_no_jvm_and_imports_nothing() -> None:
+    assert run([sys.executable, "-c", SCRIPT]) == "before [] after []"
