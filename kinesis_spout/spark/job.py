@@ -301,6 +301,7 @@ def start_spark(
     from pyspark.sql import SparkSession
 
     from kinesis_spout.spark.launch.startup import (
+        first_jvm_call,
         import_in_background,
         quiet_accumulator_errors,
         warm_executors,
@@ -335,28 +336,6 @@ def start_spark(
         shipped.set_result(None)
     imports.join()
     return spark, shipped
-
-
-def first_jvm_call() -> None:
-    """PySpark's first call into the JVM, before the background imports start.
-
-    Converting the arguments of its first py4j call, PySpark imports ``pandas`` (its
-    numpy converter, registered by ``pyspark.sql``, imports ``pyspark.testing.utils``,
-    which checks the pandas version): 0.5-0.7 s of CPU on the main thread, which a bare
-    PySpark job pays as well. Made inside ``getOrCreate`` while the background thread
-    imports the job's modules, that import shares the GIL with them and took 1.3 s
-    instead of 0.5; made first, it runs alone, and the background work overlaps the JVM
-    creating the SparkContext, when the main thread only waits.
-
-    Only under ``spark-submit`` (its JVM is up, ``PYSPARK_GATEWAY_PORT``): elsewhere the
-    session's own start launches the JVM, with the session's settings."""
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        return
-    from pyspark import SparkConf, SparkContext
-    from pyspark.sql import SparkSession  # noqa: F401 - registers the converter
-
-    SparkContext._ensure_initialized()  # connects to spark-submit's JVM
-    SparkConf()
 
 
 def warm_client(config: SpoutConfig) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -64,6 +65,33 @@ class StartupTimes:
     def line(self) -> str:
         parts = " | ".join(f"{name} {seconds:.2f}s" for name, seconds in self.phases)
         return f"startup: {parts} | total {self.total:.2f}s"
+
+
+def first_jvm_call() -> None:
+    """PySpark's first call into the JVM, before the background imports start.
+
+    Converting the arguments of its first py4j call, PySpark imports ``pandas`` (its
+    numpy converter, registered by ``pyspark.sql``, imports ``pyspark.testing.utils``,
+    which checks the pandas version): 0.5-0.7 s of CPU on the main thread, which a bare
+    PySpark job pays as well. Made inside ``getOrCreate`` while the background thread
+    imports the job's modules, that import shares the GIL with them and took 1.3 s
+    instead of 0.5; made first, it runs alone, and the background work overlaps the JVM
+    creating the SparkContext, when the main thread only waits.
+
+    Only under ``spark-submit`` (its JVM is up, ``PYSPARK_GATEWAY_PORT``): elsewhere the
+    session's own start launches the JVM, with the session's settings. It only moves
+    work earlier: if it fails (a PySpark without this private call), it is logged at
+    DEBUG and ``getOrCreate`` does the same work, and reports its own errors, as before."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession  # noqa: F401 - registers the converter
+
+    try:
+        SparkContext._ensure_initialized()  # connects to spark-submit's JVM
+        SparkConf()
+    except Exception:  # noqa: BLE001 - getOrCreate meets it again and says so
+        log.debug("start-up: PySpark's first JVM call failed; the session makes it", exc_info=True)
 
 
 def import_in_background(

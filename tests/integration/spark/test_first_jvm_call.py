@@ -1,5 +1,5 @@
 """PySpark's first JVM call, made on its own before the job's background imports start
-(``job.first_jvm_call``): it is where PySpark imports pandas, CPU on the main thread
+(``first_jvm_call``): it is where PySpark imports pandas, CPU on the main thread
 that a session's ``getOrCreate`` would otherwise spend while those imports hold the GIL.
 
 A fresh interpreter (nothing imported yet), under a real ``spark-submit`` (its JVM).
@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 from kinesis_spout.spark.launch.submit import find_spark_submit, job_environment
+from kinesis_spout.testing.processes import free_port
 
 pytestmark = pytest.mark.integration
 
 SCRIPT = """
 import sys
 import pyspark.sql
-from kinesis_spout.spark.job import first_jvm_call
+from kinesis_spout.spark.launch.startup import first_jvm_call
 before = {"pandas", "pyspark.testing.utils"} & set(sys.modules)
 first_jvm_call()
 after = {"pandas", "pyspark.testing.utils"} & set(sys.modules)
@@ -48,3 +49,29 @@ def test_under_spark_submit_the_first_jvm_call_makes_the_imports_getorcreate_wou
 
 def test_without_spark_submit_it_starts_no_jvm_and_imports_nothing() -> None:
     assert run([sys.executable, "-c", SCRIPT]) == "before [] after []"
+
+
+def test_a_failed_first_call_is_only_logged_for_the_session_to_meet_again() -> None:
+    """A spark-submit JVM that is not there (a port nothing listens on): the call only
+    moves work earlier, so its failure is a DEBUG line and the job goes on to
+    ``getOrCreate``, which reports the error itself."""
+    script = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.DEBUG, stream=sys.stdout)\n"
+        "from kinesis_spout.spark.launch.startup import first_jvm_call\n"
+        "first_jvm_call()\n"
+        "print('went on', flush=True)\n"
+    )
+    env = job_environment()
+    env.update(PYSPARK_GATEWAY_PORT=str(free_port()), PYSPARK_GATEWAY_SECRET="x")
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "PySpark's first JVM call failed; the session makes it" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "went on"
