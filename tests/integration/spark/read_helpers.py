@@ -16,8 +16,11 @@ def run_tasks(
     sp: ExecutorReadPlanner | StreamPlanners, *, want: int, timeout: float = 30.0
 ) -> list[list[str]]:
     """Plan, read (a task per plan) and apply in-process until ``want`` records were
-    processed; the ids each read task processed (a record's data up to its first ``|``)."""
+    processed; the ids each read task processed (a record's data up to its first ``|``).
+    The job's planners add their streams' ARNs to the settings, as the job does."""
     settings = ReadSettings.of(sp.config)
+    if isinstance(sp, StreamPlanners):
+        settings = sp.settings(settings)
     tasks: list[list[str]] = []
     seen = 0
     deadline = time.monotonic() + timeout
