@@ -41,8 +41,10 @@ def test_switching_polling_efo_polling_resumes_with_nothing_lost_or_repeated(
     base = {"endpoint_url": localstack.endpoint_url, "retry_limit": 1, "batch_size": 150}
     runs = [
         ("polling", {"consumer": "polling"}),
-        ("efo executors", {"consumer": "efo", "deregister_on_close": True}),
-        ("efo driver", {"consumer": "efo", "read_on": "driver"}),
+        # A LocalStack subscription can stay silent for over 1.5 s on a loaded machine (a CI
+        # run stopped "idle" at 83 of 160): the enhanced fan-out runs wait 5 s for more.
+        ("efo executors", {"consumer": "efo", "deregister_on_close": True, "stop_when_idle": 5.0}),
+        ("efo driver", {"consumer": "efo", "read_on": "driver", "stop_when_idle": 5.0}),
         ("polling again", {"consumer": "polling"}),
     ]
     put_all: list[tuple[str, str]] = []
