@@ -17,6 +17,7 @@ from kinesis_spout.spark.reports import BatchReport, JobSummary
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import job_runs  # noqa: E402
 import proctree  # noqa: E402
+import spark_idle  # noqa: E402
 import spark_shards  # noqa: E402
 
 
@@ -156,7 +157,7 @@ def test_the_start_up_overhead_is_the_median_of_each_job_run_less_its_own_bare_r
     idle = job_runs.JobRun([], [], 0.0, None, 5.0, 25.0, 26.0, 10.0, 4.0)
     measured = spark_shards.Measured(
         data={4: data(8000), 128: data(6400)},
-        idle={4: idle, 128: idle},
+        idle=[{4: idle, 128: idle}],
         startup_job=[13.7, 13.7, 12.1],
         startup_bare=[11.4, 13.6, 12.1],  # the bare run moves by more than the job's share
         styles={},
@@ -167,3 +168,35 @@ def test_the_start_up_overhead_is_the_median_of_each_job_run_less_its_own_bare_r
     assert out["startup_overhead_s"] == 0.1  # each pair at its own hour
     assert out["startup_overhead_of_medians_s"] == 1.6  # 13.7 against 12.1: other pairs
     assert out["shards_128_vs_4"] == 0.8
+
+
+def _idle(cpu: float, window_cpu: float) -> job_runs.JobRun:
+    """An idle run: launched at 0, banner at 10, SIGTERM at 30, ended at 32."""
+    return job_runs.JobRun([], [], 0.0, None, 10.0, 30.0, 32.0, cpu, window_cpu)
+
+
+def test_the_idle_figure_is_the_median_of_pairs_of_runs_and_its_pair_gives_the_rest() -> None:
+    # Per pair: (CPU at 128 - CPU at 4) / 124 shards / 20 s idle.
+    pairs = [
+        {4: _idle(10.0, 2.0), 128: _idle(34.8, 4.48)},  # 24.8 s more: 10 ms per shard-second
+        {4: _idle(12.0, 2.0), 128: _idle(14.48, 2.0)},  # 2.48 s more: 1 ms
+        {4: _idle(11.0, 3.0), 128: _idle(11.0, 3.0)},  # the same: 0 ms
+    ]
+    out = spark_idle.idle_figures(pairs)
+    assert out["idle_cpu_ms_per_shard_s_runs"] == [10.0, 1.0, 0.0]
+    assert out["idle_cpu_ms_per_shard_s"] == 1.0  # one run's start-up cannot set the figure
+    assert out["idle_window_cpu_ms_per_shard_s_runs"] == [1.0, 0.0, 0.0]
+    assert out["idle_window_cpu_ms_per_shard_s"] == 0.0
+    assert (out["idle_cpu_s_4"], out["idle_cpu_s_128"]) == (12.0, 14.48)  # the median pair's
+    assert out["idle_seconds"] == 20.0
+    assert (out["idle_start_s_4"], out["idle_stop_s_128"]) == (10.0, 2.0)
+    two = spark_idle.idle_figures(pairs[:2])  # an even count: the lower middle pair's runs
+    assert two["idle_cpu_s_128"] == 14.48
+    assert two["idle_cpu_ms_per_shard_s"] == 5.5  # the figure itself: the median
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "two", ""])
+def test_a_count_flag_below_one_or_not_a_number_is_refused_naming_the_value(bad: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=repr(bad)):
+        spark_shards.at_least_one(bad)
+    assert spark_shards.at_least_one("3") == 3
