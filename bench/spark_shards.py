@@ -28,10 +28,11 @@ runs, the library's defaults otherwise: batch 10,000, ``empty_shard_backoff`` 1 
   (CPU at large S - CPU at small S) / (large S - small S) / idle seconds, the CPU being
   that of the run's whole process tree (launcher, JVM, Python driver, Python workers:
   :mod:`proctree`), launch to exit: ``idle_cpu_ms_per_shard_s`` is the median of the
-  pairs' figures (each pair's in ``idle_cpu_ms_per_shard_s_runs``). One pair does not settle it: the
-  JVM's start and its idle housekeeping move the tree's CPU by a second or more from one
-  run to the next, which over 124 shards and 20 s is 0.4 ms per shard-second, about half
-  the goal (one pair per bench gave -0.23 to 2.2 on the same code). The median pair's
+  pairs' figures (each pair's in ``idle_cpu_ms_per_shard_s_runs``). One pair does not
+  settle it: the JVM's start and its idle housekeeping move the tree's CPU by a second or
+  more from one run to the next, which over 124 shards and 20 s is 0.4 ms per
+  shard-second, about half the goal (one pair per bench gave -0.23 to 2.2 on the same
+  code). The median pair's
   runs give ``idle_cpu_s_<S>``/``idle_wall_s_<S>`` (CPU and wall time, launch to exit),
   ``idle_window_*`` (the same from the tree's CPU sampled at the banner and at the SIGTERM
   only: start-up and shut-down left out; ``idle_window_cpu_ms_per_shard_s`` is the median
