@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from kinesis_spout.records import GetterPosition, Record
 from kinesis_spout.spark.process.arrow import DATA_COLUMNS, ROOT, ROW
-from kinesis_spout.spark.process.fanout import ID, run_emit
+from kinesis_spout.spark.process.fanout import IDS, derived_column, derived_rows, run_emit
 from kinesis_spout.spark.processing import InputRecord
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, PLAN, ReadEmitter, stage_batches
@@ -54,8 +54,7 @@ def test_the_read_rows_are_the_emit_stages_rows_of_the_same_records() -> None:
     rows are what ``run_emit`` makes of the same records and roots."""
     rs = records(b"a b c", b"BAD one", b"", b"d")
     out = emitted({7: 100}, [(plan(7, 10), rs)])
-    rows = out.filter(pc.is_null(out.column(META)))
-    kept = rows.filter(pc.is_null(rows.column(ID)))
+    kept = out.filter(pc.is_null(out.column(META)))
     assert kept.column(ROW).to_pylist() == [100, 101, 102, 103]
     assert kept.column(PLAN).to_pylist() == [7] * 4
     assert kept.column(ROOT).to_pylist() == [FIRST + r for r in range(100, 104)]
@@ -69,21 +68,11 @@ def test_the_read_rows_are_the_emit_stages_rows_of_the_same_records() -> None:
     # the same records through the emit stage of driver reads
     table = kept.select([*DATA_COLUMNS, ROW, ROOT])
     stage = pa.Table.from_batches(list(run_emit(split, WORD, 2, table.to_batches())))
-    same = ["_ok", "_error", "_ack_val", "_sink_vals"]
-    status = stage.filter(pc.is_null(stage.column(ID)))
-    assert (
-        kept.select([ROW, ROOT, *same]).to_pylist() == status.select([ROW, ROOT, *same]).to_pylist()
-    )
-    derived = rows.filter(pc.is_valid(rows.column(ID)))
-    want = stage.filter(pc.is_valid(stage.column(ID)))
-    assert (
-        derived.select([ROOT, ID, "word"]).to_pylist()
-        == want.select([ROOT, ID, "word"]).to_pylist()
-    )
+    same = [ROW, ROOT, "_ok", "_error", "_ack_val", "_sink_vals", IDS, derived_column("word")]
+    assert kept.select(same).to_pylist() == stage.select(same).to_pylist()
+    derived = derived_rows(kept, ["word"])
     assert derived.column("word").to_pylist() == ["a", "b", "c", "d"]
-    # a derived row is no record of the read: no _row, no record columns
-    assert derived.column(ROW).null_count == len(derived)
-    assert derived.column("data").null_count == len(derived)
+    assert derived.column(ROOT).to_pylist() == [FIRST + r for r in (100, 100, 100, 103)]
 
 
 def test_each_plan_ends_with_its_end_row_even_when_it_read_nothing() -> None:
@@ -94,7 +83,7 @@ def test_each_plan_ends_with_its_end_row_even_when_it_read_nothing() -> None:
         "shardId-0",
         "shardId-1",
     ]
-    for name in (ROW, ROOT, ID, "_ok", "word", "data"):
+    for name in (ROW, ROOT, IDS, "_ok", derived_column("word"), "data"):
         assert ends.column(name).null_count == 2
 
 
@@ -111,10 +100,10 @@ def test_a_fan_out_read_schema_is_the_read_columns_then_the_emit_and_derived_one
     assert names[: len(FRAME_SCHEMA)] == FRAME_SCHEMA.names
     assert names[len(FRAME_SCHEMA) :] == [
         ROOT,
-        ID,
         "_ok",
         "_error",
         "_ack_val",
         "_sink_vals",
-        "word",
+        IDS,
+        "_d_word",
     ]

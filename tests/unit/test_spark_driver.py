@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 from kinesis_spout.config import SpoutConfig
@@ -24,7 +23,7 @@ from kinesis_spout.records import Record
 from kinesis_spout.spark.driver import BatchFailedError, BatchReport, SparkDriver
 from kinesis_spout.spark.process.arrow import ROOT, ROW, statuses_from_arrow
 from kinesis_spout.spark.process.contract import ProcessingContractError
-from kinesis_spout.spark.process.fanout import ID, run_emit
+from kinesis_spout.spark.process.fanout import ID, derived_rows, run_emit
 from kinesis_spout.spark.process.ledger import SinkStatuses
 from kinesis_spout.spark.process.runner import BatchOutcome
 from kinesis_spout.spark.processing import (
@@ -196,8 +195,8 @@ class LocalRunner:
         out = pa.Table.from_batches(
             list(run_emit(p.emit, schema, len(self.sinks), part.to_batches()))
         )
-        status = out.filter(pc.is_null(out.column(ID)))
-        derived = out.filter(pc.is_valid(out.column(ID))).select([ROOT, ID, "word"])
+        status = out
+        derived = derived_rows(out, ["word"])
         st = statuses_from_arrow(
             status.select([ROW, "_ok", "_error"]).rename_columns([ROW, "ok", "error"]), start, stop
         )

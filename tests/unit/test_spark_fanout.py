@@ -22,6 +22,7 @@ from kinesis_spout.spark.process.fanout import (
     ID,
     ack_vals,
     derived_ids,
+    derived_rows,
     edge_ids,
     run_emit,
     signed64,
@@ -129,8 +130,8 @@ def run_stage(
 def test_emit_stage_returns_a_status_per_record_and_the_derived_rows() -> None:
     table = make_input([b"a b c", b"BAD one", b""], [11, 22, 33])
     out = run_stage(table)
-    status = out.filter(pa.compute.is_null(out.column(ID)))
-    derived = out.filter(pa.compute.is_valid(out.column(ID)))
+    status = out
+    derived = derived_rows(out, WORD.names)
     assert status.column(ROW).to_pylist() == [0, 1, 2]
     assert status.column("_ok").to_pylist() == [True, False, True]
     assert status.column("_error").to_pylist()[1] == "ValueError: cannot split 'BAD one'"
@@ -153,7 +154,7 @@ def test_derived_records_may_be_tuples_dicts_or_single_values() -> None:
         return [("x", 1), {"w": "y", "n": 2}, {"w": "z"}]
 
     out = run_stage(make_input([b"."], [1]), emit, schema)
-    derived = out.filter(pa.compute.is_valid(out.column(ID)))
+    derived = derived_rows(out, schema.names)
     assert derived.column("w").to_pylist() == ["x", "y", "z"]
     assert derived.column("n").to_pylist() == [1, 2, None]
 
@@ -169,10 +170,10 @@ def test_a_one_field_schema_takes_plain_values_and_the_other_shapes_alike() -> N
         b"none": [None],
     }
     out = run_stage(make_input(list(answers), [1, 2, 3, 4, 5]), lambda r: answers[r.data])
-    status = out.filter(pa.compute.is_null(out.column(ID)))
+    status = out
     assert status.column("_ok").to_pylist() == [True, True, True, False, True]
     assert "unknown fields ['extra']" in status.column("_error").to_pylist()[3]
-    derived = out.filter(pa.compute.is_valid(out.column(ID)))
+    derived = derived_rows(out, WORD.names)
     assert derived.column("word").to_pylist() == ["a", "b", "a", "b", "c", "a", "b", None]
     assert derived.column(ROOT).to_pylist() == [1, 1, 2, 2, 2, 3, 3, 5]
 
@@ -184,16 +185,16 @@ def test_a_record_whose_derived_values_do_not_fit_fails_alone() -> None:
         return ["not a number"] if record.data == b"bad" else [1, 2]
 
     out = run_stage(make_input([b"ok", b"bad", b"ok"], [1, 2, 3]), emit, schema)
-    status = out.filter(pa.compute.is_null(out.column(ID)))
+    status = out
     assert status.column("_ok").to_pylist() == [True, False, True]
     assert "does not fit the schema" in status.column("_error").to_pylist()[1]
-    derived = out.filter(pa.compute.is_valid(out.column(ID)))
+    derived = derived_rows(out, schema.names)
     assert derived.column(ROOT).to_pylist() == [1, 1, 3, 3]
 
 
 def test_a_tuple_of_the_wrong_width_fails_its_record_with_the_field_names() -> None:
     out = run_stage(make_input([b"x"], [1]), lambda r: [("a", "b")])
-    status = out.filter(pa.compute.is_null(out.column(ID)))
+    status = out
     assert status.column("_ok").to_pylist() == [False]
     assert "2 values for 1 fields ['word']" in status.column("_error").to_pylist()[0]
 
@@ -209,8 +210,8 @@ class Tree:
         self.roots = self.ledger.new_roots(len(sentences))
         self.owners = [f"shardId-0:{i + 1}" for i in range(len(sentences))]
         out = run_stage(make_input(sentences, self.roots), sinks=n_sinks)
-        status = out.filter(pa.compute.is_null(out.column(ID)))
-        self.derived = out.filter(pa.compute.is_valid(out.column(ID)))
+        status = out
+        self.derived = derived_rows(out, WORD.names)
         self.emitted = statuses_from_arrow(
             status.select([ROW, "_ok", "_error"]).rename_columns([ROW, "ok", "error"]),
             0,

@@ -42,9 +42,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kinesis_spout.records import Record
 from kinesis_spout.spark.process.arrow import ROOT, ROW, clip_error, format_error
+from kinesis_spout.spark.process.exprs import Exprs
 from kinesis_spout.spark.processing import EmitFunction, batch_records
 
 log = logging.getLogger(__name__)
@@ -56,15 +58,22 @@ SINK_VALS = "_sink_vals"
 """Per source record and sink: the XOR of its edges to that sink (the ack-val is
 their XOR); what a sink that wrote everything acks back, without its ids."""
 
+IDS = "_ids"
+"""Per source record, the ids of its derived records, in order (a list column)."""
+DERIVED_PREFIX = "_d_"
+"""The emit stage's column of derived field ``f`` (a list, one value per derived record)
+is ``_d_f``: the stage's own names, and the read stage's record columns beside them
+(``data``, ``stream``, ...), cannot clash with a derived field's."""
+
 # Internal columns of the emit stage's output, before the derived fields.
 STAGE_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
     (ROW, pa.int64()),
     (ROOT, pa.int64()),
-    (ID, pa.int64()),
     ("_ok", pa.bool_()),
     ("_error", pa.string()),
     ("_ack_val", pa.int64()),
     (SINK_VALS, pa.list_(pa.int64())),
+    (IDS, pa.list_(pa.int64())),
 )
 
 _GOLDEN = U64(0x9E3779B97F4A7C15)
@@ -168,10 +177,17 @@ def signed64(value: int) -> int:
 
 
 def stage_schema(derived: pa.Schema) -> pa.Schema:
-    """Output schema of the emit stage: internal columns, then the derived fields."""
+    """Output schema of the emit stage: one row per source record, its internal columns,
+    then each derived field as a list (:func:`derived_column`) of its derived records'
+    values, in the order of :data:`IDS`."""
     fields = [pa.field(n, t) for n, t in STAGE_FIELDS]
-    fields += [pa.field(f.name, f.type, nullable=True) for f in derived]
+    fields += [pa.field(derived_column(f.name), pa.list_(f.type)) for f in derived]
     return pa.schema(fields)
+
+
+def derived_column(name: str) -> str:
+    """The emit stage's list column of derived field ``name``."""
+    return DERIVED_PREFIX + name
 
 
 _PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
@@ -224,64 +240,52 @@ def run_emit(
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body of the fan-out style: :func:`emit_records` on the
     records of each input batch (``_row``, ``_root`` and the record's columns)."""
-    schema = stage_schema(derived)
     for batch in batches:
         roots = batch.column(ROOT).to_numpy(zero_copy_only=False).astype(np.int64)
         rows = batch.column(ROW).to_numpy(zero_copy_only=False).astype(np.int64)
-        yield from emit_records(emit, schema, n_sinks, rows, roots, batch_records(batch))
+        yield emit_records(emit, derived, n_sinks, rows, roots, batch_records(batch))
 
 
 def emit_records(
     emit: EmitFunction,
-    schema: pa.Schema,
+    derived: pa.Schema,
     n_sinks: int,
     rows: IntArray,
     roots: IntArray,
     records: Iterable[Record],
-) -> Iterator[pa.RecordBatch]:
-    """``emit`` on each record (row ``rows[i]``, root id ``roots[i]``), as batches of
-    ``schema`` (:func:`stage_schema`): one of status rows (one per source record:
-    ``_ok``, ``_error``, ``_ack_val``, ``_sink_vals``; ``_id`` null), then one of derived
-    rows (``_id`` set) if there are any. A record whose ``emit`` raised, or whose
-    derived records do not fit the schema, fails with that error and contributes no
-    rows."""
-    derived = pa.schema(list(schema)[len(STAGE_FIELDS) :])
+) -> pa.RecordBatch:
+    """``emit`` on each record (row ``rows[i]``, root id ``roots[i]``), as a batch of
+    the emit stage (:func:`stage_schema` of ``derived``): one row per source record,
+    its status (``_ok``, ``_error``, ``_ack_val``, ``_sink_vals``) and its derived
+    records (``_ids`` and a list per derived field). A record whose ``emit`` raised, or
+    whose derived records do not fit the schema, fails with that error and has no
+    derived records.
+
+    One row per source record, not one per derived record: on the word count the JVM
+    converts and caches one row where it had seven, and explodes the lists only where a
+    sink reads them (:func:`derived_frame`)."""
     oks, errors, per_record = _emit_all(emit, list(derived.names), records)
-    flat, derived_cols = _derived_columns(per_record, oks, errors, derived)
+    derived_cols = _derived_columns(per_record, oks, errors, derived)
     counts = np.array([len(x) for x in per_record], dtype=np.int64)
     roots_u = to_unsigned(roots)
     emitted = np.array(oks, dtype=bool)
     per_sink = [np.where(emitted, v, U64(0)) for v in sink_vals(roots_u, counts, n_sinks)]
     vals = xor_each(per_sink, len(oks))
-    n = len(oks)
-    yield pa.RecordBatch.from_arrays(
+    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]), pa.int32())
+    ids = pa.array(to_signed(derived_ids(roots_u, counts)), pa.int64())
+    return pa.RecordBatch.from_arrays(
         [
             pa.array(rows, pa.int64()),
             pa.array(roots, pa.int64()),
-            pa.nulls(n, pa.int64()),
             pa.array(oks, pa.bool_()),
             pa.array(errors, pa.string()),
             pa.array(to_signed(vals), pa.int64()),
-            _per_row(per_sink, n),
-            *[pa.nulls(n, f.type) for f in derived],
+            _per_row(per_sink, len(oks)),
+            pa.ListArray.from_arrays(offsets, ids),
+            *[pa.ListArray.from_arrays(offsets, c) for c in derived_cols],
         ],
-        schema=schema,
+        schema=stage_schema(derived),
     )
-    m = len(flat)
-    if m:
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array(np.repeat(rows, counts)),
-                pa.array(np.repeat(roots, counts)),
-                pa.array(to_signed(derived_ids(roots_u, counts))),
-                pa.nulls(m, pa.bool_()),
-                pa.nulls(m, pa.string()),
-                pa.nulls(m, pa.int64()),
-                pa.nulls(m, pa.list_(pa.int64())),
-                *derived_cols,
-            ],
-            schema=schema,
-        )
 
 
 def _per_row(per_sink: list[UIntArray], n: int) -> pa.Array:
@@ -319,12 +323,12 @@ def _derived_columns(
     oks: list[bool],
     errors: list[str | None],
     derived: pa.Schema,
-) -> tuple[list[Any], list[pa.Array]]:
+) -> list[pa.Array]:
     """The derived rows as Arrow columns; a record whose rows do not fit the schema
     fails (in ``oks``/``errors``, its rows dropped) and the others go on."""
     flat = [t for items in per_record for t in items]
     try:
-        return flat, _columns(flat, derived)
+        return _columns(flat, derived)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         pass
     for i, items in enumerate(per_record):
@@ -335,8 +339,7 @@ def _derived_columns(
                 oks[i] = False
                 errors[i] = clip_error(f"derived record does not fit the schema: {exc}")
                 per_record[i] = []
-    flat = [t for items in per_record for t in items]
-    return flat, _columns(flat, derived)
+    return _columns([t for items in per_record for t in items], derived)
 
 
 def emit_mapper(
@@ -347,3 +350,44 @@ def emit_mapper(
 
 
 # --- driver side ------------------------------------------------------------------
+
+
+POSITION = "_k"
+"""A derived record's place among its source record's (0-based) while the stage's lists
+are exploded."""
+
+
+def derived_frame(stage: Any, names: Sequence[str], exprs: Exprs) -> Any:
+    """The derived records of an emit stage (:func:`stage_schema`) as the sinks get
+    them: ``_root``, ``_id`` and the fields ``names``, a row per derived record, those
+    of a source record in ``emit``'s order. ``exprs``: where the expressions are kept
+    between micro-batches."""
+    first, second = exprs.get(("derived", tuple(names)), lambda: _exploding(names))
+    return stage.select(*first).select(*second)
+
+
+def _exploding(names: Sequence[str]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The two selects of :func:`derived_frame`: the ids exploded with their places
+    beside the lists, then each field's value at its record's place (a field no sink
+    reads is pruned by Spark's optimizer before it is looked up)."""
+    from pyspark.sql import functions as F
+
+    lists = [derived_column(n) for n in names]
+    first = (F.col(ROOT), *map(F.col, lists), F.posexplode(IDS).alias(POSITION, ID))
+    at = F.col(POSITION) + 1
+    second = (
+        F.col(ROOT),
+        F.col(ID),
+        *(F.element_at(F.col(c), at).alias(n) for c, n in zip(lists, names, strict=True)),
+    )
+    return first, second
+
+
+def derived_rows(stage: pa.Table | pa.RecordBatch, names: Sequence[str]) -> pa.Table:
+    """:func:`derived_frame`'s rows from an emit stage in Arrow, without Spark: what the
+    stage's lists mean, for the tests and anyone reading a stage's batches."""
+    ids = stage.column(IDS)
+    parents = pc.list_parent_indices(ids)
+    columns = {ROOT: pc.take(stage.column(ROOT), parents), ID: pc.list_flatten(ids)}
+    columns.update({n: pc.list_flatten(stage.column(derived_column(n))) for n in names})
+    return pa.table(columns)

@@ -36,7 +36,14 @@ from kinesis_spout.spark.process.arrow import (
 )
 from kinesis_spout.spark.process.contract import ProcessingContractError, ok_and_error
 from kinesis_spout.spark.process.exprs import Exprs
-from kinesis_spout.spark.process.fanout import ID, SINK_VALS, IntArray, emit_mapper, stage_schema
+from kinesis_spout.spark.process.fanout import (
+    ID,
+    SINK_VALS,
+    IntArray,
+    derived_frame,
+    emit_mapper,
+    stage_schema,
+)
 from kinesis_spout.spark.process.fanout_sinks import anchored_sinks, sink_frame, sink_statuses
 from kinesis_spout.spark.process.fastretry import FastRetry
 from kinesis_spout.spark.process.ledger import SinkStatuses
@@ -260,11 +267,8 @@ class SparkRunner:
         stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             derived = self._derived(stage, derived_schema)
-            back = (
-                stage.where(F.col(ID).isNull())
-                .select(ROW, F.col("_ok").alias("ok"), F.col("_error").alias("error"), "_ack_val")
-                .toArrow()
-            )
+            ok, error = F.col("_ok").alias("ok"), F.col("_error").alias("error")
+            back = stage.select(ROW, ok, error, "_ack_val").toArrow()
             statuses = statuses_from_arrow(back, start, stop, missing_error="emit lost the record")
             ack_vals = np.zeros(stop - start, dtype=np.int64)
             rows = back.column(ROW).to_numpy(zero_copy_only=False)
@@ -296,12 +300,7 @@ class SparkRunner:
 
     def _derived(self, stage: Any, derived_schema: pa.Schema) -> Any:
         """The derived records of an emit stage: ``_root``, ``_id`` and the derived fields."""
-        from pyspark.sql import functions as F
-
-        x = self.exprs
-        return stage.where(x.get("derived", lambda: F.col(ID).isNotNull())).select(
-            *x.columns(ROOT, ID, *derived_schema.names)
-        )
+        return derived_frame(stage, derived_schema.names, self.exprs)
 
     def _settle(
         self,

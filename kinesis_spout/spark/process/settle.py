@@ -108,8 +108,8 @@ def edge_partials(
 
 
 def partials_frame(stage: Any, sinks: list[tuple[str, Any]], exprs: Exprs) -> Any:
-    """One DataFrame of every partial: the emit stage's status rows (``stage`` rows with
-    a null ``_id``) and each sink's statuses (``(name, DataFrame of _root, _id, ok,
+    """One DataFrame of every partial: the emit stage's rows (``stage``, a row per source
+    record) and each sink's statuses (``(name, DataFrame of _root, _id, ok,
     error)``, in sink order) folded per task by :func:`edge_partials`.
 
     A sink given as ``(name, None)`` wrote every derived record: it acks each edge to
@@ -117,16 +117,16 @@ def partials_frame(stage: Any, sinks: list[tuple[str, Any]], exprs: Exprs) -> An
     into the emit row instead of the derived records being read again. ``exprs``: where
     the emit rows' expressions are kept between micro-batches."""
     wrote_all = tuple(statuses is None for _, statuses in sinks)
-    where, columns = exprs.get(("emit partials", wrote_all), lambda: _emit_partials(wrote_all))
-    frame = stage.where(where).select(*columns)
+    columns = exprs.get(("emit partials", wrote_all), lambda: _emit_partials(wrote_all))
+    frame = stage.select(*columns)
     for i, (name, statuses) in enumerate(sinks):
         if statuses is not None:
             frame = frame.unionByName(statuses.mapInArrow(edge_partials(i, name), PARTIAL_DDL))
     return frame
 
 
-def _emit_partials(wrote_all: tuple[bool, ...]) -> tuple[Any, tuple[Any, ...]]:
-    """The emit rows' filter and their partial's columns, the sinks ``wrote_all`` XORed in."""
+def _emit_partials(wrote_all: tuple[bool, ...]) -> tuple[Any, ...]:
+    """The emit rows' partial's columns, the sinks ``wrote_all`` XORed in."""
     from pyspark.sql import functions as F
 
     xor = F.col("_ack_val")
@@ -143,7 +143,7 @@ def _emit_partials(wrote_all: tuple[bool, ...]) -> tuple[Any, tuple[Any, ...]]:
         (~ok).alias(FAILED),
         F.col("_error").alias(ERROR),
     )
-    return F.col(ID).isNull(), columns
+    return columns
 
 
 def settle(partials: pa.Table, start: int, stop: int) -> Statuses:

@@ -13,13 +13,12 @@ to the JVM and having a second Python stage take them back to run ``emit``. Each
 record then crosses from Python to the JVM once and is cached once, and the driver
 builds one ``mapInArrow`` fewer per micro-batch. The rows
 (:attr:`ReadEmitter.schema`: :data:`FRAME_SCHEMA`, then the emit stage's columns,
-:func:`~kinesis_spout.spark.process.fanout.stage_schema`, then the derived fields):
+:func:`~kinesis_spout.spark.process.fanout.stage_schema`):
 
 * a **record row** per record read: its columns, ``_row``, its plan, its root id (the
-  micro-batch's first id plus the row, as the derived ids need) and its emit status
-  (``_ok``, ``_error``, ``_ack_val``, ``_sink_vals``), ``_id`` null;
-* a **derived row** per derived record: ``_root``, ``_id`` and the derived fields, the
-  record's columns and ``_row`` null;
+  micro-batch's first id plus the row, as the derived ids need), its emit status
+  (``_ok``, ``_error``, ``_ack_val``, ``_sink_vals``) and its derived records (``_ids``
+  and one list column per derived field, ``_d_`` before its name);
 * a plan's end, as in every read.
 
 A partition Spark computes again reads the same records (the recorded read ends),
@@ -115,26 +114,23 @@ class ReadEmitter:
         self, emit: EmitFunction, derived: pa.Schema, n_sinks: int, first_root: int
     ) -> None:
         self.emit = emit
+        self.derived = derived
         self.n_sinks = n_sinks
         self.first_root = first_root
         """The root id of row 0; row ``r``'s is ``first_root + r`` (below 2**63)."""
-        self.stage = stage_schema(derived)
         seen = set(FRAME_SCHEMA.names)
-        self.schema = pa.schema([*FRAME_SCHEMA, *(f for f in self.stage if f.name not in seen)])
-        """The read stage's columns, then the emit stage's and the derived ones."""
+        self.schema = pa.schema(
+            [*FRAME_SCHEMA, *(f for f in stage_schema(derived) if f.name not in seen)]
+        )
+        """The read stage's columns, then the emit stage's (the derived fields as lists)."""
 
     def __call__(self, table: pa.Table, records: Sequence[Record]) -> Iterator[pa.RecordBatch]:
         """The rows of one plan's read: ``table``, the records in the read stage's
         columns (``_row`` numbered), and the same ``records``."""
         rows = table.column(ROW).to_numpy().astype(np.int64)
         roots = rows + np.int64(self.first_root)
-        got = emit_records(self.emit, self.stage, self.n_sinks, rows, roots, records)
-        statuses = next(got)
-        yield self._rows(len(rows), _named(table), _named(statuses))
-        for derived in got:  # _row null: a derived row is no record of the read
-            own = _named(derived)
-            del own[ROW]
-            yield self._rows(derived.num_rows, own)
+        got = emit_records(self.emit, self.derived, self.n_sinks, rows, roots, records)
+        yield self._rows(len(rows), _named(table), _named(got))
 
     def _rows(self, n: int, *sources: Mapping[str, pa.Array]) -> pa.RecordBatch:
         """``n`` rows of :attr:`schema`, each column from the first source that has it

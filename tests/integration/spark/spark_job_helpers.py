@@ -73,6 +73,11 @@ def failing_word_sink(bad: str) -> Callable[[Any], Any]:
     return sink
 
 
+def words_and_places(record: InputRecord) -> list[dict[str, Any]]:
+    """Two fields, one named like a record column: each word and its place."""
+    return [{"data": w, "n": i} for i, w in enumerate(record.data.decode().split())]
+
+
 def accept(record: InputRecord) -> None:
     """Every record is fine, at once."""
     return None

@@ -11,12 +11,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pytest
 from spark_job_helpers import (
     POISON,
     failing_word_sink,
     last_per_shard,
     spy_results,
+    words_and_places,
     words_with_a_bad_one,
 )
 
@@ -34,6 +37,7 @@ from kinesis_spout.examples.wordcount import (
 from kinesis_spout.records import GetterPosition
 from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.launch.build import build_driver
+from kinesis_spout.spark.process.fanout import derived_ids, to_signed
 from kinesis_spout.spark.process.runner import CACHE_COMPRESSED, uncompressed_caches
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import dataframe_transform, fan_out
@@ -133,6 +137,50 @@ def test_the_word_count_fan_out_reads_on_the_executors(
     assert sorted(d["message_id"] for d in dead) == sorted(poison_ids)
     assert summary.ok == len(items) - len(poison_ids)
     assert checkpoints(cfg, unique_name) == last_per_shard(put)
+
+
+class KeepDerived:
+    """A fan-out sink that keeps what it was given (on the driver) and wrote it all."""
+
+    name = "keep"
+
+    def __init__(self) -> None:
+        self.tables: list[Any] = []
+
+    def __call__(self, derived: Any) -> None:
+        self.tables.append(derived.toArrow())
+
+
+@pytest.mark.parametrize("read_on", ["executors", "driver"])
+def test_a_fan_out_s_sinks_get_its_derived_records_in_order_typed_as_declared(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, read_on: str
+) -> None:
+    """The sinks get a row per derived record: ``_root`` and ``_id`` (as the acker's
+    arithmetic derives them from the root), then the fields as the schema declares them,
+    even one named like a record column (executor reads gave ``data`` the record's
+    binary type before the emit stage kept the derived records in lists)."""
+    items = [(f"k{i}", " ".join(f"w{i}x{j}" for j in range(i % 4)).encode()) for i in range(40)]
+    create_stream(moto_client, unique_name, 2)
+    put_records(moto_client, unique_name, items)
+    keep = KeepDerived()
+    process = fan_out(words_and_places, "data string, n long", [keep], name="places")
+    cfg = job_config(batch_size=100, read_on=read_on)
+    summary = build_driver(cfg, process, spark=spark, progress=None).run()
+
+    assert summary.ok == 40
+    got = pa.concat_tables(keep.tables)
+    assert got.schema.names == ["_root", "_id", "data", "n"]
+    assert got.schema.field("data").type == pa.string()
+    assert got.schema.field("n").type == pa.int64()
+    by_root: dict[int, list[tuple[int, str, int]]] = {}
+    for row in got.to_pylist():
+        by_root.setdefault(row["_root"], []).append((row["_id"], row["data"], row["n"]))
+    words = sorted(tuple(w for _, w, _ in rows) for rows in by_root.values())
+    assert words == sorted(tuple(d.decode().split()) for _, d in items if d)
+    for root, rows in by_root.items():
+        assert [n for _, _, n in rows] == list(range(len(rows)))  # emit's order
+        ids = derived_ids(np.array([root], dtype=np.int64).view(np.uint64), np.array([len(rows)]))
+        assert [i for i, _, _ in rows] == to_signed(ids).tolist()
 
 
 def test_a_per_record_job_leaves_the_session_s_sql_settings_alone(
