@@ -252,7 +252,8 @@ class FrameJobs:
 
     def _process(self, key: int, stage: Any, got: _Collect) -> Statuses:
         """The transform on the records the stage read, or the rest of a fan-out whose
-        ``emit`` ran in the read (its record and derived rows); their statuses."""
+        ``emit`` ran in the read (a row per record, its derived records in lists); their
+        statuses."""
         from pyspark.sql import functions as F
 
         x = self.exprs
