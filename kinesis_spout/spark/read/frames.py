@@ -201,9 +201,7 @@ class FrameJobs:
                 results, jobs = self._in_one(stage, key, space)
             else:
                 results, jobs = self._in_two(stage, key, space)
-            self._caught_up = {
-                (r.stream, r.shard_id) for r in results if r.caught_up and not len(r)
-            }
+            self._note_tips(results)
             return results, jobs
         finally:
             stage.unpersist()
@@ -222,6 +220,18 @@ class FrameJobs:
         read goes first, and nothing is processed (no user code, no sink write) when it
         read nothing: an idle poll costs one small job."""
         return any(p.is_retry or (p.stream, p.shard_id) not in self._caught_up for p in plans)
+
+    def _note_tips(self, results: list[ReadResult]) -> None:
+        """Whether each shard read sat at its tip with nothing read; a shard not in this
+        micro-batch (its backoff kept it out) keeps what its last read said."""
+        for r in results:
+            if r.position is None:
+                continue  # a retry plan says nothing of the shard's tip
+            key = (r.stream, r.shard_id)
+            if r.caught_up and not len(r) and not r.ended:
+                self._caught_up.add(key)
+            else:
+                self._caught_up.discard(key)
 
     def _in_one(self, stage: Any, key: int, space: RowSpace) -> tuple[list[ReadResult], int]:
         """Read and process in one Spark job: the read ends come back with the statuses."""

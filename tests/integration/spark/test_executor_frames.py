@@ -266,3 +266,43 @@ def test_a_read_computed_again_returns_the_same_records(
             reads.collect()  # an attempt of a removed job records nothing
     finally:
         ends.close()
+
+
+def test_a_shard_idle_at_its_tip_is_polled_without_the_transform_after_a_batch_without_it(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str
+) -> None:
+    """A shard that sat at its tip with nothing read is polled read-first (no transform
+    on an empty batch), also when a micro-batch without it ran in between (its
+    ``empty_shard_backoff`` kept it out while another shard read)."""
+    from pyspark.sql import functions as F
+
+    from kinesis_spout.spark.read.frames import FrameJobs
+
+    create_stream(moto_client, unique_name, 2)
+    put_records(moto_client, unique_name, make_payloads(40, 50))
+    cfg = job_config()
+    idle, busy = [s["ShardId"] for s in moto_client.list_shards(StreamName=unique_name)["Shards"]]
+    calls: list[int] = []
+
+    def passes(df: Any) -> Any:
+        calls.append(1)  # on the driver, once per micro-batch that processes
+        return df.select("_row", F.lit(True).alias("status"))
+
+    def ends(run: str, key: int) -> RecordTo:
+        return RecordTo(cfg.checkpoint_store, cfg.job_name, unique_name, run, key)
+
+    frames = FrameJobs(spark, dataframe_transform(passes), "none", ends, [ends("", 0).open()])
+    settings = ReadSettings.of(cfg)
+    latest = GetterPosition(None, None, True, InitialPosition.LATEST, None)
+    oldest = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
+    try:
+        (at_tip,), _ = frames.collect([ReadPlan(1, idle, latest, 500)], 1, settings, "r", 1)
+        assert len(at_tip) == 0 and at_tip.caught_up  # a first read is read and processed
+        (read,), _ = frames.collect([ReadPlan(2, busy, oldest, 500)], 1, settings, "r", 2)
+        assert len(read) > 0 and len(calls) == 2  # the other shard's batch: transformed
+        again = ReadPlan(3, idle, at_tip.position, 500)
+        (polled,), jobs = frames.collect([again], 1, settings, "r", 3)
+        assert len(polled) == 0 and polled.caught_up
+        assert len(calls) == 2 and jobs == 1  # read first, nothing to transform
+    finally:
+        frames.close()
