@@ -163,11 +163,16 @@ class KinesisShardGetter:
         ``empty_shard_backoff_max`` (a quiet shard costs fewer calls; its first new record
         waits at most that long)."""
         if records:
-            self._empty_answers = 0
+            self.records_answered()
             return self.empty_shard_backoff
         self._empty_answers += 1
         grown = self.empty_shard_backoff * 2.0 ** min(self._empty_answers - 1, 32)
         return min(grown, self.empty_shard_backoff_max)
+
+    def records_answered(self) -> None:
+        """An answer had records: the next empty answer waits ``empty_shard_backoff``
+        again (see :meth:`idle_wait`)."""
+        self._empty_answers = 0
 
     def due(self, now: float) -> bool:
         return not self._ended and now >= self._next_poll_at
@@ -304,7 +309,7 @@ class KinesisShardGetter:
         if result.raw_count == 0 and not behind:
             self._next_poll_at = max(self._next_poll_at, now + self.idle_wait(0))
         elif result.raw_count:
-            self._empty_answers = 0
+            self.records_answered()
         return ShardBatch(
             records,
             self._next_poll_at,

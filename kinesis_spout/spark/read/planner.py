@@ -305,6 +305,8 @@ class ExecutorReadPlanner:
             self._early[sh.shard_id] = idle / 2  # see plan()
         else:
             wait = now
+            if len(res) or res.skipped or res.corrupt:
+                getter.records_answered()  # stopped at its limit or deadline, records read
         getter.advance(
             res.position,
             ended=res.ended,

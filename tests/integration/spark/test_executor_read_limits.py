@@ -249,6 +249,50 @@ def test_idle_shards_are_polled_less_often_and_poll_together(
         sp.spout.close()
 
 
+def test_records_read_up_to_a_limit_reset_an_idle_shards_backoff(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """A quiet shard's wait has grown to ``empty_shard_backoff_max``; records arrive and
+    are read in reads that stop at their limit (not at the tip). They reset the wait:
+    the next empty answer waits ``empty_shard_backoff`` again, as with driver reads."""
+    create_stream(moto_client, unique_name, 1)
+    now = [100.0]
+    sp = reader(
+        moto_server.endpoint_url,
+        unique_name,
+        tmp_path,
+        MemoryCheckpointStore("job"),
+        clock=lambda: now[0],
+        empty_shard_backoff=1.0,
+        empty_shard_backoff_max=4.0,
+        checkpoint_interval=60.0,
+    )
+    settings = ReadSettings.of(sp.config)
+
+    def read(limit: int) -> Any:
+        (plan,) = sp.plan(limit)
+        (res,) = [run_plan(plan, settings, lambda r: None, batch_id=1)]
+        sp.apply([res])
+        return res
+
+    try:
+        waits = []
+        for _ in range(3):
+            read(10)
+            waits.append(sp.wake_in())
+            now[0] += waits[-1]
+        assert waits == pytest.approx([1.0, 2.0, 4.0], abs=0.01)  # grown to its most
+        put_records(moto_client, unique_name, [(f"k{i}", b"x") for i in range(20)])
+        full = [read(10), read(10)]
+        assert [len(r) for r in full] == [10, 10]
+        assert not any(r.caught_up for r in full)  # each stopped at its limit
+        empty = read(10)
+        assert len(empty) == 0 and empty.caught_up
+        assert sp.wake_in() == pytest.approx(1.0, abs=0.01)  # not 4: records reset it
+    finally:
+        sp.spout.close()
+
+
 @pytest.mark.parametrize("threads", [4, 1])
 def test_a_task_keeps_up_to_poll_threads_calls_in_flight_and_each_shard_in_order(
     moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path, threads: int
