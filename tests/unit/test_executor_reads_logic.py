@@ -137,7 +137,11 @@ def test_a_row_space_numbers_plans_by_their_limits_then_renumbers_the_rows_read(
 def test_assemble_drops_a_read_whose_statuses_came_from_mixed_attempts() -> None:
     plan = ReadPlan(0, "shard-1", POS, limit=10)
     end = ReadResult(0, "shard-1", position=POS)
-    rows = [("m", 0, end, 3), ("s", 0, 0, "5", 0, None, None), ("s", 0, 2, "7", 0, None, None)]
+    rows = [
+        ("m", 0, end, 3),
+        ("s", 0, 0, "5", 0, None, None, 0),
+        ("s", 0, 2, "7", 0, None, None, 0),
+    ]
     assert assemble([plan], rows) == []  # record 1 missing: read again, nothing tracked
 
 
@@ -146,20 +150,21 @@ def test_assemble_fills_a_complete_read_in_record_order() -> None:
     end = ReadResult(0, "shard-1", position=POS)
     bad = _rec(6)
     rows = [
-        ("s", 0, 1, "6", 0, "ValueError: no", bad),
+        ("s", 0, 1, "6", 0, "ValueError: no", bad, 2),
         ("m", 0, end, 3),
-        ("s", 0, 2, "7", 0, None, None),
-        ("s", 0, 0, "5", 0, None, None),
+        ("s", 0, 2, "7", 0, None, None, 1),  # ok on its fast retry
+        ("s", 0, 0, "5", 0, None, None, 0),
     ]
     (res,) = assemble([plan], rows)
     assert res.seqs == ["5", "6", "7"] and res.ok == bytearray([1, 0, 1])
     assert res.failed == {1: bad} and res.errors == {1: "ValueError: no"}
+    assert res.retried == 3  # every fast retry, also the one that ended ok
 
 
 def test_assemble_fails_a_retry_whose_status_was_lost() -> None:
     retries = (_rec(3), _rec(4))
     plan = ReadPlan(0, "shard-1", None, retries=retries)
-    rows = [("m", 0, ReadResult(0, "shard-1"), 2), ("s", 0, 0, "3", 0, None, None)]
+    rows = [("m", 0, ReadResult(0, "shard-1"), 2), ("s", 0, 0, "3", 0, None, None, 0)]
     (res,) = assemble([plan], rows)
     assert res.ok == bytearray([1, 0]) and res.errors == {1: LOST} and res.failed == {1: retries[1]}
 

@@ -33,8 +33,9 @@ from kinesis_spout.spark.read.task import write_rows
 
 log = logging.getLogger(__name__)
 
-Status = tuple[str, int, int, str, int, str | None, Record | None]
-"""("s", task, index, sequence, sub, error or None, payload if failed)."""
+Status = tuple[str, int, int, str, int, str | None, Record | None, int]
+"""("s", task, index, sequence, sub, error or None, payload if failed, extra deliveries
+by fast retries)."""
 LOST = "its status was lost in a re-run of the processing stage"
 
 
@@ -72,11 +73,12 @@ def _process_stage(
                 continue
             _, task, i, r = item
             error, attempt = settings.fast.call(fn, r, format_error)
+            extra = attempt - r.attempt  # fast retries, whether they ended ok or not
             if error is not None:
                 last = r if attempt == r.attempt else replace(r, attempt=attempt)
-                yield ("s", task, i, r.sequence_number, r.sub_sequence_number, error, last)
+                yield ("s", task, i, r.sequence_number, r.sub_sequence_number, error, last, extra)
             else:
-                yield ("s", task, i, r.sequence_number, r.sub_sequence_number, None, None)
+                yield ("s", task, i, r.sequence_number, r.sub_sequence_number, None, None, extra)
                 if settings.sink != "none":
                     keep.append(r)
         if keep:
@@ -155,4 +157,4 @@ def _fill(res: ReadResult, plan: ReadPlan, got: dict[int, Status], n: int) -> No
             res.errors[i] = st[5]
             assert st[6] is not None
             res.failed[i] = st[6]
-            res.retried += st[6].attempt - (plan.retries[i].attempt if plan.is_retry else 1)
+        res.retried += st[7]

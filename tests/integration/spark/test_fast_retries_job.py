@@ -64,6 +64,25 @@ def test_poison_is_dead_lettered_in_the_batch_of_its_first_failure(
         assert any(r.failed > r.dead_lettered for r in reports)
 
 
+def test_fast_retries_that_end_ok_are_counted_when_reads_are_shuffled(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str
+) -> None:
+    """With ``process_partitions`` the records are processed after a shuffle; a flaky
+    record acked on its fast retry still counts that retry, as without the shuffle."""
+    poison, flaky = put_mixed(moto_client, unique_name)
+    cfg = job_config(
+        retry_limit=RETRY_LIMIT,
+        batch_size=100,
+        max_in_flight=100,
+        read_on="executors",
+        process_partitions=2,
+        retry_backoff=0.0,
+    )
+    summary = run_job(cfg, per_record(flaky_and_poison), spark=spark)
+    assert (summary.ok, summary.dead_lettered) == (400 - poison, poison)
+    assert summary.retried == poison * RETRY_LIMIT + flaky
+
+
 def test_a_transform_gets_its_failed_rows_re_run_by_a_follow_up_job(
     spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
 ) -> None:
