@@ -204,6 +204,22 @@ def test_a_shard_in_a_running_job_does_not_wake_the_driver(
         sp.spout.close()
 
 
+def backing_off_reader(
+    moto_server: MotoServer, stream: str, tmp_path: Path, now: list[float]
+) -> ExecutorReadPlanner:
+    """A planner on ``now[0]`` as its clock whose idle shards wait 1 s, doubling to 4 s."""
+    return reader(
+        moto_server.endpoint_url,
+        stream,
+        tmp_path,
+        MemoryCheckpointStore("job"),
+        clock=lambda: now[0],
+        empty_shard_backoff=1.0,
+        empty_shard_backoff_max=4.0,
+        checkpoint_interval=60.0,
+    )
+
+
 def test_idle_shards_are_polled_less_often_and_poll_together(
     moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
 ) -> None:
@@ -213,16 +229,7 @@ def test_idle_shards_are_polled_less_often_and_poll_together(
     never starts one early."""
     create_stream(moto_client, unique_name, 2)
     now = [100.0]
-    sp = reader(
-        moto_server.endpoint_url,
-        unique_name,
-        tmp_path,
-        MemoryCheckpointStore("job"),
-        clock=lambda: now[0],
-        empty_shard_backoff=1.0,
-        empty_shard_backoff_max=4.0,
-        checkpoint_interval=60.0,
-    )
+    sp = backing_off_reader(moto_server, unique_name, tmp_path, now)
     settings = ReadSettings.of(sp.config)
 
     def read(plans: list[Any]) -> None:
@@ -257,16 +264,7 @@ def test_records_read_up_to_a_limit_reset_an_idle_shards_backoff(
     the next empty answer waits ``empty_shard_backoff`` again, as with driver reads."""
     create_stream(moto_client, unique_name, 1)
     now = [100.0]
-    sp = reader(
-        moto_server.endpoint_url,
-        unique_name,
-        tmp_path,
-        MemoryCheckpointStore("job"),
-        clock=lambda: now[0],
-        empty_shard_backoff=1.0,
-        empty_shard_backoff_max=4.0,
-        checkpoint_interval=60.0,
-    )
+    sp = backing_off_reader(moto_server, unique_name, tmp_path, now)
     settings = ReadSettings.of(sp.config)
 
     def read(limit: int) -> Any:
