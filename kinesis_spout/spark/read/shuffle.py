@@ -74,13 +74,10 @@ def _process_stage(
             _, task, i, r = item
             error, attempt = settings.fast.call(fn, r, format_error)
             extra = attempt - r.attempt  # fast retries, whether they ended ok or not
-            if error is not None:
-                last = r if attempt == r.attempt else replace(r, attempt=attempt)
-                yield ("s", task, i, r.sequence_number, r.sub_sequence_number, error, last, extra)
-            else:
-                yield ("s", task, i, r.sequence_number, r.sub_sequence_number, None, None, extra)
-                if settings.sink != "none":
-                    keep.append(r)
+            last = None if error is None else replace(r, attempt=attempt) if extra else r
+            yield ("s", task, i, r.sequence_number, r.sub_sequence_number, error, last, extra)
+            if error is None and settings.sink != "none":
+                keep.append(r)
         if keep:
             write_rows(settings.sink, batch_id, keep)
 

@@ -28,7 +28,7 @@ gets the same roots from the same rows, and so the same derived ids.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -130,16 +130,10 @@ class ReadEmitter:
         rows = table.column(ROW).to_numpy().astype(np.int64)
         roots = rows + np.int64(self.first_root)
         got = emit_records(self.emit, self.derived, self.n_sinks, rows, roots, records)
-        yield self._rows(len(rows), _named(table), _named(got))
-
-    def _rows(self, n: int, *sources: Mapping[str, pa.Array]) -> pa.RecordBatch:
-        """``n`` rows of :attr:`schema`, each column from the first source that has it
-        (else null)."""
-        columns = []
-        for f in self.schema:
-            column = next((s[f.name] for s in sources if f.name in s), None)
-            columns.append(pa.nulls(n, f.type) if column is None else column.cast(f.type))
-        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        columns = _named(got) | _named(table)  # _row and the like: the read's
+        yield pa.RecordBatch.from_arrays(
+            [columns[f.name].cast(f.type) for f in self.schema], schema=self.schema
+        )
 
 
 def _named(data: pa.Table | pa.RecordBatch) -> dict[str, Any]:
