@@ -43,6 +43,7 @@ import bisect
 import logging
 import pickle
 import random
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,6 +57,7 @@ from kinesis_spout.spark.process.arrow import DATA_COLUMNS, ROW, Statuses
 from kinesis_spout.spark.process.exprs import Exprs
 from kinesis_spout.spark.process.runner import SparkRunner
 from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor, input_record
+from kinesis_spout.spark.read.keys import JobKeys
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.recorded import RecordTo
 from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, PLAN, ReadEmitter, frame_reader
@@ -176,19 +178,22 @@ class FrameJobs:
         self.stores = list(stores)
         """The batch-end stores of the job's streams (the driver removes what no job needs
         any more)."""
-        self._active: set[int] = set()
+        self.keys = JobKeys()
+        """The Spark jobs that run, by key: the batch-end floor they allow."""
+        self._forgetting = threading.Lock()
+        """One floor raise at a time: the stores' floors then only go up."""
         self._schema: Any = None
         self._caught_up: set[tuple[str, str]] = set()
         """Shards (stream, shard) whose last read was at their tip and read nothing."""
 
     def collect(
-        self, plans: list[ReadPlan], tasks: int, settings: ReadSettings, run: str, key: int
+        self, plans: list[ReadPlan], tasks: int, settings: ReadSettings, run: str, batch: int
     ) -> tuple[list[ReadResult], int]:
-        """The results of the plans read in ``tasks`` tasks, and how many Spark jobs
-        that took."""
+        """The results of micro-batch ``batch``'s plans read in ``tasks`` tasks, and how
+        many Spark jobs that took."""
         from pyspark import StorageLevel
 
-        self._active.add(key)
+        key = self.keys.begin(batch)
         space = RowSpace(plans)
         emitter = self._emitter()
         to = self.ends(run, key)
@@ -201,12 +206,23 @@ class FrameJobs:
                 results, jobs = self._in_one(stage, key, space)
             else:
                 results, jobs = self._in_two(stage, key, space)
-            self._note_tips(results)
+            self.keys.if_running(key, lambda: self._note_tips(results))  # not if given up
             return results, jobs
         finally:
             stage.unpersist()
-            self._active.discard(key)
-            floor = min(self._active, default=key + 1)
+            self.keys.end(key)
+            self._forget(run)
+
+    def give_up(self, run: str, batch: int) -> None:
+        """The driver gave up micro-batch ``batch``: the ends its jobs recorded go, and
+        its tasks still running record nothing more (:mod:`~kinesis_spout.spark.read.keys`)."""
+        self.keys.give_up(batch)
+        self._forget(run)
+
+    def _forget(self, run: str) -> None:
+        """Remove the batch ends that no running job needs."""
+        with self._forgetting:
+            floor = self.keys.floor()
             for store in self.stores:
                 store.forget_before(run, floor)
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import logging
 import math
 import uuid
@@ -85,7 +84,6 @@ class ReadJobs:
         self.spark = spark
         self.frames = frames
         """The DataFrame styles (a transform, a fan-out): their jobs (None: ``fn`` per record)."""
-        self._keys = itertools.count(1)
         self.shards_per_task = shards_per_task
         """Plans per read task; 0: spread the plans over the cluster's cores."""
         self.run_id = uuid.uuid4().hex[:8]
@@ -132,8 +130,7 @@ class ReadJobs:
         sc.setJobGroup(self.group(batch_id), description, interruptOnCancel=True)
         self.jobs_run += 1
         if self.frames is not None:
-            key = next(self._keys)
-            done, jobs = self.frames.collect(plans, tasks, self.settings, self.run_id, key)
+            done, jobs = self.frames.collect(plans, tasks, self.settings, self.run_id, batch_id)
             self.jobs_run += jobs - 1
             return done
         rdd = sc.parallelize(plans, tasks)
@@ -182,6 +179,8 @@ class ReadJobs:
         (its Python workers are interrupted) and run nothing of it again."""
         self.cancelled.add(batch_id)
         self.spark.sparkContext.cancelJobGroup(self.group(batch_id))
+        if self.frames is not None:
+            self.frames.give_up(self.run_id, batch_id)
 
     def remember_poison(self, ids: list[str]) -> None:
         """These records failed alone: their retries that fail alone are poison too."""
