@@ -125,7 +125,8 @@ def run_split(
     whether it is poison or the failure is systematic. While ``stopping`` (Spark may
     be going away with us) or once ``cancelled``, a failed group is left unfinished:
     its records are not checkpointed and come back after a restart, without costing
-    a retry. A :class:`ProcessingContractError` (a bug to fix) is raised at once.
+    a retry. Once ``cancelled`` no group starts (a part of a failed job, its rest).
+    A :class:`ProcessingContractError` (a bug to fix) is raised at once.
     """
     return _Splitter(run, cut, iso, batch_id, stopping, cancelled).run(group)
 
@@ -142,6 +143,9 @@ class _Splitter(Generic[G, R, L]):
     cancelled: Callable[[], bool]
 
     def run(self, group: G) -> list[R]:
+        if self.cancelled():  # given up while an earlier part ran: start nothing more
+            self.iso.abandoned += 1
+            return []
         try:
             done = self.job(group)
         except ProcessingContractError:

@@ -118,6 +118,32 @@ def test_a_cancelled_batch_is_given_up_without_a_word(caplog: pytest.LogCaptureF
     assert done == [] and iso.abandoned == 1 and not iso.alone and caplog.text == ""
 
 
+def test_a_batch_given_up_while_a_part_runs_runs_no_more_parts() -> None:
+    """The driver gives the micro-batch up while its first re-run part runs (that part
+    then fails, its Spark job cancelled): the other parts, and what is left, never run."""
+    iso: Isolation[int] = Isolation(splits_left=8)
+    ran: list[range] = []
+    given_up = [False]
+    job = rows_job({1, 6}, ran)
+
+    def run(rows: range) -> list[range]:
+        if len(ran) == 1:  # the first part: given up meanwhile
+            given_up[0] = True
+        return job(rows)
+
+    done = run_split(
+        run,
+        RANGES,
+        iso,
+        range(8),
+        batch_id=1,
+        stopping=lambda: False,
+        cancelled=lambda: given_up[0],
+    )
+    assert ran == [range(8), range(4)]  # the whole job, then its first half only
+    assert done == [] and not iso.alone and iso.abandoned == 2
+
+
 def test_a_broken_processing_contract_is_raised_at_once() -> None:
     def run(rows: range) -> list[range]:
         raise ProcessingContractError("no status column")

@@ -213,18 +213,23 @@ class FrameJobs:
             self.keys.end(key)
             self._forget(run)
 
-    def give_up(self, run: str, batch: int) -> None:
-        """The driver gave up micro-batch ``batch``: the ends its jobs recorded go, and
-        its tasks still running record nothing more (:mod:`~kinesis_spout.spark.read.keys`)."""
+    def give_up(self, batch: int) -> None:
+        """The driver gave up micro-batch ``batch``: its jobs no longer hold back the
+        removal of batch ends (the next job to end removes theirs), and it starts no
+        new one (:mod:`~kinesis_spout.spark.read.keys`). No store call: the driver's
+        thread does not wait on the store."""
         self.keys.give_up(batch)
-        self._forget(run)
 
     def _forget(self, run: str) -> None:
-        """Remove the batch ends that no running job needs."""
+        """Remove the batch ends that no running job needs. Cleanup only: a store error
+        is logged, and the next job to end tries again."""
         with self._forgetting:
             floor = self.keys.floor()
             for store in self.stores:
-                store.forget_before(run, floor)
+                try:
+                    store.forget_before(run, floor)
+                except Exception as exc:
+                    log.warning("removing batch ends of run %s before job %d: %s", run, floor, exc)
 
     def close(self) -> None:
         for store in self.stores:

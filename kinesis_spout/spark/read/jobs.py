@@ -180,7 +180,7 @@ class ReadJobs:
         self.cancelled.add(batch_id)
         self.spark.sparkContext.cancelJobGroup(self.group(batch_id))
         if self.frames is not None:
-            self.frames.give_up(self.run_id, batch_id)
+            self.frames.give_up(batch_id)
 
     def remember_poison(self, ids: list[str]) -> None:
         """These records failed alone: their retries that fail alone are poison too."""

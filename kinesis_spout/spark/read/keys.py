@@ -10,8 +10,9 @@ says which floor is safe:
   thread never raises the floor past a job that is about to record;
 * a job the driver gave up (its micro-batch past its deadline) stops holding the floor
   at once, even while its thread goes on (user code on the driver that does not return):
-  its late tasks then record nothing (their key is below the floor) and fail, and the
-  driver never applies what it read;
+  once a later job has raised the floor, its late tasks record nothing (their key is
+  below it) and fail, and the driver never applies what it read. A given-up micro-batch
+  gets no new key (:class:`GivenUpError`), so its thread starts no Spark job after that;
 * the floor never goes down: keys are handed out in order, and it is the lowest key
   running, or the next key when none runs.
 """
@@ -22,6 +23,10 @@ import threading
 from collections.abc import Callable
 
 
+class GivenUpError(RuntimeError):
+    """A Spark job of a micro-batch the driver gave up was about to start."""
+
+
 class JobKeys:
     """The running frame jobs' keys and the micro-batch (driver job) each belongs to."""
 
@@ -30,10 +35,14 @@ class JobKeys:
         self._next = 1
         self._running: dict[int, int] = {}
         """Key -> the micro-batch it reads for."""
+        self._given_up: set[int] = set()
 
     def begin(self, batch: int) -> int:
-        """A key for a new Spark job of micro-batch ``batch``, running from now on."""
+        """A key for a new Spark job of micro-batch ``batch``, running from now on;
+        :class:`GivenUpError` if the driver gave ``batch`` up."""
         with self._lock:
+            if batch in self._given_up:
+                raise GivenUpError(f"micro-batch {batch} was given up: no new Spark job")
             key = self._next
             self._next += 1
             self._running[key] = batch
@@ -47,6 +56,7 @@ class JobKeys:
     def give_up(self, batch: int) -> None:
         """The driver gave up micro-batch ``batch``: its jobs no longer hold the floor."""
         with self._lock:
+            self._given_up.add(batch)  # a handful in a run: kept for its length
             for key in [k for k, b in self._running.items() if b == batch]:
                 del self._running[key]
 

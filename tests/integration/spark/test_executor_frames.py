@@ -327,10 +327,10 @@ def test_a_given_up_transform_job_stops_holding_back_the_removal_of_batch_ends(
     def hangs_first(df: Any) -> Any:
         calls.append(1)
         if len(calls) == 1:  # user code on the driver that does not return in time
-            assert released.wait(120), "the re-run's micro-batch was never applied"
+            released.wait(60)  # the re-run's micro-batch applied (else the test fails below)
         return df.select("_row", F.lit(True).alias("status"))
 
-    cfg = job_config(task_timeout=8.0, batch_size=100)
+    cfg = job_config(task_timeout=12.0, batch_size=100)
     floors: list[int] = []
 
     def progress(report: Any) -> None:
@@ -348,3 +348,69 @@ def test_a_given_up_transform_job_stops_holding_back_the_removal_of_batch_ends(
     assert floors[0] > 1
     assert summary.ok == 30 and summary.failed == 0
     assert checkpoints(cfg, unique_name) == last_per_shard(put)
+
+
+def test_a_given_up_job_that_returns_late_does_not_change_how_the_next_poll_runs(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str
+) -> None:
+    """A job given up while its transform hangs on the driver returns only after later
+    jobs read its shard again, to its tip. What that old job read (records) does not
+    count: the shard stays at its tip, and its next poll is read-first, with no
+    transform on an empty batch."""
+    import threading
+
+    from pyspark.sql import functions as F
+
+    from kinesis_spout.spark.read.frames import FrameJobs
+
+    create_stream(moto_client, unique_name, 1)
+    cfg = job_config()
+    (shard,) = [s["ShardId"] for s in moto_client.list_shards(StreamName=unique_name)["Shards"]]
+    hang, entered, released = [False], threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def passes(df: Any) -> Any:
+        calls.append(1)  # on the driver, once per micro-batch that processes
+        if hang[0]:
+            hang[0] = False
+            entered.set()
+            released.wait(60)
+        return df.select("_row", F.lit(True).alias("status"))
+
+    def ends(run: str, key: int) -> RecordTo:
+        return RecordTo(cfg.checkpoint_store, cfg.job_name, unique_name, run, key)
+
+    frames = FrameJobs(spark, dataframe_transform(passes), "none", ends, [ends("", 0).open()])
+    settings = ReadSettings.of(cfg)
+    latest = GetterPosition(None, None, True, InitialPosition.LATEST, None)
+    late: list[Any] = []
+    try:
+        (tip,), _ = frames.collect([ReadPlan(1, shard, latest, 500)], 1, settings, "r", 1)
+        assert len(tip) == 0 and tip.caught_up
+        put_records(moto_client, unique_name, make_payloads(20, 50))
+        hang[0] = True
+        hung = threading.Thread(
+            target=lambda: late.append(
+                frames.collect([ReadPlan(2, shard, tip.position, 500)], 1, settings, "r", 2)
+            )
+        )
+        hung.start()
+        assert entered.wait(120), "the transform of job 2 was never called"
+        frames.give_up(2)  # as the driver does past its deadline
+        (again,), _ = frames.collect([ReadPlan(3, shard, tip.position, 500)], 1, settings, "r", 3)
+        assert len(again) == 20
+        (empty,), _ = frames.collect([ReadPlan(4, shard, again.position, 500)], 1, settings, "r", 4)
+        assert len(empty) == 0 and empty.caught_up
+        released.set()
+        hung.join(120)
+        (old,), _ = late[0]  # it read the same 20 records, and returned
+        assert len(old) == 20 and not hung.is_alive()
+        before = len(calls)
+        (polled,), jobs = frames.collect(
+            [ReadPlan(5, shard, empty.position, 500)], 1, settings, "r", 5
+        )
+        assert len(polled) == 0 and polled.caught_up
+        assert len(calls) == before and jobs == 1  # read first, nothing to transform
+    finally:
+        released.set()
+        frames.close()
