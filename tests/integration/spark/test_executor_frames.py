@@ -6,8 +6,10 @@ Real Spark (``local[2]``), moto over HTTP. The read tasks record each read's end
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -332,14 +334,16 @@ def test_a_given_up_transform_job_stops_holding_back_the_removal_of_batch_ends(
 
     cfg = job_config(task_timeout=12.0, batch_size=100)
     floors: list[int] = []
+    floor: list[Callable[[], int]] = []  # the run's stored floor, once the driver is built
 
     def progress(report: Any) -> None:
         if not floors:
-            floors.append(driver.jobs.frames.stores[0].floor(driver.jobs.run_id))
+            floors.append(floor[0]())
             released.set()
 
     driver = build_driver(cfg, dataframe_transform(hangs_first), spark=spark, progress=progress)
     assert isinstance(driver, ExecutorDriver) and driver.jobs.frames is not None
+    floor.append(functools.partial(driver.jobs.frames.stores[0].floor, driver.jobs.run_id))
     summary = driver.run()
 
     assert driver.abandoned >= 1 and released.is_set()  # more when a busy machine is slow
@@ -413,4 +417,49 @@ def test_a_given_up_job_that_returns_late_does_not_change_how_the_next_poll_runs
         assert len(calls) == before and jobs == 1  # read first, nothing to transform
     finally:
         released.set()
+        frames.close()
+
+
+class _ForgetFails:
+    """A batch-end store whose removals fail (a ZooKeeper outage at that moment): the
+    fault injected where the driver cleans up; the read tasks use the real store."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def forget_before(self, run: str, batch: int) -> int:
+        raise OSError(f"store down while removing the ends of run {run} before {batch}")
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def test_a_store_error_while_removing_batch_ends_does_not_fail_the_job(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, caplog: Any
+) -> None:
+    """Removing the ends no job needs is cleanup: when the store fails it, the job's
+    results still come back, and a warning says what was not removed."""
+    import logging
+
+    from kinesis_spout.spark.read.frames import FrameJobs
+
+    create_stream(moto_client, unique_name, 1)
+    put_records(moto_client, unique_name, make_payloads(10, 50))
+    cfg = job_config()
+    (shard,) = [s["ShardId"] for s in moto_client.list_shards(StreamName=unique_name)["Shards"]]
+
+    def ends(run: str, key: int) -> RecordTo:
+        return RecordTo(cfg.checkpoint_store, cfg.job_name, unique_name, run, key)
+
+    store = _ForgetFails(ends("", 0).open())
+    frames = FrameJobs(spark, dataframe_transform(not_poison), "none", ends, [store])  # type: ignore[list-item]
+    oldest = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
+    try:
+        with caplog.at_level(logging.WARNING):
+            (read,), _ = frames.collect(
+                [ReadPlan(1, shard, oldest, 500)], 1, ReadSettings.of(cfg), "r", 1
+            )
+        assert len(read) == 10 and all(read.ok)
+        assert "removing batch ends of run r before job 2: store down" in caplog.text
+    finally:
         frames.close()
