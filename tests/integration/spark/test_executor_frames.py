@@ -43,7 +43,7 @@ from kinesis_spout.spark.process.fanout import derived_ids, to_signed
 from kinesis_spout.spark.process.runner import CACHE_COMPRESSED, uncompressed_caches
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import dataframe_transform, fan_out
-from kinesis_spout.spark.read.frames import RowSpace
+from kinesis_spout.spark.read.frames import FrameJobs, RowSpace
 from kinesis_spout.spark.read.plan import ReadPlan, ReadSettings
 from kinesis_spout.spark.read.recorded import RecordTo
 from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, frame_reader
@@ -64,6 +64,26 @@ def not_poison(df: Any) -> Any:
         (~bad).alias("status"),
         F.when(bad, F.lit("poison record")).alias("error"),
     )
+
+
+LATEST = GetterPosition(None, None, True, InitialPosition.LATEST, None)
+OLDEST = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
+
+
+def frame_jobs(
+    spark: Any, cfg: Any, stream: str, transform: Any, wrap: Any = None
+) -> tuple[FrameJobs, ReadSettings]:
+    """The :class:`FrameJobs` of ``transform`` on ``stream`` as the job builds them (read
+    ends in ``cfg``'s checkpoint store; ``wrap``, if given, wraps the driver's store),
+    and the read settings."""
+
+    def ends(run: str, key: int) -> RecordTo:
+        return RecordTo(cfg.checkpoint_store, cfg.job_name, stream, run, key)
+
+    store = ends("", 0).open()
+    stores = [wrap(store) if wrap is not None else store]
+    frames = FrameJobs(spark, dataframe_transform(transform), "none", ends, stores)
+    return frames, ReadSettings.of(cfg)
 
 
 def checkpoints(cfg: Any, stream: str) -> dict[str, str | None]:
@@ -278,8 +298,6 @@ def test_a_shard_idle_at_its_tip_is_polled_without_the_transform_after_a_batch_w
     ``empty_shard_backoff`` kept it out while another shard read)."""
     from pyspark.sql import functions as F
 
-    from kinesis_spout.spark.read.frames import FrameJobs
-
     create_stream(moto_client, unique_name, 2)
     put_records(moto_client, unique_name, make_payloads(40, 50))
     cfg = job_config()
@@ -290,17 +308,11 @@ def test_a_shard_idle_at_its_tip_is_polled_without_the_transform_after_a_batch_w
         calls.append(1)  # on the driver, once per micro-batch that processes
         return df.select("_row", F.lit(True).alias("status"))
 
-    def ends(run: str, key: int) -> RecordTo:
-        return RecordTo(cfg.checkpoint_store, cfg.job_name, unique_name, run, key)
-
-    frames = FrameJobs(spark, dataframe_transform(passes), "none", ends, [ends("", 0).open()])
-    settings = ReadSettings.of(cfg)
-    latest = GetterPosition(None, None, True, InitialPosition.LATEST, None)
-    oldest = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
+    frames, settings = frame_jobs(spark, cfg, unique_name, passes)
     try:
-        (at_tip,), _ = frames.collect([ReadPlan(1, idle, latest, 500)], 1, settings, "r", 1)
+        (at_tip,), _ = frames.collect([ReadPlan(1, idle, LATEST, 500)], 1, settings, "r", 1)
         assert len(at_tip) == 0 and at_tip.caught_up  # a first read is read and processed
-        (read,), _ = frames.collect([ReadPlan(2, busy, oldest, 500)], 1, settings, "r", 2)
+        (read,), _ = frames.collect([ReadPlan(2, busy, OLDEST, 500)], 1, settings, "r", 2)
         assert len(read) > 0 and len(calls) == 2  # the other shard's batch: transformed
         again = ReadPlan(3, idle, at_tip.position, 500)
         (polled,), jobs = frames.collect([again], 1, settings, "r", 3)
@@ -365,8 +377,6 @@ def test_a_given_up_job_that_returns_late_does_not_change_how_the_next_poll_runs
 
     from pyspark.sql import functions as F
 
-    from kinesis_spout.spark.read.frames import FrameJobs
-
     create_stream(moto_client, unique_name, 1)
     cfg = job_config()
     (shard,) = [s["ShardId"] for s in moto_client.list_shards(StreamName=unique_name)["Shards"]]
@@ -381,15 +391,10 @@ def test_a_given_up_job_that_returns_late_does_not_change_how_the_next_poll_runs
             released.wait(60)
         return df.select("_row", F.lit(True).alias("status"))
 
-    def ends(run: str, key: int) -> RecordTo:
-        return RecordTo(cfg.checkpoint_store, cfg.job_name, unique_name, run, key)
-
-    frames = FrameJobs(spark, dataframe_transform(passes), "none", ends, [ends("", 0).open()])
-    settings = ReadSettings.of(cfg)
-    latest = GetterPosition(None, None, True, InitialPosition.LATEST, None)
+    frames, settings = frame_jobs(spark, cfg, unique_name, passes)
     late: list[Any] = []
     try:
-        (tip,), _ = frames.collect([ReadPlan(1, shard, latest, 500)], 1, settings, "r", 1)
+        (tip,), _ = frames.collect([ReadPlan(1, shard, LATEST, 500)], 1, settings, "r", 1)
         assert len(tip) == 0 and tip.caught_up
         put_records(moto_client, unique_name, make_payloads(20, 50))
         hang[0] = True
@@ -441,24 +446,15 @@ def test_a_store_error_while_removing_batch_ends_does_not_fail_the_job(
     results still come back, and a warning says what was not removed."""
     import logging
 
-    from kinesis_spout.spark.read.frames import FrameJobs
-
     create_stream(moto_client, unique_name, 1)
     put_records(moto_client, unique_name, make_payloads(10, 50))
     cfg = job_config()
     (shard,) = [s["ShardId"] for s in moto_client.list_shards(StreamName=unique_name)["Shards"]]
 
-    def ends(run: str, key: int) -> RecordTo:
-        return RecordTo(cfg.checkpoint_store, cfg.job_name, unique_name, run, key)
-
-    store = _ForgetFails(ends("", 0).open())
-    frames = FrameJobs(spark, dataframe_transform(not_poison), "none", ends, [store])  # type: ignore[list-item]
-    oldest = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
+    frames, settings = frame_jobs(spark, cfg, unique_name, not_poison, wrap=_ForgetFails)
     try:
         with caplog.at_level(logging.WARNING):
-            (read,), _ = frames.collect(
-                [ReadPlan(1, shard, oldest, 500)], 1, ReadSettings.of(cfg), "r", 1
-            )
+            (read,), _ = frames.collect([ReadPlan(1, shard, OLDEST, 500)], 1, settings, "r", 1)
         assert len(read) == 10 and all(read.ok)
         assert "removing batch ends of run r before job 2: store down" in caplog.text
     finally:
