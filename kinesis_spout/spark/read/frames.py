@@ -194,14 +194,15 @@ class FrameJobs:
         from pyspark import StorageLevel
 
         key = self.keys.begin(batch)
-        space = RowSpace(plans)
-        emitter = self._emitter()
-        to = self.ends(run, key)
-        reader = frame_reader(split_tasks(plans, tasks), settings, to, space.bases, emitter)
-        struct = self._struct(emitter)
-        stage = self.spark.range(0, tasks, 1, tasks).mapInArrow(reader, struct)
-        stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
+        stage = None
+        try:  # from the key on: whatever fails, the key ends (else it holds the floor)
+            space = RowSpace(plans)
+            emitter = self._emitter()
+            to = self.ends(run, key)
+            reader = frame_reader(split_tasks(plans, tasks), settings, to, space.bases, emitter)
+            struct = self._struct(emitter)
+            stage = self.spark.range(0, tasks, 1, tasks).mapInArrow(reader, struct)
+            stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
             if self._flowing(plans):
                 results, jobs = self._in_one(stage, key, space)
             else:
@@ -209,7 +210,8 @@ class FrameJobs:
             self.keys.if_running(key, lambda: self._note_tips(results))  # not if given up
             return results, jobs
         finally:
-            stage.unpersist()
+            if stage is not None:
+                stage.unpersist()
             self.keys.end(key)
             self._forget(run)
 

@@ -459,3 +459,28 @@ def test_a_store_error_while_removing_batch_ends_does_not_fail_the_job(
         assert "removing batch ends of run r before job 2: store down" in caplog.text
     finally:
         frames.close()
+
+
+def test_a_micro_batch_that_fails_before_its_spark_job_ends_its_key(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str
+) -> None:
+    """A fan-out whose schema uses a reserved name fails while its read is set up,
+    before any Spark job: the error names the field, and the micro-batch's key ends,
+    so it does not hold back the removal of later batch ends."""
+    from kinesis_spout.spark.process.contract import ProcessingContractError
+
+    create_stream(moto_client, unique_name, 1)
+    cfg = job_config()
+    (shard,) = [s["ShardId"] for s in moto_client.list_shards(StreamName=unique_name)["Shards"]]
+
+    def ends(run: str, key: int) -> RecordTo:
+        return RecordTo(cfg.checkpoint_store, cfg.job_name, unique_name, run, key)
+
+    words = fan_out(split_sentence, "_root long", [WordCountSink("unused")])
+    frames = FrameJobs(spark, words, "none", ends, [ends("", 0).open()])
+    try:
+        with pytest.raises(ProcessingContractError, match="reserved names.*_root"):
+            frames.collect([ReadPlan(1, shard, OLDEST, 10)], 1, ReadSettings.of(cfg), "r", 1)
+        assert frames.keys.floor() == 2  # key 1 ended: nothing runs
+    finally:
+        frames.close()
