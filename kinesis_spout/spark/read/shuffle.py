@@ -74,7 +74,9 @@ def _process_stage(
             _, task, i, r = item
             error, attempt = settings.fast.call(fn, r, format_error)
             extra = attempt - r.attempt  # fast retries, whether they ended ok or not
-            last = None if error is None else replace(r, attempt=attempt) if extra else r
+            last = None  # the payload, for a failed record only
+            if error is not None:
+                last = replace(r, attempt=attempt) if extra else r
             yield ("s", task, i, r.sequence_number, r.sub_sequence_number, error, last, extra)
             if error is None and settings.sink != "none":
                 keep.append(r)

@@ -71,18 +71,18 @@ OLDEST = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
 
 
 def frame_jobs(
-    spark: Any, cfg: Any, stream: str, transform: Any, wrap: Any = None
+    spark: Any, cfg: Any, stream: str, processor: Any, wrap: Any = None
 ) -> tuple[FrameJobs, ReadSettings]:
-    """The :class:`FrameJobs` of ``transform`` on ``stream`` as the job builds them (read
-    ends in ``cfg``'s checkpoint store; ``wrap``, if given, wraps the driver's store),
-    and the read settings."""
+    """The :class:`FrameJobs` of ``processor`` (a transform or a fan-out) on ``stream`` as
+    the job builds them (read ends in ``cfg``'s checkpoint store; ``wrap``, if given,
+    wraps the driver's store), and the read settings."""
 
     def ends(run: str, key: int) -> RecordTo:
         return RecordTo(cfg.checkpoint_store, cfg.job_name, stream, run, key)
 
     store = ends("", 0).open()
     stores = [wrap(store) if wrap is not None else store]
-    frames = FrameJobs(spark, dataframe_transform(transform), "none", ends, stores)
+    frames = FrameJobs(spark, processor, "none", ends, stores)
     return frames, ReadSettings.of(cfg)
 
 
@@ -308,7 +308,7 @@ def test_a_shard_idle_at_its_tip_is_polled_without_the_transform_after_a_batch_w
         calls.append(1)  # on the driver, once per micro-batch that processes
         return df.select("_row", F.lit(True).alias("status"))
 
-    frames, settings = frame_jobs(spark, cfg, unique_name, passes)
+    frames, settings = frame_jobs(spark, cfg, unique_name, dataframe_transform(passes))
     try:
         (at_tip,), _ = frames.collect([ReadPlan(1, idle, LATEST, 500)], 1, settings, "r", 1)
         assert len(at_tip) == 0 and at_tip.caught_up  # a first read is read and processed
@@ -391,7 +391,7 @@ def test_a_given_up_job_that_returns_late_does_not_change_how_the_next_poll_runs
             released.wait(60)
         return df.select("_row", F.lit(True).alias("status"))
 
-    frames, settings = frame_jobs(spark, cfg, unique_name, passes)
+    frames, settings = frame_jobs(spark, cfg, unique_name, dataframe_transform(passes))
     late: list[Any] = []
     try:
         (tip,), _ = frames.collect([ReadPlan(1, shard, LATEST, 500)], 1, settings, "r", 1)
@@ -451,7 +451,9 @@ def test_a_store_error_while_removing_batch_ends_does_not_fail_the_job(
     cfg = job_config()
     (shard,) = [s["ShardId"] for s in moto_client.list_shards(StreamName=unique_name)["Shards"]]
 
-    frames, settings = frame_jobs(spark, cfg, unique_name, not_poison, wrap=_ForgetFails)
+    frames, settings = frame_jobs(
+        spark, cfg, unique_name, dataframe_transform(not_poison), wrap=_ForgetFails
+    )
     try:
         with caplog.at_level(logging.WARNING):
             (read,), _ = frames.collect([ReadPlan(1, shard, OLDEST, 500)], 1, settings, "r", 1)
@@ -473,14 +475,11 @@ def test_a_micro_batch_that_fails_before_its_spark_job_ends_its_key(
     cfg = job_config()
     (shard,) = [s["ShardId"] for s in moto_client.list_shards(StreamName=unique_name)["Shards"]]
 
-    def ends(run: str, key: int) -> RecordTo:
-        return RecordTo(cfg.checkpoint_store, cfg.job_name, unique_name, run, key)
-
     words = fan_out(split_sentence, "_root long", [WordCountSink("unused")])
-    frames = FrameJobs(spark, words, "none", ends, [ends("", 0).open()])
+    frames, settings = frame_jobs(spark, cfg, unique_name, words)
     try:
         with pytest.raises(ProcessingContractError, match="reserved names.*_root"):
-            frames.collect([ReadPlan(1, shard, OLDEST, 10)], 1, ReadSettings.of(cfg), "r", 1)
+            frames.collect([ReadPlan(1, shard, OLDEST, 10)], 1, settings, "r", 1)
         assert frames.keys.floor() == 2  # key 1 ended: nothing runs
     finally:
         frames.close()
