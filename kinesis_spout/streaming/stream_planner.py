@@ -19,7 +19,6 @@ from datetime import datetime
 
 from kinesis_spout.checkpoint.batch_ends import (
     BatchEnd,
-    BatchEndError,
     BatchEndStore,
     PlannedFrom,
     check_planned,
@@ -66,6 +65,8 @@ class StreamPlanner:
         self._listed: list[ShardInfo] = []
         self._listed_at = float("-inf")
         self._ends: dict[int, dict[str, BatchEnd]] = {}
+        self._unread: dict[int, set[str]] = {}
+        """Per batch, the shards whose read was not recorded (:meth:`_unrecorded`)."""
         self._rest_until: dict[str, float] = {}
         """Wall time before which a shard gets no quota (it was at its tip)."""
         self._done: set[str] = set()
@@ -120,25 +121,47 @@ class StreamPlanner:
         return self._listed
 
     def ends_of(self, offset: BatchOffset) -> dict[str, BatchEnd]:
-        """The batch-end record of every shard ``offset`` reads; missing, corrupt or
-        other plans' ones are errors (a batch that ran recorded each; nothing is skipped)."""
+        """The batch-end record of every shard ``offset`` read; corrupt or other plans'
+        ones are errors. A shard with no record is left out: its read never ran (see
+        :meth:`_unrecorded`), so it keeps the position the batch planned it from."""
         known = self._ends.setdefault(offset.batch, {})
+        unread = self._unread.setdefault(offset.batch, set())
+        missing = []
         for shard, plan in offset.reads.items():
-            if shard in known:
+            if shard in known or shard in unread:
                 continue
             where = self.store.where(offset.run, offset.batch, shard)
             end = self.store.get(offset.run, offset.batch, shard)
             if end is None:
-                raise BatchEndError(
-                    f"no batch-end record for batch {offset.batch}, shard {shard} of "
-                    f"{offset.stream_name} at {where}: the "
-                    "batch ran but its record is gone (another query with the same jobName, "
-                    "or the store was cleaned); refusing to guess where the batch ended"
-                )
+                unread.add(shard)
+                missing.append(shard)
+                continue
             check_planned(end, PlannedFrom.of(offset.run, plan, offset.start), where)
             known[shard] = end
             self._note(shard, end)
+        if missing:
+            self._unrecorded(offset, missing)
         return known
+
+    def _unrecorded(self, offset: BatchOffset, shards: list[str]) -> None:
+        """Shards of a batch Spark ran without their read recorded. A task records before
+        it returns any record, so their tasks never ran: the batch's function did not
+        compute every partition (``df.show()``, ``df.head()``, ``limit(n)``, an early
+        return), and no record of theirs reached it. The next batch reads them again from
+        the same position. (Were the records removed from the store instead, a record
+        of theirs may also be in this batch: at-least-once.) Decided once per batch, so
+        the next batch's plan and this batch's commit agree."""
+        log.warning(
+            "batch %d of %s: no read recorded for shard(s) %s: their partitions did not run "
+            "(the batch's function did not read the whole batch) or their records were "
+            "removed from the store (the first one's: %s); the next batch reads them again "
+            "from where batch %d started them",
+            offset.batch,
+            self.name,
+            ", ".join(shards),
+            self.store.where(offset.run, offset.batch, shards[0]),
+            offset.batch,
+        )
 
     def _note(self, shard: str, end: BatchEnd) -> None:
         """Remember when the shard may read again."""
@@ -240,6 +263,8 @@ class StreamPlanner:
             )
         for b in [b for b in self._ends if b < end.batch]:
             del self._ends[b]
+        for b in [b for b in self._unread if b < end.batch]:
+            del self._unread[b]
 
     def close(self) -> None:
         if self._store is not None:

@@ -215,12 +215,39 @@ def test_shards_at_their_tip_rest_so_an_idle_stream_gets_no_batch(tmp_path: Path
     assert latest(p, first.to_json(), None).batch == 2
 
 
-def test_a_missing_batch_end_record_stops_the_query_naming_it(tmp_path: Path) -> None:
+def test_a_shard_whose_read_was_not_recorded_is_read_again_from_the_same_position(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """B's task never ran (the batch's function computed only A's partition): B keeps
+    the position batch 1 planned it from, in the next batch and in batch 1's commit,
+    and a warning names it. The records of a late attempt change neither."""
+    from kinesis_spout.checkpoint import open_store
+
     p = planner(tmp_path, [ShardInfo(A), ShardInfo(B)])
     first = latest(p, initial(p).to_json(), None)
-    record(p, 1, A, end(3))
-    with pytest.raises(BatchEndError, match=r"no batch-end record for batch 1, shard shardId-b"):
-        latest(p, first.to_json(), None)
+    record(p, 1, A, end(3, 4))
+    with caplog.at_level("WARNING", logger="kinesis_spout.streaming.stream_planner"):
+        second = latest(p, first.to_json(), None)
+    assert second.batch == 2
+    assert second.shards[A].position == pos(3, 4)
+    assert second.shards[B].position == first.shards[B].position is None
+    assert set(second.reads) == {A, B}
+    assert "batch 1 of orders: no read recorded for shard(s) shardId-b" in caplog.text
+
+    p.parts["orders"].store.record(  # a late attempt of B's task (its partition ran late)
+        first.run,
+        1,
+        B,
+        dataclasses.replace(
+            end(7, 8), planned=PlannedFrom.of(first.run, first.shards[B], first.start)
+        ),
+    )
+    p.commit(StreamsOffset.of([first]))
+    store = open_store(f"file://{tmp_path}", "billing")
+    try:
+        assert {s: c.sequence_number for s, c in store.load("orders").items()} == {A: "3"}
+    finally:
+        store.close()
 
 
 def test_an_offset_of_another_stream_or_job_is_refused(tmp_path: Path) -> None:

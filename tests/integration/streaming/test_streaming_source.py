@@ -23,6 +23,7 @@ from streaming_helpers import (
     assert_exactly_once,
     assert_shard_order,
     fill,
+    rid,
     start_query,
 )
 
@@ -145,6 +146,54 @@ def test_crash_mid_batch_then_restart_replays_that_batch_exactly(
     finally:
         store.close()
     assert stored and all(c.owner == "spark-source:orders" for c in stored.values())
+
+
+class FirstPartitionSink(BatchSink):
+    """A :class:`BatchSink` whose batch ``partial`` computes only the batch's first
+    partition, as ``df.show()``, ``df.head()`` or ``df.limit(n).collect()`` do when that
+    partition has enough rows (Spark runs no task for the others), and keeps only its
+    rows: the other shards' reads of that batch never run."""
+
+    def __init__(self, directory: Path, partial: int) -> None:
+        super().__init__(directory)
+        self.partial = partial
+        self.partitions = 0
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        if batch_id != self.partial:
+            super().__call__(df, batch_id)
+            return
+        rdd = df.select("shardId", "sequenceNumber", "subSequenceNumber", "data").rdd
+        self.partitions = rdd.getNumPartitions()
+        got = df.sparkSession.sparkContext.runJob(rdd, lambda it: [tuple(r) for r in it], [0])
+        rows = [Row(s, int(q), int(u), rid(d)) for s, q, u, d in got]
+        self.attempts.append((batch_id, rows))
+        (self.directory / f"batch-{batch_id:06d}.json").write_text(
+            json.dumps([list(r) for r in rows])
+        )
+
+
+def test_a_batch_whose_function_skips_partitions_has_their_shards_read_by_the_next(
+    kinesis_spark: Any,
+    moto_server: MotoServer,
+    moto_client: Any,
+    stream: str,
+    tmp_path: Path,
+) -> None:
+    """foreachBatch code that looks at part of a batch (``df.show()``) leaves the reads
+    of the partitions Spark did not run unrecorded. Their shards keep their position and
+    the next batch reads them: the query goes on, and no record is skipped."""
+    expected = fill(moto_client, stream, 200, "a")
+    sink = FirstPartitionSink(tmp_path / "sink", partial=0)
+    q = start_query(kinesis_spark, stream, moto_server.endpoint_url, sink, tmp_path / "ck")
+    q.awaitTermination(120)
+    assert q.exception() is None
+    batches = sink.batches()
+    assert sink.partitions > 1, "batch 0 has partitions that did not run"
+    assert {r.shard for r in batches[0]} < {r.shard for r in expected}
+    assert len(batches) >= 2 and list(batches) == list(range(len(batches)))
+    assert_exactly_once(sink.rows(), expected)
+    assert_shard_order(batches)
 
 
 def test_reshard_mid_query_reads_parents_before_children(
