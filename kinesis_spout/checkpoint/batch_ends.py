@@ -118,6 +118,13 @@ class BatchEnd:
     """``host:pid`` of the executor process that read it."""
     planned: PlannedFrom | None = None
     """What the read was planned from; ``None`` only in records of earlier releases."""
+    iterator: str | None = None
+    """A GetRecords iterator that goes on right after ``position`` (or, nothing read,
+    after the empty pages the read walked), valid about 5 minutes: the next batch's
+    first read of the shard goes on there instead of opening one at the position. It is
+    how reads cross a gap of empty pages longer than one read's calls (Kinesis walks
+    old, sparse data one empty page at a time); a replay never uses it. ``None``:
+    open one (the read stopped at a cut, the shard's end or an error; a subscription)."""
 
     @property
     def count(self) -> int:
@@ -134,12 +141,14 @@ class BatchEnd:
         }
         if self.planned is not None:
             out["planned"] = self.planned.to_json()
+        if self.iterator is not None:
+            out["iterator"] = self.iterator
         return out
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> BatchEnd:
         try:
-            if not isinstance(doc, dict) or set(doc) - {"planned"} != {
+            if not isinstance(doc, dict) or set(doc) - {"planned", "iterator"} != {
                 "position",
                 "caught_up",
                 "throttled",
@@ -161,8 +170,18 @@ class BatchEnd:
             reader = doc["reader"]
             if not isinstance(reader, str):
                 raise ValueError("reader must be a string")
+            iterator = doc.get("iterator")
+            if iterator is not None and not isinstance(iterator, str):
+                raise ValueError("iterator must be a string")
             return cls(
-                position, flags[0], flags[1], float(doc["at"]), tuple(children), reader, plan
+                position,
+                flags[0],
+                flags[1],
+                float(doc["at"]),
+                tuple(children),
+                reader,
+                plan,
+                iterator,
             )
         except (ValueError, TypeError, OffsetError) as exc:
             raise BatchEndError(

@@ -62,12 +62,14 @@ def read_batch_shard(
     sleep: Callable[[float], None] = time.sleep,
     efo: EfoTarget | None = None,
     closed: bool = False,
+    iterator: str | None = None,
 ) -> Iterator[list[Record]]:
     """The records of ``shard_id`` in ``batch``, page by page (see the module docstring).
 
     With ``efo`` the first read subscribes (``closed``: ListShards says the shard is
     closed); a replay of a recorded range reads it with GetRecords. ``run``: the run id
-    of the batch's offset."""
+    of the batch's offset. ``iterator``: where the previous batch's read of the shard
+    stopped (:attr:`BatchEnd.iterator`), for a first read by GetRecords to go on from."""
     expected = PlannedFrom.of(run, plan, start)
     where = store.where(run, batch, shard_id)
     floor = store.floor(run)
@@ -75,7 +77,7 @@ def read_batch_shard(
         raise removed_error(where, batch, floor)
     recorded = store.get(run, batch, shard_id)
     if recorded is None:
-        read = _Read(api, shard_id, plan, start, fetch, cutoff, efo, closed)
+        read = _Read(api, shard_id, plan, start, fetch, cutoff, efo, closed, iterator)
         records, ahead = _first_read(read, sleep)
         mine = BatchEnd(
             ahead.position,
@@ -85,6 +87,7 @@ def read_batch_shard(
             children=ahead.children,
             reader=reader_id(),
             planned=expected,
+            iterator=ahead.next_iterator,
         )
         recorded = store.record(run, batch, shard_id, mine)
         if recorded == mine:
@@ -118,6 +121,7 @@ class _Read:
     cutoff: datetime | None
     efo: EfoTarget | None
     closed: bool
+    iterator: str | None
 
     def once(self) -> tuple[list[Record], ReadAhead]:
         plan = self.plan
@@ -139,6 +143,7 @@ class _Read:
             plan.quota,
             fetch=self.fetch,
             cutoff=self.cutoff,
+            iterator=self.iterator,
         )
 
 

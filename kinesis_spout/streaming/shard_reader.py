@@ -88,7 +88,8 @@ class ReadAhead:
     tip; ``error`` is the one error that cut the read short, not each one met;
     ``next_iterator`` is the getter's only when it goes on exactly after ``position``;
     ``children`` only once the shard ended. Nor a BatchEnd: that is the persisted record,
-    with no error or iterator in it, and it adds when, by whom and from what plan.
+    with no error in it (``next_iterator`` is its ``iterator``, the next batch's start),
+    and it adds when, by whom and from what plan.
     """
 
     shard_id: str

@@ -137,6 +137,7 @@ class BatchShardPartition(InputPartition):
         closed: bool = False,
         run: str = "",
         arn: str | None = None,
+        iterator: str | None = None,
     ) -> None:
         super().__init__(f"{batch}:{stream}/{shard_id}")
         self.batch, self.stream, self.shard_id, self.plan = batch, stream, shard_id, plan
@@ -147,6 +148,9 @@ class BatchShardPartition(InputPartition):
         """``consumer=efo``: subscribe as this consumer; ListShards says it is closed."""
         self.run = run
         """The run id of the batch's offset (its batch-end records are kept per run)."""
+        self.iterator = iterator
+        """Where the batch before's read of the shard stopped, if it goes on exactly at
+        ``plan``'s position (:attr:`~kinesis_spout.checkpoint.batch_ends.BatchEnd.iterator`)."""
 
     def __repr__(self) -> str:
         pos = self.plan.position
@@ -239,7 +243,9 @@ class KinesisStreamReader(DataSourceStreamReader):
         self.planner.planned(last)
         if first.batch == last.batch:
             return []  # no batch between them (PySpark 4.0 asks after a restart)
-        return [p for name in last.streams for p in _partitions(self.planner.parts[name], last)]
+        return [
+            p for name in last.streams for p in _partitions(self.planner.parts[name], first, last)
+        ]
 
     def commit(self, end: dict[str, Any]) -> None:
         self.planner.commit(self.planner.parse(end))
@@ -271,13 +277,19 @@ class KinesisStreamReader(DataSourceStreamReader):
             fail_on_data_loss=opts.fail_on_data_loss,
             efo=p.efo,
             closed=p.closed,
+            iterator=p.iterator,
         ):
             yield to_arrow(page)
 
 
-def _partitions(planner: StreamPlanner, offset: StreamsOffset) -> list[BatchShardPartition]:
-    """The tasks of one stream in ``offset``'s batch: one per shard with a quota."""
+def _partitions(
+    planner: StreamPlanner, start: StreamsOffset, offset: StreamsOffset
+) -> list[BatchShardPartition]:
+    """The tasks of one stream in ``offset``'s batch: one per shard with a quota, each
+    with the iterator where ``start``'s batch left its shard, if any."""
     part = offset.parts[planner.name]
+    before = start.parts.get(planner.name)
+    iterators = planner.iterators(before, part) if before is not None else {}
     log.debug("batch %d: %d shards of %s", part.batch, len(part.reads), planner.name)
     efo = planner.efo_target()
     closed = planner.closed_shards()
@@ -293,6 +305,7 @@ def _partitions(planner: StreamPlanner, offset: StreamsOffset) -> list[BatchShar
             shard in closed,
             part.run,
             planner.spec.arn,
+            iterators.get(shard),
         )
         for shard, plan in part.reads.items()
     ]

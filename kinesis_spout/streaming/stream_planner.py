@@ -178,6 +178,22 @@ class StreamPlanner:
         else:
             self._rest_until.pop(shard, None)
 
+    def iterators(self, start: BatchOffset, offset: BatchOffset) -> dict[str, str]:
+        """Per shard ``offset`` reads, the iterator where its read in ``start``'s batch
+        (the one before) stopped, when it goes on exactly at ``offset``'s position for the
+        shard (:attr:`BatchEnd.iterator`). Only the records :meth:`ends_of` already read:
+        a hint, never a store call."""
+        known = self._ends.get(start.batch, {})
+        out = {}
+        for shard, plan in offset.reads.items():
+            end = known.get(shard)
+            before = start.shards.get(shard)
+            if end is None or end.iterator is None or before is None:
+                continue
+            if plan.position == (end.position or before.position):
+                out[shard] = end.iterator
+        return out
+
     def positions_after(self, offset: BatchOffset) -> dict[str, ShardPosition | None]:
         """Every shard's position once ``offset``'s batch ran."""
         ends = self.ends_of(offset)

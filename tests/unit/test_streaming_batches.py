@@ -10,12 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_streaming_read_logic import MemoryShard
 
 from kinesis_spout.checkpoint.batch_ends import BatchEnd, BatchEndError, PlannedFrom
 from kinesis_spout.checkpoint.file_batch_ends import FileBatchEnds
+from kinesis_spout.kinesis.api import GetRecordsResult
 from kinesis_spout.records import ShardInfo, ShardPosition, StartPosition
 from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan, StreamsOffset
 from kinesis_spout.streaming.errors import OffsetError
+from kinesis_spout.streaming.executor_read import read_batch_shard
 from kinesis_spout.streaming.options import parse_options
 from kinesis_spout.streaming.planner import Planner
 
@@ -105,6 +108,20 @@ def test_a_corrupt_record_is_an_error_naming_where(tmp_path: Path) -> None:
     path.write_bytes(b"\x00garbage")
     with pytest.raises(BatchEndError, match="not JSON"):
         store.get(RUN, 2, A)
+
+
+def test_a_records_iterator_is_stored_and_records_without_one_still_read(
+    tmp_path: Path,
+) -> None:
+    store = FileBatchEnds(str(tmp_path), "job", "orders")
+    with_it = dataclasses.replace(end(7, 2), iterator="it-7")
+    assert store.record(RUN, 1, A, with_it) == with_it
+    assert FileBatchEnds(str(tmp_path), "job", "orders").get(RUN, 1, A) == with_it
+    without = end(7, 2)
+    assert "iterator" not in without.to_json()  # as an earlier release wrote them
+    assert BatchEnd.from_json(without.to_json(), "x") == without
+    with pytest.raises(BatchEndError, match="iterator must be a string"):
+        BatchEnd.from_json({**with_it.to_json(), "iterator": 5}, "x")
 
 
 def test_records_of_earlier_batches_are_removed(tmp_path: Path) -> None:
@@ -417,3 +434,50 @@ def test_without_a_cutoff_a_resting_stream_gets_no_batch_and_no_wait(tmp_path: P
     first = latest(p, initial(p).to_json(), None)
     record(p, 1, A, BatchEnd(None, throttled=True, at=clock.now))
     assert latest(p, first.to_json(), None) == first and clock.waits == []
+
+
+class GapShard(MemoryShard):
+    """A shard whose first records sit behind ``gap`` empty pages (Kinesis walks old,
+    sparse data one empty page at a time, each behind the tip)."""
+
+    def __init__(self, subs: list[int], gap: int) -> None:
+        super().__init__(subs)
+        self.gap = gap
+
+    def get_records(self, shard_id: str, iterator: str, limit: int) -> GetRecordsResult:
+        step = int(iterator[1:]) if iterator.startswith("g") else 0 if iterator == "0" else None
+        if step is None or step >= self.gap:
+            return super().get_records(shard_id, "0" if step is not None else iterator, limit)
+        self.calls += 1
+        return GetRecordsResult([], f"g{step + 1}", 86_400_000, (), 0)
+
+
+def test_a_shard_behind_more_empty_pages_than_one_read_makes_reaches_its_records(
+    tmp_path: Path,
+) -> None:
+    """Each read walks at most 50 pages; the next batch goes on from the iterator the
+    one before recorded (the task gets it with its partition), so a gap of 120 empty
+    pages takes three batches. Opening at the position each time never got past it."""
+    shard = GapShard([1, 1, 1], gap=120)
+    p = planner(tmp_path, [ShardInfo(A)])
+    part = p.parts["orders"]
+    offset, got, batches = initial(p), [], 0
+    while not got and batches < 5:
+        nxt = latest(p, offset.to_json(), None)
+        hint = part.iterators(offset, nxt).get(A)
+        assert (hint is None) == (batches == 0)
+        pages = read_batch_shard(
+            shard,  # type: ignore[arg-type]
+            part.store,
+            nxt.batch,
+            A,
+            nxt.shards[A],
+            nxt.start,
+            run=nxt.run,
+            fetch=100,
+            iterator=hint,
+        )
+        got = [r.sequence_number for page in pages for r in page]
+        offset, batches = nxt, batches + 1
+    assert got == ["1", "2", "3"] and batches == 3
+    assert shard.calls == 121  # each empty page once, then the records' page

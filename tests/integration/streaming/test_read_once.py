@@ -97,6 +97,28 @@ def test_a_task_run_again_returns_the_recorded_range_fetching_it_once_more(
         assert proxy.records_returned == 60  # once per attempt
 
 
+def test_the_next_batch_goes_on_from_the_iterator_the_batch_before_recorded(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    create_stream(moto_client, unique_name, 1)
+    first = fill(moto_client, unique_name, 30, "a")
+    with FaultProxy(moto_server.endpoint_url) as proxy:
+        reader = _reader(
+            proxy.endpoint_url, unique_name, tmp_path / "store", maxRecordsPerShard="10"
+        )
+        offsets = [reader.initialOffset()]
+        got, opened = [], []
+        for _ in range(3):
+            offsets.append(reader.latestOffset(offsets[-1], None))
+            (partition,) = reader.partitions(offsets[-2], offsets[-1])
+            before = proxy.requests.get("GetShardIterator", 0)
+            got.append(_read(reader, partition))
+            opened.append(proxy.requests.get("GetShardIterator", 0) - before)
+            assert (partition.iterator is None) == (len(got) == 1)
+    assert [r for rows in got for r in rows] == first
+    assert opened == [1, 0, 0]  # batches 2 and 3 go on from the recorded iterator
+
+
 class LateCheck(FileBatchEnds):
     """A store whose first lookup misses: the attempt reads as if it came first."""
 
