@@ -26,7 +26,9 @@ running job, so its reads stay in order. A job still running
 ``task_timeout`` seconds after it started (a function that hangs) is given
 up: its Spark job is cancelled; a job of one plan fails its retry records
 (retried, or dead-lettered) or has its shard read again from the same
-position; a job of several plans has
+position, its reads halved until a record that hangs every time is found
+and failed alone (:mod:`~kinesis_spout.spark.read.hangs`); a job of several
+plans has
 each plan run again as a job of its own, so only the plan that hangs is
 given up next time. The message timeout does not fail the records a running
 job holds. Each micro-batch that read or retried records has its progress
@@ -235,13 +237,12 @@ class ExecutorDriver(StopControl):
                     self._submit(pool, [plan], now)
                 continue
             plan = plans[0]
-            failed = self.planner.fail_alone(plan, error) if plan.is_retry else []
-            log.warning(
-                "%s (shard %s): given up; %s",
-                error,
-                plan.shard_id,
-                f"its {len(failed)} records failed" if plan.is_retry else "the shard is read again",
-            )
+            failed = self.planner.hung(plan, error)
+            if plan.is_retry or failed:
+                then = f"its {len(failed)} records failed"
+            else:
+                then = "the shard is read again, at most half as many records at a time"
+            log.warning("%s (shard %s): given up; %s", error, plan.shard_id, then)
 
     def _run_job(self, job: int, plans: list[ReadPlan]) -> Outcome:
         results, iso = self.jobs.run(job, plans)

@@ -18,7 +18,9 @@ Per micro-batch :meth:`plan` makes (the loop groups them into Spark tasks)
   savable saves early (:meth:`~kinesis_spout.spout.KinesisSpout.make_room`, as the
   local loop does); one more while the checkpoint waits on
   the next record of a KPL aggregate, see
-  :meth:`~kinesis_spout.core.partition.ShardPartition.room`). A draining, released, fenced or
+  :meth:`~kinesis_spout.core.partition.ShardPartition.room`), and while its reads hang,
+  the cap of its search for the record that hangs (:meth:`hung`,
+  :mod:`~kinesis_spout.spark.read.hangs`). A draining, released, fenced or
   ended shard gets no read task; a caught-up shard waits ``empty_shard_backoff``.
 
 :meth:`apply` takes the results. The payloads of records that were processed
@@ -27,7 +29,12 @@ record (with its payload, for its retries), the record just before it and the
 last record, so the tracker's checkpoint is exactly what it would be with
 every key (the untracked keys between them are done). Failed records are
 failed in their tracker: retried in a later retry task, or dead-lettered
-after ``retry_limit`` retries.
+after ``retry_limit`` retries. A record that failed a task alone (:meth:`fail_alone`,
+:meth:`hung`) is failed the same way.
+
+Planning and applying are one class because each reads what the other leaves in the
+same shard state: the room, the positions, the retries and the hang searches that
+applied results change are what the next plan is made of.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.multistream import MultiStreamSpout, open_reader
 from kinesis_spout.records import Record, ShardBatch, ShardState
 from kinesis_spout.spark.read.alone import read_alone
+from kinesis_spout.spark.read.hangs import HangSearch
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 from kinesis_spout.spout import KinesisSpout
 
@@ -109,6 +117,8 @@ class ExecutorReadPlanner:
         self._clock = spout.clock
         self._early: dict[str, float] = {}
         """Per shard waiting at its tip: how early it may join a micro-batch."""
+        self._hangs = HangSearch()
+        """Shards whose reads hung: their reads are halved to find the record (:meth:`hung`)."""
         self.tasks: Iterator[int] = itertools.count(1)
         """Numbers of the tasks planned (shared by the planners of a job's streams, so a
         number names one plan of the job)."""
@@ -143,7 +153,8 @@ class ExecutorReadPlanner:
         early = early or bool(plans) or any(self._readable(sh, now) for sh in free)
         for sh in free:
             if self._readable(sh, now, early):
-                limit = min(max_records, self.spout.make_room(sh, now))
+                cap = self._hangs.cap(sh.shard_id) or max_records
+                limit = min(max_records, self.spout.make_room(sh, now), cap)
                 if limit > 0:
                     assert sh.reader is not None
                     position = sh.reader.getter.position
@@ -279,6 +290,7 @@ class ExecutorReadPlanner:
                     tracker.ack(key)
         if n:
             sh.window.add_run(res.key(n - 1), n)
+            self._hangs.read(sh.shard_id, n)
             self._rr.read += n
             self._metrics.increment("records_read", n, shard=sh.shard_id)
         acked = n - len(fails)
@@ -352,6 +364,18 @@ class ExecutorReadPlanner:
             getter.calls,
             page.error or "no record at the position",
         )
+
+    def hung(self, plan: ReadPlan, error: str) -> list[str]:
+        """A job of this one plan was given up at ``task_timeout``; the message ids failed.
+        A retry task's records fail. A read task's shard is read again from the same
+        position, its reads halved until the record that hangs is found and failed alone
+        (:mod:`~kinesis_spout.spark.read.hangs`)."""
+        if not plan.is_retry and not self._hangs.hung(plan.shard_id, plan.limit):
+            return []
+        failed = self.fail_alone(plan, error)
+        if failed and not plan.is_retry:
+            self._hangs.found(plan.shard_id)
+        return failed
 
     def fail_alone(self, plan: ReadPlan, error: str) -> list[str]:
         """Fail what a task of one record failed on alone (poison); the message ids failed.

@@ -165,6 +165,11 @@ class StreamPlanners:
         planner = self.planners.get(plan.stream)
         return planner.fail_alone(plan, error) if planner is not None else []
 
+    def hung(self, plan: ReadPlan, error: str) -> list[str]:
+        """See :meth:`ExecutorReadPlanner.hung`, by the plan's stream."""
+        planner = self.planners.get(plan.stream)
+        return planner.hung(plan, error) if planner is not None else []
+
     # ------------------------------------------------------------------ views
     @property
     def readers(self) -> set[tuple[str, int]]:

@@ -116,6 +116,20 @@ def hang_once(
     return process
 
 
+def hang_always(
+    then: Callable[[InputRecord], None], seconds: float = 600.0
+) -> Callable[[InputRecord], None]:
+    """``then`` for every record; every delivery of a record starting with :data:`HANG`
+    sleeps ``seconds`` instead (a call that never returns on that input)."""
+
+    def process(record: InputRecord) -> None:
+        if record.data.startswith(HANG):
+            time.sleep(seconds)
+        then(record)
+
+    return process
+
+
 _PEERS_SEEN = False
 """This Python worker saw deliveries from ``peers`` executors (see log_deliveries)."""
 

@@ -7,6 +7,7 @@ payloads of failed records only, and each read's end.
 from __future__ import annotations
 
 import os
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from spark_job_helpers import (
     HANG,
     KILLER,
     POISON,
+    hang_always,
     hang_once,
     last_per_shard,
     log_deliveries,
@@ -113,6 +115,34 @@ def test_a_record_that_kills_its_python_worker_is_isolated_and_dead_lettered(
     got = {(s, q) for s, q, *_ in read_deliveries(deliveries)}
     assert got == set(put)
     assert summary.ok == 119 and summary.dead_lettered == 1
+    assert_checkpointed_at_last(cfg, unique_name, put)
+
+
+def test_a_record_that_hangs_every_time_is_found_by_halving_and_dead_lettered(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, deliveries: Path
+) -> None:
+    """Each read of the shard that hangs is given up, and the next reads take half as
+    many records, until a read of the one record hangs: it is failed alone, retried
+    (hangs again), dead-lettered, and the shard reads on. The old code read the same 16
+    records again after each give-up, for ever."""
+    put = put_stream(moto_client, unique_name, 1, 30, 100, {10: HANG + b"-10"})
+    cfg = job_config(task_timeout=3.5, batch_size=16, retry_limit=1)
+    driver = build_driver(cfg, hang_always(log_deliveries(str(deliveries))), spark=spark)
+    assert isinstance(driver, ExecutorDriver)
+    stop = threading.Timer(150, driver.request_stop, args=("the test's deadline",))
+    stop.start()
+    try:
+        summary = driver.run()
+    finally:
+        stop.cancel()
+
+    hanging = f"{put[10][0]}:{put[10][1]}"
+    dead = read_dead_letters(cfg.dead_letter)
+    assert [d["message_id"] for d in dead] == [hanging] and dead[0]["attempts"] == 2
+    got = {(s, q) for s, q, *_ in read_deliveries(deliveries)}
+    assert got == set(put) - {put[10]}  # the hanging record never returned
+    assert summary.ok == 29 and summary.dead_lettered == 1
+    assert driver.abandoned >= 6  # reads of 16, 8, 4, 2 and 1 records, then its retry
     assert_checkpointed_at_last(cfg, unique_name, put)
 
 

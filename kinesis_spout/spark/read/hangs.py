@@ -1,0 +1,71 @@
+"""Finding a record that makes every read task of its shard hang: the reads are halved.
+
+A read task that runs past ``task_timeout`` is given up (its Spark job cancelled) and its
+shard is read again from the same position, since nothing of it was tracked. A record on
+which the user's function hangs *every* time would make each new read of the shard hang
+in turn, and the shard would stall for good. So, as with a record that kills its worker
+(:mod:`~kinesis_spout.spark.isolation`), the reads are halved:
+
+* once a read of ``limit`` records of a shard hangs, the shard's next reads take at most
+  half as many, halved again at each hang;
+* a read of one record that hangs has found the record: it is failed alone (read on the
+  driver, retried, dead-lettered after ``retry_limit``:
+  :meth:`~kinesis_spout.spark.read.planner.ExecutorReadPlanner.fail_alone`), and the shard
+  reads on after it at full size;
+* the search also ends once the shard has read, without a hang, as many records as the
+  first hung read could hold: the hang did not come back (a slow moment, not a record).
+
+Each hang costs ``task_timeout``, so a search costs at most 1 + log2(limit) of them (15
+for a ``batch_size`` of 10,000). The halves are the shard's reads in the next
+micro-batches; the other shards read on meanwhile. A retry task that hangs is not halved:
+its records fail (:meth:`ExecutorReadPlanner.hung`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class _Search:
+    cap: int
+    """The most records the shard's next reads take."""
+    left: int
+    """Records of the first hung read's range not read yet."""
+
+
+class HangSearch:
+    """The shards whose reads hung, and how many records their next reads may take."""
+
+    def __init__(self) -> None:
+        self._searches: dict[str, _Search] = {}
+
+    def cap(self, shard_id: str) -> int | None:
+        """The most records the shard's next read may take (None: no search, no cap)."""
+        search = self._searches.get(shard_id)
+        return None if search is None else search.cap
+
+    def hung(self, shard_id: str, limit: int) -> bool:
+        """A read of at most ``limit`` records of the shard was given up. True when it
+        was a read of one record: that record hangs alone (fail it, then :meth:`found`)."""
+        if limit <= 1:
+            self._searches.setdefault(shard_id, _Search(1, 1)).cap = 1
+            return True
+        search = self._searches.get(shard_id)
+        if search is None:
+            self._searches[shard_id] = _Search(limit // 2, limit)
+        else:
+            search.cap = max(min(search.cap, limit) // 2, 1)
+        return False
+
+    def found(self, shard_id: str) -> None:
+        """The record that hung alone was failed: the shard reads at full size again."""
+        self._searches.pop(shard_id, None)
+
+    def read(self, shard_id: str, n: int) -> None:
+        """``n`` records of the shard were read and tracked."""
+        search = self._searches.get(shard_id)
+        if search is not None and n:
+            search.left -= n
+            if search.left <= 0:
+                del self._searches[shard_id]
