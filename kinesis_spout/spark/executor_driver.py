@@ -23,8 +23,9 @@ holds a micro-batch at most that long. Only when the running jobs are slow
 (past twice the read deadline: a slow function, a hung task) does a job
 start beside them, for the shards not in them; a shard is in at most one
 running job, so its reads stay in order. A job still running
-``task_timeout`` seconds after it started (a function that hangs) is given
-up: its Spark job is cancelled; a job of one plan fails its retry records
+``task_timeout`` seconds after it started (a function that hangs; a job none
+of whose tasks started yet waits for Spark, and its time counts from then)
+is given up: its Spark job is cancelled; a job of one plan fails its retry records
 (retried, or dead-lettered) or has its shard read again from the same
 position, its reads halved until a record that hangs every time is found
 and failed alone (:mod:`~kinesis_spout.spark.read.hangs`); a job of several
@@ -224,10 +225,13 @@ class ExecutorDriver(StopControl):
 
     def _give_up_overdue(self, pool: ThreadPoolExecutor, now: float, deadline: float) -> None:
         """Give up the jobs running past ``deadline`` seconds (see the module docstring)."""
-        for job, (started, _) in list(self._started.items()):
-            if now - started <= deadline:
+        for job, (started, plans) in list(self._started.items()):
+            if now - started <= deadline or self._running[job].done():
+                continue  # (a job done meanwhile is applied by the next step)
+            if self.jobs.waits_for_spark(job):  # no task started: not a record that hangs;
+                self._started[job] = (now, plans)  # its deadline counts from its tasks
                 continue
-            _, plans = self._forget(job)
+            self._forget(job)
             self.abandoned += 1
             self.jobs.cancel(job)
             error = f"micro-batch job {job} ran past its deadline of {deadline:.1f}s"

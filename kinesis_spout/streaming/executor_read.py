@@ -69,7 +69,7 @@ def read_batch_shard(
     With ``efo`` the first read subscribes (``closed``: ListShards says the shard is
     closed); a replay of a recorded range reads it with GetRecords. ``run``: the run id
     of the batch's offset. ``iterator``: where the previous batch's read of the shard
-    stopped (:attr:`BatchEnd.iterator`), for a first read by GetRecords to go on from."""
+    stopped (:attr:`BatchEnd.iterator`), for the reads by GetRecords to go on from."""
     expected = PlannedFrom.of(run, plan, start)
     where = store.where(run, batch, shard_id)
     floor = store.floor(run)
@@ -78,17 +78,7 @@ def read_batch_shard(
     recorded = store.get(run, batch, shard_id)
     if recorded is None:
         read = _Read(api, shard_id, plan, start, fetch, cutoff, efo, closed, iterator)
-        records, ahead = _first_read(read, sleep)
-        mine = BatchEnd(
-            ahead.position,
-            caught_up=ahead.idle,
-            throttled=ahead.error is not None,
-            at=time.time(),
-            children=ahead.children,
-            reader=reader_id(),
-            planned=expected,
-            iterator=ahead.next_iterator,
-        )
+        records, mine = _first_read(read, expected, sleep)
         recorded = store.record(run, batch, shard_id, mine)
         if recorded == mine:
             for i in range(0, len(records), fetch):
@@ -106,7 +96,9 @@ def read_batch_shard(
         return
     after = plan.position if plan.position is not None and plan.position.sequence else None
     rng = ShardRange(shard_id, after, start, recorded.position)
-    yield from read_range(api, rng, fetch=fetch, fail_on_data_loss=fail_on_data_loss)
+    yield from read_range(
+        api, rng, fetch=fetch, fail_on_data_loss=fail_on_data_loss, iterator=iterator
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +139,24 @@ class _Read:
         )
 
 
-def _first_read(read: _Read, sleep: Callable[[float], None]) -> tuple[list[Record], ReadAhead]:
+def _first_read(
+    read: _Read, planned: PlannedFrom, sleep: Callable[[float], None]
+) -> tuple[list[Record], BatchEnd]:
+    """The first read (:func:`_read_once`) and the batch-end record it makes."""
+    records, ahead = _read_once(read, sleep)
+    return records, BatchEnd(
+        ahead.position,
+        caught_up=ahead.idle,
+        throttled=ahead.error is not None,
+        at=time.time(),
+        children=ahead.children,
+        reader=reader_id(),
+        planned=planned,
+        iterator=ahead.next_iterator,
+    )
+
+
+def _read_once(read: _Read, sleep: Callable[[float], None]) -> tuple[list[Record], ReadAhead]:
     """Read up to the quota; a throttled or failing read is tried again with backoff
     while it got nothing (what it got is exact and kept), :data:`READ_ATTEMPTS` tries
     in all; an error it raises is not retried."""

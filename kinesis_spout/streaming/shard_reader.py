@@ -213,8 +213,12 @@ def read_range(
     backoff: Backoff | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    iterator: str | None = None,
 ) -> Iterator[list[Record]]:
     """The user records of ``rng``, page by page: exactly those of its first read.
+    ``iterator`` (optional) goes on right after ``rng.after``: the one the first read
+    started from, so a replay soon after it does not walk again the empty pages before
+    the range (an expired one is re-opened at ``rng.after``).
 
     Throttling and 5xx answers are retried with ``backoff``, up to ``attempts`` in a
     row (then raised); an expired iterator is re-opened after the last record read.
@@ -239,6 +243,7 @@ def read_range(
         rng.after,
         rng.start,
         fetch,
+        iterator=iterator,
         backoff=backoff or ExponentialBackoff(0.2, cap=5.0),
     )
     end = read_until(

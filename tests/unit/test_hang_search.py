@@ -69,3 +69,11 @@ def test_the_search_finds_the_record_that_hangs_and_fails_nothing_else(
             read += take
             pos += take
     assert failed == [bad] and read == n - 1
+
+
+def test_a_read_to_the_tip_ends_the_search() -> None:
+    h = HangSearch()
+    h.hung(S, 10_000)
+    h.hung(S, 5_000)
+    h.read(S, 0, caught_up=True)  # an idle shard: nothing left the hung read could hold
+    assert h.cap(S) is None

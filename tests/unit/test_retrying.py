@@ -288,15 +288,15 @@ class ThrottledReads:
 def test_a_first_read_is_read_again_while_throttled_before_any_record(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from kinesis_spout.streaming.executor_read import READ_ATTEMPTS, _first_read
+    from kinesis_spout.streaming.executor_read import READ_ATTEMPTS, _read_once
 
     read = ThrottledReads(2, ["r"])
     slept: list[float] = []
     with caplog.at_level(logging.INFO, logger="kinesis_spout.streaming.executor_read"):
-        records, ahead = _first_read(read, slept.append)  # type: ignore[arg-type]
+        records, ahead = _read_once(read, slept.append)  # type: ignore[arg-type]
     assert records == ["r"] and ahead.error is None and read.calls == 3 and slept == [0.2, 0.4]
     assert "read of s/shard-1: slow down; retry 1 in 0.20s" in caplog.text
     read = ThrottledReads(100, [])
-    records, ahead = _first_read(read, slept.append)  # type: ignore[arg-type]
+    records, ahead = _read_once(read, slept.append)  # type: ignore[arg-type]
     assert records == [] and isinstance(ahead.error, ThrottledError)  # kept, not raised
     assert read.calls == READ_ATTEMPTS == 6

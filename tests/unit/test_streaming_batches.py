@@ -17,7 +17,7 @@ from kinesis_spout.checkpoint.file_batch_ends import FileBatchEnds
 from kinesis_spout.kinesis.api import GetRecordsResult
 from kinesis_spout.records import ShardInfo, ShardPosition, StartPosition
 from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan, StreamsOffset
-from kinesis_spout.streaming.errors import OffsetError
+from kinesis_spout.streaming.errors import DataLossError, OffsetError
 from kinesis_spout.streaming.executor_read import read_batch_shard
 from kinesis_spout.streaming.options import parse_options
 from kinesis_spout.streaming.planner import Planner
@@ -481,3 +481,31 @@ def test_a_shard_behind_more_empty_pages_than_one_read_makes_reaches_its_records
         offset, batches = nxt, batches + 1
     assert got == ["1", "2", "3"] and batches == 3
     assert shard.calls == 121  # each empty page once, then the records' page
+
+
+def test_a_replay_soon_after_goes_on_from_the_iterator_its_first_read_started_from(
+    tmp_path: Path,
+) -> None:
+    """A partition computed again replays its recorded range from the same iterator as
+    its first read: 600 empty pages (more than a replay walks) are not walked again."""
+    shard = GapShard([1, 1, 1], gap=600)
+    p = planner(tmp_path, [ShardInfo(A)])
+    part = p.parts["orders"]
+    offset, got = initial(p), []
+    while not got:
+        nxt = latest(p, offset.to_json(), None)
+        hint = part.iterators(offset, nxt).get(A)
+        args = (shard, part.store, nxt.batch, A, nxt.shards[A], nxt.start)
+        got = [
+            r
+            for page in read_batch_shard(*args, run=nxt.run, fetch=100, iterator=hint)
+            for r in page
+        ]
+        offset = nxt
+    calls = shard.calls
+    again = [
+        r for page in read_batch_shard(*args, run=nxt.run, fetch=100, iterator=hint) for r in page
+    ]
+    assert again == got and shard.calls == calls + 1
+    with pytest.raises(DataLossError, match="the batch planned 3 records"):
+        list(read_batch_shard(*args, run=nxt.run, fetch=100))  # expired: walked from the start

@@ -13,7 +13,11 @@ in turn, and the shard would stall for good. So, as with a record that kills its
   :meth:`~kinesis_spout.spark.read.planner.ExecutorReadPlanner.fail_alone`), and the shard
   reads on after it at full size;
 * the search also ends once the shard has read, without a hang, as many records as the
-  first hung read could hold: the hang did not come back (a slow moment, not a record).
+  first hung read could hold, or up to its tip: the hang did not come back (a slow
+  moment, not a record); and when the one record could not be read on the driver;
+* a job whose Spark jobs have not started a task yet waits for Spark, not on a record
+  (:meth:`~kinesis_spout.spark.read.jobs.ReadJobs.waits_for_spark`): it is not given up
+  then, and its ``task_timeout`` counts from when its tasks start.
 
 Each hang costs ``task_timeout``, so a search costs at most 1 + log2(limit) of them (15
 for a ``batch_size`` of 10,000). The halves are the shard's reads in the next
@@ -62,10 +66,11 @@ class HangSearch:
         """The record that hung alone was failed: the shard reads at full size again."""
         self._searches.pop(shard_id, None)
 
-    def read(self, shard_id: str, n: int) -> None:
-        """``n`` records of the shard were read and tracked."""
+    def read(self, shard_id: str, n: int, caught_up: bool = False) -> None:
+        """``n`` records of the shard were read and tracked; ``caught_up``: the read
+        reached the shard's tip, so past everything the hung read could have held."""
         search = self._searches.get(shard_id)
-        if search is not None and n:
+        if search is not None and (n or caught_up):
             search.left -= n
-            if search.left <= 0:
+            if search.left <= 0 or caught_up:
                 del self._searches[shard_id]

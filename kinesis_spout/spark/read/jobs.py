@@ -182,6 +182,23 @@ class ReadJobs:
         if self.frames is not None:
             self.frames.give_up(batch_id)
 
+    def waits_for_spark(self, batch_id: int) -> bool:
+        """Whether ``batch_id`` has Spark jobs and none of their tasks ever started
+        (Spark's status tracker): it waits for Spark (its executors busy, lost or not
+        there yet), not on a record. A micro-batch with no Spark job yet (its driver-side
+        code runs) or with a task started does not."""
+        tracker = self.spark.sparkContext.statusTracker()
+        jobs = tracker.getJobIdsForGroup(self.group(batch_id))
+        for job_id in jobs:
+            info = tracker.getJobInfo(job_id)
+            for stage_id in info.stageIds if info is not None else ():
+                stage = tracker.getStageInfo(stage_id)
+                if stage is not None and (
+                    stage.numActiveTasks or stage.numCompletedTasks or stage.numFailedTasks
+                ):
+                    return False
+        return bool(jobs)
+
     def remember_poison(self, ids: list[str]) -> None:
         """These records failed alone: their retries that fail alone are poison too."""
         self.poison_judge.remember(ids)

@@ -288,9 +288,9 @@ class ExecutorReadPlanner:
                 key = res.key(i)
                 if emitted(key, None, now):
                     tracker.ack(key)
+        self._hangs.read(sh.shard_id, n, res.caught_up)
         if n:
             sh.window.add_run(res.key(n - 1), n)
-            self._hangs.read(sh.shard_id, n)
             self._rr.read += n
             self._metrics.increment("records_read", n, shard=sh.shard_id)
         acked = n - len(fails)
@@ -373,7 +373,7 @@ class ExecutorReadPlanner:
         if not plan.is_retry and not self._hangs.hung(plan.shard_id, plan.limit):
             return []
         failed = self.fail_alone(plan, error)
-        if failed and not plan.is_retry:
+        if not plan.is_retry:  # found and failed, or unreadable now: full-size reads again
             self._hangs.found(plan.shard_id)
         return failed
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,37 @@ def test_a_record_that_hangs_every_time_is_found_by_halving_and_dead_lettered(
     assert got == set(put) - {put[10]}  # the hanging record never returned
     assert summary.ok == 29 and summary.dead_lettered == 1
     assert driver.abandoned >= 6  # reads of 16, 8, 4, 2 and 1 records, then its retry
+    assert_checkpointed_at_last(cfg, unique_name, put)
+
+
+def test_a_job_that_waits_for_spark_past_its_task_timeout_is_not_taken_for_a_hang(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, deliveries: Path
+) -> None:
+    """Another Spark job holds both of local[2]'s task slots: the micro-batch waits,
+    past its task_timeout, with no task started. It is not given up (nor its record
+    failed alone, which the function never saw): its time counts from its tasks."""
+    put = put_stream(moto_client, unique_name, 1, 4, 100, {})
+    sc = spark.sparkContext
+    blocker = threading.Thread(
+        target=lambda: sc.parallelize(range(2), 2).foreach(lambda _: time.sleep(10))
+    )
+    blocker.start()
+    deadline = time.monotonic() + 60
+    while not any(
+        (st := sc.statusTracker().getStageInfo(i)) is not None and st.numActiveTasks == 2
+        for i in sc.statusTracker().getActiveStageIds()
+    ):
+        assert time.monotonic() < deadline, "the blocking job's tasks never started"
+        time.sleep(0.05)
+    cfg = job_config(task_timeout=2.0, batch_size=1)  # a hang here would fail the record
+    driver = build_driver(cfg, log_deliveries(str(deliveries)), spark=spark, progress=None)
+    assert isinstance(driver, ExecutorDriver)
+    summary = driver.run()
+    blocker.join()
+
+    assert driver.abandoned == 0
+    assert (summary.ok, summary.failed, summary.retried, summary.dead_lettered) == (4, 0, 0, 0)
+    assert {(s, q) for s, q, *_ in read_deliveries(deliveries)} == set(put)
     assert_checkpointed_at_last(cfg, unique_name, put)
 
 
