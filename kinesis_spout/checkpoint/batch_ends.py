@@ -123,8 +123,9 @@ class BatchEnd:
     after the empty pages the read walked), valid about 5 minutes: the next batch's
     first read of the shard goes on there instead of opening one at the position. It is
     how reads cross a gap of empty pages longer than one read's calls (Kinesis walks
-    old, sparse data one empty page at a time); a replay never uses it. ``None``:
-    open one (the read stopped at a cut, the shard's end or an error; a subscription)."""
+    old, sparse data one empty page at a time), and a replay of that next batch starts
+    from it too. ``None``: open one (the read stopped at a cut, the shard's end or an
+    error; a subscription)."""
 
     @property
     def count(self) -> int:

@@ -190,7 +190,7 @@ class StreamPlanner:
             before = start.shards.get(shard)
             if end is None or end.iterator is None or before is None:
                 continue
-            if plan.position == (end.position or before.position):
+            if plan.position == _after(end, before):
                 out[shard] = end.iterator
         return out
 
@@ -199,8 +199,7 @@ class StreamPlanner:
         ends = self.ends_of(offset)
         out: dict[str, ShardPosition | None] = {}
         for shard, plan in offset.shards.items():
-            end = ends.get(shard)
-            out[shard] = end.position if end is not None and end.position else plan.position
+            out[shard] = _after(ends.get(shard), plan)
         return out
 
     def ready_after(self, start: BatchOffset) -> Ready:
@@ -286,3 +285,9 @@ class StreamPlanner:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+def _after(end: BatchEnd | None, plan: ShardPlan) -> ShardPosition | None:
+    """A shard's position once the batch that planned it ``plan`` ran and recorded
+    ``end``: where the read stopped, or (nothing read, or not recorded) where it began."""
+    return end.position if end is not None and end.position else plan.position

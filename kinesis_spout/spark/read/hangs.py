@@ -53,7 +53,6 @@ class HangSearch:
         """A read of at most ``limit`` records of the shard was given up. True when it
         was a read of one record: that record hangs alone (fail it, then :meth:`found`)."""
         if limit <= 1:
-            self._searches.setdefault(shard_id, _Search(1, 1)).cap = 1
             return True
         search = self._searches.get(shard_id)
         if search is None:

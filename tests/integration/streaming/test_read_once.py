@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pickle
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -76,15 +78,27 @@ def _read(reader: Any, partition: Any) -> list[Row]:
     return rows
 
 
+@contextmanager
+def _one_shard(
+    moto_server: MotoServer, moto_client: Any, name: str, store: Path, per_shard: int
+) -> Iterator[tuple[FaultProxy, Any, list[Row]]]:
+    """A one-shard stream of 30 records, the proxy that counts what moto answers, and a
+    reader through it taking ``per_shard`` records a batch."""
+    create_stream(moto_client, name, 1)
+    first = fill(moto_client, name, 30, "a")
+    with FaultProxy(moto_server.endpoint_url) as proxy:
+        reader = _reader(proxy.endpoint_url, name, store, maxRecordsPerShard=str(per_shard))
+        yield proxy, reader, first
+
+
 def test_a_task_run_again_returns_the_recorded_range_fetching_it_once_more(
     moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
 ) -> None:
-    create_stream(moto_client, unique_name, 1)
-    first = fill(moto_client, unique_name, 30, "a")
-    with FaultProxy(moto_server.endpoint_url) as proxy:
-        reader = _reader(
-            proxy.endpoint_url, unique_name, tmp_path / "store", maxRecordsPerShard="100"
-        )
+    with _one_shard(moto_server, moto_client, unique_name, tmp_path / "store", 100) as (
+        proxy,
+        reader,
+        first,
+    ):
         start = reader.initialOffset()
         end = reader.latestOffset(start, None)
         (partition,) = reader.partitions(start, end)
@@ -100,12 +114,11 @@ def test_a_task_run_again_returns_the_recorded_range_fetching_it_once_more(
 def test_the_next_batch_goes_on_from_the_iterator_the_batch_before_recorded(
     moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
 ) -> None:
-    create_stream(moto_client, unique_name, 1)
-    first = fill(moto_client, unique_name, 30, "a")
-    with FaultProxy(moto_server.endpoint_url) as proxy:
-        reader = _reader(
-            proxy.endpoint_url, unique_name, tmp_path / "store", maxRecordsPerShard="10"
-        )
+    with _one_shard(moto_server, moto_client, unique_name, tmp_path / "store", 10) as (
+        proxy,
+        reader,
+        first,
+    ):
         offsets = [reader.initialOffset()]
         got, opened = [], []
         for _ in range(3):
