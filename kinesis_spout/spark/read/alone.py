@@ -1,12 +1,18 @@
 """Reading the one record a read task of limit 1 failed on, on the driver.
 
 Its Python worker died on it, so no task returned its position: the driver
-reads it here (one GetRecords of limit 1) to fail it in its tracker. The plan's
+reads it here (GetRecords of limit 1) to fail it in its tracker. The plan's
 iterator may have expired long ago (a halving cycle can outlast the 5 minutes
 of an iterator), and a call may be throttled or fail: :func:`read_alone` is the
 bounded read of :mod:`kinesis_spout.kinesis.bounded` with a limit of one record,
-up to :data:`ATTEMPTS` answers or errors in a row, re-opening the iterator after
-the last key read when it expired, and backing off after throttling and 5xx answers.
+re-opening the iterator after the last key read when it expired, and backing off
+after throttling and 5xx answers, up to :data:`ATTEMPTS` errors in a row.
+
+The record may sit behind empty pages (Kinesis walks a gap in time, over old and
+sparse data, one empty page at a time), which the task walked too: the read walks
+up to :data:`MAX_EMPTY_BEHIND` of them. The driver waits for it, so a longer gap is
+walked over several cycles: the planner keeps the iterator the read reached as the
+shard's position (nothing lies between), and the next cycle goes on from there.
 """
 
 from __future__ import annotations
@@ -23,8 +29,11 @@ from kinesis_spout.spark.read.plan import ReadPlan
 from tracker import Backoff
 
 ATTEMPTS = 5
-"""Answers, or errors in a row, before giving up for this cycle (the next cycle tries
-again)."""
+"""Errors in a row (or empty pages at the shard's tip) before giving up for this cycle
+(the next cycle tries again)."""
+
+MAX_EMPTY_BEHIND = 50
+"""Empty pages behind the tip walked in one cycle (10 s at 5 calls a second)."""
 
 
 def read_alone(
@@ -66,7 +75,8 @@ def read_alone(
             clock=clock,
             sleep=sleep,
             per_call=1,
-            max_calls=ATTEMPTS,
+            max_empty_at_tip=ATTEMPTS,
+            max_empty_behind=MAX_EMPTY_BEHIND,
             max_errors=ATTEMPTS,
         )
     except KinesisError as exc:

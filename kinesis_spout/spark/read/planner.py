@@ -348,13 +348,23 @@ class ExecutorReadPlanner:
         self, sh: ShardPartition, plan: ReadPlan, getter: KinesisShardGetter, page: ShardBatch
     ) -> None:
         """The record that fails alone could not be read now: an iterator that expired is
-        dropped from the shard's position (its next task re-opens after the last key), and
+        dropped from the shard's position (its next task re-opens after the last key); one
+        the read reached over empty pages becomes it (the next cycle goes on from there);
         the error is shown."""
-        if getter.expired_iterators:
-            assert sh.reader is not None and plan.position is not None
-            driver_getter = sh.reader.getter
-            assert isinstance(driver_getter, KinesisShardGetter)
-            if driver_getter.position == plan.position:
+        assert sh.reader is not None and plan.position is not None
+        driver_getter = sh.reader.getter
+        assert isinstance(driver_getter, KinesisShardGetter)
+        reached = getter.position
+        if driver_getter.position == plan.position:
+            if reached.iterator is not None and reached.after == plan.position.after:
+                driver_getter.advance(
+                    reached,
+                    ended=False,
+                    behind=getter.millis_behind_latest,
+                    caught_up=False,
+                    next_poll_at=driver_getter.next_poll_at,
+                )
+            elif getter.expired_iterators:
                 driver_getter.drop_iterator()
         self._metrics.increment("kinesis_errors", getter.errors, shard=sh.shard_id)
         log.warning(

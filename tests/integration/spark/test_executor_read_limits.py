@@ -148,6 +148,33 @@ def test_the_record_that_fails_alone_is_read_past_an_expired_iterator(
         sp.spout.close()
 
 
+def test_the_record_that_fails_alone_is_read_behind_more_empty_pages_than_five(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """The record a task of one record died on sits behind empty pages (real Kinesis
+    answers them over a gap in time): the driver walks them to read and fail it. Before
+    the fix it gave up after 5 answers, so the record was never failed and each cycle
+    killed a worker on it again."""
+    create_stream(moto_client, unique_name, 1)
+    put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(3)])
+    store = MemoryCheckpointStore("job")
+    with FaultProxy(moto_server.endpoint_url, seed=0, operations=["GetRecords"]) as px:
+        sp = reader(px.endpoint_url, unique_name, tmp_path, store, retry_limit=0)
+        (plan,) = sp.plan(10_000)
+        px.set_rates(empty=0.9)  # seed 0: 10 empty pages, then the record
+        failed = sp.fail_alone(replace(plan, limit=1), "worker died")
+        empties = px.injected.empty
+        px.clear_faults()
+        assert empties > 5
+        assert len(failed) == 1 and failed[0].startswith(f"{unique_name}/{SHARD}")
+        (plan,) = sp.plan(10_000)  # the shard reads on after it
+        res = run_plan(plan, ReadSettings.of(sp.config), lambda r: None, batch_id=1)
+        sp.apply([res])
+        sp.spout.close()
+    assert [r.partition_key for r in res.failed.values()] == []
+    assert len(res) == 2
+
+
 def test_a_running_retry_task_keeps_its_records_past_the_message_timeout(
     moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
 ) -> None:

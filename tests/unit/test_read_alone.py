@@ -1,0 +1,101 @@
+"""The driver's one-record read of a record that killed its worker
+(:func:`kinesis_spout.spark.read.alone.read_alone`), against an in-memory shard."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from test_streaming_read_logic import FakeClock, MemoryShard
+
+from kinesis_spout.kinesis.api import GetRecordsResult
+from kinesis_spout.records import GetterPosition
+from kinesis_spout.spark.read.alone import ATTEMPTS, MAX_EMPTY_BEHIND, read_alone
+from kinesis_spout.spark.read.plan import ReadPlan
+from tracker import ExponentialBackoff, SequenceKey
+
+
+class GapBefore(MemoryShard):
+    """Kinesis record ``at`` (1-based) sits behind ``gap`` empty pages, each behind the
+    tip (Kinesis walks a gap in time one empty page at a time); iterators inside the
+    gap are ``g<step>``."""
+
+    def __init__(self, subs: list[int], at: int, gap: int) -> None:
+        super().__init__(subs)
+        self.at, self.gap = at, gap
+
+    def get_records(self, shard_id: str, iterator: str, limit: int) -> GetRecordsResult:
+        if iterator.startswith("g"):
+            step = int(iterator[1:])
+        elif int(iterator) == self.at - 1:
+            step = 0
+        else:
+            return super().get_records(shard_id, iterator, limit)
+        if step >= self.gap:
+            return super().get_records(shard_id, str(self.at - 1), limit)
+        self.calls += 1
+        return GetRecordsResult([], f"g{step + 1}", 3_600_000, (), 0)
+
+
+def plan_after(seq: int) -> ReadPlan:
+    """A read task of limit 1 from after Kinesis record ``seq`` (its worker died)."""
+    return ReadPlan(1, "shard-0", GetterPosition(after=SequenceKey(seq, 0)), 1)
+
+
+def read(shard: MemoryShard, plan: ReadPlan) -> tuple[list[str], str | None]:
+    clock = FakeClock()
+    _, page = read_alone(
+        shard,  # type: ignore[arg-type]
+        plan,
+        ExponentialBackoff(base=0.1, cap=1.0),
+        sleep=clock.sleep,
+        clock=clock,
+    )
+    return [r.sequence_number for r in page.records], page.error and str(page.error)
+
+
+@pytest.mark.parametrize("gap", [0, ATTEMPTS, MAX_EMPTY_BEHIND - 1])
+def test_the_record_behind_a_gap_of_empty_pages_is_read(gap: int) -> None:
+    """The record a task of one record died on is read however many empty pages lie
+    between the position and it, within the bound: before the fix, more than
+    ``ATTEMPTS`` (5) empty pages left it unread, and the next cycle searched again."""
+    shard = GapBefore([1, 1, 1, 1], at=3, gap=gap)
+    assert read(shard, plan_after(2)) == (["3"], None)
+    assert shard.calls == gap + 1
+
+
+def test_a_gap_longer_than_one_cycle_walks_is_walked_over_several() -> None:
+    """One cycle walks at most ``MAX_EMPTY_BEHIND`` empty pages; the iterator it reached
+    (same last key: nothing lies between) is where the next cycle goes on."""
+    shard = GapBefore([1, 1, 1], at=3, gap=2 * MAX_EMPTY_BEHIND + 7)
+    clock = FakeClock()
+    plan, cycles, got = plan_after(2), 0, []
+    while not got and cycles < 5:
+        getter, page = read_alone(
+            shard,  # type: ignore[arg-type]
+            plan,
+            ExponentialBackoff(base=0.1, cap=1.0),
+            sleep=clock.sleep,
+            clock=clock,
+        )
+        got, cycles = [r.sequence_number for r in page.records], cycles + 1
+        assert page.records or getter.position.after == SequenceKey(2, 0)
+        assert plan.position is not None
+        plan = replace(plan, position=getter.position)
+    assert got == ["3"] and cycles == 3
+    assert shard.calls == 2 * MAX_EMPTY_BEHIND + 7 + 1
+
+
+def test_a_shard_that_keeps_throttling_gives_up_after_the_attempts() -> None:
+    shard = GapBefore([1, 1, 1], at=3, gap=0)
+    shard.fail_at = set(range(1, 100))
+    records, error = read(shard, plan_after(2))
+    assert records == [] and error is not None and "slow down" in error
+    assert shard.calls == ATTEMPTS
+
+
+def test_an_empty_page_at_the_tip_ends_the_read() -> None:
+    """Past the last record nothing is there to read: one call, no record."""
+    shard = MemoryShard([1, 1])
+    assert read(shard, plan_after(2)) == ([], None)
+    assert shard.calls == 1
