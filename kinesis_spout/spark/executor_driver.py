@@ -25,13 +25,15 @@ start beside them, for the shards not in them; a shard is in at most one
 running job, so its reads stay in order. A job still running
 ``task_timeout`` seconds after it started (a function that hangs; a job none
 of whose tasks started yet waits for Spark, and its time counts from then)
-is given up: its Spark job is cancelled; a job of one plan fails its retry records
-(retried, or dead-lettered) or has its shard read again from the same
-position, its reads halved until a record that hangs every time is found
-and failed alone (:mod:`~kinesis_spout.spark.read.hangs`); a job of several
-plans has
-each plan run again as a job of its own, so only the plan that hangs is
-given up next time. The message timeout does not fail the records a running
+is given up: its Spark job is cancelled. A job of several plans has each plan
+run again as a job of its own, so only the plan that hangs is given up next
+time. A retry plan of several records runs again in two halves, as two jobs
+(the one shard in both, side by side), halved again at each hang; a retry plan
+of one record that hangs fails it (retried, or dead-lettered), so a record
+that shared a retry task with one that hangs is not failed for it. A read
+plan has its shard read again from the same position, its reads halved until
+a record that hangs every time is found and failed alone
+(:mod:`~kinesis_spout.spark.read.hangs`). The message timeout does not fail the records a running
 job holds. Each micro-batch that read or retried records has its progress
 line when its job is applied (``max_batches`` counts those).
 
@@ -41,6 +43,7 @@ those of the driver-read loop (:mod:`kinesis_spout.spark.driver`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -115,7 +118,8 @@ class ExecutorDriver(StopControl):
         self._job_ids = 0
         self._running: dict[int, Future[Outcome]] = {}
         self._started: dict[int, tuple[float, list[ReadPlan]]] = {}
-        self._busy: dict[ShardKey, int] = {}  # (stream, shard) -> the running job reading it
+        self._busy: dict[ShardKey, set[int]] = {}  # (stream, shard) -> the running jobs of it
+        self._ran: set[int] = set()  # running jobs a task of which started
         self._deadline = config.task_timeout or None
         self.abandoned = 0
         """Jobs given up past their deadline."""
@@ -201,15 +205,19 @@ class ExecutorDriver(StopControl):
         self._running[job] = pool.submit(self._run_job, job, plans)
         self._started[job] = (now, plans)
         for p in plans:
-            self._busy[plan_key(p)] = job
+            self._busy.setdefault(plan_key(p), set()).add(job)
 
     def _forget(self, job: int) -> tuple[float, list[ReadPlan]]:
         """A job no longer runs (done or given up): when it started, and its plans."""
         del self._running[job]
+        self._ran.discard(job)
         started, plans = self._started.pop(job)
         for p in plans:
-            if self._busy.get(plan_key(p)) == job:
-                del self._busy[plan_key(p)]
+            jobs = self._busy.get(plan_key(p))
+            if jobs is not None:
+                jobs.discard(job)
+                if not jobs:
+                    del self._busy[plan_key(p)]
         return started, plans
 
     @property
@@ -226,10 +234,16 @@ class ExecutorDriver(StopControl):
     def _give_up_overdue(self, pool: ThreadPoolExecutor, now: float, deadline: float) -> None:
         """Give up the jobs running past ``deadline`` seconds (see the module docstring)."""
         for job, (started, plans) in list(self._started.items()):
-            if now - started <= deadline or self._running[job].done():
+            if self._running[job].done():
                 continue  # (a job done meanwhile is applied by the next step)
-            if self.jobs.waits_for_spark(job):  # no task started: not a record that hangs;
-                self._started[job] = (now, plans)  # its deadline counts from its tasks
+            if job not in self._ran:
+                ran = self.jobs.tasks_started(job)
+                if ran is False:  # waits for Spark, not on a record: its time counts
+                    self._started[job] = (now, plans)  # from its tasks (looked at each step)
+                    continue
+                if ran:
+                    self._ran.add(job)
+            if now - started <= deadline:
                 continue
             self._forget(job)
             self.abandoned += 1
@@ -241,12 +255,25 @@ class ExecutorDriver(StopControl):
                     self._submit(pool, [plan], now)
                 continue
             plan = plans[0]
+            if plan.is_retry and len(plan.retries) > 1:
+                mid = len(plan.retries) // 2
+                log.warning(
+                    "%s (shard %s): given up; its %d retries run again in two halves",
+                    error,
+                    plan.shard_id,
+                    len(plan.retries),
+                )
+                for part in (plan.retries[:mid], plan.retries[mid:]):
+                    self._submit(pool, [dataclasses.replace(plan, retries=part)], now)
+                continue
             failed = self.planner.hung(plan, error)
             if plan.is_retry or failed:
                 then = f"its {len(failed)} records failed"
             else:
                 then = "the shard is read again, at most half as many records at a time"
             log.warning("%s (shard %s): given up; %s", error, plan.shard_id, then)
+            if failed:  # delivered, and failed: their micro-batch's line
+                self._report(started, len(failed), 0, len(failed), len(plan.retries), 0)
 
     def _run_job(self, job: int, plans: list[ReadPlan]) -> Outcome:
         results, iso = self.jobs.run(job, plans)
@@ -274,6 +301,13 @@ class ExecutorDriver(StopControl):
         if not (records or failed):
             self._totals.empty_batches += 1
             return
+        self._report(started, records, ok, failed, retries, iso.splits)
+
+    def _report(
+        self, started: float, records: int, ok: int, failed: int, retried: int, splits: int
+    ) -> None:
+        """The progress line of a micro-batch that read or retried records (applied, or
+        given up with its records failed)."""
         now = self.clock()
         since = max(started, self._last_line or started)  # overlapping jobs: counted once
         self._last_line = now
@@ -285,10 +319,10 @@ class ExecutorDriver(StopControl):
             records=records,  # fast retries are deliveries too
             ok=ok,
             failed=failed,
-            retried=retries,
+            retried=retried,
             seconds=now - since,
             process_seconds=now - started,
-            splits=iso.splits,
+            splits=splits,
         )
         self._stats = stats
         self._totals.add_report(report)

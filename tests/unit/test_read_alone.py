@@ -9,8 +9,9 @@ import pytest
 from test_streaming_read_logic import FakeClock, MemoryShard
 
 from kinesis_spout.kinesis.api import GetRecordsResult
+from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.records import GetterPosition
-from kinesis_spout.spark.read.alone import ATTEMPTS, MAX_EMPTY_BEHIND, read_alone
+from kinesis_spout.spark.read.alone import ATTEMPTS, MAX_EMPTY_BEHIND, keep_reached, read_alone
 from kinesis_spout.spark.read.plan import ReadPlan
 from tracker import ExponentialBackoff, SequenceKey
 
@@ -51,7 +52,9 @@ def read(shard: MemoryShard, plan: ReadPlan) -> tuple[list[str], str | None]:
         sleep=clock.sleep,
         clock=clock,
     )
-    return [r.sequence_number for r in page.records], page.error and str(page.error)
+    return [r.sequence_number for r in page.records], None if page.error is None else str(
+        page.error
+    )
 
 
 @pytest.mark.parametrize("gap", [0, ATTEMPTS, MAX_EMPTY_BEHIND - 1])
@@ -69,7 +72,10 @@ def test_a_gap_longer_than_one_cycle_walks_is_walked_over_several() -> None:
     (same last key: nothing lies between) is where the next cycle goes on."""
     shard = GapBefore([1, 1, 1], at=3, gap=2 * MAX_EMPTY_BEHIND + 7)
     clock = FakeClock()
-    plan, cycles, got = plan_after(2), 0, []
+    plan, cycles, got = plan_after(2), 0, list[str]()
+    assert plan.position is not None
+    backoff = ExponentialBackoff(base=0.1, cap=1.0)
+    driver = KinesisShardGetter(shard, "shard-0", backoff=backoff, start=plan.position.after)  # type: ignore[arg-type]
     while not got and cycles < 5:
         getter, page = read_alone(
             shard,  # type: ignore[arg-type]
@@ -79,9 +85,11 @@ def test_a_gap_longer_than_one_cycle_walks_is_walked_over_several() -> None:
             clock=clock,
         )
         got, cycles = [r.sequence_number for r in page.records], cycles + 1
-        assert page.records or getter.position.after == SequenceKey(2, 0)
-        assert plan.position is not None
-        plan = replace(plan, position=getter.position)
+        if not got:
+            keep_reached(driver, plan, getter)
+            assert driver.position.after == SequenceKey(2, 0)
+            assert driver.position.iterator == f"g{cycles * MAX_EMPTY_BEHIND}"
+            plan = replace(plan, position=driver.position)
     assert got == ["3"] and cycles == 3
     assert shard.calls == 2 * MAX_EMPTY_BEHIND + 7 + 1
 

@@ -11,8 +11,8 @@ after throttling and 5xx answers, up to :data:`ATTEMPTS` errors in a row.
 The record may sit behind empty pages (Kinesis walks a gap in time, over old and
 sparse data, one empty page at a time), which the task walked too: the read walks
 up to :data:`MAX_EMPTY_BEHIND` of them. The driver waits for it, so a longer gap is
-walked over several cycles: the planner keeps the iterator the read reached as the
-shard's position (nothing lies between), and the next cycle goes on from there.
+walked over several cycles: :func:`keep_reached` keeps the iterator the read reached
+as the shard's position (nothing lies between), and the next cycle goes on from there.
 """
 
 from __future__ import annotations
@@ -86,3 +86,24 @@ def read_alone(
     if pages and (pages[-1].records or pages[-1].ended):
         return getter, pages[-1]
     return getter, ShardBatch([], 0.0, error=end.errors[-1] if end.errors else None)
+
+
+def keep_reached(shard: KinesisShardGetter, plan: ReadPlan, read: KinesisShardGetter) -> None:
+    """:func:`read_alone` (its getter ``read``) did not get the record: the shard's
+    position (``shard``, while still the plan's) takes the iterator the read reached,
+    after the same last key (over empty pages: the next cycle goes on from there), or,
+    with none, drops an iterator that expired (its next task re-opens after the key)."""
+    assert plan.position is not None
+    if shard.position != plan.position:
+        return
+    reached = read.position
+    if reached.iterator is not None and reached.after == plan.position.after:
+        shard.advance(
+            reached,
+            ended=False,
+            behind=read.millis_behind_latest,
+            caught_up=False,
+            next_poll_at=shard.next_poll_at,
+        )
+    elif read.expired_iterators:
+        shard.drop_iterator()

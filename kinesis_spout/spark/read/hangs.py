@@ -16,13 +16,14 @@ in turn, and the shard would stall for good. So, as with a record that kills its
   first hung read could hold, or up to its tip: the hang did not come back (a slow
   moment, not a record); and when the one record could not be read on the driver;
 * a job whose Spark jobs have not started a task yet waits for Spark, not on a record
-  (:meth:`~kinesis_spout.spark.read.jobs.ReadJobs.waits_for_spark`): it is not given up
+  (:meth:`~kinesis_spout.spark.read.jobs.ReadJobs.tasks_started`): it is not given up
   then, and its ``task_timeout`` counts from when its tasks start.
 
 Each hang costs ``task_timeout``, so a search costs at most 1 + log2(limit) of them (15
 for a ``batch_size`` of 10,000). The halves are the shard's reads in the next
-micro-batches; the other shards read on meanwhile. A retry task that hangs is not halved:
-its records fail (:meth:`ExecutorReadPlanner.hung`).
+micro-batches; the other shards read on meanwhile. A retry task that hangs is halved by the
+micro-batch loop (:mod:`~kinesis_spout.spark.executor_driver`), its halves run at once;
+one of a single record fails it (:meth:`ExecutorReadPlanner.hung`).
 """
 
 from __future__ import annotations

@@ -182,11 +182,10 @@ class ReadJobs:
         if self.frames is not None:
             self.frames.give_up(batch_id)
 
-    def waits_for_spark(self, batch_id: int) -> bool:
-        """Whether ``batch_id`` has Spark jobs and none of their tasks ever started
-        (Spark's status tracker): it waits for Spark (its executors busy, lost or not
-        there yet), not on a record. A micro-batch with no Spark job yet (its driver-side
-        code runs) or with a task started does not."""
+    def tasks_started(self, batch_id: int) -> bool | None:
+        """Whether a task of ``batch_id``'s Spark jobs ever started (Spark's status
+        tracker); None while it has no Spark job yet (its driver-side code runs). False:
+        it waits for Spark (its executors busy, lost or not there yet), not on a record."""
         tracker = self.spark.sparkContext.statusTracker()
         jobs = tracker.getJobIdsForGroup(self.group(batch_id))
         for job_id in jobs:
@@ -196,8 +195,8 @@ class ReadJobs:
                 if stage is not None and (
                     stage.numActiveTasks or stage.numCompletedTasks or stage.numFailedTasks
                 ):
-                    return False
-        return bool(jobs)
+                    return True
+        return False if jobs else None
 
     def remember_poison(self, ids: list[str]) -> None:
         """These records failed alone: their retries that fail alone are poison too."""

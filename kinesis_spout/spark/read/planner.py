@@ -51,7 +51,7 @@ from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.multistream import MultiStreamSpout, open_reader
 from kinesis_spout.records import Record, ShardBatch, ShardState
-from kinesis_spout.spark.read.alone import read_alone
+from kinesis_spout.spark.read.alone import keep_reached, read_alone
 from kinesis_spout.spark.read.hangs import HangSearch
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 from kinesis_spout.spout import KinesisSpout
@@ -347,25 +347,12 @@ class ExecutorReadPlanner:
     def _not_read_alone(
         self, sh: ShardPartition, plan: ReadPlan, getter: KinesisShardGetter, page: ShardBatch
     ) -> None:
-        """The record that fails alone could not be read now: an iterator that expired is
-        dropped from the shard's position (its next task re-opens after the last key); one
-        the read reached over empty pages becomes it (the next cycle goes on from there);
-        the error is shown."""
-        assert sh.reader is not None and plan.position is not None
+        """The record that fails alone could not be read now: the shard's position keeps
+        what the read reached (:func:`keep_reached`), and the error is shown."""
+        assert sh.reader is not None
         driver_getter = sh.reader.getter
         assert isinstance(driver_getter, KinesisShardGetter)
-        reached = getter.position
-        if driver_getter.position == plan.position:
-            if reached.iterator is not None and reached.after == plan.position.after:
-                driver_getter.advance(
-                    reached,
-                    ended=False,
-                    behind=getter.millis_behind_latest,
-                    caught_up=False,
-                    next_poll_at=driver_getter.next_poll_at,
-                )
-            elif getter.expired_iterators:
-                driver_getter.drop_iterator()
+        keep_reached(driver_getter, plan, getter)
         self._metrics.increment("kinesis_errors", getter.errors, shard=sh.shard_id)
         log.warning(
             "shard %s: the record that fails alone could not be read (%d calls): %s; "
@@ -377,7 +364,8 @@ class ExecutorReadPlanner:
 
     def hung(self, plan: ReadPlan, error: str) -> list[str]:
         """A job of this one plan was given up at ``task_timeout``; the message ids failed.
-        A retry task's records fail. A read task's shard is read again from the same
+        A retry task's records fail (the loop halves one of several records first). A
+        read task's shard is read again from the same
         position, its reads halved until the record that hangs is found and failed alone
         (:mod:`~kinesis_spout.spark.read.hangs`)."""
         if not plan.is_retry and not self._hangs.hung(plan.shard_id, plan.limit):

@@ -9,6 +9,7 @@ and the job ships it to the executors with ``addPyFile``.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -128,6 +129,45 @@ def hang_always(
         then(record)
 
     return process
+
+
+def fail_then_hang(
+    then: Callable[[InputRecord], None], seconds: float = 600.0
+) -> Callable[[InputRecord], None]:
+    """``then`` for every record; the first delivery of a record starting with
+    :data:`RETRY` raises (so such records are retried together), and every later
+    delivery of one starting with :data:`RETRY_HANG` sleeps ``seconds``."""
+
+    def process(record: InputRecord) -> None:
+        if record.data.startswith(RETRY):
+            if record.attempt <= 1:
+                raise ValueError("the first delivery fails")
+            if record.data.startswith(RETRY_HANG):
+                time.sleep(seconds)
+        then(record)
+
+    return process
+
+
+RETRY = b"RETRY"
+RETRY_HANG = b"RETRY-HANG"
+
+
+def hold_task_slots(sc: Any, slots: int, seconds: float) -> threading.Thread:
+    """Start a Spark job whose ``slots`` tasks each sleep ``seconds`` (in a thread) and
+    return once all of them run: the executors' task slots are busy until then."""
+    blocker = threading.Thread(
+        target=lambda: sc.parallelize(range(slots), slots).foreach(lambda _: time.sleep(seconds))
+    )
+    blocker.start()
+    deadline = time.monotonic() + 60
+    while not any(
+        (st := sc.statusTracker().getStageInfo(i)) is not None and st.numActiveTasks == slots
+        for i in sc.statusTracker().getActiveStageIds()
+    ):
+        assert time.monotonic() < deadline, "the blocking job's tasks never started"
+        time.sleep(0.05)
+    return blocker
 
 
 _PEERS_SEEN = False

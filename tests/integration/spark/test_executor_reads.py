@@ -18,8 +18,12 @@ from spark_job_helpers import (
     HANG,
     KILLER,
     POISON,
+    RETRY,
+    RETRY_HANG,
+    fail_then_hang,
     hang_always,
     hang_once,
+    hold_task_slots,
     last_per_shard,
     log_deliveries,
     read_deliveries,
@@ -147,6 +151,48 @@ def test_a_record_that_hangs_every_time_is_found_by_halving_and_dead_lettered(
     assert_checkpointed_at_last(cfg, unique_name, put)
 
 
+def test_a_retry_task_that_hangs_is_halved_and_only_the_record_that_hangs_is_dead_lettered(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, deliveries: Path
+) -> None:
+    """Three records fail their first delivery and are retried together, in one retry
+    task of the next micro-batch; on it, one of them hangs every time. The task is given
+    up and its records run again in halves, down to the one that hangs: it alone is
+    failed, retried (hangs again) and dead-lettered; the other two are delivered ok.
+    The old code failed the whole retry task at each hang, so all three were
+    dead-lettered."""
+    special = {3: RETRY + b"-3", 5: RETRY_HANG + b"-5", 8: RETRY + b"-8"}
+    put = put_stream(moto_client, unique_name, 1, 12, 100, special)
+    cfg = job_config(task_timeout=3.5, retry_limit=2, fast_retries=False, retry_backoff=0.0)
+    driver = build_driver(cfg, fail_then_hang(log_deliveries(str(deliveries))), spark=spark)
+    assert isinstance(driver, ExecutorDriver)
+    stop = threading.Timer(150, driver.request_stop, args=("the test's deadline",))
+    stop.start()
+    try:
+        summary = driver.run()
+    finally:
+        stop.cancel()
+
+    hanging = f"{put[5][0]}:{put[5][1]}"
+    import sys
+
+    print(
+        "DELIV",
+        [d for d in read_deliveries(deliveries) if d.seq in (put[3][1], put[8][1])],
+        time.time_ns(),
+        file=sys.stderr,
+    )
+    dead = read_dead_letters(cfg.dead_letter)
+    assert [d["message_id"] for d in dead] == [hanging] and dead[0]["attempts"] == 3
+    got = Counter((s, q) for s, q, *_ in read_deliveries(deliveries))
+    assert set(got) == set(put) - {put[5]}
+    # Record 3 ran before record 5 in the first retry task, which was given up (its
+    # results lost): delivered again in its half. Every other record once.
+    assert {k: n for k, n in got.items() if n != 1} == {put[3]: 2}
+    assert summary.ok == 11 and summary.dead_lettered == 1
+    assert driver.abandoned >= 4  # the retry task of 3, its half of 2, then 1; its retry
+    assert_checkpointed_at_last(cfg, unique_name, put)
+
+
 def test_a_job_that_waits_for_spark_past_its_task_timeout_is_not_taken_for_a_hang(
     spark: Any, moto_client: Any, job_config: Any, unique_name: str, deliveries: Path
 ) -> None:
@@ -154,18 +200,7 @@ def test_a_job_that_waits_for_spark_past_its_task_timeout_is_not_taken_for_a_han
     past its task_timeout, with no task started. It is not given up (nor its record
     failed alone, which the function never saw): its time counts from its tasks."""
     put = put_stream(moto_client, unique_name, 1, 4, 100, {})
-    sc = spark.sparkContext
-    blocker = threading.Thread(
-        target=lambda: sc.parallelize(range(2), 2).foreach(lambda _: time.sleep(10))
-    )
-    blocker.start()
-    deadline = time.monotonic() + 60
-    while not any(
-        (st := sc.statusTracker().getStageInfo(i)) is not None and st.numActiveTasks == 2
-        for i in sc.statusTracker().getActiveStageIds()
-    ):
-        assert time.monotonic() < deadline, "the blocking job's tasks never started"
-        time.sleep(0.05)
+    blocker = hold_task_slots(spark.sparkContext, 2, 10)
     cfg = job_config(task_timeout=2.0, batch_size=1)  # a hang here would fail the record
     driver = build_driver(cfg, log_deliveries(str(deliveries)), spark=spark, progress=None)
     assert isinstance(driver, ExecutorDriver)
@@ -176,6 +211,28 @@ def test_a_job_that_waits_for_spark_past_its_task_timeout_is_not_taken_for_a_han
     assert (summary.ok, summary.failed, summary.retried, summary.dead_lettered) == (4, 0, 0, 0)
     assert {(s, q) for s, q, *_ in read_deliveries(deliveries)} == set(put)
     assert_checkpointed_at_last(cfg, unique_name, put)
+
+
+def test_a_job_whose_task_starts_late_has_its_whole_task_timeout_from_then(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, deliveries: Path
+) -> None:
+    """Another Spark job holds both task slots for 7 s; the micro-batch's one task, which
+    takes 2.5 s, starts when they are free. Its ``task_timeout`` of 4 s counts from
+    then. The old code restarted the clock only when it looked at the deadline (4 s
+    after the job started, while it waited) and gave the task up 4 s later, after
+    2 s of running."""
+    put = put_stream(moto_client, unique_name, 1, 1, 100, {})
+    blocker = hold_task_slots(spark.sparkContext, 2, 7)
+    cfg = job_config(task_timeout=4.0, batch_size=1, stop_when_idle=3.0)
+    fn = log_deliveries(str(deliveries), sleep_ms=2500)
+    driver = build_driver(cfg, fn, spark=spark, progress=None)
+    assert isinstance(driver, ExecutorDriver)
+    summary = driver.run()
+    blocker.join()
+
+    assert driver.abandoned == 0
+    assert (summary.ok, summary.failed, summary.retried, summary.dead_lettered) == (1, 0, 0, 0)
+    assert [(d.seq, d.attempt) for d in read_deliveries(deliveries)] == [(put[0][1], 1)]
 
 
 def run(cfg: Any, fn: Any, spark: Any) -> Any:
