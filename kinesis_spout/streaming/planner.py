@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kinesis_spout.config import InitialPosition
+from kinesis_spout.kinesis.getter import LATEST_MARGIN
 from kinesis_spout.records import StartPosition
 from kinesis_spout.streaming.batch_offset import BatchOffset, StreamsOffset
 from kinesis_spout.streaming.errors import OffsetError
@@ -112,9 +113,13 @@ class Planner:
         """Where shards with no position start, the same for every stream."""
         opts = self.options
         if opts.initial_position is InitialPosition.LATEST:
-            # Kinesis arrival times have millisecond resolution: round down, so a
-            # record put in the same millisecond is in, never out.
-            now = datetime.now(UTC)
+            # By the server's clock (the Date header of the stream checks just made, the
+            # earliest of them), as the Spark job pins it: a driver clock running ahead
+            # would skip what is written after the start. The header has whole seconds,
+            # hence the margin: at worst a second or two from before the start is read.
+            known = [t for part in self.parts.values() if (t := part.api.server_time)]
+            now = (min(known) if known else datetime.now(UTC)) - LATEST_MARGIN
+            # Kinesis arrival times have millisecond resolution: round down.
             now = now.replace(microsecond=now.microsecond // 1000 * 1000)
             return StartPosition(InitialPosition.AT_TIMESTAMP, now)
         if opts.initial_position is InitialPosition.AT_TIMESTAMP:

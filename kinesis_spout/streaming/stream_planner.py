@@ -138,7 +138,7 @@ class StreamPlanner:
                 continue
             check_planned(end, PlannedFrom.of(offset.run, plan, offset.start), where)
             known[shard] = end
-            self._note(shard, end)
+            self._note(shard, end, offset.cutoff)
         if missing:
             self._unrecorded(offset, missing)
         return known
@@ -163,16 +163,23 @@ class StreamPlanner:
             offset.batch,
         )
 
-    def _note(self, shard: str, end: BatchEnd) -> None:
-        """Remember when the shard may read again."""
+    def _note(self, shard: str, end: BatchEnd, read_cutoff: datetime | None) -> None:
+        """Remember when the shard may read again (``read_cutoff``: the cutoff its read
+        stopped at, if any)."""
         if end.position is not None and end.position.ended:
             return
         if end.throttled:
             self._rest_until[shard] = end.at + THROTTLE_REST
         elif end.caught_up:
-            if self.cutoff is not None and end.at >= self.cutoff.timestamp():
+            cutoff = self.cutoff
+            if (
+                cutoff is not None
+                and end.at >= cutoff.timestamp()
+                and (read_cutoff is None or read_cutoff >= cutoff)
+            ):
                 # At its tip after the cutoff: everything that arrived before is read. (A
-                # batch of an earlier query that caught up says nothing about this cutoff.)
+                # batch of an earlier query that caught up says nothing about this cutoff,
+                # nor does one that stopped at an earlier query's older cutoff.)
                 self._done.add(shard)
             self._rest_until[shard] = end.at + self.options.idle_poll_interval
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from test_streaming_read_logic import MemoryShard
 
 from kinesis_spout.checkpoint.batch_ends import BatchEnd, BatchEndError, PlannedFrom
 from kinesis_spout.checkpoint.file_batch_ends import FileBatchEnds
+from kinesis_spout.config import InitialPosition
 from kinesis_spout.kinesis.api import GetRecordsResult
 from kinesis_spout.records import ShardInfo, ShardPosition, StartPosition
 from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan, StreamsOffset
@@ -153,8 +155,9 @@ class FakeClock:
 class FakeApi:
     stream_name = "orders"
 
-    def __init__(self, shards: list[ShardInfo]) -> None:
+    def __init__(self, shards: list[ShardInfo], server_time: datetime | None = None) -> None:
         self.shards = shards
+        self.server_time = server_time
 
     def list_shards(self) -> list[ShardInfo]:
         return self.shards
@@ -201,6 +204,26 @@ def record(p: Planner, batch: int, shard: str, e: BatchEnd) -> BatchEnd:
     return p.parts["orders"].store.record(
         offset.run, batch, shard, dataclasses.replace(e, planned=planned)
     )
+
+
+@pytest.mark.parametrize("skew", [timedelta(minutes=-10), timedelta(minutes=10), None])
+def test_latest_is_pinned_by_the_servers_clock_less_a_margin(
+    tmp_path: Path, skew: timedelta | None
+) -> None:
+    """``initialPosition=latest`` starts at the server's time (the ``Date`` header of the
+    stream check, whole seconds) less one second: a driver whose clock runs ahead of the
+    server's would skip what was written after the query started. Without a ``Date``, the
+    driver's clock less the margin. The old code took the driver's clock."""
+    local = datetime.now(UTC)
+    server = None if skew is None else (local + skew).replace(microsecond=0)
+    p = planner(tmp_path, [ShardInfo(A)], initialPosition="latest")
+    p.parts["orders"]._api = FakeApi([ShardInfo(A)], server)  # type: ignore[assignment]  # noqa: SLF001
+    start = initial(p).start
+    assert start.kind is InitialPosition.AT_TIMESTAMP and start.timestamp is not None
+    if server is not None:
+        assert start.timestamp == server - timedelta(seconds=1)
+    else:
+        assert local - timedelta(seconds=1.01) <= start.timestamp <= local
 
 
 def test_latest_offset_plans_without_reading_and_children_wait_for_their_parents(
@@ -325,6 +348,27 @@ def test_available_now_reads_on_after_an_earlier_query_caught_up(tmp_path: Path)
     p.cutoff = datetime.now(UTC)  # the new query's prepareForTriggerAvailableNow
     second = latest(p, first.to_json(), None)
     assert second.batch == first.batch + 1 and set(second.reads) == {A}  # not taken as done
+
+
+def test_available_now_reads_on_after_a_batch_cut_at_an_earlier_querys_cutoff(
+    tmp_path: Path,
+) -> None:
+    """A restarted availableNow query first runs the batch the earlier query planned, with
+    that query's older cutoff: its read stops there (counted as at its tip) after this
+    query's cutoff was set. That says nothing about the records that arrived between the
+    two cutoffs: the shard reads on. The old code took it as done and ended the query."""
+    p = planner(tmp_path, [ShardInfo(A)], maxRecordsPerShard="5")
+    p.cutoff = datetime.now(UTC) - timedelta(minutes=1)  # the earlier query's
+    first = latest(p, initial(p).to_json(), None)
+    p.cutoff = datetime.now(UTC)  # the new query's prepareForTriggerAvailableNow
+    record(p, 1, A, end(3, 3, caught_up=True))  # stopped at the old cutoff, just now
+    p.parts["orders"]._rest_until.clear()  # noqa: SLF001 - even after any rest
+    second = latest(p, first.to_json(), None)
+    assert second.batch == first.batch + 1 and set(second.reads) == {A}
+    assert second.cutoff == p.cutoff
+    record(p, 2, A, end(6, 3, caught_up=True))  # at its tip after this query's cutoff
+    p.parts["orders"]._rest_until.clear()  # noqa: SLF001
+    assert latest(p, second.to_json(), None) == second  # now done: the query ends
 
 
 # ------------------------------------------------------------------ records of other plans

@@ -198,6 +198,12 @@ def test_offsets_with_pyspark_4_0_and_4_2_signatures(
     assert_exactly_once(got, first + second + third)
 
 
+def _wait_until(wall: float) -> None:
+    """Wait until this machine's clock (the emulator's too) reads ``wall``."""
+    while (left := wall - time.time()) > 0:
+        time.sleep(min(left, 0.1))
+
+
 def test_latest_is_pinned_when_the_query_starts(
     moto_server: Any, moto_client: Any, unique_name: str
 ) -> None:
@@ -205,20 +211,22 @@ def test_latest_is_pinned_when_the_query_starts(
 
     create_stream(moto_client, unique_name, 2)
     fill(moto_client, unique_name, 20, "old")
-    time.sleep(0.01)
+    # The start is the server's time (whole seconds) less a second: the old records
+    # are out once the server's clock (moto's is this machine's) is 2 s past them.
+    _wait_until(time.time() + 2.05)
     reader = KinesisStreamReader(
         _options(moto_server.endpoint_url, unique_name, initialPosition="latest")
     )
     initial = reader.initialOffset()
     assert initial["start"]["type"] == "AT_TIMESTAMP"
-    time.sleep(0.01)
     new = fill(moto_client, unique_name, 15, "new")
     end = reader.latestOffset(initial, None)
     assert end != initial
     first = _run_batch(reader, initial, end)
-    # A replay of the first batch gets a fresh initialOffset (a later "now"), yet
-    # reads the same records: the range's start comes from the end offset.
-    time.sleep(0.01)
+    # A replay of the first batch gets a fresh initialOffset (a later "now", once the
+    # server's second changed), yet reads the same records: the range's start comes
+    # from the end offset.
+    _wait_until(time.time() + 1.05)
     replay = KinesisStreamReader(reader.options)
     assert replay.initialOffset() != initial
     assert _run_batch(replay, replay.initialOffset(), end) == first
