@@ -22,7 +22,8 @@ backoff); a task reads within its deadline, so a slow or throttled shard
 holds a micro-batch at most that long. Only when the running jobs are slow
 (past twice the read deadline: a slow function, a hung task) does a job
 start beside them, for the shards not in them; a shard is in at most one
-running job, so its reads stay in order. A job still running
+running job, so its reads stay in order (only the halves of a retry plan given
+up, below, run side by side). A job still running
 ``task_timeout`` seconds after it started (a function that hangs; a job none
 of whose tasks started yet waits for Spark, and its time counts from then)
 is given up: its Spark job is cancelled. A job of several plans has each plan
@@ -35,7 +36,8 @@ plan has its shard read again from the same position, its reads halved until
 a record that hangs every time is found and failed alone
 (:mod:`~kinesis_spout.spark.read.hangs`). The message timeout does not fail the records a running
 job holds. Each micro-batch that read or retried records has its progress
-line when its job is applied (``max_batches`` counts those).
+line when its job is applied, or when it is given up with records failed; a job
+run again in parts has one per part (``max_batches`` counts them all).
 
 The config, sinks, progress lines, summary, signals and final checkpoint are
 those of the driver-read loop (:mod:`kinesis_spout.spark.driver`).
@@ -43,7 +45,6 @@ those of the driver-read loop (:mod:`kinesis_spout.spark.driver`).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import time
@@ -58,7 +59,7 @@ from kinesis_spout.spark.loop import MAX_WAIT, MIN_WAIT, StopControl, shut_down
 from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.processing import RecordFunction
 from kinesis_spout.spark.read.frames import FrameJobs
-from kinesis_spout.spark.read.jobs import ReadIsolation, ReadJobs
+from kinesis_spout.spark.read.jobs import PLANS, ReadIsolation, ReadJobs
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.planner import ExecutorReadPlanner
 from kinesis_spout.spark.read.streams import ShardKey, StreamPlanners, plan_key
@@ -172,7 +173,7 @@ class ExecutorDriver(StopControl):
                 self.startup.finish("first micro-batch")
                 self._apply(started, *future.result())
         if self._deadline is not None:
-            self._give_up_overdue(pool, self.clock(), self._deadline)
+            self._give_up_overdue(pool, self._deadline)
         self._after()
 
     def _may_start(self, now: float) -> bool:
@@ -231,11 +232,13 @@ class ExecutorDriver(StopControl):
         """Spark jobs started so far (micro-batches, their re-runs after failures, probes)."""
         return self.jobs.jobs_run
 
-    def _give_up_overdue(self, pool: ThreadPoolExecutor, now: float, deadline: float) -> None:
-        """Give up the jobs running past ``deadline`` seconds (see the module docstring)."""
+    def _give_up_overdue(self, pool: ThreadPoolExecutor, deadline: float) -> None:
+        """Give up the jobs running past ``deadline`` seconds (see the module docstring).
+        The clock is read per job: failing a record alone may read it on the driver."""
         for job, (started, plans) in list(self._started.items()):
             if self._running[job].done():
                 continue  # (a job done meanwhile is applied by the next step)
+            now = self.clock()
             if job not in self._ran:
                 ran = self.jobs.tasks_started(job)
                 if ran is False:  # waits for Spark, not on a record: its time counts
@@ -249,22 +252,9 @@ class ExecutorDriver(StopControl):
             self.abandoned += 1
             self.jobs.cancel(job)
             error = f"micro-batch job {job} ran past its deadline of {deadline:.1f}s"
-            if len(plans) > 1:
-                log.warning("%s: given up; its %d shards run again one job each", error, len(plans))
-                for plan in plans:
-                    self._submit(pool, [plan], now)
-                continue
             plan = plans[0]
-            if plan.is_retry and len(plan.retries) > 1:
-                mid = len(plan.retries) // 2
-                log.warning(
-                    "%s (shard %s): given up; its %d retries run again in two halves",
-                    error,
-                    plan.shard_id,
-                    len(plan.retries),
-                )
-                for part in (plan.retries[:mid], plan.retries[mid:]):
-                    self._submit(pool, [dataclasses.replace(plan, retries=part)], now)
+            if len(plans) > 1 or (plan.is_retry and len(plan.retries) > 1):
+                self._run_again(pool, error, plans)
                 continue
             failed = self.planner.hung(plan, error)
             if plan.is_retry or failed:
@@ -274,6 +264,27 @@ class ExecutorDriver(StopControl):
             log.warning("%s (shard %s): given up; %s", error, plan.shard_id, then)
             if failed:  # delivered, and failed: their micro-batch's line
                 self._report(started, len(failed), 0, len(failed), len(plan.retries), 0)
+
+    def _run_again(self, pool: ThreadPoolExecutor, error: str, plans: list[ReadPlan]) -> None:
+        """A given-up job of several plans runs again one job per plan, a retry plan of
+        several records as two jobs of half of them (:data:`PLANS`' cut), so only the part
+        that hangs is given up next time. Not while stopping: the records stay in flight
+        (the final checkpoint is before them) and are read again after a restart."""
+        if self.stopping:
+            log.warning("%s: given up while stopping; its records are read again next run", error)
+            return
+        if len(plans) > 1:
+            log.warning("%s: given up; its %d shards run again one job each", error, len(plans))
+        else:
+            plan = plans[0]
+            log.warning(
+                "%s (shard %s): given up; its %d retries run again in two halves",
+                error,
+                plan.shard_id,
+                len(plan.retries),
+            )
+        for part in PLANS.halves(plans):
+            self._submit(pool, part, self.clock())
 
     def _run_job(self, job: int, plans: list[ReadPlan]) -> Outcome:
         results, iso = self.jobs.run(job, plans)

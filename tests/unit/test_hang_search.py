@@ -77,3 +77,19 @@ def test_a_read_to_the_tip_ends_the_search() -> None:
     h.hung(S, 5_000)
     h.read(S, 0, caught_up=True)  # an idle shard: nothing left the hung read could hold
     assert h.cap(S) is None
+
+
+def test_a_record_that_could_not_be_read_alone_is_read_alone_again() -> None:
+    """The one record that hung could not be read on the driver: the shard's next read
+    is of one record again, not a whole new search; a read of it that does not hang
+    ends the search."""
+    search = HangSearch()
+    for limit in (16, 8, 4, 2):
+        assert not search.hung("s", limit)
+    assert search.hung("s", 1)  # found: the planner reads it alone, and cannot
+    search.unread("s")
+    assert search.cap("s") == 1
+    assert search.hung("s", 1)  # it hangs again: found again
+    search.unread("s")
+    search.read("s", 1)  # this time it did not hang
+    assert search.cap("s") is None

@@ -8,10 +8,17 @@ from dataclasses import replace
 import pytest
 from test_streaming_read_logic import FakeClock, MemoryShard
 
+from kinesis_spout.errors import ThrottledError
 from kinesis_spout.kinesis.api import GetRecordsResult
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.records import GetterPosition
-from kinesis_spout.spark.read.alone import ATTEMPTS, MAX_EMPTY_BEHIND, keep_reached, read_alone
+from kinesis_spout.spark.read.alone import (
+    ATTEMPTS,
+    MAX_EMPTY_BEHIND,
+    SECONDS,
+    keep_reached,
+    read_alone,
+)
 from kinesis_spout.spark.read.plan import ReadPlan
 from tracker import ExponentialBackoff, SequenceKey
 
@@ -107,3 +114,29 @@ def test_an_empty_page_at_the_tip_ends_the_read() -> None:
     shard = MemoryShard([1, 1])
     assert read(shard, plan_after(2)) == ([], None)
     assert shard.calls == 1
+
+
+class ThrottledGap(GapBefore):
+    """Each empty page of the gap comes after four throttled calls."""
+
+    def get_records(self, shard_id: str, iterator: str, limit: int) -> GetRecordsResult:
+        self.tries = getattr(self, "tries", 0) + 1
+        if self.tries % 5:
+            raise ThrottledError("slow down")
+        return super().get_records(shard_id, iterator, limit)
+
+
+def test_throttling_over_a_gap_cannot_stretch_the_drivers_wait() -> None:
+    """Errors in a row end the read, but an answer between them starts the count again:
+    the read also ends at ``SECONDS``, however the calls and backoffs add up."""
+    shard = ThrottledGap([1, 1, 1], at=3, gap=10 * MAX_EMPTY_BEHIND)
+    clock = FakeClock()
+    _, page = read_alone(
+        shard,  # type: ignore[arg-type]
+        plan_after(2),
+        ExponentialBackoff(base=0.5, cap=10.0),
+        sleep=clock.sleep,
+        clock=clock,
+    )
+    assert page.records == [] and 0 < shard.calls < MAX_EMPTY_BEHIND
+    assert clock.now <= SECONDS

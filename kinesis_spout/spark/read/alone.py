@@ -1,7 +1,7 @@
 """Reading the one record a read task of limit 1 failed on, on the driver.
 
-Its Python worker died on it, so no task returned its position: the driver
-reads it here (GetRecords of limit 1) to fail it in its tracker. The plan's
+Its Python worker died on it, or the function hung on it, so no task returned its
+position: the driver reads it here (GetRecords of limit 1) to fail it in its tracker. The plan's
 iterator may have expired long ago (a halving cycle can outlast the 5 minutes
 of an iterator), and a call may be throttled or fail: :func:`read_alone` is the
 bounded read of :mod:`kinesis_spout.kinesis.bounded` with a limit of one record,
@@ -10,9 +10,14 @@ after throttling and 5xx answers, up to :data:`ATTEMPTS` errors in a row.
 
 The record may sit behind empty pages (Kinesis walks a gap in time, over old and
 sparse data, one empty page at a time), which the task walked too: the read walks
-up to :data:`MAX_EMPTY_BEHIND` of them. The driver waits for it, so a longer gap is
-walked over several cycles: :func:`keep_reached` keeps the iterator the read reached
-as the shard's position (nothing lies between), and the next cycle goes on from there.
+up to :data:`MAX_EMPTY_BEHIND` of them, within :data:`SECONDS`. The driver waits for
+it, so a longer gap is walked over several cycles: :func:`keep_reached` keeps the
+iterator the read reached as the shard's position (nothing lies between), and the next
+cycle goes on from there, as long as that iterator is still valid (5 minutes). A cycle
+of a record that *hangs* lasts ``task_timeout`` (300 s by default): the iterator it
+reached has expired by the next read, which walks from the last key again, so such a
+record behind a gap longer than one read walks is not found (its shard waits on it,
+one hang per cycle).
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ from kinesis_spout.spark.read.plan import ReadPlan
 from tracker import Backoff
 
 ATTEMPTS = 5
-"""Errors in a row (or empty pages at the shard's tip) before giving up for this cycle
-(the next cycle tries again)."""
+"""Errors in a row before giving up for this cycle (the next cycle tries again)."""
 
 MAX_EMPTY_BEHIND = 50
 """Empty pages behind the tip walked in one cycle (10 s at 5 calls a second)."""
+
+SECONDS = 15.0
+"""The most one cycle's read takes (the driver waits for it): calls are not started
+past it, so throttling and backoff cannot stretch the wait."""
 
 
 def read_alone(
@@ -70,12 +78,11 @@ def read_alone(
         end = read_until(
             getter,
             1,
-            None,
+            SECONDS,
             take,
             clock=clock,
             sleep=sleep,
             per_call=1,
-            max_empty_at_tip=ATTEMPTS,
             max_empty_behind=MAX_EMPTY_BEHIND,
             max_errors=ATTEMPTS,
         )

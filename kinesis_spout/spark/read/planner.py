@@ -371,15 +371,18 @@ class ExecutorReadPlanner:
         if not plan.is_retry and not self._hangs.hung(plan.shard_id, plan.limit):
             return []
         failed = self.fail_alone(plan, error)
-        if not plan.is_retry:  # found and failed, or unreadable now: full-size reads again
-            self._hangs.found(plan.shard_id)
+        if not plan.is_retry:
+            if failed:  # found and failed: full-size reads again
+                self._hangs.found(plan.shard_id)
+            else:  # not readable now: the next read is of that one record again
+                self._hangs.unread(plan.shard_id)
         return failed
 
     def fail_alone(self, plan: ReadPlan, error: str) -> list[str]:
         """Fail what a task of one record failed on alone (poison); the message ids failed.
 
         A retry task's records are failed; a read task of limit 1 has its
-        record read here (one GetRecords call, limit 1) and failed, so that it
+        record read here (:func:`read_alone`) and failed, so that it
         is retried and, after ``retry_limit`` retries, dead-lettered, while
         the shard reads on after it.
         """
