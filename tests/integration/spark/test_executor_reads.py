@@ -131,14 +131,8 @@ def test_a_record_that_hangs_every_time_is_found_by_halving_and_dead_lettered(
     records again after each give-up, for ever."""
     put = put_stream(moto_client, unique_name, 1, 30, 100, {10: HANG + b"-10"})
     cfg = job_config(task_timeout=3.5, batch_size=16, retry_limit=1)
-    driver = build_driver(cfg, hang_always(log_deliveries(str(deliveries))), spark=spark)
-    assert isinstance(driver, ExecutorDriver)
-    stop = threading.Timer(150, driver.request_stop, args=("the test's deadline",))
-    stop.start()
-    try:
-        summary = driver.run()
-    finally:
-        stop.cancel()
+    fn = hang_always(log_deliveries(str(deliveries)))
+    driver, summary = run_for_at_most(150, cfg, fn, spark)
 
     hanging = f"{put[10][0]}:{put[10][1]}"
     dead = read_dead_letters(cfg.dead_letter)
@@ -162,14 +156,8 @@ def test_a_retry_task_that_hangs_is_halved_and_only_the_record_that_hangs_is_dea
     special = {3: RETRY + b"-3", 5: RETRY_HANG + b"-5", 8: RETRY + b"-8"}
     put = put_stream(moto_client, unique_name, 1, 12, 100, special)
     cfg = job_config(task_timeout=3.5, retry_limit=2, fast_retries=False, retry_backoff=0.0)
-    driver = build_driver(cfg, fail_then_hang(log_deliveries(str(deliveries))), spark=spark)
-    assert isinstance(driver, ExecutorDriver)
-    stop = threading.Timer(150, driver.request_stop, args=("the test's deadline",))
-    stop.start()
-    try:
-        summary = driver.run()
-    finally:
-        stop.cancel()
+    fn = fail_then_hang(log_deliveries(str(deliveries)))
+    driver, summary = run_for_at_most(150, cfg, fn, spark)
 
     hanging = f"{put[5][0]}:{put[5][1]}"
     dead = read_dead_letters(cfg.dead_letter)
@@ -224,6 +212,19 @@ def test_a_job_whose_task_starts_late_has_its_whole_task_timeout_from_then(
     assert driver.abandoned == 0
     assert (summary.ok, summary.failed, summary.retried, summary.dead_lettered) == (1, 0, 0, 0)
     assert [(d.seq, d.attempt) for d in read_deliveries(deliveries)] == [(put[0][1], 1)]
+
+
+def run_for_at_most(seconds: float, cfg: Any, fn: Any, spark: Any) -> tuple[ExecutorDriver, Any]:
+    """Run the job (progress lines shown) until it stops by itself, or stop it after
+    ``seconds`` (the test's deadline); the driver and the summary."""
+    driver = build_driver(cfg, fn, spark=spark)
+    assert isinstance(driver, ExecutorDriver)
+    stop = threading.Timer(seconds, driver.request_stop, args=("the test's deadline",))
+    stop.start()
+    try:
+        return driver, driver.run()
+    finally:
+        stop.cancel()
 
 
 def run(cfg: Any, fn: Any, spark: Any) -> Any:
