@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TypeVar
 
 from kinesis_spout.checkpoint.base import CheckpointStore
@@ -14,7 +13,7 @@ from kinesis_spout.core.committer import Committer
 from kinesis_spout.core.shardset import ShardSet
 from kinesis_spout.errors import EndpointUnreachableError, ThrottledError, TransientKinesisError
 from kinesis_spout.kinesis.api import KinesisApi
-from kinesis_spout.kinesis.getter import LATEST_MARGIN
+from kinesis_spout.kinesis.getter import latest_start
 from kinesis_spout.records import Checkpoint, ShardInfo
 from kinesis_spout.retrying import retrying
 from tracker import Backoff
@@ -107,7 +106,7 @@ def load_and_adopt(
         checkpoints = store.load(shard_set.config.stream_name)
     shard_set.map.update(shards)
     # pinned starts of a first open at LATEST/AT_TIMESTAMP
-    latest = (api.server_time or datetime.now(UTC)) - LATEST_MARGIN
+    latest = latest_start(api.server_time)
     owned = [s for s in shard_set.map.ids() if shard_set.owns(s)]
     checkpoints = committer.pin_start(checkpoints, owned, shard_set.map.has_known_parent, latest)
     for cp in checkpoints.values():

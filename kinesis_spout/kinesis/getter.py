@@ -76,6 +76,16 @@ NEVER = math.inf
 #: How far before the first LATEST iterator (or subscription) a re-open before any record
 #: starts: the server's Date header has whole seconds.
 LATEST_MARGIN = timedelta(seconds=1)
+
+
+def latest_start(server_time: datetime | None, local: datetime | None = None) -> datetime:
+    """Where a LATEST start is pinned: by the server's clock (an answer's ``Date``
+    header) when it says, else by ``local`` (default: now), less :data:`LATEST_MARGIN`,
+    so nothing written after the start is skipped (at worst a second or two from before
+    it is read)."""
+    return (server_time or local or datetime.now(UTC)) - LATEST_MARGIN
+
+
 _RETRIABLE = (ThrottledError, TransientKinesisError, EndpointUnreachableError)
 _NO_CHILDREN: tuple[ShardInfo, ...] = ()
 
@@ -378,7 +388,7 @@ class KinesisShardGetter:
             # came since. At worst it re-reads a second or two from before the start.
             local = self._wall_clock()
             iterator = self.api.shard_iterator(self.shard_id, position=position)
-            opened = (self.api.server_time or local) - LATEST_MARGIN
+            opened = latest_start(self.api.server_time, local)
             self._position, self._timestamp = InitialPosition.AT_TIMESTAMP, opened
             return iterator
         return self.api.shard_iterator(self.shard_id, position=position, timestamp=timestamp)

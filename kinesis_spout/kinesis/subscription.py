@@ -45,7 +45,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.errors import (
@@ -59,7 +58,7 @@ from kinesis_spout.kinesis.efo_api import (
     Subscription,
     SubscriptionEvent,
 )
-from kinesis_spout.kinesis.getter import LATEST_MARGIN
+from kinesis_spout.kinesis.getter import latest_start
 from kinesis_spout.records import GetterPosition
 from tracker import Backoff, SequenceKey
 
@@ -256,7 +255,7 @@ class SubscriptionPump:
             self._ever_subscribed = True
             if resume.after is None and resume.initial is InitialPosition.LATEST:
                 # Renewals before any record start where this one did, not at a later LATEST.
-                opened = (sub.server_time or datetime.now(UTC)) - LATEST_MARGIN
+                opened = latest_start(sub.server_time)
                 with self._cond:
                     self._resume = replace(
                         resume, initial=InitialPosition.AT_TIMESTAMP, timestamp=opened

@@ -24,11 +24,11 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from kinesis_spout.config import InitialPosition
-from kinesis_spout.kinesis.getter import LATEST_MARGIN
+from kinesis_spout.kinesis.getter import latest_start
 from kinesis_spout.records import StartPosition
 from kinesis_spout.streaming.batch_offset import BatchOffset, StreamsOffset
 from kinesis_spout.streaming.errors import OffsetError
@@ -115,10 +115,9 @@ class Planner:
         if opts.initial_position is InitialPosition.LATEST:
             # By the server's clock (the Date header of the stream checks just made, the
             # earliest of them), as the Spark job pins it: a driver clock running ahead
-            # would skip what is written after the start. The header has whole seconds,
-            # hence the margin: at worst a second or two from before the start is read.
+            # would skip what is written after the start.
             known = [t for part in self.parts.values() if (t := part.api.server_time)]
-            now = (min(known) if known else datetime.now(UTC)) - LATEST_MARGIN
+            now = latest_start(min(known, default=None))
             # Kinesis arrival times have millisecond resolution: round down.
             now = now.replace(microsecond=now.microsecond // 1000 * 1000)
             return StartPosition(InitialPosition.AT_TIMESTAMP, now)
