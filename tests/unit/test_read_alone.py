@@ -11,7 +11,7 @@ from test_streaming_read_logic import FakeClock, MemoryShard
 from kinesis_spout.errors import ThrottledError
 from kinesis_spout.kinesis.api import GetRecordsResult
 from kinesis_spout.kinesis.getter import KinesisShardGetter
-from kinesis_spout.records import GetterPosition
+from kinesis_spout.records import GetterPosition, ShardBatch
 from kinesis_spout.spark.read.alone import (
     ATTEMPTS,
     MAX_EMPTY_BEHIND,
@@ -50,15 +50,18 @@ def plan_after(seq: int) -> ReadPlan:
     return ReadPlan(1, "shard-0", GetterPosition(after=SequenceKey(seq, 0)), 1)
 
 
+BACKOFF = ExponentialBackoff(base=0.1, cap=1.0)
+
+
+def alone(
+    shard: MemoryShard, plan: ReadPlan, clock: FakeClock, backoff: ExponentialBackoff = BACKOFF
+) -> tuple[KinesisShardGetter, ShardBatch]:
+    """``read_alone`` on the in-memory shard, its time that of ``clock``."""
+    return read_alone(shard, plan, backoff, sleep=clock.sleep, clock=clock)  # type: ignore[arg-type]
+
+
 def read(shard: MemoryShard, plan: ReadPlan) -> tuple[list[str], str | None]:
-    clock = FakeClock()
-    _, page = read_alone(
-        shard,  # type: ignore[arg-type]
-        plan,
-        ExponentialBackoff(base=0.1, cap=1.0),
-        sleep=clock.sleep,
-        clock=clock,
-    )
+    _, page = alone(shard, plan, FakeClock())
     return [r.sequence_number for r in page.records], None if page.error is None else str(
         page.error
     )
@@ -81,16 +84,9 @@ def test_a_gap_longer_than_one_cycle_walks_is_walked_over_several() -> None:
     clock = FakeClock()
     plan, cycles, got = plan_after(2), 0, list[str]()
     assert plan.position is not None
-    backoff = ExponentialBackoff(base=0.1, cap=1.0)
-    driver = KinesisShardGetter(shard, "shard-0", backoff=backoff, start=plan.position.after)  # type: ignore[arg-type]
+    driver = KinesisShardGetter(shard, "shard-0", backoff=BACKOFF, start=plan.position.after)  # type: ignore[arg-type]
     while not got and cycles < 5:
-        getter, page = read_alone(
-            shard,  # type: ignore[arg-type]
-            plan,
-            ExponentialBackoff(base=0.1, cap=1.0),
-            sleep=clock.sleep,
-            clock=clock,
-        )
+        getter, page = alone(shard, plan, clock)
         got, cycles = [r.sequence_number for r in page.records], cycles + 1
         if not got:
             keep_reached(driver, plan, getter)
@@ -131,12 +127,6 @@ def test_throttling_over_a_gap_cannot_stretch_the_drivers_wait() -> None:
     the read also ends at ``SECONDS``, however the calls and backoffs add up."""
     shard = ThrottledGap([1, 1, 1], at=3, gap=10 * MAX_EMPTY_BEHIND)
     clock = FakeClock()
-    _, page = read_alone(
-        shard,  # type: ignore[arg-type]
-        plan_after(2),
-        ExponentialBackoff(base=0.5, cap=10.0),
-        sleep=clock.sleep,
-        clock=clock,
-    )
+    _, page = alone(shard, plan_after(2), clock, ExponentialBackoff(base=0.5, cap=10.0))
     assert page.records == [] and 0 < shard.calls < MAX_EMPTY_BEHIND
     assert clock.now <= SECONDS
