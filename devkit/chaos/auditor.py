@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,9 +43,10 @@ class DeadLetter:
     sub: int = 0
 
 
-def read_sink(directory: str | Path) -> list[SinkRow]:
-    """Every row of every ``part-*.parquet`` file (ids parsed from ``data``); of a fan-out
-    run's derived rows (a ``word`` column), the one per delivery whose word is the flag."""
+def read_sink(directory: str | Path, names: Collection[str] | None = None) -> list[SinkRow]:
+    """Every row of every ``part-*.parquet`` file (ids parsed from ``data``), or of the
+    files ``names``; of a fan-out run's derived rows (a ``word`` column), the one per
+    delivery whose word is the flag."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -55,12 +56,14 @@ def read_sink(directory: str | Path) -> list[SinkRow]:
     if not base.is_dir():
         return out
     for p in sorted(base.glob("part-*.parquet")):
-        names = ("shardId", "sequenceNumber", "subSequenceNumber", "data")
+        if names is not None and p.name not in names:
+            continue
+        columns = ("shardId", "sequenceNumber", "subSequenceNumber", "data")
         table = pq.read_table(p)
         if "word" in table.column_names:
             words = pc.is_in(table.column("word"), value_set=pa.array(FLAG_WORDS))
             table = table.filter(words)
-        cols = [table.column(c).to_pylist() for c in names]
+        cols = [table.column(c).to_pylist() for c in columns]
         for shard, seq, sub, data in zip(*cols, strict=True):
             out.append(SinkRow(shard, int(seq), parse_payload(data)[0], p.name, int(sub)))
     return out

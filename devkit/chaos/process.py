@@ -68,6 +68,23 @@ class JobProcess:
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
+    def pause(self) -> None:
+        """SIGSTOP every process of the session: nothing of the job runs, writes or saves
+        until :meth:`resume` (or :meth:`kill`, which kills stopped processes as well)."""
+        self._signal_session(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT every process of the session (after :meth:`pause`)."""
+        self._signal_session(signal.SIGCONT)
+
+    def _signal_session(self, sig: signal.Signals) -> None:
+        pid = self.pid
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+        for p in session_members(pid):  # a process that changed its group
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, sig)
+
     def kill(self, timeout: float = 30.0) -> None:
         """SIGKILL the process group and wait for every process of it to be gone."""
         pid = self.pid

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from devkit.chaos.auditor import KillSnapshot, read_dead_letter_dir, read_sink
+from devkit.chaos.auditor import KillSnapshot, read_dead_letter_dir, read_sink, replay_windows
 from devkit.chaos.plan import (
     JOB_NAME,
     POLL_SECONDS,
@@ -32,6 +32,10 @@ from devkit.chaos.watch import (
     dead_letter_lines,
 )
 from devkit.chaos.zkrestart import ZooKeeperRestart
+
+KILL_TRIES = 5
+"""New sink files a kill looks at, at most, for one whose rows its replay window holds
+(:meth:`_ChaosLoop._pause_in_a_window`)."""
 
 
 class _ChaosLoop:
@@ -119,17 +123,19 @@ class _ChaosLoop:
             self.timeline.event(restart.stopped_at, EventKind.ZK_STOP)
             self.timeline.event(restart.stopped_at + restart.unreachable, EventKind.ZK_START)
 
-    def _wait_for_new_rows(self, timeout: float = 5.0) -> None:
+    def _wait_for_new_rows(self, timeout: float = 5.0) -> frozenset[str]:
         """Until a sink file appears (at most ``timeout`` seconds): a task has just written
-        rows that its micro-batch has not yet acked and checkpointed, so the kill lands
-        inside a replay window (a kill between micro-batches would replay nothing)."""
+        rows that its micro-batch has not yet acked and checkpointed, so a kill now lands
+        inside a replay window (a kill between micro-batches would replay nothing).
+        Returns the new files (none: the timeout passed or the job ended)."""
         before = self.progress.files
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.job.poll() is None:
             self.progress.refresh()
             if self.progress.files - before:
-                return
+                return self.progress.files - before
             time.sleep(0.005)
+        return frozenset()
 
     @property
     def _zk_down(self) -> bool:
@@ -171,7 +177,7 @@ class _ChaosLoop:
 
     def _kill(self, delay: float) -> None:
         time.sleep(delay)
-        self._wait_for_new_rows()
+        files = self._pause_in_a_window()
         killed_at = time.monotonic() - self.origin
         self.job.kill()
         time.sleep(0.2)  # let ZooKeeper apply a write that was on the wire
@@ -181,19 +187,52 @@ class _ChaosLoop:
             rows=self.progress.refresh(),
             sink_files=self.progress.files,
             dead_letter_lines=dead_letter_lines(self.work / "dead-letter"),
-            checkpoints={
-                s: v.key
-                for s, v in self.watcher.read_now().items()  # waits while ZooKeeper is down
-                if v.sequence is not None
-            },
+            checkpoints=self._stored(),
         )
         self.kills.append(snap)
         self.timeline.event(killed_at, EventKind.KILL, f"kill {snap.index}")
         self.say(
             f"kill {snap.index}: SIGKILL to run {self.runs} at {snap.at:.1f}s, "
-            f"{snap.rows} sink rows; restarting"
+            f"{snap.rows} sink rows, at the {_nth(files)} new sink file; restarting"
         )
         self.job = self._launch()
+
+    def _pause_in_a_window(self) -> int:
+        """Stop the job (SIGSTOP) just after a task wrote sink rows and before its
+        micro-batch's checkpoint covers them, so the kill that follows replays something.
+
+        A micro-batch that fills only part of a shard's window checkpoints at once, within
+        milliseconds of its sink files: a loaded machine can see the file only after the
+        save. So the stopped job is looked at: if the new files' rows are all at or before
+        the stored checkpoints, the job goes on and the next file is tried, up to
+        :data:`KILL_TRIES` files (while ZooKeeper is down it is not looked at). Returns
+        how many new files were looked at."""
+        tried = 0
+        while True:
+            tried += 1
+            new = self._wait_for_new_rows()
+            self.job.pause()
+            if not new or tried == KILL_TRIES or self._zk_down:
+                return tried
+            time.sleep(0.2)  # let ZooKeeper apply a write that was on the wire
+            if self._replays(new):
+                return tried
+            self.job.resume()
+
+    def _replays(self, files: frozenset[str]) -> bool:
+        """Whether a kill now would replay a row of the sink files ``files``."""
+        now = KillSnapshot(0, 0.0, 0, files, {}, self._stored())
+        rows = read_sink(self.work / "sink", names=files)
+        return replay_windows([now], rows, []).total > 0
+
+    def _stored(self) -> dict[str, int | tuple[int, int]]:
+        """The stored checkpoint of every shard that has one (waits while ZooKeeper is
+        down)."""
+        return {s: v.key for s, v in self.watcher.read_now().items() if v.sequence is not None}
+
+
+def _nth(n: int) -> str:
+    return {1: "first", 2: "second", 3: "third"}.get(n, f"{n}th")
 
 
 def _say(text: str) -> None:

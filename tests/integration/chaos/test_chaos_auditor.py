@@ -305,6 +305,59 @@ def test_job_process_kill_leaves_nothing_of_the_session(tmp_path: Path) -> None:
     assert session_members(job.pid) == []
 
 
+def _states(sid: int) -> set[str]:
+    """The run states (``/proc/PID/stat``) of the live processes of session ``sid``."""
+    states = set()
+    for pid in session_members(sid):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        states.add(stat[stat.rfind(")") + 2])
+    return states
+
+
+def test_job_process_pause_stops_every_process_of_the_session_until_resume(
+    tmp_path: Path,
+) -> None:
+    # The escaper of the kill test is stopped too: pause() signals the whole session.
+    escaper = "import os, time; os.setpgid(0, 0); time.sleep(300)"
+    script = f"sleep 300 & {sys.executable} -c '{escaper}' & wait"
+    job = JobProcess(["sh", "-c", script], dict(os.environ), tmp_path / "job.log").start()
+    try:
+        wait_until(lambda: len(session_members(job.pid)) == 3, 20, "the job's three processes")
+        assert "T" not in _states(job.pid)
+        job.pause()
+        wait_until(
+            lambda: _states(job.pid) == {"T"},
+            10,
+            "every process stopped",
+            seen=lambda: _states(job.pid),
+        )
+        job.resume()
+        wait_until(
+            lambda: "T" not in _states(job.pid),
+            10,
+            "every process running again",
+            seen=lambda: _states(job.pid),
+        )
+        job.pause()  # a stopped job is killed all the same
+    finally:
+        job.kill()
+    assert session_members(job.pid) == []
+
+
+def test_read_sink_reads_only_the_files_named(tmp_path: Path) -> None:
+    assert read_sink(tmp_path / "sink") == []
+    sink = ParquetSink(tmp_path / "sink")
+    for batch, seq in ((0, 1), (1, 2)):
+        sink.write(batch, _sink_table([f"chaos-{seq}"], S0, seq))
+    files = sorted(p.name for p in (tmp_path / "sink").glob("part-*.parquet"))
+    assert [r.sequence for r in read_sink(tmp_path / "sink")] == [1, 2]
+    assert [r.sequence for r in read_sink(tmp_path / "sink", names=files[1:])] == [2]
+    assert read_sink(tmp_path / "sink", names=[]) == []
+
+
 @pytest.mark.integration
 def test_watcher_sees_store_writes_and_flags_a_backwards_one(
     zookeeper: ZooKeeperServer, unique_name: str
