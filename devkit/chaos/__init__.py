@@ -23,7 +23,8 @@ change). The pieces, each usable alone:
 Modules: ``plan`` (plan, records, schedule, job config), ``watch`` (sink progress,
 checkpoint watcher), ``process`` (the job process), ``zkrestart`` (ZooKeeper stopped and
 started), ``auditor`` (sink and dead-letter reading, tally, replay windows), ``report``
-(figures, problems), ``runner`` (the run loop and :func:`run_chaos`), ``timeline`` and
+(figures, problems), ``loop`` (the job under kills and restarts until it drains),
+``runner`` (:func:`run_chaos`: servers, records, the loop, the audit), ``timeline`` and
 ``timeline_figure`` (the run over time, pure) and ``chart`` (drawing it).
 
 What the auditor checks (:attr:`ChaosResult.problems` lists the guarantees that
