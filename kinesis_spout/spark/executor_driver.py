@@ -157,6 +157,8 @@ class ExecutorDriver(StopControl):
 
     def _step(self, pool: ThreadPoolExecutor) -> None:
         """Start a job for the shards that can read, wait for a job, apply what finished."""
+        if not self.stopping:
+            self._walk()
         now = self.clock()
         if not self.stopping and self._may_start(now):
             plans = self.planner.plan(self.config.batch_size, busy=set(self._busy))
@@ -175,6 +177,16 @@ class ExecutorDriver(StopControl):
         if self._deadline is not None:
             self._give_up_overdue(pool, self._deadline)
         self._after()
+
+    def _walk(self) -> None:
+        """The records that failed a task alone and were not reached yet: read on to them
+        on the driver and fail them (:meth:`ExecutorReadPlanner.walk`), with their
+        micro-batch's line."""
+        started = self.clock()
+        failed = self.planner.walk(set(self._busy))
+        if failed:
+            self.jobs.remember_poison(failed)  # its retries that fail alone are poison
+            self._report(started, len(failed), 0, len(failed), 0, 0)
 
     def _may_start(self, now: float) -> bool:
         """A new micro-batch starts when none runs, or beside running ones that are

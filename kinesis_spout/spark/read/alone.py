@@ -11,13 +11,11 @@ after throttling and 5xx answers, up to :data:`ATTEMPTS` errors in a row.
 The record may sit behind empty pages (Kinesis walks a gap in time, over old and
 sparse data, one empty page at a time), which the task walked too: the read walks
 up to :data:`MAX_EMPTY_BEHIND` of them, within :data:`SECONDS`. The driver waits for
-it, so a longer gap is walked over several cycles: :func:`keep_reached` keeps the
-iterator the read reached as the shard's position (nothing lies between), and the next
-cycle goes on from there, as long as that iterator is still valid (5 minutes). A cycle
-of a record that *hangs* lasts ``task_timeout`` (300 s by default): the iterator it
-reached has expired by the next read, which walks from the last key again, so such a
-record behind a gap longer than one read walks is not found (its shard waits on it,
-one hang per cycle).
+it, so a longer gap is walked over several reads: :func:`keep_reached` keeps the
+iterator the read reached as the shard's position (nothing lies between), and the
+planner reads on from there at the loop's next step, with no task of the shard
+meanwhile (:meth:`~kinesis_spout.spark.read.planner.ExecutorReadPlanner.walk`), while
+that iterator is still valid (5 minutes).
 """
 
 from __future__ import annotations
@@ -34,13 +32,13 @@ from kinesis_spout.spark.read.plan import ReadPlan
 from tracker import Backoff
 
 ATTEMPTS = 5
-"""Errors in a row before giving up for this cycle (the next cycle tries again)."""
+"""Errors in a row before giving up for this read (the next step reads on)."""
 
 MAX_EMPTY_BEHIND = 50
-"""Empty pages behind the tip walked in one cycle (10 s at 5 calls a second)."""
+"""Empty pages behind the tip walked in one read (10 s at 5 calls a second)."""
 
 SECONDS = 15.0
-"""The most one cycle's read takes (the driver waits for it): calls are not started
+"""The most one read takes (the driver waits for it): calls are not started
 past it, so throttling and backoff cannot stretch the wait."""
 
 
@@ -98,7 +96,7 @@ def read_alone(
 def keep_reached(shard: KinesisShardGetter, plan: ReadPlan, read: KinesisShardGetter) -> None:
     """:func:`read_alone` (its getter ``read``) did not get the record: the shard's
     position (``shard``, while still the plan's) takes the iterator the read reached,
-    after the same last key (over empty pages: the next cycle goes on from there), or,
+    after the same last key (over empty pages: the next read goes on from there), or,
     with none, drops an iterator that expired (its next task re-opens after the key)."""
     assert plan.position is not None
     if shard.position != plan.position:

@@ -44,8 +44,8 @@ from kinesis_spout.spark.isolation import (
 )
 from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.processing import RecordFunction
+from kinesis_spout.spark.read.lone import poison_id
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.read.planner import poison_id
 from kinesis_spout.spark.read.shuffle import shuffled_results
 from kinesis_spout.spark.read.task import task_function
 

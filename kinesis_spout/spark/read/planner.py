@@ -21,7 +21,8 @@ Per micro-batch :meth:`plan` makes (the loop groups them into Spark tasks)
   :meth:`~kinesis_spout.core.partition.ShardPartition.room`), and while its reads hang,
   the cap of its search for the record that hangs (:meth:`hung`,
   :mod:`~kinesis_spout.spark.read.hangs`). A draining, released, fenced or
-  ended shard gets no read task; a caught-up shard waits ``empty_shard_backoff``.
+  ended shard gets no read task, nor one walking to a record that failed a task alone
+  (:mod:`~kinesis_spout.spark.read.lone`); a caught-up shard waits ``empty_shard_backoff``.
 
 :meth:`apply` takes the results. The payloads of records that were processed
 ok never come here: a read task's records are tracked *sparsely*: each failed
@@ -30,7 +31,8 @@ last record, so the tracker's checkpoint is exactly what it would be with
 every key (the untracked keys between them are done). Failed records are
 failed in their tracker: retried in a later retry task, or dead-lettered
 after ``retry_limit`` retries. A record that failed a task alone (:meth:`fail_alone`,
-:meth:`hung`) is failed the same way.
+:meth:`hung`, :meth:`walk`) is failed the same way, once the driver has read it
+(:class:`~kinesis_spout.spark.read.lone.LoneRecords`).
 
 Planning and applying are one class because each reads what the other leaves in the
 same shard state: the room, the positions, the retries and the hang searches that
@@ -50,19 +52,12 @@ from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.multistream import MultiStreamSpout, open_reader
-from kinesis_spout.records import Record, ShardBatch, ShardState
-from kinesis_spout.spark.read.alone import keep_reached, read_alone
-from kinesis_spout.spark.read.hangs import HangSearch
+from kinesis_spout.records import ShardBatch, ShardState
+from kinesis_spout.spark.read.lone import LoneRecords
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 from kinesis_spout.spout import KinesisSpout
 
 log = logging.getLogger(__name__)
-
-
-def poison_id(record: Record) -> str:
-    """How a record that failed alone is remembered: ``"<stream>/<message id>"`` (a job
-    may read several streams)."""
-    return f"{record.stream_name}/{record.message_id}"
 
 
 def sparse_marks(ok: bytearray, failed: Iterable[int]) -> list[tuple[int, bool]]:
@@ -117,8 +112,6 @@ class ExecutorReadPlanner:
         self._clock = spout.clock
         self._early: dict[str, float] = {}
         """Per shard waiting at its tip: how early it may join a micro-batch."""
-        self._hangs = HangSearch()
-        """Shards whose reads hung: their reads are halved to find the record (:meth:`hung`)."""
         self.tasks: Iterator[int] = itertools.count(1)
         """Numbers of the tasks planned (shared by the planners of a job's streams, so a
         number names one plan of the job)."""
@@ -126,6 +119,9 @@ class ExecutorReadPlanner:
         self.retry_tasks = 0
         self.readers: set[tuple[str, int]] = set()
         """(executor, pid) of every task whose result was applied."""
+        self.lone = LoneRecords(spout, self._apply_read, self._next_task)
+        """The records that failed a task alone: read and failed on the driver, and the
+        searches for a record that hangs (:meth:`fail_alone`, :meth:`hung`, :meth:`walk`)."""
 
     # ------------------------------------------------------------------ planning
     def plan(
@@ -146,14 +142,16 @@ class ExecutorReadPlanner:
         ]
         rotation = list(self._set.rotation)
         planned = {p.shard_id for p in plans}
-        free = [sh for sh in rotation if sh.shard_id not in busy and sh.shard_id not in planned]
+        # A walking shard has no read task: it would fail or hang on the same record again.
+        skip = {*busy, *planned, *self.lone.walks}
+        free = [sh for sh in rotation if sh.shard_id not in skip]
         # Shards waiting at their tip join a micro-batch that runs anyway up to half their
         # wait early, so idle shards that fell out of step (a read cut by the deadline) poll
         # together again: one Spark job per round, not one per group.
         early = early or bool(plans) or any(self._readable(sh, now) for sh in free)
         for sh in free:
             if self._readable(sh, now, early):
-                cap = self._hangs.cap(sh.shard_id) or max_records
+                cap = self.lone.hangs.cap(sh.shard_id) or max_records
                 limit = min(max_records, self.spout.make_room(sh, now), cap)
                 if limit > 0:
                     assert sh.reader is not None
@@ -217,6 +215,8 @@ class ExecutorReadPlanner:
         now = self._clock()
         t = min(self.spout.next_checkpoint_at, self._set.refresh_at)
         if self._set.to_adopt or any(sh.drained for sh in self._set.draining):
+            return 0.0
+        if any(shard not in busy for shard in self.lone.walks):
             return 0.0
         for sh in self._set.rotation:
             tracker, reader = sh.tracker, sh.reader
@@ -288,7 +288,7 @@ class ExecutorReadPlanner:
                 key = res.key(i)
                 if emitted(key, None, now):
                     tracker.ack(key)
-        self._hangs.read(sh.shard_id, n, res.caught_up)
+        self.lone.hangs.read(sh.shard_id, n, res.caught_up)
         if n:
             sh.window.add_run(res.key(n - 1), n)
             self._rr.read += n
@@ -344,75 +344,14 @@ class ExecutorReadPlanner:
         count_task_figures(self._metrics, sh.shard_id, res)
 
     # ------------------------------------------------------------------ isolation
-    def _not_read_alone(
-        self, sh: ShardPartition, plan: ReadPlan, getter: KinesisShardGetter, page: ShardBatch
-    ) -> None:
-        """The record that fails alone could not be read now: the shard's position keeps
-        what the read reached (:func:`keep_reached`), and the error is shown."""
-        assert sh.reader is not None
-        driver_getter = sh.reader.getter
-        assert isinstance(driver_getter, KinesisShardGetter)
-        keep_reached(driver_getter, plan, getter)
-        self._metrics.increment("kinesis_errors", getter.errors, shard=sh.shard_id)
-        log.warning(
-            "shard %s: the record that fails alone could not be read (%d calls): %s; "
-            "trying again in the next cycle",
-            sh.shard_id,
-            getter.calls,
-            page.error or "no record at the position",
-        )
+    def fail_alone(self, plan: ReadPlan, error: str) -> list[str]:
+        """See :meth:`~kinesis_spout.spark.read.lone.LoneRecords.fail_alone`."""
+        return self.lone.fail_alone(plan, error)
 
     def hung(self, plan: ReadPlan, error: str) -> list[str]:
-        """A job of this one plan was given up at ``task_timeout``; the message ids failed.
-        A retry task's records fail (the loop halves one of several records first). A
-        read task's shard is read again from the same
-        position, its reads halved until the record that hangs is found and failed alone
-        (:mod:`~kinesis_spout.spark.read.hangs`)."""
-        if not plan.is_retry and not self._hangs.hung(plan.shard_id, plan.limit):
-            return []
-        failed = self.fail_alone(plan, error)
-        if not plan.is_retry:
-            if failed:  # found and failed: full-size reads again
-                self._hangs.found(plan.shard_id)
-            else:  # not readable now: the next read is of that one record again
-                self._hangs.unread(plan.shard_id)
-        return failed
+        """See :meth:`~kinesis_spout.spark.read.lone.LoneRecords.hung`."""
+        return self.lone.hung(plan, error)
 
-    def fail_alone(self, plan: ReadPlan, error: str) -> list[str]:
-        """Fail what a task of one record failed on alone (poison); the message ids failed.
-
-        A retry task's records are failed; a read task of limit 1 has its
-        record read here (:func:`read_alone`) and failed, so that it
-        is retried and, after ``retry_limit`` retries, dead-lettered, while
-        the shard reads on after it.
-        """
-        sh = self._set.shards.get(plan.shard_id)
-        if sh is None or sh.tracker is None:
-            return []
-        now = self._clock()
-        if plan.position is None:
-            for rec in plan.retries:
-                self._acks.fail_record(sh, rec.key, rec, error, now)
-            return [poison_id(rec) for rec in plan.retries]
-        spout = self.spout
-        assert spout.api is not None
-        getter, page = read_alone(
-            spout.api, plan, spout.throttle_backoff, sleep=spout.sleep, clock=self._clock
-        )
-        if not page.records:
-            self._not_read_alone(sh, plan, getter, page)
-            return []  # not readable now: the next cycle tries the shard again
-        res = ReadResult.for_plan(plan)
-        res.position, res.calls = getter.position, getter.calls
-        res.call_seconds = [page.seconds] if page.seconds is not None else []
-        for i, rec in enumerate(page.records):
-            res.seqs.append(rec.sequence_number)
-            res.subs.append(rec.sub_sequence_number)
-            res.ok.append(0)
-            res.errors[i] = error
-            res.failed[i] = rec
-        res.ended, res.behind = getter.ended, getter.millis_behind_latest
-        res.caught_up = getter.caught_up
-        res.child_shards, res.aggregates = page.child_shards, page.aggregates
-        self._apply_read(sh, res, now)
-        return [poison_id(rec) for rec in page.records]
+    def walk(self, busy: Collection[str] = ()) -> list[str]:
+        """See :meth:`~kinesis_spout.spark.read.lone.LoneRecords.walk`."""
+        return self.lone.walk(busy)

@@ -170,6 +170,14 @@ class StreamPlanners:
         planner = self.planners.get(plan.stream)
         return planner.hung(plan, error) if planner is not None else []
 
+    def walk(self, busy: Collection[ShardKey] = ()) -> list[str]:
+        """Every stream's :meth:`ExecutorReadPlanner.walk`, the shards ``busy`` left out."""
+        return [
+            rid
+            for name, planner in self.planners.items()
+            for rid in planner.walk({shard for stream, shard in busy if stream == name})
+        ]
+
     # ------------------------------------------------------------------ views
     @property
     def readers(self) -> set[tuple[str, int]]:

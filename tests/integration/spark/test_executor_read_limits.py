@@ -18,6 +18,7 @@ from kinesis_spout.checkpoint.base import MemoryCheckpointStore
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.records import Record
+from kinesis_spout.spark.read import alone
 from kinesis_spout.spark.read.plan import ReadSettings
 from kinesis_spout.spark.read.planner import ExecutorReadPlanner, executor_read_spout
 from kinesis_spout.spark.read.task import run_plan, run_plans
@@ -126,7 +127,8 @@ def test_the_record_that_fails_alone_is_read_past_an_expired_iterator(
 ) -> None:
     """A read task of one record killed its worker: the driver reads that record to fail
     it. Its iterator expired (a halving cycle outlasted it): re-opened and read; when
-    no read works, the error is shown and the shard's expired iterator is dropped."""
+    no read works, the error is shown, the shard's expired iterator is dropped, and the
+    driver reads on to the record at its next step (no task of the shard meanwhile)."""
     create_stream(moto_client, unique_name, 1)
     put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(3)])
     store = MemoryCheckpointStore("job")
@@ -143,8 +145,12 @@ def test_the_record_that_fails_alone_is_read_past_an_expired_iterator(
         with caplog.at_level("WARNING"):
             assert sp.fail_alone(replace(plan, limit=1), "worker died") == []
         assert f"shard {SHARD}: the record that fails alone could not be read" in caplog.text
-        (plan,) = sp.plan(10_000)
-        assert plan.position is not None and plan.position.iterator is None
+        assert sp.plan(10_000) == []
+        shard = sp.spout.shard_set.shards[SHARD]
+        assert shard.reader is not None and shard.reader.getter.position.iterator is None
+        px.expire = 0.0
+        (rid,) = sp.walk()  # re-opened after the last key read
+        assert rid.startswith(f"{unique_name}/{SHARD}") and rid != failed[0]
         sp.spout.close()
 
 
@@ -173,6 +179,52 @@ def test_the_record_that_fails_alone_is_read_behind_more_empty_pages_than_five(
         sp.spout.close()
     assert [r.partition_key for r in res.failed.values()] == []
     assert len(res) == 2
+
+
+@pytest.mark.parametrize("how", ["killed its worker", "hung"])
+def test_a_record_that_fails_alone_behind_more_empty_pages_than_one_read_walks_is_walked_to(
+    moto_server: MotoServer,
+    moto_client: Any,
+    unique_name: str,
+    tmp_path: Path,
+    how: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The record a task of one record failed on sits behind more empty pages than one
+    driver read walks (``MAX_EMPTY_BEHIND``, 5 here: at 5 calls a second, 50 take 10 s).
+    Its shard gets no task meanwhile: the driver reads on from where it stopped at its
+    next step (``walk``) and fails the record. Before the fix the shard's next task was
+    of that record again: for a record that hangs, ``task_timeout`` later, when the
+    iterator the read reached had expired, so the driver walked the same pages again and
+    never reached it."""
+    create_stream(moto_client, unique_name, 1)
+    put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(3)])
+    store = MemoryCheckpointStore("job")
+    monkeypatch.setattr(alone, "MAX_EMPTY_BEHIND", 5)
+    with FaultProxy(moto_server.endpoint_url, seed=0, operations=["GetRecords"]) as px:
+        sp = reader(px.endpoint_url, unique_name, tmp_path, store, retry_limit=0)
+        (plan,) = sp.plan(10_000)
+        px.set_rates(empty=1.0)
+        one = replace(plan, limit=1)
+        failed = sp.hung(one, how) if how == "hung" else sp.fail_alone(one, how)
+        assert failed == [] and px.injected.empty == 5
+        assert sp.plan(10_000) == []  # no task would fail or hang on the record again
+        assert sp.wake_in() == 0.0
+        assert sp.walk(busy={SHARD}) == []  # not while a retry task of the shard runs
+        assert sp.walk() == []  # 5 pages further on, still empty
+        assert px.injected.empty == 10
+        px.set_rates(empty=0.9)  # seed 0: a few more empty pages, then the record
+        (rid,) = sp.walk()
+        px.clear_faults()
+        assert rid.startswith(f"{unique_name}/{SHARD}")
+        assert sp.walk() == []
+        (plan,) = sp.plan(10_000)  # the shard reads on after it, at full size
+        assert plan.limit > 1
+        res = run_plan(plan, ReadSettings.of(sp.config), lambda r: None, batch_id=1)
+        sp.apply([res])
+        sp.spout.close()
+    assert len(res) == 2
+    assert sp.spout.stats().dead_lettered == 1  # retry_limit 0: failed once, dead-lettered
 
 
 def test_a_running_retry_task_keeps_its_records_past_the_message_timeout(
