@@ -21,6 +21,11 @@ KILL_TRIES = 5
 (:meth:`ChaosLoop._pause_in_a_window`)."""
 
 
+MAX_PAUSE = 2.0
+"""Seconds the job may stay stopped while its new sink file is looked at and still be
+resumed (its ZooKeeper session lapses after 10 s of silence)."""
+
+
 class ChaosLoop:
     """Runs the job, restarts it after each kill or failure, until a run drains.
 
@@ -160,7 +165,7 @@ class ChaosLoop:
 
     def _kill(self, delay: float) -> None:
         time.sleep(delay)
-        files = self._pause_in_a_window()
+        looked = self._pause_in_a_window()
         killed_at = time.monotonic() - self.origin
         self.job.kill()
         time.sleep(0.2)  # let ZooKeeper apply a write that was on the wire
@@ -176,11 +181,11 @@ class ChaosLoop:
         self.timeline.event(killed_at, EventKind.KILL, f"kill {snap.index}")
         self.say(
             f"kill {snap.index}: SIGKILL to run {self.runs} at {snap.at:.1f}s, "
-            f"{snap.rows} sink rows, at the {_nth(files)} new sink file; restarting"
+            f"{snap.rows} sink rows ({looked}); restarting"
         )
         self.job = self._launch()
 
-    def _pause_in_a_window(self) -> int:
+    def _pause_in_a_window(self) -> str:
         """Stop the job (SIGSTOP) just after a task wrote sink rows and before its
         micro-batch's checkpoint covers them, so the kill that follows replays something.
 
@@ -188,18 +193,24 @@ class ChaosLoop:
         milliseconds of its sink files: a loaded machine can see the file only after the
         save. So the stopped job is looked at: if the new files' rows are all at or before
         the stored checkpoints, the job goes on and the next file is tried, up to
-        :data:`KILL_TRIES` files (while ZooKeeper is down it is not looked at). Returns
-        how many new files were looked at."""
+        :data:`KILL_TRIES` files (while ZooKeeper is down it is not looked at, and a job
+        stopped longer than :data:`MAX_PAUSE` is not resumed: its ZooKeeper session may
+        have lapsed). Returns what was looked at, for the kill's line."""
         tried = 0
         while True:
             tried += 1
             new = self._wait_for_new_rows()
             self.job.pause()
-            if not new or tried == KILL_TRIES or self._zk_down:
-                return tried
+            paused = time.monotonic()
+            if not new:
+                return "no new sink file"
+            if self._zk_down:
+                return "ZooKeeper down, not looked at"
             time.sleep(0.2)  # let ZooKeeper apply a write that was on the wire
             if self._replays(new):
-                return tried
+                return f"in the window of new sink file {tried}"
+            if tried == KILL_TRIES or time.monotonic() - paused > MAX_PAUSE:
+                return f"no window found in {tried} new sink files"
             self.job.resume()
 
     def _replays(self, files: frozenset[str]) -> bool:
@@ -212,10 +223,6 @@ class ChaosLoop:
         """The stored checkpoint of every shard that has one (waits while ZooKeeper is
         down)."""
         return {s: v.key for s, v in self.watcher.read_now().items() if v.sequence is not None}
-
-
-def _nth(n: int) -> str:
-    return {1: "first", 2: "second", 3: "third"}.get(n, f"{n}th")
 
 
 def _last_error(job: JobProcess) -> str:

@@ -271,6 +271,8 @@ class ExecutorDriver(StopControl):
             failed = self.planner.hung(plan, error)
             if plan.is_retry or failed:
                 then = f"its {len(failed)} records failed"
+            elif plan.limit <= 1:
+                then = "the driver reads on to the record that hangs"
             else:
                 then = "the shard is read again, at most half as many records at a time"
             log.warning("%s (shard %s): given up; %s", error, plan.shard_id, then)

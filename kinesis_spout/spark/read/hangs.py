@@ -17,9 +17,9 @@ in turn, and the shard would stall for good. So, as with a record that kills its
   moment, not a record). When the driver's read did not reach the one record (behind
   a long gap of empty pages, or errors), the driver reads on to it at the next steps
   of its loop, with no task of the shard meanwhile
-  (:meth:`~kinesis_spout.spark.read.planner.ExecutorReadPlanner.walk`); only when it
-  cannot (the shard was let go meanwhile) is the shard's next read of that one record
-  again (:meth:`HangSearch.unread`);
+  (:meth:`~kinesis_spout.spark.read.planner.ExecutorReadPlanner.walk`); only when
+  the driver holds no tracker of the shard (let go meanwhile) is the shard's next read
+  of that one record again (:meth:`HangSearch.unread`);
 * a job whose Spark jobs have not started a task yet waits for Spark, not on a record
   (:meth:`~kinesis_spout.spark.read.jobs.ReadJobs.tasks_started`): it is not given up
   then, and its ``task_timeout`` counts from when its tasks start.
@@ -69,8 +69,8 @@ class HangSearch:
 
     def unread(self, shard_id: str) -> None:
         """The record that hung alone was not failed, and the driver does not read on to
-        it (the shard was let go): the shard's next read is of that one record again; one
-        that does not hang ends the search."""
+        it (it holds no tracker of the shard, let go meanwhile): the shard's next read is
+        of that one record again; one that does not hang ends the search."""
         self._searches[shard_id] = _Search(1, 1)
 
     def found(self, shard_id: str) -> None:

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.records import Record, ShardBatch, ShardState
+from kinesis_spout.spark.read import alone
 from kinesis_spout.spark.read.alone import keep_reached, read_alone
 from kinesis_spout.spark.read.hangs import HangSearch
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
@@ -46,6 +48,15 @@ def poison_id(record: Record) -> str:
     return f"{record.stream_name}/{record.message_id}"
 
 
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    """A record the driver reads on to: the error to fail it with, and whether it hung
+    (its shard's hang search ends once it is failed)."""
+
+    error: str
+    hung: bool
+
+
 class LoneRecords:
     """The records that failed a task alone, read and failed on the driver; see the
     module docstring."""
@@ -60,9 +71,9 @@ class LoneRecords:
         self._next_task = next_task
         self.hangs = HangSearch()
         """Shards whose reads hung: their reads are halved to find the record (:meth:`hung`)."""
-        self.walks: dict[str, str] = {}
-        """Shards whose record that failed a task alone the driver has not reached yet, and
-        the error to fail it with: the driver reads on to it at each step (:meth:`walk`)."""
+        self.walks: dict[str, _Walk] = {}
+        """Shards whose record that failed a task alone the driver has not reached yet, in
+        the order they walk: the driver reads on to it at each step (:meth:`walk`)."""
 
     def hung(self, plan: ReadPlan, error: str) -> list[str]:
         """A job of this one plan was given up at ``task_timeout``; the message ids failed.
@@ -71,7 +82,7 @@ class LoneRecords:
         the record that hangs is found and failed alone (:mod:`~kinesis_spout.spark.read.hangs`)."""
         if not plan.is_retry and not self.hangs.hung(plan.shard_id, plan.limit):
             return []
-        failed = self.fail_alone(plan, error)
+        failed = self._fail(plan, _Walk(error, hung=True))
         if not plan.is_retry:
             if failed:  # found and failed: full-size reads again
                 self.hangs.found(plan.shard_id)
@@ -82,22 +93,42 @@ class LoneRecords:
     def walk(self, busy: Collection[str] = ()) -> list[str]:
         """Read on, on the driver, to each record that failed a task alone and that the
         last read did not reach, from where that read stopped, and fail it; the message
-        ids failed. A shard ``busy`` (a retry task of it runs) waits for the next step."""
+        ids failed. Shards that may not read now (:meth:`_may_walk`) wait for a later step.
+        The loop waits for these reads, so a step starts none past ``alone.SECONDS`` (the
+        bound of one read), and the shards take turns."""
         failed: list[str] = []
-        for shard_id, error in list(self.walks.items()):
+        deadline = self._clock() + alone.SECONDS
+        for shard_id, walk in list(self.walks.items()):
             sh = self._set.shards.get(shard_id)
             reader = sh.reader if sh is not None else None
             if sh is None or reader is None or sh.state is not ShardState.OPEN:
                 del self.walks[shard_id]  # let go or ended: read again where it goes
                 continue
-            if shard_id in busy:
+            if shard_id in busy or not self._may_walk(sh) or self._clock() > deadline:
                 continue
             plan = ReadPlan(self._next_task(), shard_id, reader.getter.position, 1)
-            ids = self.fail_alone(plan, error)
-            if ids:
+            ids = self._fail(plan, walk)
+            if ids and walk.hung:
                 self.hangs.found(shard_id)
+            if shard_id in self.walks:  # still walking: behind the others next step
+                self.walks[shard_id] = self.walks.pop(shard_id)
             failed += ids
         return failed
+
+    def walking(self, busy: Collection[str] = ()) -> bool:
+        """Whether a shard not ``busy`` may walk now (the loop's next step is due)."""
+        return any(
+            shard_id not in busy
+            and (sh := self._set.shards.get(shard_id)) is not None
+            and self._may_walk(sh)
+            for shard_id in self.walks
+        )
+
+    @staticmethod
+    def _may_walk(sh: ShardPartition) -> bool:
+        """A shard reads on to its record only while it may read at all: not fenced, with
+        no dead letter waiting to be written, not being let go."""
+        return sh.emitting and not sh.releasing
 
     def fail_alone(self, plan: ReadPlan, error: str) -> list[str]:
         """Fail what a task of one record failed on alone (poison); the message ids failed.
@@ -106,6 +137,12 @@ class LoneRecords:
         here (:func:`read_alone`) and failed, or, when the read does not reach it, its
         shard walks to it (:meth:`walk`).
         """
+        return self._fail(plan, _Walk(error, hung=False))
+
+    def _fail(self, plan: ReadPlan, walk: _Walk) -> list[str]:
+        """:meth:`fail_alone`, the shard walking with ``walk`` when the record is not
+        reached."""
+        error = walk.error
         sh = self._set.shards.get(plan.shard_id)
         if sh is None or sh.tracker is None:
             return []
@@ -124,7 +161,7 @@ class LoneRecords:
             if page.ended:  # the shard ended before it: nothing to walk to
                 self.walks.pop(plan.shard_id, None)
             else:  # not reached now: the next step reads on (:meth:`walk`)
-                self.walks[plan.shard_id] = error
+                self.walks[plan.shard_id] = walk
             return []
         self.walks.pop(plan.shard_id, None)
         self._apply_read(sh, _failed_read(plan, getter, page, error), now)

@@ -216,7 +216,7 @@ class ExecutorReadPlanner:
         t = min(self.spout.next_checkpoint_at, self._set.refresh_at)
         if self._set.to_adopt or any(sh.drained for sh in self._set.draining):
             return 0.0
-        if any(shard not in busy for shard in self.lone.walks):
+        if self.lone.walking(busy):
             return 0.0
         for sh in self._set.rotation:
             tracker, reader = sh.tracker, sh.reader

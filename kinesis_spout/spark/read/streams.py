@@ -171,12 +171,18 @@ class StreamPlanners:
         return planner.hung(plan, error) if planner is not None else []
 
     def walk(self, busy: Collection[ShardKey] = ()) -> list[str]:
-        """Every stream's :meth:`ExecutorReadPlanner.walk`, the shards ``busy`` left out."""
-        return [
-            rid
-            for name, planner in self.planners.items()
-            for rid in planner.walk({shard for stream, shard in busy if stream == name})
-        ]
+        """Every stream's :meth:`ExecutorReadPlanner.walk`, the shards ``busy`` left out
+        (a stream found gone is let go, as when planning)."""
+        failed: list[str] = []
+        for name, planner in list(self.planners.items()):
+            mine = {shard for stream, shard in busy if stream == name}
+            try:
+                failed += planner.walk(mine)
+            except StreamNotFoundError as exc:  # deleted, or created again
+                if not isinstance(self.spout, MultiStreamSpout):
+                    raise
+                self.spout.let_go(planner.spout, str(exc))
+        return failed
 
     # ------------------------------------------------------------------ views
     @property

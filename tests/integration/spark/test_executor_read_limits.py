@@ -213,6 +213,10 @@ def test_a_record_that_fails_alone_behind_more_empty_pages_than_one_read_walks_i
         assert sp.walk(busy={SHARD}) == []  # not while a retry task of the shard runs
         assert sp.walk() == []  # 5 pages further on, still empty
         assert px.injected.empty == 10
+        shard = sp.spout.shard_set.shards[SHARD]
+        shard.releasing = True  # a shard being let go reads nothing, nor walks
+        assert sp.walk() == [] and px.injected.empty == 10
+        shard.releasing = False
         px.set_rates(empty=0.9)  # seed 0: a few more empty pages, then the record
         (rid,) = sp.walk()
         px.clear_faults()
