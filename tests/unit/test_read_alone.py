@@ -97,6 +97,44 @@ def test_a_gap_longer_than_one_cycle_walks_is_walked_over_several() -> None:
     assert shard.calls == 2 * MAX_EMPTY_BEHIND + 7 + 1
 
 
+class EmptyAggregateInGap(GapBefore):
+    """Kinesis records 1, 2, 3 (a KPL aggregate holding no user record) and 4; after
+    record 2 a gap of ``gap`` empty pages, record 3 answered (skipped) at its step
+    ``agg``, then record 4."""
+
+    def __init__(self, gap: int, agg: int) -> None:
+        super().__init__([1, 1, 0, 1], at=4, gap=gap)
+        self.agg = agg
+
+    def get_records(self, shard_id: str, iterator: str, limit: int) -> GetRecordsResult:
+        iterator = "g0" if iterator == "2" else iterator
+        if iterator == f"g{self.agg}":
+            self.calls += 1
+            return GetRecordsResult(
+                [], f"g{self.agg + 1}", 3_600_000, (), 1, skipped=(SequenceKey(3, 0),)
+            )
+        return super().get_records(shard_id, iterator, limit)
+
+
+def test_a_gap_with_an_empty_aggregate_inside_is_walked_on_not_again_from_its_start() -> None:
+    """The empty aggregate moves the read's last key; the reached iterator is kept all
+    the same (the read passed no user record). Before the fix a changed key kept
+    nothing of what was reached, and every read walked the gap again from its start."""
+    shard = EmptyAggregateInGap(gap=2 * MAX_EMPTY_BEHIND + 7, agg=10)
+    clock = FakeClock()
+    plan, reads, got = plan_after(2), 0, list[str]()
+    assert plan.position is not None
+    driver = KinesisShardGetter(shard, "shard-0", backoff=BACKOFF, start=plan.position.after)  # type: ignore[arg-type]
+    while not got and reads < 5:
+        getter, page = alone(shard, plan, clock)
+        got, reads = [r.sequence_number for r in page.records], reads + 1
+        if not got:
+            keep_reached(driver, plan, getter)
+            assert driver.position.after == SequenceKey(3, 0)
+            plan = replace(plan, position=driver.position)
+    assert got == ["4"] and reads == 2  # the aggregate's page is not an empty one
+
+
 def test_a_shard_that_keeps_throttling_gives_up_after_the_attempts() -> None:
     shard = GapBefore([1, 1, 1], at=3, gap=0)
     shard.fail_at = set(range(1, 100))

@@ -95,14 +95,19 @@ def read_alone(
 
 def keep_reached(shard: KinesisShardGetter, plan: ReadPlan, read: KinesisShardGetter) -> None:
     """:func:`read_alone` (its getter ``read``) did not get the record: the shard's
-    position (``shard``, while still the plan's) takes the iterator the read reached,
-    after the same last key (over empty pages: the next read goes on from there), or,
-    with none, drops an iterator that expired (its next task re-opens after the key)."""
+    position (``shard``, while still the plan's) takes the iterator the read reached (over
+    empty pages: the next read goes on from there), or, with none, drops an iterator that
+    expired (its next task re-opens after the last key).
+
+    The read stops at its first user record, so it passed none: only empty pages and KPL
+    aggregates that hold no user record, whose keys may have moved its last key
+    (``after``). Nothing the tracker needs lies between, so that key is kept too: a gap
+    with such an aggregate inside is walked on, not walked again from its start."""
     assert plan.position is not None
     if shard.position != plan.position:
         return
     reached = read.position
-    if reached.iterator is not None and reached.after == plan.position.after:
+    if reached.iterator is not None:
         shard.advance(
             reached,
             ended=False,
