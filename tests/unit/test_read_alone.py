@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -77,23 +78,37 @@ def test_the_record_behind_a_gap_of_empty_pages_is_read(gap: int) -> None:
     assert shard.calls == gap + 1
 
 
-def test_a_gap_longer_than_one_cycle_walks_is_walked_over_several() -> None:
-    """One cycle walks at most ``MAX_EMPTY_BEHIND`` empty pages; the iterator it reached
-    (same last key: nothing lies between) is where the next cycle goes on."""
-    shard = GapBefore([1, 1, 1], at=3, gap=2 * MAX_EMPTY_BEHIND + 7)
+def walk_to(
+    shard: MemoryShard, plan: ReadPlan, after_each: Callable[[KinesisShardGetter, int], None]
+) -> tuple[list[str], int]:
+    """``read_alone`` read after read (at most 5) until it gets the record, the driver's
+    getter keeping what each read reached (``keep_reached``, as the planner's walk does);
+    ``after_each(driver, reads)`` looks at the driver after each read that got nothing.
+    Returns the record's sequence numbers and the reads made."""
     clock = FakeClock()
-    plan, cycles, got = plan_after(2), 0, list[str]()
     assert plan.position is not None
     driver = KinesisShardGetter(shard, "shard-0", backoff=BACKOFF, start=plan.position.after)  # type: ignore[arg-type]
-    while not got and cycles < 5:
+    reads, got = 0, list[str]()
+    while not got and reads < 5:
         getter, page = alone(shard, plan, clock)
-        got, cycles = [r.sequence_number for r in page.records], cycles + 1
+        got, reads = [r.sequence_number for r in page.records], reads + 1
         if not got:
             keep_reached(driver, plan, getter)
-            assert driver.position.after == SequenceKey(2, 0)
-            assert driver.position.iterator == f"g{cycles * MAX_EMPTY_BEHIND}"
+            after_each(driver, reads)
             plan = replace(plan, position=driver.position)
-    assert got == ["3"] and cycles == 3
+    return got, reads
+
+
+def test_a_gap_longer_than_one_cycle_walks_is_walked_over_several() -> None:
+    """One read walks at most ``MAX_EMPTY_BEHIND`` empty pages; the iterator it reached
+    (nothing lies between) is where the next read goes on."""
+    shard = GapBefore([1, 1, 1], at=3, gap=2 * MAX_EMPTY_BEHIND + 7)
+
+    def reached(driver: KinesisShardGetter, reads: int) -> None:
+        assert driver.position.after == SequenceKey(2, 0)
+        assert driver.position.iterator == f"g{reads * MAX_EMPTY_BEHIND}"
+
+    assert walk_to(shard, plan_after(2), reached) == (["3"], 3)
     assert shard.calls == 2 * MAX_EMPTY_BEHIND + 7 + 1
 
 
@@ -121,18 +136,12 @@ def test_a_gap_with_an_empty_aggregate_inside_is_walked_on_not_again_from_its_st
     the same (the read passed no user record). Before the fix a changed key kept
     nothing of what was reached, and every read walked the gap again from its start."""
     shard = EmptyAggregateInGap(gap=2 * MAX_EMPTY_BEHIND + 7, agg=10)
-    clock = FakeClock()
-    plan, reads, got = plan_after(2), 0, list[str]()
-    assert plan.position is not None
-    driver = KinesisShardGetter(shard, "shard-0", backoff=BACKOFF, start=plan.position.after)  # type: ignore[arg-type]
-    while not got and reads < 5:
-        getter, page = alone(shard, plan, clock)
-        got, reads = [r.sequence_number for r in page.records], reads + 1
-        if not got:
-            keep_reached(driver, plan, getter)
-            assert driver.position.after == SequenceKey(3, 0)
-            plan = replace(plan, position=driver.position)
-    assert got == ["4"] and reads == 2  # the aggregate's page is not an empty one
+
+    def reached(driver: KinesisShardGetter, reads: int) -> None:
+        assert driver.position.after == SequenceKey(3, 0)
+
+    # the aggregate's page is not an empty one: 2 reads, not 3
+    assert walk_to(shard, plan_after(2), reached) == (["4"], 2)
 
 
 def test_a_shard_that_keeps_throttling_gives_up_after_the_attempts() -> None:
