@@ -19,11 +19,11 @@ from kinesis_spout.core.partition import ReplayWindow, ShardPartition
 from kinesis_spout.metrics import InMemoryMetrics
 from kinesis_spout.records import GetterPosition, Record
 from kinesis_spout.spark.isolation import BatchFailedError
-from kinesis_spout.spark.read.frames import RowSpace
 from kinesis_spout.spark.read.jobs import ReadIsolation, ReadJobs, _halves, _rest
 from kinesis_spout.spark.read.lone import poison_id
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.planner import sparse_marks
+from kinesis_spout.spark.read.rows import RowSpace
 from kinesis_spout.spark.read.shuffle import LOST, assemble
 from tracker import InflightRecordTracker, SequenceKey
 

@@ -100,6 +100,9 @@ class BatchOutcome:
 Collect = Callable[[Any], tuple[pa.Table, int, int]]
 """Brings a statuses DataFrame to the driver: its Arrow table and the rows
 ``start, stop`` it numbers (see :meth:`SparkRunner.run_frame`)."""
+Reported = Callable[[], tuple[pa.Table, int, int] | None]
+"""A fan-out's emit rows' partials as its read tasks reported them, and the rows
+``start, stop`` they number; None when the reports are not whole."""
 
 
 class _Rows:
@@ -280,18 +283,27 @@ class SparkRunner:
         finally:
             stage.unpersist()
 
-    def run_emitted(self, batch_id: int, stage: Any, collect: Collect) -> BatchOutcome:
+    def run_emitted(
+        self,
+        batch_id: int,
+        stage: Any,
+        collect: Collect,
+        reported: Reported | None = None,
+    ) -> BatchOutcome:
         """A fan-out whose ``emit`` already ran where its records were read: ``stage`` has
         the rows of :func:`~kinesis_spout.spark.process.fanout.stage_schema` (columns by
         name, others may be there too), made with :attr:`n_sinks` sinks (executor reads).
         Its sinks run, and its trees are settled in the statuses' Spark job
         (:mod:`~kinesis_spout.spark.process.settle`): ``collect`` brings their statuses
-        back."""
+        back. When every sink wrote everything, ``reported`` may give the emit rows'
+        partials the read tasks reported instead (None: it has none whole), and then no
+        statuses' job runs (:mod:`~kinesis_spout.spark.read.reports`)."""
         p = self.processor
         if not isinstance(p, FanOutProcessor):
             raise TypeError(f"run_emitted runs fan-outs, not {type(p).__name__}")
         derived_schema, _ = self._fan_out_schemas(p)
-        return self._settle(stage, derived_schema, self._fan_out_sinks(p, batch_id), collect)
+        sinks = self._fan_out_sinks(p, batch_id)
+        return self._settle(stage, derived_schema, sinks, collect, reported)
 
     def _fan_out_sinks(self, p: FanOutProcessor, batch_id: int) -> list[tuple[str, FanOutSink]]:
         target = self.sink_target if self._has_row_sink else None
@@ -308,11 +320,18 @@ class SparkRunner:
         derived_schema: pa.Schema,
         sinks: list[tuple[str, FanOutSink]],
         collect: Collect,
+        reported: Reported | None = None,
     ) -> BatchOutcome:
-        """Each sink on the derived records, then the trees settled in the statuses' job."""
+        """Each sink on the derived records, then the trees settled from what the read
+        tasks reported, or else in the statuses' job."""
         derived = self._derived(stage, derived_schema)
         x = self.exprs
         frames = [(name, sink_frame(name, sink, derived, x)) for name, sink in sinks]
+        if reported is not None and all(f is None for _, f in frames):
+            partials = reported()
+            if partials is not None:
+                return BatchOutcome(settle(*partials))
+            log.debug("the read tasks' reports are not whole: the statuses' job settles")
         return BatchOutcome(settle(*collect(partials_frame(stage, frames, x))))
 
     def fan_out_schema(self) -> pa.Schema:

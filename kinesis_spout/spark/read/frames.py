@@ -20,7 +20,10 @@ A micro-batch of these styles is **one Spark job** while records flow:
    (:meth:`~kinesis_spout.spark.process.runner.SparkRunner.run_emitted`). A
    configured ``sink`` is written by the executors. The statuses come back **with
    the read ends** (a union, in the same Spark job), and the driver renumbers the
-   rows read ``0..n-1`` (:meth:`RowSpace.dense`).
+   rows read ``0..n-1`` (:meth:`~kinesis_spout.spark.read.rows.RowSpace.dense`). A
+   fan-out whose sinks all wrote everything has no such job: its read tasks report
+   their emit rows and ends with their task results
+   (:mod:`~kinesis_spout.spark.read.reports`).
 3. **Failed payloads**: only when records failed, their payloads are taken from
    the persisted reads (a small Spark job).
 
@@ -60,69 +63,14 @@ from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor, 
 from kinesis_spout.spark.read.keys import JobKeys
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.recorded import RecordTo
+from kinesis_spout.spark.read.reports import EmitReports, Reported, Reporter
+from kinesis_spout.spark.read.rows import RowSpace, split_tasks
 from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, PLAN, ReadEmitter, frame_reader
 
 log = logging.getLogger(__name__)
 
 _END = "_end"
 """Marks the read ends among the statuses collected with them (:class:`_Collect`)."""
-
-
-class RowSpace:
-    """The rows of a micro-batch's plans, numbered before the read: each plan gets as
-    many rows as it may read (its limit, or its retries), from its *base* on. Once the
-    read ends are known, :meth:`dense` renumbers the rows read ``0..n-1``, plan by plan,
-    so the statuses and the per-plan results line up as with a read known beforehand."""
-
-    def __init__(self, plans: list[ReadPlan]) -> None:
-        self.tasks = [p.task for p in plans]
-        self.index = {task: i for i, task in enumerate(self.tasks)}
-        """Each plan's place in the micro-batch, by task number."""
-        sizes = [p.size for p in plans]
-        self.starts = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))[:-1]
-        self.bases = dict(zip(self.tasks, self.starts.tolist(), strict=True))
-        """The first row of each plan, by task number."""
-
-    def order(self, results: list[ReadResult]) -> tuple[list[ReadResult], dict[int, int]]:
-        """``results`` in plan order, and each plan's first row once only the records
-        read are numbered (by task number)."""
-        ordered = sorted(results, key=lambda r: self.index[r.task])
-        dense: dict[int, int] = {}
-        n = 0
-        for res in ordered:
-            dense[res.task] = n
-            n += len(res)
-        return ordered, dense
-
-    def dense(self, table: pa.Table, results: list[ReadResult]) -> tuple[pa.Table, int]:
-        """``table`` with its ``_row`` renumbered ``0..n-1`` (nulls stay), and ``n``."""
-        counts = np.zeros(len(self.tasks), dtype=np.int64)
-        firsts = np.zeros(len(self.tasks), dtype=np.int64)
-        ordered, dense = self.order(results)
-        for res in ordered:
-            counts[self.index[res.task]] = len(res)
-            firsts[self.index[res.task]] = dense[res.task]
-        n = int(counts.sum())
-        col = table.column(ROW)
-        valid = col.is_valid().to_numpy(zero_copy_only=False)
-        rows = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        plan = np.searchsorted(self.starts, rows, side="right") - 1
-        off = rows - self.starts[np.maximum(plan, 0)]
-        inside = (plan >= 0) & (off < counts[np.maximum(plan, 0)])
-        bad = valid & ~inside
-        if bad.any():
-            raise ValueError(f"status for row {int(rows[bad][0])}, which no read produced")
-        renumbered = np.where(valid, firsts[np.maximum(plan, 0)] + off, 0)
-        mask = ~valid if col.null_count else None
-        return table.set_column(
-            table.schema.get_field_index(ROW), ROW, pa.array(renumbered, pa.int64(), mask=mask)
-        ), n
-
-
-def split_tasks(plans: list[ReadPlan], tasks: int) -> list[list[ReadPlan]]:
-    """The plans in ``tasks`` groups, in order (as ``parallelize`` slices them)."""
-    n = len(plans)
-    return [plans[i * n // tasks : (i + 1) * n // tasks] for i in range(tasks)]
 
 
 class _Collect:
@@ -136,13 +84,31 @@ class _Collect:
         ends: Any,
         exprs: Exprs,
         results: list[ReadResult] | None = None,
+        reports: Callable[[], Reported | None] | None = None,
     ) -> None:
         self.space = space
         self.ends = ends
         self.results: list[ReadResult] = results or []
         self.exprs = exprs
+        self.reports = reports
+        """A fan-out's reports of the job (:mod:`~kinesis_spout.spark.read.reports`)."""
+        self.jobs = 0
+        """Spark jobs run to collect: 1 once a statuses' job ran, 0 while none did."""
+
+    def reported(self) -> tuple[pa.Table, int, int] | None:
+        """The emit rows' partials the read tasks reported, numbered as :meth:`__call__`
+        numbers the statuses; None when they are not whole (or there are none). With
+        the ends still to collect, the reports' ends are this job's results."""
+        got = self.reports() if self.reports is not None else None
+        if got is None:
+            return None
+        if self.ends is not None:
+            self.results = got.results
+        table, n = self.space.dense(got.partials, self.results)
+        return table, 0, n
 
     def __call__(self, frame: Any) -> tuple[pa.Table, int, int]:
+        self.jobs = 1
         if self.ends is None:
             table = frame.toArrow()
         else:
@@ -183,6 +149,8 @@ class FrameJobs:
         self._forgetting = threading.Lock()
         """One floor raise at a time: the stores' floors then only go up."""
         self._schema: Any = None
+        self.reports = EmitReports(spark) if self.fan_out else None
+        """What a fan-out's read tasks report (:mod:`~kinesis_spout.spark.read.reports`)."""
         self._caught_up: set[tuple[str, str]] = set()
         """Shards (stream, shard) whose last read was at their tip and read nothing."""
 
@@ -197,21 +165,26 @@ class FrameJobs:
         stage = None
         try:  # from the key on: whatever fails, the key ends (else it holds the floor)
             space = RowSpace(plans)
-            emitter = self._emitter()
+            flowing = self._flowing(plans)
+            reporter = self.reports.open(key, ends=flowing) if self.reports else None
+            emitter = self._emitter(reporter)
             to = self.ends(run, key)
             reader = frame_reader(split_tasks(plans, tasks), settings, to, space.bases, emitter)
             struct = self._struct(emitter)
             stage = self.spark.range(0, tasks, 1, tasks).mapInArrow(reader, struct)
             stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
-            if self._flowing(plans):
-                results, jobs = self._in_one(stage, key, space)
+            got = _Collect(space, None, self.exprs, reports=self._reported(key, tasks))
+            if flowing:
+                results, jobs = self._in_one(stage, key, got)
             else:
-                results, jobs = self._in_two(stage, key, space)
+                results, jobs = self._in_two(stage, key, got)
             self.keys.if_running(key, lambda: self._note_tips(results))  # not if given up
             return results, jobs
         finally:
             if stage is not None:
                 stage.unpersist()
+            if self.reports is not None:
+                self.reports.close(key)
             self.keys.end(key)
             self._forget(run)
 
@@ -256,23 +229,31 @@ class FrameJobs:
             else:
                 self._caught_up.discard(key)
 
-    def _in_one(self, stage: Any, key: int, space: RowSpace) -> tuple[list[ReadResult], int]:
-        """Read and process in one Spark job: the read ends come back with the statuses."""
-        got = _Collect(space, self._ends(stage), self.exprs)
+    def _in_one(self, stage: Any, key: int, got: _Collect) -> tuple[list[ReadResult], int]:
+        """Read and process in one Spark job: the read ends come back with the statuses
+        (or in the read tasks' reports)."""
+        got.ends = self._ends(stage)
         st = self._process(key, stage, got)
-        results, fetched = self._settle(stage, space, got.results, st)
-        return results, 1 + self.runner.n_sinks + fetched
+        results, fetched = self._settle(stage, got.space, got.results, st)
+        return results, got.jobs + self.runner.n_sinks + fetched
 
-    def _in_two(self, stage: Any, key: int, space: RowSpace) -> tuple[list[ReadResult], int]:
+    def _in_two(self, stage: Any, key: int, got: _Collect) -> tuple[list[ReadResult], int]:
         """The read ends first; the processing only if something was read."""
         ends = self._ends(stage).toArrow()
         results = [pickle.loads(b) for b in ends.column(META).to_pylist()]
         if not any(len(res) for res in results):
             return results, 1
-        got = _Collect(space, None, self.exprs, results)
+        got.results = results
         st = self._process(key, stage, got)
-        results, fetched = self._settle(stage, space, results, st)
-        return results, 2 + self.runner.n_sinks + fetched
+        results, fetched = self._settle(stage, got.space, results, st)
+        return results, 1 + got.jobs + self.runner.n_sinks + fetched
+
+    def _reported(self, key: int, tasks: int) -> Callable[[], Reported | None] | None:
+        """Job ``key``'s reports, whole, from its ``tasks`` read tasks (a fan-out's)."""
+        reports = self.reports
+        if reports is None:
+            return None
+        return lambda: reports.take(key, tasks)
 
     def _ends(self, stage: Any) -> Any:
         """The read ends' rows of the stage (task number and pickled result)."""
@@ -292,19 +273,19 @@ class FrameJobs:
         x = self.exprs
         read = stage.where(x.get("records", lambda: F.col(META).isNull()))
         if self.fan_out:
-            return self.runner.run_emitted(key, read, collect=got).statuses
+            return self.runner.run_emitted(key, read, got, got.reported).statuses
         frame = read.select(*x.columns(*DATA_COLUMNS, ROW))
         return self.runner.run_frame(key, frame, 0, 0, collect=got).statuses
 
-    def _emitter(self) -> ReadEmitter | None:
+    def _emitter(self, reporter: Reporter | None) -> ReadEmitter | None:
         """A fan-out's ``emit`` for this micro-batch's read tasks, its roots from a fresh
-        random first id (None for a transform)."""
+        random first id, its tasks reporting to ``reporter`` (None for a transform)."""
         p = self.runner.processor
         if not isinstance(p, FanOutProcessor):
             return None
         first = random.getrandbits(62)  # the rows' roots: first + row (ids mix them)
         derived = self.runner.fan_out_schema()
-        return ReadEmitter(p.emit, derived, self.runner.n_sinks, first)
+        return ReadEmitter(p.emit, derived, self.runner.n_sinks, first, reporter)
 
     def _settle(
         self, stage: Any, space: RowSpace, results: list[ReadResult], st: Statuses

@@ -21,6 +21,10 @@ builds one ``mapInArrow`` fewer per micro-batch. The rows
   and one list column per derived field, ``_d_`` before its name);
 * a plan's end, as in every read.
 
+With a reporter (:mod:`~kinesis_spout.spark.read.reports`), a fan-out's task also
+reports its emit rows' partials and its plans' ends once Spark has taken all its rows,
+so the driver can settle without a statuses' Spark job.
+
 A partition Spark computes again reads the same records (the recorded read ends),
 gets the same roots from the same rows, and so the same derived ids.
 """
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,9 +42,11 @@ import pyarrow as pa
 from kinesis_spout.records import Record
 from kinesis_spout.spark.process.arrow import INPUT_SCHEMA, ROW, records_to_arrow
 from kinesis_spout.spark.process.fanout import emit_records, stage_schema
+from kinesis_spout.spark.process.settle import written_partials
 from kinesis_spout.spark.processing import EmitFunction
 from kinesis_spout.spark.read.plan import ReadPlan, ReadSettings
 from kinesis_spout.spark.read.recorded import KeptRead, RecordTo, read_recorded
+from kinesis_spout.spark.read.reports import Reporter
 
 PLAN = "_plan"
 """The task number of the plan a row was read for."""
@@ -51,7 +58,17 @@ FRAME_SCHEMA = pa.schema(
     + [pa.field(PLAN, pa.int64()), pa.field(META, pa.binary())]
 )
 """The read stage's rows: a record (``_row`` its plan's base plus its index in the plan's
-read, :class:`~kinesis_spout.spark.read.frames.RowSpace`) or a plan's end."""
+read, :class:`~kinesis_spout.spark.read.rows.RowSpace`) or a plan's end."""
+
+
+@dataclass
+class TaskReport:
+    """What a fan-out's read task reports besides its rows
+    (:mod:`~kinesis_spout.spark.read.reports`): its emit rows' partials, its plans'
+    pickled results."""
+
+    partials: list[pa.RecordBatch] = field(default_factory=list)
+    ends: list[bytes] = field(default_factory=list)
 
 
 def stage_batches(
@@ -59,10 +76,12 @@ def stage_batches(
     tasks: list[ReadPlan],
     bases: dict[int, int],
     emitter: ReadEmitter | None = None,
+    report: TaskReport | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """A task's reads as rows of :data:`FRAME_SCHEMA`: each plan's records (``_row``
     from the plan's base on), then its end. With ``emitter`` (a fan-out), its rows
-    instead: the records with their emit statuses, their derived records, the end."""
+    instead: the records with their emit statuses, their derived records, the end;
+    with ``report`` too, the emit rows' partials and the ends go into it."""
     sizes = {p.task: p.size for p in tasks}
     schema = FRAME_SCHEMA if emitter is None else emitter.schema
     for res, records in kept:
@@ -80,9 +99,18 @@ def stage_batches(
             table = table.append_column(PLAN, pa.array([res.task] * len(records), pa.int64()))
             table = table.append_column(META, pa.nulls(len(records), pa.binary()))
             table = table.cast(FRAME_SCHEMA)
-            yield from table.to_batches() if emitter is None else emitter(table, records)
+            if emitter is None:
+                yield from table.to_batches()
+            else:
+                batch = emitter(table, records)
+                if report is not None:
+                    report.partials.append(written_partials(batch))
+                yield batch
         end: dict[str, list[Any]] = {name: [None] for name in schema.names}
-        end[PLAN], end[META] = [res.task], [pickle.dumps(res)]
+        meta = pickle.dumps(res)
+        if report is not None:
+            report.ends.append(meta)
+        end[PLAN], end[META] = [res.task], [meta]
         yield pa.RecordBatch.from_pydict(end, schema=schema)
 
 
@@ -96,13 +124,18 @@ def frame_reader(
     """The ``mapInArrow`` body over ``spark.range(len(tasks))``: task ``i`` reads
     ``tasks[i]`` (:func:`~kinesis_spout.spark.read.recorded.read_recorded`); a plan's
     rows are numbered from its base in ``bases`` (by task number). A fan-out's
-    ``emitter`` runs its ``emit`` on the records read (:class:`ReadEmitter`)."""
+    ``emitter`` runs its ``emit`` on the records read (:class:`ReadEmitter`) and, with a
+    reporter, reports each task's emit rows once they are all returned."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for i in batch.column(0).to_pylist():
                 kept = read_recorded(tasks[i], settings, to)
-                yield from stage_batches(kept, tasks[i], bases, emitter)
+                reporter = emitter.reporter if emitter is not None else None
+                report = TaskReport() if reporter is not None else None
+                yield from stage_batches(kept, tasks[i], bases, emitter, report)
+                if reporter is not None and report is not None:
+                    reporter.report(i, report.partials, report.ends)  # all read: whole
 
     return run
 
@@ -111,27 +144,34 @@ class ReadEmitter:
     """Runs ``emit`` on the records of each plan a read task read (see the module)."""
 
     def __init__(
-        self, emit: EmitFunction, derived: pa.Schema, n_sinks: int, first_root: int
+        self,
+        emit: EmitFunction,
+        derived: pa.Schema,
+        n_sinks: int,
+        first_root: int,
+        reporter: Reporter | None = None,
     ) -> None:
         self.emit = emit
         self.derived = derived
         self.n_sinks = n_sinks
         self.first_root = first_root
         """The root id of row 0; row ``r``'s is ``first_root + r`` (below 2**63)."""
+        self.reporter = reporter
+        """Where each task reports its emit rows (None: it does not)."""
         seen = set(FRAME_SCHEMA.names)
         self.schema = pa.schema(
             [*FRAME_SCHEMA, *(f for f in stage_schema(derived) if f.name not in seen)]
         )
         """The read stage's columns, then the emit stage's (the derived fields as lists)."""
 
-    def __call__(self, table: pa.Table, records: Sequence[Record]) -> Iterator[pa.RecordBatch]:
+    def __call__(self, table: pa.Table, records: Sequence[Record]) -> pa.RecordBatch:
         """The rows of one plan's read: ``table``, the records in the read stage's
         columns (``_row`` numbered), and the same ``records``."""
         rows = table.column(ROW).to_numpy().astype(np.int64)
         roots = rows + np.int64(self.first_root)
         got = emit_records(self.emit, self.derived, self.n_sinks, rows, roots, records)
         columns = _named(got) | _named(table)  # _row and the like: the read's
-        yield pa.RecordBatch.from_arrays(
+        return pa.RecordBatch.from_arrays(
             [columns[f.name].cast(f.type) for f in self.schema], schema=self.schema
         )
 

@@ -404,3 +404,38 @@ def submit_and_kill(
             time.sleep(0.2)
     finally:
         job.kill()
+
+
+def frame_jobs(
+    spark: Any, cfg: Any, stream: str, processor: Any, wrap: Any = None
+) -> tuple[Any, Any]:
+    """The :class:`FrameJobs` of ``processor`` (a transform or a fan-out) on ``stream`` as
+    the job builds them (read ends in ``cfg``'s checkpoint store; ``wrap``, if given,
+    wraps the driver's store), and the read settings."""
+    from kinesis_spout.spark.read.frames import FrameJobs
+    from kinesis_spout.spark.read.plan import ReadSettings
+    from kinesis_spout.spark.read.recorded import RecordTo
+
+    def ends(run: str, key: int) -> RecordTo:
+        return RecordTo(cfg.checkpoint_store, cfg.job_name, stream, run, key)
+
+    store = ends("", 0).open()
+    stores = [wrap(store) if wrap is not None else store]
+    frames = FrameJobs(spark, processor, "none", ends, stores)
+    return frames, ReadSettings.of(cfg)
+
+
+def split_unless_flagged(flag: str, calls: str) -> Callable[[InputRecord], list[str]]:
+    """A fan-out's ``emit``: the record's words, but a record with the word ``odd`` fails
+    once the file ``flag`` exists (an ``emit`` whose answer changes between two
+    computations of the same records). Each call appends a line to the file ``calls``."""
+
+    def split(record: InputRecord) -> list[str]:
+        with open(calls, "a") as f:
+            f.write(f"{record.message_id}\n")
+        words = record.data.decode().split()
+        if "odd" in words and Path(flag).exists():
+            raise ValueError("flagged: odd")
+        return words
+
+    return split

@@ -19,6 +19,7 @@ import pytest
 from spark_job_helpers import (
     POISON,
     failing_word_sink,
+    frame_jobs,
     last_per_shard,
     spy_results,
     words_and_places,
@@ -43,9 +44,9 @@ from kinesis_spout.spark.process.fanout import derived_ids, to_signed
 from kinesis_spout.spark.process.runner import CACHE_COMPRESSED, uncompressed_caches
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import dataframe_transform, fan_out
-from kinesis_spout.spark.read.frames import FrameJobs, RowSpace
 from kinesis_spout.spark.read.plan import ReadPlan, ReadSettings
 from kinesis_spout.spark.read.recorded import RecordTo
+from kinesis_spout.spark.read.rows import RowSpace
 from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, frame_reader
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
@@ -68,22 +69,6 @@ def not_poison(df: Any) -> Any:
 
 LATEST = GetterPosition(None, None, True, InitialPosition.LATEST, None)
 OLDEST = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
-
-
-def frame_jobs(
-    spark: Any, cfg: Any, stream: str, processor: Any, wrap: Any = None
-) -> tuple[FrameJobs, ReadSettings]:
-    """The :class:`FrameJobs` of ``processor`` (a transform or a fan-out) on ``stream`` as
-    the job builds them (read ends in ``cfg``'s checkpoint store; ``wrap``, if given,
-    wraps the driver's store), and the read settings."""
-
-    def ends(run: str, key: int) -> RecordTo:
-        return RecordTo(cfg.checkpoint_store, cfg.job_name, stream, run, key)
-
-    store = ends("", 0).open()
-    stores = [wrap(store) if wrap is not None else store]
-    frames = FrameJobs(spark, processor, "none", ends, stores)
-    return frames, ReadSettings.of(cfg)
 
 
 def checkpoints(cfg: Any, stream: str) -> dict[str, str | None]:
