@@ -10,12 +10,11 @@ after throttling and 5xx answers, up to :data:`ATTEMPTS` errors in a row.
 
 The record may sit behind empty pages (Kinesis walks a gap in time, over old and
 sparse data, one empty page at a time), which the task walked too: the read walks
-up to :data:`MAX_EMPTY_BEHIND` of them, within :data:`SECONDS`. The driver waits for
-it, so a longer gap is walked over several reads: :func:`keep_reached` keeps the
-iterator the read reached as the shard's position (nothing lies between), and the
-planner reads on from there at the loop's next step, with no task of the shard
-meanwhile (:meth:`~kinesis_spout.spark.read.planner.ExecutorReadPlanner.walk`), while
-that iterator is still valid (5 minutes).
+up to :data:`MAX_EMPTY_BEHIND` of them, within :data:`SECONDS`, so a longer gap is
+walked over several reads: :func:`keep_reached` keeps the iterator the read reached as
+the shard's position (nothing lies between), and the planner reads on from there, with
+no task of the shard meanwhile (:meth:`~kinesis_spout.spark.read.planner.ExecutorReadPlanner.walk`:
+those reads run on a thread of their own), while that iterator is still valid (5 minutes).
 """
 
 from __future__ import annotations
@@ -38,8 +37,8 @@ MAX_EMPTY_BEHIND = 50
 """Empty pages behind the tip walked in one read (10 s at 5 calls a second)."""
 
 SECONDS = 15.0
-"""The most one read takes (the driver waits for it): calls are not started
-past it, so throttling and backoff cannot stretch the wait."""
+"""The most one read takes (the first read of a record that failed alone is waited
+for): calls are not started past it, so throttling and backoff cannot stretch it."""
 
 
 def read_alone(

@@ -11,8 +11,9 @@ reads halved until a read of one record hangs).
 When the driver's read does not reach the record (behind more empty pages than one
 read walks, or after errors), the shard is *walking*: it has no read task, which
 would fail or hang on the record again, and :meth:`LoneRecords.walk` reads on from
-where the last read stopped at each step of the micro-batch loop until it reaches the
-record. For a record that hangs this matters most: a task of it costs
+where the last read stopped until it reaches the record, one read at a time on a thread
+of its own, which the micro-batch loop starts and applies at its steps but never waits
+for. For a record that hangs this matters most: a task of it costs
 ``task_timeout``, longer than the iterator the last read reached stays valid, so each
 read after a new hang walked the same pages again and never reached the record.
 
@@ -24,19 +25,23 @@ applied; the read that fails the record is applied through the planner, as a tas
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Collection
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.records import Record, ShardBatch, ShardState
-from kinesis_spout.spark.read import alone
 from kinesis_spout.spark.read.alone import keep_reached, read_alone
 from kinesis_spout.spark.read.hangs import HangSearch
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 from kinesis_spout.spout import KinesisSpout
 
 log = logging.getLogger(__name__)
+
+_Read = tuple[KinesisShardGetter, ShardBatch]
+"""A driver's read of one record: its getter (where it stopped) and its page."""
 
 ApplyRead = Callable[[ShardPartition, ReadResult, float], tuple[int, int]]
 """How a read's result is tracked (the planner's, for a task's read and the driver's)."""
@@ -72,8 +77,10 @@ class LoneRecords:
         self.hangs = HangSearch()
         """Shards whose reads hung: their reads are halved to find the record (:meth:`hung`)."""
         self.walks: dict[str, _Walk] = {}
-        """Shards whose record that failed a task alone the driver has not reached yet, in
-        the order they walk: the driver reads on to it at each step (:meth:`walk`)."""
+        """Shards whose record that failed a task alone the driver has not reached yet: the
+        driver reads on to it (:meth:`walk`)."""
+        self._reading: dict[str, tuple[ReadPlan, Future[_Read]]] = {}
+        """The walks' reads that run, by shard."""
 
     def hung(self, plan: ReadPlan, error: str) -> list[str]:
         """A job of this one plan was given up at ``task_timeout``; the message ids failed.
@@ -93,36 +100,83 @@ class LoneRecords:
     def walk(self, busy: Collection[str] = ()) -> list[str]:
         """Read on, on the driver, to each record that failed a task alone and that the
         last read did not reach, from where that read stopped, and fail it; the message
-        ids failed. Shards that may not read now (:meth:`_may_walk`) wait for a later step.
-        The loop waits for these reads, so a step starts none past ``alone.SECONDS`` (the
-        bound of one read), and the shards take turns."""
+        ids failed. The reads run on threads of their own (one per shard at a time), so
+        the micro-batch loop never waits for them: each call applies the reads that
+        finished (a shard that is still walking reads on at the next call) and starts one
+        for each walking shard that may read now (:meth:`_may_walk`) and has none running."""
         failed: list[str] = []
-        deadline = self._clock() + alone.SECONDS
         for shard_id, walk in list(self.walks.items()):
             sh = self._set.shards.get(shard_id)
             reader = sh.reader if sh is not None else None
             if sh is None or reader is None or sh.state is not ShardState.OPEN:
                 del self.walks[shard_id]  # let go or ended: read again where it goes
+                self._reading.pop(shard_id, None)  # what it reads is not applied
                 continue
-            if shard_id in busy or not self._may_walk(sh) or self._clock() > deadline:
+            if shard_id in busy:  # a retry task of it runs: its read waits, none starts
+                continue
+            running = self._reading.get(shard_id)
+            if running is not None:
+                if running[1].done():
+                    del self._reading[shard_id]
+                    failed += self._walked(sh, walk, *running)
+                continue
+            if not self._may_walk(sh):
                 continue
             plan = ReadPlan(self._next_task(), shard_id, reader.getter.position, 1)
-            ids = self._fail(plan, walk)
-            if ids and walk.hung:
-                self.hangs.found(shard_id)
-            if shard_id in self.walks:  # still walking: behind the others next step
-                self.walks[shard_id] = self.walks.pop(shard_id)
-            failed += ids
+            self._reading[shard_id] = (plan, self._start(plan))
         return failed
 
+    def _walked(
+        self, sh: ShardPartition, walk: _Walk, plan: ReadPlan, read: Future[_Read]
+    ) -> list[str]:
+        """A walk's read that finished, applied unless its shard may not read now or moved
+        meanwhile (then it reads again from where it is); the message ids failed."""
+        getter, page = read.result()  # an error that needs a human is raised here
+        assert sh.reader is not None
+        if not self._may_walk(sh) or sh.reader.getter.position != plan.position:
+            return []
+        ids = self._settle(sh, plan, walk, getter, page)
+        if ids and walk.hung:
+            self.hangs.found(sh.shard_id)
+        return ids
+
     def walking(self, busy: Collection[str] = ()) -> bool:
-        """Whether a shard not ``busy`` may walk now (the loop's next step is due)."""
-        return any(
-            shard_id not in busy
-            and (sh := self._set.shards.get(shard_id)) is not None
-            and self._may_walk(sh)
-            for shard_id in self.walks
-        )
+        """Whether the loop's next step is due for a walk: a walk's read finished, or a
+        walking shard not ``busy`` may start one."""
+        for shard_id in self.walks:
+            if shard_id in busy:
+                continue
+            running = self._reading.get(shard_id)
+            if running is not None:
+                if running[1].done():
+                    return True
+                continue
+            sh = self._set.shards.get(shard_id)
+            if sh is not None and self._may_walk(sh):
+                return True
+        return False
+
+    @property
+    def reading(self) -> bool:
+        """Whether a walk's read runs (the loop looks again within ``MAX_WAIT``)."""
+        return bool(self._reading)
+
+    def _start(self, plan: ReadPlan) -> Future[_Read]:
+        """A walk's read on a thread of its own (a daemon: a job that stops does not wait
+        for it, and what it read is not applied)."""
+        read: Future[_Read] = Future()
+
+        def run() -> None:
+            if not read.set_running_or_notify_cancel():
+                return
+            try:
+                read.set_result(self._read(plan))
+            except BaseException as exc:  # raised where the loop applies it
+                read.set_exception(exc)
+
+        name = f"kinesis-spout-walk-{plan.shard_id}"
+        threading.Thread(target=run, name=name, daemon=True).start()
+        return read
 
     @staticmethod
     def _may_walk(sh: ShardPartition) -> bool:
@@ -142,20 +196,37 @@ class LoneRecords:
     def _fail(self, plan: ReadPlan, walk: _Walk) -> list[str]:
         """:meth:`fail_alone`, the shard walking with ``walk`` when the record is not
         reached."""
-        error = walk.error
         sh = self._set.shards.get(plan.shard_id)
         if sh is None or sh.tracker is None:
             return []
-        now = self._clock()
         if plan.position is None:
+            now = self._clock()
             for rec in plan.retries:
-                self._acks.fail_record(sh, rec.key, rec, error, now)
+                self._acks.fail_record(sh, rec.key, rec, walk.error, now)
             return [poison_id(rec) for rec in plan.retries]
+        return self._settle(sh, plan, walk, *self._read(plan))
+
+    def _read(self, plan: ReadPlan) -> _Read:
+        """The driver's read of the record of ``plan`` (:func:`read_alone`): I/O only, so
+        a walk runs it on a thread of its own."""
         spout = self.spout
         assert spout.api is not None
-        getter, page = read_alone(
+        return read_alone(
             spout.api, plan, spout.throttle_backoff, sleep=spout.sleep, clock=self._clock
         )
+
+    def _settle(
+        self,
+        sh: ShardPartition,
+        plan: ReadPlan,
+        walk: _Walk,
+        getter: KinesisShardGetter,
+        page: ShardBatch,
+    ) -> list[str]:
+        """The driver's read applied: its record failed with the walk's error, or, not
+        reached, the shard walking on from where the read stopped."""
+        if sh.tracker is None:
+            return []
         if not page.records:
             self._not_read_alone(sh, plan, getter, page)
             if page.ended:  # the shard ended before it: nothing to walk to
@@ -164,7 +235,7 @@ class LoneRecords:
                 self.walks[plan.shard_id] = walk
             return []
         self.walks.pop(plan.shard_id, None)
-        self._apply_read(sh, _failed_read(plan, getter, page, error), now)
+        self._apply_read(sh, _failed_read(plan, getter, page, walk.error), self._clock())
         return [poison_id(rec) for rec in page.records]
 
     def _not_read_alone(

@@ -6,6 +6,7 @@ Spark: what is tested is the plan, the read and the tracking of its result).
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -149,7 +150,7 @@ def test_the_record_that_fails_alone_is_read_past_an_expired_iterator(
         shard = sp.spout.shard_set.shards[SHARD]
         assert shard.reader is not None and shard.reader.getter.position.iterator is None
         px.expire = 0.0
-        (rid,) = sp.walk()  # re-opened after the last key read
+        (rid,) = walk_read(sp)  # re-opened after the last key read
         assert rid.startswith(f"{unique_name}/{SHARD}") and rid != failed[0]
         sp.spout.close()
 
@@ -211,14 +212,20 @@ def test_a_record_that_fails_alone_behind_more_empty_pages_than_one_read_walks_i
         assert sp.plan(10_000) == []  # no task would fail or hang on the record again
         assert sp.wake_in() == 0.0
         assert sp.walk(busy={SHARD}) == []  # not while a retry task of the shard runs
-        assert sp.walk() == []  # 5 pages further on, still empty
+        assert not sp.lone.reading
+        assert sp.walk() == []  # its read starts, and the loop does not wait for it:
+        assert sp.lone.reading and not sp.lone.walking()  # 5 calls at 5 a second run on
+        wait_for_walk_read(sp)
+        assert sp.walk(busy={SHARD}) == [] and sp.lone.reading  # applied once not busy
+        assert not sp.lone.walking(busy={SHARD})
+        assert finish_walk_read(sp) == []  # 5 pages further on, still empty
         assert px.injected.empty == 10
         shard = sp.spout.shard_set.shards[SHARD]
         shard.releasing = True  # a shard being let go reads nothing, nor walks
-        assert sp.walk() == [] and px.injected.empty == 10
+        assert sp.walk() == [] and not sp.lone.reading and px.injected.empty == 10
         shard.releasing = False
         px.set_rates(empty=0.9)  # seed 0: a few more empty pages, then the record
-        (rid,) = sp.walk()
+        (rid,) = walk_read(sp)
         px.clear_faults()
         assert rid.startswith(f"{unique_name}/{SHARD}")
         assert sp.walk() == []
@@ -406,3 +413,23 @@ def test_a_task_keeps_up_to_poll_threads_calls_in_flight_and_each_shard_in_order
         by_shard.setdefault(shard, []).append(int(seq))
     assert seen == by_shard
     assert all(r.caught_up and len(r) == len(by_shard[r.shard_id]) for r in results)
+
+
+def walk_read(sp: Any) -> list[str]:
+    """One read of a walk: started, waited for, applied; the message ids it failed."""
+    assert sp.walk() == []  # it starts
+    return finish_walk_read(sp)
+
+
+def finish_walk_read(sp: Any) -> list[str]:
+    """The walk's read that runs, waited for and applied."""
+    wait_for_walk_read(sp)
+    return list(sp.walk())
+
+
+def wait_for_walk_read(sp: Any) -> None:
+    """Until the walk's read that runs ends (a deadline of 60 s)."""
+    deadline = time.monotonic() + 60
+    while not sp.lone.walking():
+        assert time.monotonic() < deadline, "the walk's read did not end within 60 s"
+        time.sleep(0.01)
