@@ -14,6 +14,7 @@ import pytest
 from kinesis_spout.spark.process.settle import PARTIAL_SCHEMA
 from kinesis_spout.spark.read.plan import ReadResult
 from kinesis_spout.spark.read.reports import EmitReports, Reporter
+from kinesis_spout.spark.read.stage import TaskReport
 
 
 class Accumulator:
@@ -33,6 +34,17 @@ class Accumulator:
 def reports() -> EmitReports:
     spark = SimpleNamespace(sparkContext=SimpleNamespace(accumulator=Accumulator))
     return EmitReports(spark)
+
+
+def task(rows: list[int], plan: int, failed: bool = False, records: int = 0) -> TaskReport:
+    """A read task's report: ``rows`` (failed or not), plan ``plan``'s end and, with
+    ``records``, that many records whose ``emit`` failed."""
+    bad = [(plan, i, record_values(i)) for i in range(records)]
+    return TaskReport(partials(rows, failed), ends(plan), bad)
+
+
+def record_values(i: int) -> tuple[object, ...]:
+    return ("s", "shard-0", str(100 + i), 0, f"k{i}", b"x%d" % i, None, 1)
 
 
 def partials(rows: list[int], failed: bool = False) -> list[pa.RecordBatch]:
@@ -59,8 +71,8 @@ def ends(task: int) -> list[bytes]:
 def test_the_reports_of_every_task_are_taken_in_task_order() -> None:
     board = reports()
     reporter = board.open(7)
-    reporter.report(1, partials([3, 4]), ends(1))
-    reporter.report(0, partials([0, 1, 2]), ends(0))
+    reporter.report(1, task([3, 4], 1))
+    reporter.report(0, task([0, 1, 2], 0))
     got = board.take(7, 2)
     assert got is not None
     assert got.partials.column("_row").to_pylist() == [0, 1, 2, 3, 4]
@@ -69,7 +81,7 @@ def test_the_reports_of_every_task_are_taken_in_task_order() -> None:
 
 def test_a_task_that_did_not_report_leaves_the_job_to_the_statuses_job() -> None:
     board = reports()
-    board.open(1).report(0, partials([0]), ends(0))
+    board.open(1).report(0, task([0], 0))
     assert board.take(1, 2) is None
     assert board.take(1, 1) is not None
 
@@ -77,23 +89,23 @@ def test_a_task_that_did_not_report_leaves_the_job_to_the_statuses_job() -> None
 def test_the_same_report_twice_is_whole_and_a_different_one_is_not() -> None:
     board = reports()
     same = board.open(1)
-    same.report(0, partials([0, 1]), ends(0))
-    same.report(0, partials([0, 1]), ends(0))  # the task computed again
+    same.report(0, task([0, 1], 0))
+    same.report(0, task([0, 1], 0))  # the task computed again
     assert board.take(1, 1) is not None
     other = board.open(2)
-    other.report(0, partials([0, 1]), ends(0))
-    other.report(0, partials([0, 1], failed=True), ends(0))  # emit answered otherwise
+    other.report(0, task([0, 1], 0))
+    other.report(0, task([0, 1], 0, failed=True))  # emit answered otherwise
     assert board.take(2, 1) is None
 
 
 def test_a_closed_job_keeps_nothing_and_a_late_report_is_dropped() -> None:
     board = reports()
     reporter = board.open(3)
-    reporter.report(0, partials([0]), ends(0))
+    reporter.report(0, task([0], 0))
     board.close(3)
-    reporter.report(0, partials([0]), ends(0))  # a speculative copy ending late
+    reporter.report(0, task([0], 0))  # a speculative copy ending late
     assert board.take(3, 1) is None
-    Reporter(board._accumulator, 9).report(0, partials([0]), ends(0))  # never opened
+    Reporter(board._accumulator, 9).report(0, task([0], 0))  # never opened
     assert board.take(9, 1) is None
 
 
@@ -102,7 +114,20 @@ def test_a_task_that_read_nothing_reports_its_ends_alone(tasks: int) -> None:
     board = reports()
     reporter = board.open(1)
     for t in range(tasks):
-        reporter.report(t, [], ends(t))
+        reporter.report(t, TaskReport([], ends(t)))
     got = board.take(1, tasks)
     assert got is not None
     assert got.partials.num_rows == 0 and len(got.results) == tasks
+
+
+def test_the_records_whose_emit_failed_come_with_the_reports_and_a_second_copy_is_seen() -> None:
+    board = reports()
+    reporter = board.open(1)
+    reporter.report(0, task([0, 1], 0, failed=True, records=2))
+    got = board.take(1, 1)
+    assert got is not None and not got.again
+    assert sorted(got.failed) == [(0, 0), (0, 1)]
+    assert got.failed[(0, 1)].partition_key == "k1" and got.failed[(0, 1)].data == b"x1"
+    reporter.report(0, task([0, 1], 0, failed=True, records=2))  # computed again, the same
+    again = board.take(1, 1)
+    assert again is not None and again.again

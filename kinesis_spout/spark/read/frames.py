@@ -25,7 +25,12 @@ A micro-batch of these styles is **one Spark job** while records flow:
    their emit rows and ends with their task results
    (:mod:`~kinesis_spout.spark.read.reports`).
 3. **Failed payloads**: only when records failed, their payloads are taken from
-   the persisted reads (a small Spark job).
+   the persisted reads (a small Spark job), or from the reports of a fan-out settled
+   from them.
+
+A fan-out with one sink whose last micro-batch settled from its reports, its reads
+computed once, does not persist its next micro-batch's reads: the sink's job is the one
+Spark job that reads them (a statuses' job, should one be needed, reads them again).
 
 When every shard of the batch was at its tip with nothing read last time (an idle
 poll), the read ends are collected first, alone, and nothing is processed if
@@ -94,6 +99,8 @@ class _Collect:
         """A fan-out's reports of the job (:mod:`~kinesis_spout.spark.read.reports`)."""
         self.jobs = 0
         """Spark jobs run to collect: 1 once a statuses' job ran, 0 while none did."""
+        self.used: Reported | None = None
+        """The reports the statuses were settled from (None: the statuses' job's)."""
 
     def reported(self) -> tuple[pa.Table, int, int] | None:
         """The emit rows' partials the read tasks reported, numbered as :meth:`__call__`
@@ -102,6 +109,7 @@ class _Collect:
         got = self.reports() if self.reports is not None else None
         if got is None:
             return None
+        self.used = got
         if self.ends is not None:
             self.results = got.results
         table, n = self.space.dense(got.partials, self.results)
@@ -151,6 +159,10 @@ class FrameJobs:
         self._schema: Any = None
         self.reports = EmitReports(spark) if self.fan_out else None
         """What a fan-out's read tasks report (:mod:`~kinesis_spout.spark.read.reports`)."""
+        self._once = False
+        """The last micro-batch of a fan-out settled from its reports, its reads computed
+        once: with one sink, the next one's reads are not cached (its sink's job is the
+        one Spark job that reads them)."""
         self._caught_up: set[tuple[str, str]] = set()
         """Shards (stream, shard) whose last read was at their tip and read nothing."""
 
@@ -172,7 +184,8 @@ class FrameJobs:
             reader = frame_reader(split_tasks(plans, tasks), settings, to, space.bases, emitter)
             struct = self._struct(emitter)
             stage = self.spark.range(0, tasks, 1, tasks).mapInArrow(reader, struct)
-            stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
+            if not (flowing and self._once and self.runner.n_sinks == 1):
+                stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
             got = _Collect(space, None, self.exprs, reports=self._reported(key, tasks))
             if flowing:
                 results, jobs = self._in_one(stage, key, got)
@@ -234,7 +247,8 @@ class FrameJobs:
         (or in the read tasks' reports)."""
         got.ends = self._ends(stage)
         st = self._process(key, stage, got)
-        results, fetched = self._settle(stage, got.space, got.results, st)
+        self._once = got.used is not None and not got.used.again
+        results, fetched = self._settle(stage, got, st)
         return results, got.jobs + self.runner.n_sinks + fetched
 
     def _in_two(self, stage: Any, key: int, got: _Collect) -> tuple[list[ReadResult], int]:
@@ -245,7 +259,7 @@ class FrameJobs:
             return results, 1
         got.results = results
         st = self._process(key, stage, got)
-        results, fetched = self._settle(stage, got.space, results, st)
+        results, fetched = self._settle(stage, got, st)
         return results, 1 + got.jobs + self.runner.n_sinks + fetched
 
     def _reported(self, key: int, tasks: int) -> Callable[[], Reported | None] | None:
@@ -287,19 +301,28 @@ class FrameJobs:
         derived = self.runner.fan_out_schema()
         return ReadEmitter(p.emit, derived, self.runner.n_sinks, first, reporter)
 
-    def _settle(
-        self, stage: Any, space: RowSpace, results: list[ReadResult], st: Statuses
-    ) -> tuple[list[ReadResult], int]:
+    def _settle(self, stage: Any, got: _Collect, st: Statuses) -> tuple[list[ReadResult], int]:
         """The statuses (rows ``0..n-1``, plan by plan) into the plans' results, in plan
-        order; the payloads of the failed records from the persisted reads. The second
-        value counts the Spark jobs that took: 1 when records failed, else 0."""
-        ordered, dense = space.order(results)
+        order; the payloads of the failed records from the reports they were settled
+        from, or else from the reads (persisted, or read again). The second value counts
+        the Spark jobs that took: 1 when records failed that the reports do not hold."""
+        space = got.space
+        ordered, dense = space.order(got.results)
         failed_rows = [(r, st.errors.get(r, "failed")) for r in st.failed_rows.tolist()]
         failed = _place(ordered, dense, st.ok, failed_rows)
-        if not failed:
-            return ordered, 0
-        _fill_payloads(ordered, _failed_rows(stage, failed, space.bases))
-        return ordered, 1
+        known = got.used.failed if got.used is not None else {}
+        picked = [
+            (t, i, known[(t, i)]) for t, idx in failed.items() for i in idx if (t, i) in known
+        ]
+        left = {
+            t: rest
+            for t, idx in failed.items()
+            if (rest := {i for i in idx if (t, i) not in known})
+        }
+        if left:
+            picked += _failed_rows(stage, left, space.bases)
+        _fill_payloads(ordered, picked)
+        return ordered, 1 if left else 0
 
     def _struct(self, emitter: ReadEmitter | None) -> Any:
         """The Spark schema of the read stage's rows (made once per job)."""

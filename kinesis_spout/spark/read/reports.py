@@ -42,15 +42,21 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from kinesis_spout.records import Record
 from kinesis_spout.spark.process.settle import PARTIAL_SCHEMA
+from kinesis_spout.spark.processing import input_record
 
 if TYPE_CHECKING:
     from kinesis_spout.spark.read.plan import ReadResult
+    from kinesis_spout.spark.read.stage import TaskReport
 
-Report = tuple[bytes, tuple[bytes, ...]]
+Report = tuple[bytes, tuple[bytes, ...], bytes]
 """A read task's report: its emit rows' partials (an Arrow IPC stream of
-:data:`~kinesis_spout.spark.process.settle.PARTIAL_SCHEMA`) and its plans' pickled
-results, in plan order."""
+:data:`~kinesis_spout.spark.process.settle.PARTIAL_SCHEMA`), its plans' pickled
+results, in plan order, and its records whose ``emit`` failed (pickled
+``(plan, index, values)``, :class:`~kinesis_spout.spark.read.stage.TaskReport`)."""
+Failed = dict[tuple[int, int], Record]
+"""Records whose ``emit`` failed, by (plan's task number, index in its read)."""
 Reports = dict[tuple[int, int], Report]
 """Reports by (Spark job key, read task)."""
 
@@ -63,6 +69,8 @@ class _Board:
         self.open: dict[int, Reports] = {}
         self.differ: set[int] = set()
         """Open jobs that got two different reports for one task."""
+        self.again: set[int] = set()
+        """Open jobs with a task that reported more than once (computed again)."""
 
     def merge(self, reports: Reports) -> None:
         with self.lock:
@@ -71,6 +79,8 @@ class _Board:
                 if got is None:
                     continue  # a job closed (or never opened here): a late copy
                 first = got.setdefault((key, task), report)
+                if first is not report:
+                    self.again.add(key)
                 if first[0] != report[0]:
                     self.differ.add(key)
 
@@ -99,14 +109,15 @@ class Reporter:
     ends: bool = True
     """Whether the plans' results go too (not when the driver collects the ends first)."""
 
-    def report(self, task: int, partials: list[pa.RecordBatch], ends: list[bytes]) -> None:
-        """Task ``task``'s emit partials and pickled plan results, once it read them all."""
-        ends = ends if self.ends else []
+    def report(self, task: int, report: TaskReport) -> None:
+        """Task ``task``'s report, once Spark took all its rows."""
+        ends = report.ends if self.ends else []
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, PARTIAL_SCHEMA) as writer:
-            for batch in partials:
+            for batch in report.partials:
                 writer.write_batch(batch)
-        self.accumulator.add({(self.key, task): (sink.getvalue().to_pybytes(), tuple(ends))})
+        value = (sink.getvalue().to_pybytes(), tuple(ends), pickle.dumps(report.failed))
+        self.accumulator.add({(self.key, task): value})
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +127,10 @@ class Reported:
 
     partials: pa.Table
     results: list[ReadResult]
+    failed: Failed
+    """The records whose ``emit`` failed: the payloads of the rows the partials fail."""
+    again: bool
+    """A task reported more than once: Spark computed its reads again."""
 
 
 class EmitReports:
@@ -138,19 +153,24 @@ class EmitReports:
         with self._board.lock:
             got = dict(self._board.open.get(key, {}))
             differ = key in self._board.differ
+            again = key in self._board.again
         if differ or len(got) != tasks or any((key, t) not in got for t in range(tasks)):
             return None
         tables: list[pa.Table] = []
         results: list[ReadResult] = []
+        failed: Failed = {}
         for t in range(tasks):
-            partials, ends = got[(key, t)]
+            partials, ends, records = got[(key, t)]
             tables.append(pa.ipc.open_stream(partials).read_all())
             results.extend(pickle.loads(b) for b in ends)
+            for plan, i, values in pickle.loads(records):
+                failed[(plan, i)] = input_record(*values)
         table = pa.concat_tables(tables) if tables else PARTIAL_SCHEMA.empty_table()
-        return Reported(table, results)
+        return Reported(table, results, failed, again)
 
     def close(self, key: int) -> None:
         """Job ``key`` ended: its reports go, and later copies are not kept."""
         with self._board.lock:
             self._board.open.pop(key, None)
             self._board.differ.discard(key)
+            self._board.again.discard(key)

@@ -85,6 +85,11 @@ def outcome(results: list[ReadResult]) -> dict[str, tuple[bool, str | None]]:
     }
 
 
+def payloads(results: list[ReadResult]) -> list[tuple[str, bytes, int]]:
+    """The failed records' payloads the results carry (for retries and dead letters)."""
+    return sorted((r.message_id, r.data, r.attempt) for res in results for r in res.failed.values())
+
+
 def test_a_word_count_batch_settles_from_the_reports_as_the_statuses_job_settles_it(
     spark: Any,
     moto_client: Any,
@@ -105,10 +110,11 @@ def test_a_word_count_batch_settles_from_the_reports_as_the_statuses_job_settles
     monkeypatch.setattr(EmitReports, "take", lambda self, key, tasks: None)
     collected, jobs_then = read_stream(spark, cfg, unique_name, process, "without")
     assert statuses_jobs == [1]
-    assert jobs == jobs_then - 1
+    assert (jobs, jobs_then) == (1, 3)  # the sink's; the sink's, statuses', payloads'
 
     got = outcome(reported)
     assert got == outcome(collected)
+    assert payloads(reported) == payloads(collected)  # the failed records, from the reports
     assert sorted(got) == sorted(f"{s}:{q}" for s, q in put)
     failed = {k for k, (ok, _) in got.items() if not ok}
     assert failed == {f"{put[i][0]}:{put[i][1]}" for i, (_, d) in enumerate(items) if is_poison(d)}
@@ -240,3 +246,57 @@ class KeepWords:
 
     def __call__(self, derived: Any) -> None:
         derived.toArrow()
+
+
+class CacheSpy:
+    """A sink that notes whether the session caches anything when it runs (the read
+    stage, persisted or not), then writes every derived record, or, from micro-batch
+    ``statuses_from`` on, returns a status per derived record instead."""
+
+    name = "spy"
+
+    def __init__(self, spark: Any, statuses_from: int) -> None:
+        self.spark = spark
+        self.statuses_from = statuses_from
+        self.cached: list[bool] = []
+
+    def __call__(self, derived: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        cache = self.spark._jsparkSession.sharedState().cacheManager()
+        self.cached.append(not cache.isEmpty())
+        if len(self.cached) >= self.statuses_from:
+            return derived.select("_root", "_id", F.lit(True).alias("status"))
+        derived.toArrow()
+        return None
+
+
+def test_a_one_sink_fan_out_that_settles_from_its_reports_reads_uncached_until_it_does_not(
+    spark: Any,
+    moto_client: Any,
+    job_config: Any,
+    unique_name: str,
+    statuses_jobs: list[int],
+) -> None:
+    """Once a micro-batch settled from its reports (its reads computed once), the next
+    one's reads are not cached: the one sink's job is the one Spark job that reads them.
+    When that sink then returns statuses, the statuses' job reads them again (the
+    recorded range) and the statuses are right; the micro-batch after is cached again."""
+    create_stream(moto_client, unique_name, 1)
+    (shard,) = settings_shards(spark, job_config(), unique_name)
+    spy = CacheSpy(spark, statuses_from=3)
+    process = fan_out(words_with_a_bad_one, "word string", [spy], "spied")
+    frames, settings = frame_jobs(spark, job_config(), unique_name, process)
+    position, seen = OLDEST, 0
+    try:
+        for batch in range(1, 5):
+            put = put_records(moto_client, unique_name, [(f"k{i}", b"a b") for i in range(20)])
+            plan = ReadPlan(batch, shard, position, 500)
+            (res,), _ = frames.collect([plan], 1, settings, "r", batch)
+            assert res.seqs == [seq for _, seq in put] and all(res.ok)
+            position, seen = res.position, seen + len(res)
+    finally:
+        frames.close()
+    assert spy.cached == [True, False, False, True]
+    assert statuses_jobs == [1, 1]  # the third and fourth: their sink returned statuses
+    assert seen == 80
