@@ -28,9 +28,10 @@ A micro-batch of these styles is **one Spark job** while records flow:
    the persisted reads (a small Spark job), or from the reports of a fan-out settled
    from them.
 
-A fan-out with one sink whose last micro-batch settled from its reports, its reads
-computed once, does not persist its next micro-batch's reads: the sink's job is the one
-Spark job that reads them (a statuses' job, should one be needed, reads them again).
+A fan-out with one sink does not persist its reads, while its micro-batches settle from
+their reports with their reads computed once: the sink's job is the one Spark job that
+reads them (a statuses' job, should one be needed, reads them again, and the next
+micro-batch is cached).
 
 When every shard of the batch was at its tip with nothing read last time (an idle
 poll), the read ends are collected first, alone, and nothing is processed if
@@ -74,6 +75,10 @@ from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, PLAN, ReadEmitter
 
 log = logging.getLogger(__name__)
 
+RECOMPUTED = (
+    "emit answered otherwise when Spark computed the micro-batch's reads again (uncached): "
+    "every record of the micro-batch fails rather than risk an ack"
+)
 _END = "_end"
 """Marks the read ends among the statuses collected with them (:class:`_Collect`)."""
 
@@ -159,10 +164,10 @@ class FrameJobs:
         self._schema: Any = None
         self.reports = EmitReports(spark) if self.fan_out else None
         """What a fan-out's read tasks report (:mod:`~kinesis_spout.spark.read.reports`)."""
-        self._once = False
-        """The last micro-batch of a fan-out settled from its reports, its reads computed
-        once: with one sink, the next one's reads are not cached (its sink's job is the
-        one Spark job that reads them)."""
+        self._once = True
+        """No micro-batch of this fan-out yet, or the last one settled from its reports,
+        its reads computed once: with one sink, the next one's reads are not cached (its
+        sink's job is the one Spark job that reads them)."""
         self._caught_up: set[tuple[str, str]] = set()
         """Shards (stream, shard) whose last read was at their tip and read nothing."""
 
@@ -184,11 +189,12 @@ class FrameJobs:
             reader = frame_reader(split_tasks(plans, tasks), settings, to, space.bases, emitter)
             struct = self._struct(emitter)
             stage = self.spark.range(0, tasks, 1, tasks).mapInArrow(reader, struct)
-            if not (flowing and self._once and self.runner.n_sinks == 1):
+            uncached = flowing and self._once and self.runner.n_sinks == 1
+            if not uncached:
                 stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
             got = _Collect(space, None, self.exprs, reports=self._reported(key, tasks))
             if flowing:
-                results, jobs = self._in_one(stage, key, got)
+                results, jobs = self._in_one(stage, key, got, uncached)
             else:
                 results, jobs = self._in_two(stage, key, got)
             self.keys.if_running(key, lambda: self._note_tips(results))  # not if given up
@@ -242,13 +248,22 @@ class FrameJobs:
             else:
                 self._caught_up.discard(key)
 
-    def _in_one(self, stage: Any, key: int, got: _Collect) -> tuple[list[ReadResult], int]:
+    def _in_one(
+        self, stage: Any, key: int, got: _Collect, uncached: bool = False
+    ) -> tuple[list[ReadResult], int]:
         """Read and process in one Spark job: the read ends come back with the statuses
-        (or in the read tasks' reports)."""
+        (or in the read tasks' reports).
+
+        Reads not cached (``uncached``) that a statuses' job read again: should ``emit``
+        have answered otherwise there than for the sink (the reports of a task differ),
+        the sink's statuses may be of derived records that job did not make, so every
+        record of the micro-batch fails (and is retried) rather than risk an ack."""
         got.ends = self._ends(stage)
         st = self._process(key, stage, got)
-        self._once = got.used is not None and not got.used.again
+        if uncached and got.used is None and self.reports and self.reports.differ(key):
+            st = _all_failed(st, RECOMPUTED)
         results, fetched = self._settle(stage, got, st)
+        self._once = got.used is not None and not got.used.again and not fetched
         return results, got.jobs + self.runner.n_sinks + fetched
 
     def _in_two(self, stage: Any, key: int, got: _Collect) -> tuple[list[ReadResult], int]:
@@ -355,6 +370,13 @@ def _place(
         res.errors[j] = error
         failed.setdefault(res.task, set()).add(j)
     return failed
+
+
+def _all_failed(st: Statuses, error: str) -> Statuses:
+    """Every row of ``st`` failed with ``error``."""
+    n = st.stop - st.start
+    errors = {st.start + i: error for i in range(n)}
+    return Statuses(st.start, st.stop, np.zeros(n, dtype=bool), errors)
 
 
 def _failed_rows(

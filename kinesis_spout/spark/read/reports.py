@@ -29,8 +29,9 @@ computes a partition. Spark applies no accumulator update of a failed attempt (w
 cached block a later attempt may read) or of a second copy of a finished task, so a
 computation that differs is not always seen; nor does the statuses' job, which reads
 the cache as it is when it runs, see what an earlier computation gave a sink.
-Otherwise nothing changes: the same partials settle the same way, and the payloads of
-failed records are still taken from the persisted reads.
+Otherwise nothing changes: the same partials settle the same way. The payloads of the
+records whose ``emit`` failed come with the reports too, so such a micro-batch needs no
+Spark job to fetch them (:class:`~kinesis_spout.spark.read.stage.TaskReport`).
 """
 
 from __future__ import annotations
@@ -167,6 +168,12 @@ class EmitReports:
                 failed[(plan, i)] = input_record(*values)
         table = pa.concat_tables(tables) if tables else PARTIAL_SCHEMA.empty_table()
         return Reported(table, results, failed, again)
+
+    def differ(self, key: int) -> bool:
+        """Whether two reports of a task of job ``key`` differ (``emit`` answered
+        otherwise when Spark computed its reads again)."""
+        with self._board.lock:
+            return key in self._board.differ
 
     def close(self, key: int) -> None:
         """Job ``key`` ended: its reports go, and later copies are not kept."""

@@ -194,7 +194,7 @@ def test_a_read_task_computed_again_reports_again_and_reports_that_differ_are_no
     sink = TwiceAndFlag(spark, flag if emit_changes else None)
     calls = tmp_path / "calls"
     emit = split_unless_flagged(str(flag), str(calls))
-    process = fan_out(emit, "word string", [sink], "flagged")
+    process = fan_out(emit, "word string", [sink, KeepWords()], "flagged")  # cached: 2 sinks
 
     results, _ = read_stream(spark, job_config(), unique_name, process, "r")
     got = outcome(results)
@@ -278,10 +278,10 @@ def test_a_one_sink_fan_out_that_settles_from_its_reports_reads_uncached_until_i
     unique_name: str,
     statuses_jobs: list[int],
 ) -> None:
-    """Once a micro-batch settled from its reports (its reads computed once), the next
-    one's reads are not cached: the one sink's job is the one Spark job that reads them.
-    When that sink then returns statuses, the statuses' job reads them again (the
-    recorded range) and the statuses are right; the micro-batch after is cached again."""
+    """While its micro-batches settle from their reports (their reads computed once), a
+    one-sink fan-out's reads are not cached: the sink's job is the one Spark job that
+    reads them. When that sink returns statuses, the statuses' job reads them again (the
+    recorded range) and the statuses are right; the micro-batch after is cached."""
     create_stream(moto_client, unique_name, 1)
     (shard,) = settings_shards(spark, job_config(), unique_name)
     spy = CacheSpy(spark, statuses_from=3)
@@ -297,6 +297,62 @@ def test_a_one_sink_fan_out_that_settles_from_its_reports_reads_uncached_until_i
             position, seen = res.position, seen + len(res)
     finally:
         frames.close()
-    assert spy.cached == [True, False, False, True]
+    assert spy.cached == [False, False, False, True]
     assert statuses_jobs == [1, 1]  # the third and fourth: their sink returned statuses
     assert seen == 80
+
+
+class WritesThenStatuses:
+    """A sink that writes every derived record of the first micro-batch; in the second
+    it reads them, creates ``flag`` (the ``emit`` answers otherwise from then on) and
+    returns a status per derived record, all ok."""
+
+    name = "flagging"
+
+    def __init__(self, flag: Path) -> None:
+        self.flag = flag
+        self.calls = 0
+
+    def __call__(self, derived: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        self.calls += 1
+        derived.toArrow()
+        if self.calls == 1:
+            return None
+        self.flag.touch()
+        return derived.select("_root", "_id", F.lit(True).alias("status"))
+
+
+def test_uncached_reads_read_again_by_the_statuses_job_fail_the_batch_when_emit_changed(
+    spark: Any,
+    moto_client: Any,
+    job_config: Any,
+    unique_name: str,
+    tmp_path: Path,
+    statuses_jobs: list[int],
+) -> None:
+    """The second micro-batch's reads are not cached (the first settled from its reports),
+    so its statuses' job computes them again; ``emit`` now fails the ``odd`` records it
+    gave the sink before. The sink's statuses may be of derived records that job did not
+    make: every record of the micro-batch fails rather than any being acked."""
+    create_stream(moto_client, unique_name, 1)
+    (shard,) = settings_shards(spark, job_config(), unique_name)
+    flag = tmp_path / "flag"
+    emit = split_unless_flagged(str(flag), str(tmp_path / "calls"))
+    process = fan_out(emit, "word string", [WritesThenStatuses(flag)], "flagging")
+    frames, settings = frame_jobs(spark, job_config(), unique_name, process)
+    items = [(f"k{i}", b"odd one" if i % 2 else b"even one") for i in range(20)]
+    try:
+        put_records(moto_client, unique_name, items)
+        (first,), _ = frames.collect([ReadPlan(1, shard, OLDEST, 500)], 1, settings, "r", 1)
+        assert all(first.ok) and statuses_jobs == []
+        put_records(moto_client, unique_name, items)
+        plan = ReadPlan(2, shard, first.position, 500)
+        (second,), _ = frames.collect([plan], 1, settings, "r", 2)
+    finally:
+        frames.close()
+    assert statuses_jobs == [1]
+    assert len(second) == 20 and not any(second.ok)
+    assert set(second.errors.values()) == {frames_module.RECOMPUTED}
+    assert len(second.failed) == 20  # each with its payload, for its retry
