@@ -13,8 +13,7 @@ import pytest
 
 from kinesis_spout.spark.process.settle import PARTIAL_SCHEMA
 from kinesis_spout.spark.read.plan import ReadResult
-from kinesis_spout.spark.read.reports import EmitReports, Reporter
-from kinesis_spout.spark.read.stage import TaskReport
+from kinesis_spout.spark.read.reports import EmitReports, Reporter, TaskReport
 
 
 class Accumulator:

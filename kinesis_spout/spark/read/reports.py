@@ -31,35 +31,59 @@ computation that differs is not always seen; nor does the statuses' job, which r
 the cache as it is when it runs, see what an earlier computation gave a sink.
 Otherwise nothing changes: the same partials settle the same way. The payloads of the
 records whose ``emit`` failed come with the reports too, so such a micro-batch needs no
-Spark job to fetch them (:class:`~kinesis_spout.spark.read.stage.TaskReport`).
+Spark job to fetch them (:class:`TaskReport`).
 """
 
 from __future__ import annotations
 
 import pickle
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kinesis_spout.records import Record
-from kinesis_spout.spark.process.settle import PARTIAL_SCHEMA
+from kinesis_spout.spark.process.arrow import DATA_COLUMNS
+from kinesis_spout.spark.process.settle import PARTIAL_SCHEMA, written_partials
 from kinesis_spout.spark.processing import input_record
 
 if TYPE_CHECKING:
     from kinesis_spout.spark.read.plan import ReadResult
-    from kinesis_spout.spark.read.stage import TaskReport
 
 Report = tuple[bytes, tuple[bytes, ...], bytes]
 """A read task's report: its emit rows' partials (an Arrow IPC stream of
 :data:`~kinesis_spout.spark.process.settle.PARTIAL_SCHEMA`), its plans' pickled
 results, in plan order, and its records whose ``emit`` failed (pickled
-``(plan, index, values)``, :class:`~kinesis_spout.spark.read.stage.TaskReport`)."""
+``(plan, index, values)``, :class:`TaskReport`)."""
 Failed = dict[tuple[int, int], Record]
 """Records whose ``emit`` failed, by (plan's task number, index in its read)."""
 Reports = dict[tuple[int, int], Report]
 """Reports by (Spark job key, read task)."""
+
+
+@dataclass
+class TaskReport:
+    """What a fan-out's read task reports besides its rows
+    (:mod:`~kinesis_spout.spark.read.reports`): its emit rows' partials, its plans'
+    pickled results, and the records whose ``emit`` failed (``(plan, index, values)``,
+    the values of :data:`~kinesis_spout.spark.process.arrow.DATA_COLUMNS`)."""
+
+    partials: list[pa.RecordBatch] = field(default_factory=list)
+    ends: list[bytes] = field(default_factory=list)
+    failed: list[tuple[int, int, tuple[Any, ...]]] = field(default_factory=list)
+
+    def add(self, res: ReadResult, table: pa.Table, batch: pa.RecordBatch) -> None:
+        """One plan's read (``table``, its records) and its emit stage's rows (``batch``)."""
+        self.partials.append(written_partials(batch))
+        failed = pc.invert(batch.column("_ok").fill_null(False))
+        if pc.any(failed).as_py():
+            picked = table.select(list(DATA_COLUMNS)).filter(failed).to_pylist()
+            indexes = np.flatnonzero(failed.to_numpy(zero_copy_only=False)).tolist()
+            for i, values in zip(indexes, picked, strict=True):
+                self.failed.append((res.task, i, tuple(values[c] for c in DATA_COLUMNS)))
 
 
 class _Board:

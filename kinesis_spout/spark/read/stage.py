@@ -33,21 +33,18 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kinesis_spout.records import Record
-from kinesis_spout.spark.process.arrow import DATA_COLUMNS, INPUT_SCHEMA, ROW, records_to_arrow
+from kinesis_spout.spark.process.arrow import INPUT_SCHEMA, ROW, records_to_arrow
 from kinesis_spout.spark.process.fanout import emit_records, stage_schema
-from kinesis_spout.spark.process.settle import written_partials
 from kinesis_spout.spark.processing import EmitFunction
-from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.read.plan import ReadPlan, ReadSettings
 from kinesis_spout.spark.read.recorded import KeptRead, RecordTo, read_recorded
-from kinesis_spout.spark.read.reports import Reporter
+from kinesis_spout.spark.read.reports import Reporter, TaskReport
 
 PLAN = "_plan"
 """The task number of the plan a row was read for."""
@@ -60,28 +57,6 @@ FRAME_SCHEMA = pa.schema(
 )
 """The read stage's rows: a record (``_row`` its plan's base plus its index in the plan's
 read, :class:`~kinesis_spout.spark.read.rows.RowSpace`) or a plan's end."""
-
-
-@dataclass
-class TaskReport:
-    """What a fan-out's read task reports besides its rows
-    (:mod:`~kinesis_spout.spark.read.reports`): its emit rows' partials, its plans'
-    pickled results, and the records whose ``emit`` failed (``(plan, index, values)``,
-    the values of :data:`~kinesis_spout.spark.process.arrow.DATA_COLUMNS`)."""
-
-    partials: list[pa.RecordBatch] = field(default_factory=list)
-    ends: list[bytes] = field(default_factory=list)
-    failed: list[tuple[int, int, tuple[Any, ...]]] = field(default_factory=list)
-
-    def add(self, res: ReadResult, table: pa.Table, batch: pa.RecordBatch) -> None:
-        """One plan's read (``table``, its records) and its emit stage's rows (``batch``)."""
-        self.partials.append(written_partials(batch))
-        failed = pc.invert(batch.column("_ok").fill_null(False))
-        if pc.any(failed).as_py():
-            picked = table.select(list(DATA_COLUMNS)).filter(failed).to_pylist()
-            indexes = np.flatnonzero(failed.to_numpy(zero_copy_only=False)).tolist()
-            for i, values in zip(indexes, picked, strict=True):
-                self.failed.append((res.task, i, tuple(values[c] for c in DATA_COLUMNS)))
 
 
 def stage_batches(
