@@ -56,24 +56,28 @@ def statuses_jobs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def read_stream(
-    spark: Any, cfg: Any, stream: str, process: Any, run: str
+    spark: Any, client: Any, cfg: Any, stream: str, process: Any, run: str
 ) -> tuple[list[ReadResult], int]:
     """Every shard of ``stream`` read from its start in one micro-batch of two read tasks,
     processed by ``process``: the results and the Spark jobs it took."""
     frames, settings = frame_jobs(spark, cfg, stream, process)
     try:
-        shards = sorted(settings_shards(spark, cfg, stream))
+        shards = sorted(shard_ids(client, stream))
         plans = [ReadPlan(i, s, OLDEST, 500) for i, s in enumerate(shards)]
         return frames.collect(plans, 2, settings, run, 1)
     finally:
         frames.close()
 
 
-def settings_shards(spark: Any, cfg: Any, stream: str) -> list[str]:
-    from kinesis_spout.testing.streams import emulator_client
-
-    client = emulator_client(cfg.endpoint_url)
+def shard_ids(client: Any, stream: str) -> list[str]:
     return [s["ShardId"] for s in client.list_shards(StreamName=stream)["Shards"]]
+
+
+def one_shard(client: Any, stream: str) -> str:
+    """A stream of one shard, created; its shard id."""
+    create_stream(client, stream, 1)
+    (shard,) = shard_ids(client, stream)
+    return str(shard)
 
 
 def outcome(results: list[ReadResult]) -> dict[str, tuple[bool, str | None]]:
@@ -105,10 +109,10 @@ def test_a_word_count_batch_settles_from_the_reports_as_the_statuses_job_settles
     process = fan_out(split_sentence, "word string", [WordCountSink(tmp_path / "c")], "wc")
     cfg = job_config()
 
-    reported, jobs = read_stream(spark, cfg, unique_name, process, "with-reports")
+    reported, jobs = read_stream(spark, moto_client, cfg, unique_name, process, "with-reports")
     assert statuses_jobs == []  # settled from the reports
     monkeypatch.setattr(EmitReports, "take", lambda self, key, tasks: None)
-    collected, jobs_then = read_stream(spark, cfg, unique_name, process, "without")
+    collected, jobs_then = read_stream(spark, moto_client, cfg, unique_name, process, "without")
     assert statuses_jobs == [1]
     assert (jobs, jobs_then) == (1, 3)  # the sink's; the sink's, statuses', payloads'
 
@@ -148,7 +152,7 @@ def test_a_sink_that_returns_statuses_or_reads_part_settles_in_the_statuses_job(
     words = failing_word_sink("bad") if sink == "returns statuses" else ReadsPart()
     process = fan_out(words_with_a_bad_one, "word string", [words], "words")
 
-    results, _ = read_stream(spark, job_config(), unique_name, process, "r")
+    results, _ = read_stream(spark, moto_client, job_config(), unique_name, process, "r")
     assert statuses_jobs == [1]
     got = outcome(results)
     assert len(got) == 60
@@ -196,7 +200,7 @@ def test_a_read_task_computed_again_reports_again_and_reports_that_differ_are_no
     emit = split_unless_flagged(str(flag), str(calls))
     process = fan_out(emit, "word string", [sink, KeepWords()], "flagged")  # cached: 2 sinks
 
-    results, _ = read_stream(spark, job_config(), unique_name, process, "r")
+    results, _ = read_stream(spark, moto_client, job_config(), unique_name, process, "r")
     got = outcome(results)
     assert len(got) == 40
     evaluations = Counter(calls.read_text().split())
@@ -222,8 +226,7 @@ def test_a_batch_read_first_settles_from_the_reports_without_its_ends_again(
     """A shard last seen at its tip is read first (its ends alone, a Spark job that also
     computes the read tasks) and processed only if it read something: that processing
     settles from the reports of the read-first job."""
-    create_stream(moto_client, unique_name, 1)
-    (shard,) = settings_shards(spark, job_config(), unique_name)
+    shard = one_shard(moto_client, unique_name)
     process = fan_out(words_with_a_bad_one, "word string", [KeepWords()], "words")
     frames, settings = frame_jobs(spark, job_config(), unique_name, process)
     try:
@@ -282,8 +285,7 @@ def test_a_one_sink_fan_out_that_settles_from_its_reports_reads_uncached_until_i
     one-sink fan-out's reads are not cached: the sink's job is the one Spark job that
     reads them. When that sink returns statuses, the statuses' job reads them again (the
     recorded range) and the statuses are right; the micro-batch after is cached."""
-    create_stream(moto_client, unique_name, 1)
-    (shard,) = settings_shards(spark, job_config(), unique_name)
+    shard = one_shard(moto_client, unique_name)
     spy = CacheSpy(spark, statuses_from=3)
     process = fan_out(words_with_a_bad_one, "word string", [spy], "spied")
     frames, settings = frame_jobs(spark, job_config(), unique_name, process)
@@ -336,8 +338,7 @@ def test_uncached_reads_read_again_by_the_statuses_job_fail_the_batch_when_emit_
     so its statuses' job computes them again; ``emit`` now fails the ``odd`` records it
     gave the sink before. The sink's statuses may be of derived records that job did not
     make: every record of the micro-batch fails rather than any being acked."""
-    create_stream(moto_client, unique_name, 1)
-    (shard,) = settings_shards(spark, job_config(), unique_name)
+    shard = one_shard(moto_client, unique_name)
     flag = tmp_path / "flag"
     emit = split_unless_flagged(str(flag), str(tmp_path / "calls"))
     process = fan_out(emit, "word string", [WritesThenStatuses(flag)], "flagging")
