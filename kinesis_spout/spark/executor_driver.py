@@ -245,8 +245,7 @@ class ExecutorDriver(StopControl):
         return self.jobs.jobs_run
 
     def _give_up_overdue(self, pool: ThreadPoolExecutor, deadline: float) -> None:
-        """Give up the jobs running past ``deadline`` seconds (see the module docstring).
-        The clock is read per job: failing a record alone may read it on the driver."""
+        """Give up the jobs running past ``deadline`` seconds (see the module docstring)."""
         for job, (started, plans) in list(self._started.items()):
             if self._running[job].done():
                 continue  # (a job done meanwhile is applied by the next step)
@@ -272,7 +271,7 @@ class ExecutorDriver(StopControl):
             if plan.is_retry or failed:
                 then = f"its {len(failed)} records failed"
             elif plan.limit <= 1:
-                then = "the driver reads on to the record that hangs"
+                then = "the driver reads the record that hangs, to fail it"
             else:
                 then = "the shard is read again, at most half as many records at a time"
             log.warning("%s (shard %s): given up; %s", error, plan.shard_id, then)

@@ -1,7 +1,8 @@
 """Reading the one record a read task of limit 1 failed on, on the driver.
 
 Its Python worker died on it, or the function hung on it, so no task returned its
-position: the driver reads it here (GetRecords of limit 1) to fail it in its tracker. The plan's
+position: the driver reads it here (GetRecords of limit 1), on a thread of its own
+(:meth:`~kinesis_spout.spark.read.lone.LoneRecords.walk`), to fail it in its tracker. The plan's
 iterator may have expired long ago (a halving cycle can outlast the 5 minutes
 of an iterator), and a call may be throttled or fail: :func:`read_alone` is the
 bounded read of :mod:`kinesis_spout.kinesis.bounded` with a limit of one record,
@@ -37,8 +38,8 @@ MAX_EMPTY_BEHIND = 50
 """Empty pages behind the tip walked in one read (10 s at 5 calls a second)."""
 
 SECONDS = 15.0
-"""The most one read takes (the first read of a record that failed alone is waited
-for): calls are not started past it, so throttling and backoff cannot stretch it."""
+"""The most one read takes (on a thread of its own: the micro-batch loop does not wait
+for it): calls are not started past it, so throttling and backoff cannot stretch it."""
 
 
 def read_alone(

@@ -14,9 +14,9 @@ in turn, and the shard would stall for good. So, as with a record that kills its
   reads on after it at full size;
 * the search also ends once the shard has read, without a hang, as many records as the
   first hung read could hold, or up to its tip: the hang did not come back (a slow
-  moment, not a record). When the driver's read did not reach the one record (behind
-  a long gap of empty pages, or errors), the driver reads on to it at the next steps
-  of its loop, with no task of the shard meanwhile
+  moment, not a record). The driver reads the one record at the next steps of its
+  loop (behind a long gap of empty pages, or after errors, over several reads), with
+  no task of the shard meanwhile
   (:meth:`~kinesis_spout.spark.read.planner.ExecutorReadPlanner.walk`); only when
   the driver holds no tracker of the shard (let go meanwhile) is the shard's next read
   of that one record again (:meth:`HangSearch.unread`);

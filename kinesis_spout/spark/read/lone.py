@@ -8,14 +8,16 @@ dead-lettered, while its shard reads on after it. It also keeps the searches for
 record that hangs (:class:`~kinesis_spout.spark.read.hangs.HangSearch`: the shard's
 reads halved until a read of one record hangs).
 
-When the driver's read does not reach the record (behind more empty pages than one
-read walks, or after errors), the shard is *walking*: it has no read task, which
-would fail or hang on the record again, and :meth:`LoneRecords.walk` reads on from
-where the last read stopped until it reaches the record, one read at a time on a thread
+From the moment its task failed alone until the driver has read and failed the record,
+the shard is *walking*: it has no read task, which would fail or hang on the record
+again, and :meth:`LoneRecords.walk` reads from the task's position, then on from where
+the last read stopped (the record may sit behind more empty pages than one read walks,
+or a read may end in errors) until it reaches the record, one read at a time on a thread
 of its own, which the micro-batch loop starts and applies at its steps but never waits
-for. For a record that hangs this matters most: a task of it costs
-``task_timeout``, longer than the iterator the last read reached stays valid, so each
-read after a new hang walked the same pages again and never reached the record.
+for: a read may take up to 15 s, and the other shards' micro-batches go on meanwhile.
+For a record that hangs the walk matters most: a task of it costs ``task_timeout``,
+longer than the iterator the last read reached stays valid, so each read after a new
+hang walked the same pages again and never reached the record.
 
 The planner (:class:`~kinesis_spout.spark.read.planner.ExecutorReadPlanner`) asks it
 for a shard's read cap and its walking shards when planning, and hands it each read
@@ -83,18 +85,17 @@ class LoneRecords:
         """The walks' reads that run, by shard."""
 
     def hung(self, plan: ReadPlan, error: str) -> list[str]:
-        """A job of this one plan was given up at ``task_timeout``; the message ids failed.
-        A retry task's records fail (the loop halves one of several records first). A
-        read task's shard is read again from the same position, its reads halved until
-        the record that hangs is found and failed alone (:mod:`~kinesis_spout.spark.read.hangs`)."""
+        """A job of this one plan was given up at ``task_timeout``; the message ids failed
+        now. A retry task's records fail (the loop halves one of several records first).
+        A read task's shard is read again from the same position, its reads halved until
+        the record that hangs is found (:mod:`~kinesis_spout.spark.read.hangs`); the shard
+        then walks to it, as in :meth:`fail_alone`, and once it is failed reads at full
+        size again (:meth:`_walked`)."""
         if not plan.is_retry and not self.hangs.hung(plan.shard_id, plan.limit):
             return []
         failed = self._fail(plan, _Walk(error, hung=True))
-        if not plan.is_retry:
-            if failed:  # found and failed: full-size reads again
-                self.hangs.found(plan.shard_id)
-            elif plan.shard_id not in self.walks:  # the next read is of that record again
-                self.hangs.unread(plan.shard_id)
+        if not plan.is_retry and plan.shard_id not in self.walks:
+            self.hangs.unread(plan.shard_id)  # let go meanwhile: its next read is of it again
         return failed
 
     def walk(self, busy: Collection[str] = ()) -> list[str]:
@@ -185,17 +186,20 @@ class LoneRecords:
         return sh.emitting and not sh.releasing
 
     def fail_alone(self, plan: ReadPlan, error: str) -> list[str]:
-        """Fail what a task of one record failed on alone (poison); the message ids failed.
+        """Fail what a task of one record failed on alone (poison); the message ids failed
+        now.
 
-        A retry task's records are failed; a read task of limit 1 has its record read
-        here (:func:`read_alone`) and failed, or, when the read does not reach it, its
-        shard walks to it (:meth:`walk`).
+        A retry task's records are failed at once. A read task's record is not here (the
+        task returned nothing): its shard *walks* to it (:meth:`walk`), the driver's
+        reads starting at the next step of the loop, on a thread of their own, so no
+        other shard's micro-batch waits for them (one read may take up to
+        :data:`~kinesis_spout.spark.read.alone.SECONDS`).
         """
         return self._fail(plan, _Walk(error, hung=False))
 
     def _fail(self, plan: ReadPlan, walk: _Walk) -> list[str]:
-        """:meth:`fail_alone`, the shard walking with ``walk`` when the record is not
-        reached."""
+        """:meth:`fail_alone`: a retry plan's records failed, a read plan's shard walking
+        with ``walk`` (from the plan's position: the task's read was not applied)."""
         sh = self._set.shards.get(plan.shard_id)
         if sh is None or sh.tracker is None:
             return []
@@ -204,7 +208,8 @@ class LoneRecords:
             for rec in plan.retries:
                 self._acks.fail_record(sh, rec.key, rec, walk.error, now)
             return [poison_id(rec) for rec in plan.retries]
-        return self._settle(sh, plan, walk, *self._read(plan))
+        self.walks[plan.shard_id] = walk
+        return []
 
     def _read(self, plan: ReadPlan) -> _Read:
         """The driver's read of the record of ``plan`` (:func:`read_alone`): I/O only, so

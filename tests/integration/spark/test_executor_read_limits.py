@@ -137,14 +137,16 @@ def test_the_record_that_fails_alone_is_read_past_an_expired_iterator(
         sp = reader(px.endpoint_url, unique_name, tmp_path, store, retry_limit=0)
         (plan,) = sp.plan(10_000)
         px.expire = 0.5  # seed 1: the first GetRecords expires, the second is answered
-        failed = sp.fail_alone(replace(plan, limit=1), "worker died")
+        assert sp.fail_alone(replace(plan, limit=1), "worker died") == []
+        failed = walk_read(sp)
         assert px.injected.expire == 1
         assert len(failed) == 1 and failed[0].startswith(f"{unique_name}/{SHARD}")
         (plan,) = sp.plan(10_000)  # the shard reads on after it
         assert plan.position is not None and plan.position.after is not None
         px.expire = 1.0
+        assert sp.fail_alone(replace(plan, limit=1), "worker died") == []
         with caplog.at_level("WARNING"):
-            assert sp.fail_alone(replace(plan, limit=1), "worker died") == []
+            assert walk_read(sp) == []
         assert f"shard {SHARD}: the record that fails alone could not be read" in caplog.text
         assert sp.plan(10_000) == []
         shard = sp.spout.shard_set.shards[SHARD]
@@ -153,6 +155,35 @@ def test_the_record_that_fails_alone_is_read_past_an_expired_iterator(
         (rid,) = walk_read(sp)  # re-opened after the last key read
         assert rid.startswith(f"{unique_name}/{SHARD}") and rid != failed[0]
         sp.spout.close()
+
+
+def test_a_record_that_failed_a_task_alone_is_read_on_a_thread_while_other_shards_plan(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """A read task of one record killed its worker: ``fail_alone`` reads nothing in the
+    loop's thread (a read of it may take up to 15 s); the shard walks to the record on a
+    thread of its own, with no task meanwhile, while the other shard is planned as usual.
+    Before the fix ``fail_alone`` read the record itself: the micro-batch loop, hence
+    every other shard, waited for that read."""
+    create_stream(moto_client, unique_name, 2)
+    put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(40)])
+    store = MemoryCheckpointStore("job")
+    with FaultProxy(moto_server.endpoint_url, operations=["GetRecords"]) as px:
+        sp = reader(px.endpoint_url, unique_name, tmp_path, store, retry_limit=0)
+        plans = sp.plan(10_000)
+        assert len(plans) == 2
+        lone, other = plans
+        before = px.requests.get("GetRecords", 0)
+        assert sp.fail_alone(replace(lone, limit=1), "worker died") == []
+        assert px.requests.get("GetRecords", 0) == before  # nothing read in this thread
+        assert [p.shard_id for p in sp.plan(10_000)] == [other.shard_id]
+        (rid,) = walk_read(sp)
+        assert rid.startswith(f"{unique_name}/{lone.shard_id}")
+        assert sorted(p.shard_id for p in sp.plan(10_000)) == sorted(
+            [lone.shard_id, other.shard_id]
+        )
+        sp.spout.close()
+    assert sp.spout.stats().dead_lettered == 1  # retry_limit 0: failed once, dead-lettered
 
 
 def test_the_record_that_fails_alone_is_read_behind_more_empty_pages_than_five(
@@ -169,7 +200,8 @@ def test_the_record_that_fails_alone_is_read_behind_more_empty_pages_than_five(
         sp = reader(px.endpoint_url, unique_name, tmp_path, store, retry_limit=0)
         (plan,) = sp.plan(10_000)
         px.set_rates(empty=0.9)  # seed 0: 10 empty pages, then the record
-        failed = sp.fail_alone(replace(plan, limit=1), "worker died")
+        assert sp.fail_alone(replace(plan, limit=1), "worker died") == []
+        failed = walk_read(sp)
         empties = px.injected.empty
         px.clear_faults()
         assert empties > 5
@@ -208,9 +240,11 @@ def test_a_record_that_fails_alone_behind_more_empty_pages_than_one_read_walks_i
         px.set_rates(empty=1.0)
         one = replace(plan, limit=1)
         failed = sp.hung(one, how) if how == "hung" else sp.fail_alone(one, how)
-        assert failed == [] and px.injected.empty == 5
+        assert failed == [] and px.injected.empty == 0  # nothing read yet
         assert sp.plan(10_000) == []  # no task would fail or hang on the record again
         assert sp.wake_in() == 0.0
+        assert walk_read(sp) == [] and px.injected.empty == 5  # 5 pages, all empty
+        assert sp.plan(10_000) == []
         assert sp.walk(busy={SHARD}) == []  # not while a retry task of the shard runs
         assert not sp.lone.reading
         assert sp.walk() == []  # its read starts, and the loop does not wait for it:
