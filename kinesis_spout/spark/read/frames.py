@@ -85,13 +85,13 @@ _END = "_end"
 
 class _Collect:
     """The statuses' :data:`~kinesis_spout.spark.process.runner.Collect` of executor
-    reads: their rows renumbered ``0..n-1`` (:meth:`RowSpace.dense`); with ``ends``, the
-    read ends come back in the same Spark job (a union, told apart by ``_end``)."""
+    reads: their rows renumbered ``0..n-1`` (:meth:`RowSpace.dense`); with ``ends`` (made
+    only if a statuses' job runs), the read ends come back in the same Spark job."""
 
     def __init__(
         self,
         space: RowSpace,
-        ends: Any,
+        ends: Callable[[], Any] | None,
         exprs: Exprs,
         results: list[ReadResult] | None = None,
         reports: Callable[[], Reported | None] | None = None,
@@ -127,7 +127,7 @@ class _Collect:
         else:
             from pyspark.sql import functions as F
 
-            marked = self.ends.withColumn(_END, self.exprs.get(_END, lambda: F.lit(True)))
+            marked = self.ends().withColumn(_END, self.exprs.get(_END, lambda: F.lit(True)))
             both = frame.unionByName(marked, allowMissingColumns=True).toArrow()
             is_end = pc.is_valid(both.column(_END))
             metas = both.filter(is_end).column(META).to_pylist()
@@ -249,7 +249,7 @@ class FrameJobs:
                 self._caught_up.discard(key)
 
     def _in_one(
-        self, stage: Any, key: int, got: _Collect, uncached: bool = False
+        self, stage: Any, key: int, got: _Collect, uncached: bool
     ) -> tuple[list[ReadResult], int]:
         """Read and process in one Spark job: the read ends come back with the statuses
         (or in the read tasks' reports).
@@ -258,7 +258,7 @@ class FrameJobs:
         have answered otherwise there than for the sink (the reports of a task differ),
         the sink's statuses may be of derived records that job did not make, so every
         record of the micro-batch fails (and is retried) rather than risk an ack."""
-        got.ends = self._ends(stage)
+        got.ends = lambda: self._ends(stage)
         st = self._process(key, stage, got)
         if uncached and got.used is None and self.reports and self.reports.differ(key):
             st = _all_failed(st, RECOMPUTED)
