@@ -20,7 +20,8 @@ stopped, halved in turn if it fails: a binary search), a retry plan with half
 its records, down to one record. Who fails alone is then judged as in driver
 mode: poison (failed: retried, then dead-lettered) when something else ran,
 else a systematic error that stops the job with nothing failed. A read plan
-of one record that fails alone has its record read by the driver to fail it
+of one record that fails alone has its record read by the driver, on a thread of
+its own, to fail it
 (:meth:`~kinesis_spout.spark.read.planner.ExecutorReadPlanner.fail_alone`).
 """
 
