@@ -326,14 +326,14 @@ class FrameJobs:
         failed_rows = [(r, st.errors.get(r, "failed")) for r in st.failed_rows.tolist()]
         failed = _place(ordered, dense, st.ok, failed_rows)
         known = got.used.failed if got.used is not None else {}
-        picked = [
-            (t, i, known[(t, i)]) for t, idx in failed.items() for i in idx if (t, i) in known
-        ]
-        left = {
-            t: rest
-            for t, idx in failed.items()
-            if (rest := {i for i in idx if (t, i) not in known})
-        }
+        picked: list[tuple[int, int, Record]] = []
+        left: dict[int, set[int]] = {}  # failed records the reports do not hold
+        for t, idx in failed.items():
+            for i in idx:
+                if (t, i) in known:
+                    picked.append((t, i, known[(t, i)]))
+                else:
+                    left.setdefault(t, set()).add(i)
         if left:
             picked += _failed_rows(stage, left, space.bases)
         _fill_payloads(ordered, picked)
