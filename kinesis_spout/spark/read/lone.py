@@ -99,9 +99,9 @@ class LoneRecords:
         return failed
 
     def walk(self, busy: Collection[str] = ()) -> list[str]:
-        """Read on, on the driver, to each record that failed a task alone and that the
-        last read did not reach, from where that read stopped, and fail it; the message
-        ids failed. The reads run on threads of their own (one per shard at a time), so
+        """Read, on the driver, to each record that failed a task alone, from the task's
+        position or from where the last read stopped, and fail it; the message ids
+        failed. The reads run on threads of their own (one per shard at a time), so
         the micro-batch loop never waits for them: each call applies the reads that
         finished (a shard that is still walking reads on at the next call) and starts one
         for each walking shard that may read now (:meth:`_may_walk`) and has none running."""
