@@ -16,28 +16,27 @@ A micro-batch is **one Spark job** over every shard that can read now:
 4. **Checkpoint** per ``checkpoint_interval`` (and early when a shard's replay
    window is half full).
 
-The next micro-batch starts when the last is back, with every shard due by
-then (a caught-up shard waits ``empty_shard_backoff``, a throttled one its
-backoff); a task reads within its deadline, so a slow or throttled shard
-holds a micro-batch at most that long. Only when the running jobs are slow
-(past twice the read deadline: a slow function, a hung task) does a job
-start beside them, for the shards not in them; a shard is in at most one
-running job, so its reads stay in order (only the halves of a retry plan given
-up, below, run side by side). A job still running
-``task_timeout`` seconds after it started (a function that hangs; a job none
-of whose tasks started yet waits for Spark, and its time counts from then)
-is given up: its Spark job is cancelled. A job of several plans has each plan
-run again as a job of its own, so only the plan that hangs is given up next
-time. A retry plan of several records runs again in two halves, as two jobs
-(the one shard in both, side by side), halved again at each hang; a retry plan
-of one record that hangs fails it (retried, or dead-lettered), so a record
-that shared a retry task with one that hangs is not failed for it. A read
-plan has its shard read again from the same position, its reads halved until
-a record that hangs every time is found and failed alone
-(:mod:`~kinesis_spout.spark.read.hangs`). The message timeout does not fail the records a running
-job holds. Each micro-batch that read or retried records has its progress
-line when its job is applied, or when it is given up with records failed; a job
-run again in parts has one per part (``max_batches`` counts them all).
+The next micro-batch starts when the last is back, with every shard due by then (a
+caught-up shard waits ``empty_shard_backoff``, a throttled one its backoff); a task
+reads within its deadline, so a slow or throttled shard holds a micro-batch at most
+that long. Only when the running jobs are slow (past twice the read deadline: a slow
+function, a hung task) does a job start beside them, for the shards not in them; a
+shard is in at most one running job, so its reads stay in order (only the halves of
+a retry plan given up, below, run side by side). A job still running
+``task_timeout`` seconds after its latest task started (a function that hangs; a job
+none of whose tasks started yet waits for Spark; see
+:mod:`~kinesis_spout.spark.read.deadlines`) is given up: its Spark job is cancelled.
+A job of several plans has each plan run again as a job of its own, so only the plan
+that hangs is given up next time. A retry plan of several records runs again in two
+halves, as two jobs (the one shard in both, side by side), halved again at each
+hang; a retry plan of one record that hangs fails it (retried, or dead-lettered), so
+a record that shared a retry task with one that hangs is not failed for it. A read
+plan has its shard read again from the same position, its reads halved until a
+record that hangs every time is found and failed alone
+(:mod:`~kinesis_spout.spark.read.hangs`). The message timeout does not fail the
+records a running job holds. Each micro-batch that read or retried records has its
+progress line when its job is applied, or when it is given up with records failed; a
+job run again in parts has one per part (``max_batches`` counts them all).
 
 The config, sinks, progress lines, summary, signals and final checkpoint are
 those of the driver-read loop (:mod:`kinesis_spout.spark.driver`).
@@ -58,6 +57,7 @@ from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.spark.loop import MAX_WAIT, MIN_WAIT, StopControl, shut_down
 from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.processing import RecordFunction
+from kinesis_spout.spark.read.deadlines import TaskClocks
 from kinesis_spout.spark.read.frames import FrameJobs
 from kinesis_spout.spark.read.jobs import PLANS, ReadIsolation, ReadJobs
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
@@ -120,7 +120,7 @@ class ExecutorDriver(StopControl):
         self._running: dict[int, Future[Outcome]] = {}
         self._started: dict[int, tuple[float, list[ReadPlan]]] = {}
         self._busy: dict[ShardKey, set[int]] = {}  # (stream, shard) -> the running jobs of it
-        self._ran: set[int] = set()  # running jobs a task of which started
+        self._clocks = TaskClocks(self.jobs.tasks_started)
         self._deadline = config.task_timeout or None
         self.abandoned = 0
         """Jobs given up past their deadline."""
@@ -223,7 +223,7 @@ class ExecutorDriver(StopControl):
     def _forget(self, job: int) -> tuple[float, list[ReadPlan]]:
         """A job no longer runs (done or given up): when it started, and its plans."""
         del self._running[job]
-        self._ran.discard(job)
+        self._clocks.forget(job)
         started, plans = self._started.pop(job)
         for p in plans:
             jobs = self._busy.get(plan_key(p))
@@ -250,14 +250,10 @@ class ExecutorDriver(StopControl):
             if self._running[job].done():
                 continue  # (a job done meanwhile is applied by the next step)
             now = self.clock()
-            if job not in self._ran:
-                ran = self.jobs.tasks_started(job)
-                if ran is False:  # waits for Spark, not on a record: its time counts
-                    self._started[job] = (now, plans)  # from its tasks (looked at each step)
-                    continue
-                if ran:
-                    self._ran.add(job)
-            if now - started <= deadline:
+            since = self._clocks.counts_from(job, started, now, deadline)
+            if since != started:
+                self._started[job] = (since, plans)
+            if now - since <= deadline:
                 continue
             self._forget(job)
             self.abandoned += 1

@@ -183,21 +183,21 @@ class ReadJobs:
         if self.frames is not None:
             self.frames.give_up(batch_id)
 
-    def tasks_started(self, batch_id: int) -> bool | None:
-        """Whether a task of ``batch_id``'s Spark jobs ever started (Spark's status
-        tracker); None while it has no Spark job yet (its driver-side code runs). False:
-        it waits for Spark (its executors busy, lost or not there yet), not on a record."""
+    def tasks_started(self, batch_id: int) -> int | None:
+        """How many tasks of ``batch_id``'s Spark jobs started so far, running or ended
+        (Spark's status tracker; task attempts); None while it has no Spark job yet (its
+        driver-side code runs). 0: it waits for Spark (its executors busy, lost or not
+        there yet), not on a record."""
         tracker = self.spark.sparkContext.statusTracker()
         jobs = tracker.getJobIdsForGroup(self.group(batch_id))
+        started = 0
         for job_id in jobs:
             info = tracker.getJobInfo(job_id)
             for stage_id in info.stageIds if info is not None else ():
                 stage = tracker.getStageInfo(stage_id)
-                if stage is not None and (
-                    stage.numActiveTasks or stage.numCompletedTasks or stage.numFailedTasks
-                ):
-                    return True
-        return False if jobs else None
+                if stage is not None:
+                    started += stage.numActiveTasks + stage.numCompletedTasks + stage.numFailedTasks
+        return started if jobs else None
 
     def remember_poison(self, ids: list[str]) -> None:
         """These records failed alone: their retries that fail alone are poison too."""

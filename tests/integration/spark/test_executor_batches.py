@@ -136,6 +136,43 @@ def test_a_job_of_several_shards_past_its_deadline_runs_again_one_job_per_shard(
     assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
 
 
+def _one_key_per_shard(shards: int) -> list[str]:
+    """A partition key for each shard of a stream of ``shards`` even shards (Kinesis
+    hashes a key with MD5 into its 128-bit key space)."""
+    import hashlib
+
+    keys: dict[int, str] = {}
+    for i in range(10_000):
+        key = f"k{i}"
+        keys.setdefault(int.from_bytes(hashlib.md5(key.encode()).digest()) * shards >> 128, key)
+        if len(keys) == shards:
+            return [keys[s] for s in range(shards)]
+    raise AssertionError("no key for some shard")
+
+
+def test_a_task_that_starts_after_others_of_its_job_end_has_its_whole_task_timeout(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """A micro-batch of four one-record tasks on local[2]'s two task slots runs in two
+    waves of 2.5 s. Its ``task_timeout`` of 4 s counts from when its latest task started,
+    so the second wave is not given up. The old code counted from the job's first task
+    only, and gave the job up 1.5 s into the second wave (every shard then ran again, a
+    job of its own, and two records were delivered twice)."""
+    create_stream(moto_client, unique_name, 4)
+    put = put_records(moto_client, unique_name, [(k, b"slow") for k in _one_key_per_shard(4)])
+    assert len({s for s, _ in put}) == 4
+    deliveries = tmp_path / "deliveries"
+    deliveries.mkdir()
+    cfg = job_config(task_timeout=4.0, shards_per_task=1, stop_when_idle=2.0)
+    driver, summary = run_driver(cfg, log_deliveries(str(deliveries), sleep_ms=2500), spark)
+
+    assert tasks_of_job(spark, driver, 1) == [4]  # one job, a task per shard
+    assert driver.abandoned == 0
+    assert (summary.ok, summary.failed, summary.retried, summary.dead_lettered) == (4, 0, 0, 0)
+    assert sorted((d.shard, d.seq) for d in read_deliveries(deliveries)) == sorted(put)
+    assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
+
+
 def test_a_transform_reads_and_processes_in_one_spark_job_and_skips_empty_polls(
     spark: Any, moto_client: Any, job_config: Any, unique_name: str
 ) -> None:
