@@ -390,6 +390,11 @@ class KinesisSpout:
     def is_active(self) -> bool:
         return self._active
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran."""
+        return self._closed
+
     # ------------------------------------------------------------------ ownership
     def set_owned_shards(self, shard_ids: Iterable[str] | None) -> None:
         """Read only these shards (None: all). A released shard's checkpoint is

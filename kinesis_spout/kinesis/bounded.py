@@ -18,7 +18,7 @@ first of its bounds:
 * a retriable error, with ``stop_on_error`` (otherwise the getter backs off and
   polls again; an expired iterator is always re-opened, never an end), or
   ``max_errors`` errors in a row, expired iterators included (the last one is raised);
-* its driver's deadline.
+* its driver's deadline, or its driver stopped (``stopped``).
 
 :func:`read_until` reads one shard in this thread (the streaming source's first
 reads and replays, a Spark task's enhanced fan-out reads, the one-record read of
@@ -190,13 +190,15 @@ def read_until(
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    stopped: Callable[[], bool] | None = None,
     **bounds: Any,
 ) -> ReadEnd:
     """Read ``getter``'s shard in this thread until ``limit`` user records were taken,
-    ``seconds`` passed (None: no deadline) or another bound of :class:`BoundedRead`
-    (``bounds`` are its keywords); ``take`` consumes each page. The getter is closed
-    at the end."""
-    return drive(BoundedRead(getter, limit, take, **bounds), seconds, clock=clock, sleep=sleep)
+    ``seconds`` passed (None: no deadline), ``stopped()`` (asked before each call) or
+    another bound of :class:`BoundedRead` (``bounds`` are its keywords); ``take``
+    consumes each page. The getter is closed at the end."""
+    read = BoundedRead(getter, limit, take, **bounds)
+    return drive(read, seconds, clock=clock, sleep=sleep, stopped=stopped)
 
 
 def drive(
@@ -205,9 +207,10 @@ def drive(
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    stopped: Callable[[], bool] | None = None,
 ) -> ReadEnd:
     """Drive one read to its bounds in this thread, within ``seconds`` (None: no
-    deadline); sleeps only until the getter is due."""
+    deadline) and until ``stopped()`` (None: never); sleeps only until the getter is due."""
     deadline = math.inf if seconds is None else clock() + seconds
     try:
         while not read.done:
@@ -218,6 +221,8 @@ def drive(
                     break
                 sleep(wake - now)
                 now = clock()
+            if stopped is not None and stopped():
+                break
             read.accept(read.fetch(now))
     finally:
         end = read.finish()

@@ -49,9 +49,11 @@ def read_alone(
     *,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    stopped: Callable[[], bool] | None = None,
 ) -> tuple[KinesisShardGetter, ShardBatch]:
     """The getter and its last poll: the record at ``plan.position`` if it could be read
-    (else the batch holds no record, and its ``error`` says why)."""
+    (else the batch holds no record, and its ``error`` says why); ``stopped()``, asked
+    before each call, ends the read early."""
     pos = plan.position
     assert pos is not None
     getter = KinesisShardGetter(
@@ -80,6 +82,7 @@ def read_alone(
             take,
             clock=clock,
             sleep=sleep,
+            stopped=stopped,
             per_call=1,
             max_empty_behind=MAX_EMPTY_BEHIND,
             max_errors=ATTEMPTS,

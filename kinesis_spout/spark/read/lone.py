@@ -164,7 +164,8 @@ class LoneRecords:
 
     def _start(self, plan: ReadPlan) -> Future[_Read]:
         """A walk's read on a thread of its own (a daemon: a job that stops does not wait
-        for it, and what it read is not applied)."""
+        for it, and what it read is not applied); once the spout stops emitting or is
+        closed it makes no more calls (:meth:`_read`)."""
         read: Future[_Read] = Future()
 
         def run() -> None:
@@ -213,11 +214,17 @@ class LoneRecords:
 
     def _read(self, plan: ReadPlan) -> _Read:
         """The driver's read of the record of ``plan`` (:func:`read_alone`): I/O only, so
-        a walk runs it on a thread of its own."""
+        a walk runs it on a thread of its own. It ends at its next call once the spout
+        stops emitting (the job stops) or is closed."""
         spout = self.spout
         assert spout.api is not None
         return read_alone(
-            spout.api, plan, spout.throttle_backoff, sleep=spout.sleep, clock=self._clock
+            spout.api,
+            plan,
+            spout.throttle_backoff,
+            sleep=spout.sleep,
+            clock=self._clock,
+            stopped=lambda: spout.closed or not spout.is_active,
         )
 
     def _settle(

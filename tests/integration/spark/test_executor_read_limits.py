@@ -6,6 +6,7 @@ Spark: what is tested is the plan, the read and the tracking of its result).
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -270,6 +271,36 @@ def test_a_record_that_fails_alone_behind_more_empty_pages_than_one_read_walks_i
         sp.spout.close()
     assert len(res) == 2
     assert sp.spout.stats().dead_lettered == 1  # retry_limit 0: failed once, dead-lettered
+
+
+@pytest.mark.parametrize("stop", ["deactivate", "close"])
+def test_a_walks_read_makes_no_call_past_the_one_in_flight_once_the_spout_stops(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path, stop: str
+) -> None:
+    """A walk's read runs on a daemon thread, here over empty pages (one read walks up
+    to 50 of them, for up to 15 s). Once the spout stops emitting (the job stops) or is
+    closed, the read ends at its next call: at most the call in flight is answered
+    after. Before the fix it read on for up to 15 s after the job had ended."""
+    create_stream(moto_client, unique_name, 1)
+    put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(3)])
+    store = MemoryCheckpointStore("job")
+    with FaultProxy(moto_server.endpoint_url, seed=0, operations=["GetRecords"]) as px:
+        sp = reader(px.endpoint_url, unique_name, tmp_path, store, retry_limit=0)
+        (plan,) = sp.plan(10_000)
+        px.set_rates(empty=1.0)
+        assert sp.fail_alone(replace(plan, limit=1), "worker died") == []
+        assert sp.walk() == [] and sp.lone.reading
+        (thread,) = [t for t in threading.enumerate() if t.name.endswith(f"walk-{SHARD}")]
+        deadline = time.monotonic() + 60
+        while px.injected.empty < 2:  # the read walks empty pages
+            assert time.monotonic() < deadline, "the walk read no empty page within 60 s"
+            time.sleep(0.01)
+        getattr(sp.spout, stop)()
+        at_stop = px.injected.empty
+        thread.join(60)
+        assert not thread.is_alive()
+        assert px.injected.empty <= at_stop + 1  # the call in flight, if one was
+        sp.spout.close()
 
 
 def test_a_running_retry_task_keeps_its_records_past_the_message_timeout(
