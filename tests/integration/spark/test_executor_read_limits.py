@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,22 @@ def reader(
     )
     sp.spout.open()
     return sp
+
+
+@contextmanager
+def one_shard_walk(
+    moto_server: MotoServer, moto_client: Any, stream: str, tmp_path: Path, *, seed: int
+) -> Iterator[tuple[FaultProxy, ExecutorReadPlanner, Any]]:
+    """A stream of one shard holding 3 records, read through a fault proxy on GetRecords
+    (``seed``): the proxy, an open planner (``retry_limit`` 0, memory checkpoints) and the
+    shard's first read plan, for a record that fails a task alone."""
+    create_stream(moto_client, stream, 1)
+    put_records(moto_client, stream, [(f"k{i}", f"r{i}|x".encode()) for i in range(3)])
+    store = MemoryCheckpointStore("job")
+    with FaultProxy(moto_server.endpoint_url, seed=seed, operations=["GetRecords"]) as px:
+        sp = reader(px.endpoint_url, stream, tmp_path, store, retry_limit=0)
+        (plan,) = sp.plan(10_000)
+        yield px, sp, plan
 
 
 def test_a_read_task_processes_at_most_the_window_in_user_records(
@@ -131,12 +149,7 @@ def test_the_record_that_fails_alone_is_read_past_an_expired_iterator(
     it. Its iterator expired (a halving cycle outlasted it): re-opened and read; when
     no read works, the error is shown, the shard's expired iterator is dropped, and the
     driver reads on to the record at its next step (no task of the shard meanwhile)."""
-    create_stream(moto_client, unique_name, 1)
-    put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(3)])
-    store = MemoryCheckpointStore("job")
-    with FaultProxy(moto_server.endpoint_url, seed=1, operations=["GetRecords"]) as px:
-        sp = reader(px.endpoint_url, unique_name, tmp_path, store, retry_limit=0)
-        (plan,) = sp.plan(10_000)
+    with one_shard_walk(moto_server, moto_client, unique_name, tmp_path, seed=1) as (px, sp, plan):
         px.expire = 0.5  # seed 1: the first GetRecords expires, the second is answered
         assert sp.fail_alone(replace(plan, limit=1), "worker died") == []
         failed = walk_read(sp)
@@ -194,12 +207,7 @@ def test_the_record_that_fails_alone_is_read_behind_more_empty_pages_than_five(
     answers them over a gap in time): the driver walks them to read and fail it. Before
     the fix it gave up after 5 answers, so the record was never failed and each cycle
     killed a worker on it again."""
-    create_stream(moto_client, unique_name, 1)
-    put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(3)])
-    store = MemoryCheckpointStore("job")
-    with FaultProxy(moto_server.endpoint_url, seed=0, operations=["GetRecords"]) as px:
-        sp = reader(px.endpoint_url, unique_name, tmp_path, store, retry_limit=0)
-        (plan,) = sp.plan(10_000)
+    with one_shard_walk(moto_server, moto_client, unique_name, tmp_path, seed=0) as (px, sp, plan):
         px.set_rates(empty=0.9)  # seed 0: 10 empty pages, then the record
         assert sp.fail_alone(replace(plan, limit=1), "worker died") == []
         failed = walk_read(sp)
@@ -231,13 +239,8 @@ def test_a_record_that_fails_alone_behind_more_empty_pages_than_one_read_walks_i
     of that record again: for a record that hangs, ``task_timeout`` later, when the
     iterator the read reached had expired, so the driver walked the same pages again and
     never reached it."""
-    create_stream(moto_client, unique_name, 1)
-    put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(3)])
-    store = MemoryCheckpointStore("job")
     monkeypatch.setattr(alone, "MAX_EMPTY_BEHIND", 5)
-    with FaultProxy(moto_server.endpoint_url, seed=0, operations=["GetRecords"]) as px:
-        sp = reader(px.endpoint_url, unique_name, tmp_path, store, retry_limit=0)
-        (plan,) = sp.plan(10_000)
+    with one_shard_walk(moto_server, moto_client, unique_name, tmp_path, seed=0) as (px, sp, plan):
         px.set_rates(empty=1.0)
         one = replace(plan, limit=1)
         failed = sp.hung(one, how) if how == "hung" else sp.fail_alone(one, how)
@@ -281,12 +284,7 @@ def test_a_walks_read_makes_no_call_past_the_one_in_flight_once_the_spout_stops(
     to 50 of them, for up to 15 s). Once the spout stops emitting (the job stops) or is
     closed, the read ends at its next call: at most the call in flight is answered
     after. Before the fix it read on for up to 15 s after the job had ended."""
-    create_stream(moto_client, unique_name, 1)
-    put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(3)])
-    store = MemoryCheckpointStore("job")
-    with FaultProxy(moto_server.endpoint_url, seed=0, operations=["GetRecords"]) as px:
-        sp = reader(px.endpoint_url, unique_name, tmp_path, store, retry_limit=0)
-        (plan,) = sp.plan(10_000)
+    with one_shard_walk(moto_server, moto_client, unique_name, tmp_path, seed=0) as (px, sp, plan):
         px.set_rates(empty=1.0)
         assert sp.fail_alone(replace(plan, limit=1), "worker died") == []
         assert sp.walk() == [] and sp.lone.reading
