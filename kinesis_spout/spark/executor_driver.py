@@ -23,8 +23,8 @@ that long. Only when the running jobs are slow (past twice the read deadline: a 
 function, a hung task) does a job start beside them, for the shards not in them; a
 shard is in at most one running job, so its reads stay in order (only the halves of
 a retry plan given up, below, run side by side). A job still running
-``task_timeout`` seconds after its latest task started (a function that hangs; a job
-none of whose tasks started yet waits for Spark; see
+``task_timeout`` seconds after its tasks' latest start or end (a function that
+hangs; a job none of whose tasks started yet waits for Spark; see
 :mod:`~kinesis_spout.spark.read.deadlines`) is given up: its Spark job is cancelled.
 A job of several plans has each plan run again as a job of its own, so only the plan
 that hangs is given up next time. A retry plan of several records runs again in two
@@ -120,7 +120,7 @@ class ExecutorDriver(StopControl):
         self._running: dict[int, Future[Outcome]] = {}
         self._started: dict[int, tuple[float, list[ReadPlan]]] = {}
         self._busy: dict[ShardKey, set[int]] = {}  # (stream, shard) -> the running jobs of it
-        self._clocks = TaskClocks(self.jobs.tasks_started)
+        self._clocks = TaskClocks(self.jobs.task_counts)
         self._deadline = config.task_timeout or None
         self.abandoned = 0
         """Jobs given up past their deadline."""

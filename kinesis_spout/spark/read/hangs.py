@@ -21,9 +21,9 @@ in turn, and the shard would stall for good. So, as with a record that kills its
   the driver holds no tracker of the shard (let go meanwhile) is the shard's next read
   of that one record again (:meth:`HangSearch.unread`);
 * a job whose Spark jobs have not started a task yet waits for Spark, not on a record
-  (:meth:`~kinesis_spout.spark.read.jobs.ReadJobs.tasks_started`): it is not given up
-  then, and its ``task_timeout`` counts from when its tasks start (its latest one:
-  :mod:`~kinesis_spout.spark.read.deadlines`).
+  (:meth:`~kinesis_spout.spark.read.jobs.ReadJobs.task_counts`): it is not given up
+  then, and its ``task_timeout`` counts from when its tasks start (their latest start
+  or end: :mod:`~kinesis_spout.spark.read.deadlines`).
 
 Each hang costs ``task_timeout``, so a search costs at most 1 + log2(limit) of them (15
 for a ``batch_size`` of 10,000). The halves are the shard's reads in the next

@@ -183,21 +183,24 @@ class ReadJobs:
         if self.frames is not None:
             self.frames.give_up(batch_id)
 
-    def tasks_started(self, batch_id: int) -> int | None:
-        """How many tasks of ``batch_id``'s Spark jobs started so far, running or ended
-        (Spark's status tracker; task attempts); None while it has no Spark job yet (its
-        driver-side code runs). 0: it waits for Spark (its executors busy, lost or not
-        there yet), not on a record."""
+    def task_counts(self, batch_id: int) -> tuple[int, int] | None:
+        """The tasks of ``batch_id``'s Spark jobs that run and that ended (completed or
+        failed attempts), as Spark's status tracker shows them; None while it has no
+        Spark job yet (its driver-side code runs). ``(0, 0)``: it waits for Spark (its
+        executors busy, lost or not there yet), not on a record. The tracker may show a
+        task's start or end only at its stage's next event (it writes a stage at most
+        every 100 ms): the counts may lag, never lead."""
         tracker = self.spark.sparkContext.statusTracker()
         jobs = tracker.getJobIdsForGroup(self.group(batch_id))
-        started = 0
+        running = ended = 0
         for job_id in jobs:
             info = tracker.getJobInfo(job_id)
             for stage_id in info.stageIds if info is not None else ():
                 stage = tracker.getStageInfo(stage_id)
                 if stage is not None:
-                    started += stage.numActiveTasks + stage.numCompletedTasks + stage.numFailedTasks
-        return started if jobs else None
+                    running += stage.numActiveTasks
+                    ended += stage.numCompletedTasks + stage.numFailedTasks
+        return (running, ended) if jobs else None
 
     def remember_poison(self, ids: list[str]) -> None:
         """These records failed alone: their retries that fail alone are poison too."""

@@ -136,15 +136,20 @@ def test_a_job_of_several_shards_past_its_deadline_runs_again_one_job_per_shard(
     assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
 
 
-def _one_key_per_shard(shards: int) -> list[str]:
-    """A partition key for each shard of a stream of ``shards`` even shards (Kinesis
-    hashes a key with MD5 into its 128-bit key space)."""
+def _shard_of(key: str, shards: int) -> int:
+    """The shard of a stream of ``shards`` even shards that Kinesis puts partition key
+    ``key`` in (it hashes a key with MD5 into its 128-bit key space)."""
     import hashlib
 
+    return int.from_bytes(hashlib.md5(key.encode()).digest()) * shards >> 128
+
+
+def _one_key_per_shard(shards: int) -> list[str]:
+    """A partition key for each shard of a stream of ``shards`` even shards."""
     keys: dict[int, str] = {}
     for i in range(10_000):
         key = f"k{i}"
-        keys.setdefault(int.from_bytes(hashlib.md5(key.encode()).digest()) * shards >> 128, key)
+        keys.setdefault(_shard_of(key, shards), key)
         if len(keys) == shards:
             return [keys[s] for s in range(shards)]
     raise AssertionError("no key for some shard")
@@ -153,22 +158,32 @@ def _one_key_per_shard(shards: int) -> list[str]:
 def test_a_task_that_starts_after_others_of_its_job_end_has_its_whole_task_timeout(
     spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
 ) -> None:
-    """A micro-batch of four one-record tasks on local[2]'s two task slots runs in two
-    waves of 2.5 s. Its ``task_timeout`` of 4 s counts from when its latest task started,
-    so the second wave is not given up. The old code counted from the job's first task
-    only, and gave the job up 1.5 s into the second wave (every shard then ran again, a
-    job of its own, and two records were delivered twice)."""
-    create_stream(moto_client, unique_name, 4)
-    put = put_records(moto_client, unique_name, [(k, b"slow") for k in _one_key_per_shard(4)])
-    assert len({s for s, _ in put}) == 4
+    """A micro-batch of eight one-record tasks on local[2]'s two task slots runs in four
+    waves of 2 s. Its ``task_timeout`` of 3.5 s counts from its tasks' latest start or
+    end that Spark's status tracker shows, so no wave is given up. The old code counted
+    from the job's first task seen started, and gave the job up during its third wave
+    (every shard then ran again, a job of its own, and records were delivered twice).
+
+    A job on another stream warms the Python workers first: a cold worker's start
+    (seconds: its imports, its client) counts in its task's time."""
+    warm = f"{unique_name}-warm"
+    create_stream(moto_client, warm, 2)
+    put_records(moto_client, warm, [(k, b"warm") for k in _one_key_per_shard(2)])
+    (tmp_path / "warm").mkdir()
+    warm_cfg = job_config(stream_name=warm, job_name=warm, shards_per_task=1)
+    assert run_driver(warm_cfg, log_deliveries(str(tmp_path / "warm")), spark)[1].ok == 2
+
+    create_stream(moto_client, unique_name, 8)
+    put = put_records(moto_client, unique_name, [(k, b"slow") for k in _one_key_per_shard(8)])
+    assert len({s for s, _ in put}) == 8
     deliveries = tmp_path / "deliveries"
     deliveries.mkdir()
-    cfg = job_config(task_timeout=4.0, shards_per_task=1, stop_when_idle=2.0)
-    driver, summary = run_driver(cfg, log_deliveries(str(deliveries), sleep_ms=2500), spark)
+    cfg = job_config(task_timeout=3.5, shards_per_task=1, stop_when_idle=2.0)
+    driver, summary = run_driver(cfg, log_deliveries(str(deliveries), sleep_ms=2000), spark)
 
-    assert tasks_of_job(spark, driver, 1) == [4]  # one job, a task per shard
+    assert tasks_of_job(spark, driver, 1) == [8]  # one job, a task per shard
     assert driver.abandoned == 0
-    assert (summary.ok, summary.failed, summary.retried, summary.dead_lettered) == (4, 0, 0, 0)
+    assert (summary.ok, summary.failed, summary.retried, summary.dead_lettered) == (8, 0, 0, 0)
     assert sorted((d.shard, d.seq) for d in read_deliveries(deliveries)) == sorted(put)
     assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
 
@@ -234,10 +249,8 @@ def test_a_transforms_spark_job_count_includes_the_failed_payloads_job(
 def _keys_of_first_shard(n: int) -> list[str]:
     """Partition keys that Kinesis hashes into the lower half of the key space (shard 0
     of a two-shard stream)."""
-    import hashlib
-
     keys = (f"k{i}" for i in range(10_000))
-    return [k for k in keys if hashlib.md5(k.encode()).digest()[0] < 0x80][:n]
+    return [k for k in keys if _shard_of(k, 2) == 0][:n]
 
 
 def test_a_shard_due_while_no_micro_batch_may_start_does_not_spin_the_driver(
