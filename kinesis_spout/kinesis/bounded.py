@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any
@@ -230,29 +230,48 @@ def drive(
 
 
 def read_together(reads: list[BoundedRead], deadline: float, threads: int) -> list[ReadEnd]:
-    """Drive several reads (of different shards) interleaved until ``deadline``.
+    """Drive several reads (of different shards) interleaved until ``deadline``; their
+    ends, in the order of ``reads`` (:func:`read_each`, waited out)."""
+    ends = dict(read_each(reads, deadline, threads))
+    return [ends[i] for i in range(len(reads))]
+
+
+def read_each(
+    reads: list[BoundedRead], deadline: float, threads: int
+) -> Iterator[tuple[int, ReadEnd]]:
+    """Drive several reads (of different shards) interleaved until ``deadline``, and
+    yield each one's index and end (:meth:`BoundedRead.finish`) as soon as it is done,
+    in the order they end; those the deadline stopped come last, in their order.
 
     Up to ``threads`` calls in flight (1: one at a time), at most one per shard,
     the shards due first first: a throttled shard's backoff is spent on the others,
     and an idle shard costs one call. A call only touches its shard's getter; its
     page is accepted here, in this thread, so each ``take`` sees its shard's pages in
-    order and one at a time. Past the deadline nothing more is asked, and the calls
-    in flight are waited for."""
+    order and one at a time. The pool is refilled before a read is yielded, so the
+    other shards' calls go on while the caller handles it (a Spark task hands its
+    records on while it reads its next shard). Past the deadline nothing more is asked,
+    and the calls in flight are waited for."""
+    for i, r in enumerate(reads):
+        if r.done:
+            yield i, r.finish()
+    index = {id(r): i for i, r in enumerate(reads)}
     waiting = [r for r in reads if not r.done]  # not done, no call in flight
     if waiting:
-        _interleave(waiting, deadline, max(1, min(threads, len(waiting))))
-    return [r.finish() for r in reads]
+        for r in _interleave(waiting, deadline, max(1, min(threads, len(waiting)))):
+            yield index[id(r)], r.finish()
+    for r in waiting:  # stopped by the deadline
+        yield index[id(r)], r.finish()
 
 
-def _interleave(waiting: list[BoundedRead], deadline: float, threads: int) -> None:
-    """:func:`read_together`'s loop over the reads not done yet."""
+def _interleave(waiting: list[BoundedRead], deadline: float, threads: int) -> Iterator[BoundedRead]:
+    """:func:`read_each`'s loop over the reads not done yet: yields each as it is done
+    (and takes it out of ``waiting``); those left in ``waiting`` the deadline stopped."""
     flying: dict[Future[ShardBatch], BoundedRead] = {}
+    finished: list[BoundedRead] = []
     turn = 0
     with ThreadPoolExecutor(threads, thread_name_prefix="kinesis-spout-poll") as pool:
-        while flying or waiting:
+        while flying or waiting or finished:
             now = time.monotonic()
-            if now >= deadline and not flying:
-                break
             waiting.sort(key=lambda r: (r.next_poll_at, r.turn))
             while now < deadline and waiting and len(flying) < threads:
                 if waiting[0].next_poll_at > now:
@@ -261,6 +280,11 @@ def _interleave(waiting: list[BoundedRead], deadline: float, threads: int) -> No
                 turn += 1
                 r.turn = turn
                 flying[pool.submit(r.fetch, now)] = r
+            while finished:  # the pool is busy again while the caller takes these
+                yield finished.pop(0)
+                now = time.monotonic()
+            if now >= deadline and not flying:
+                break
             wake = waiting[0].next_poll_at if waiting and now < deadline else None
             if not flying:
                 if wake is None or wake > deadline:
@@ -274,5 +298,4 @@ def _interleave(waiting: list[BoundedRead], deadline: float, threads: int) -> No
             for f in done:
                 r = flying.pop(f)
                 r.accept(f.result())
-                if not r.done:
-                    waiting.append(r)
+                (finished if r.done else waiting).append(r)

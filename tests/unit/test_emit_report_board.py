@@ -39,28 +39,26 @@ def task(rows: list[int], plan: int, failed: bool = False, records: int = 0) -> 
     """A read task's report: ``rows`` (failed or not), plan ``plan``'s end and, with
     ``records``, that many records whose ``emit`` failed."""
     bad = [(plan, i, record_values(i)) for i in range(records)]
-    return TaskReport(partials(rows, failed), ends(plan), bad)
+    return TaskReport({plan: partials(rows, failed)}, ends(plan), bad)
 
 
 def record_values(i: int) -> tuple[object, ...]:
     return ("s", "shard-0", str(100 + i), 0, f"k{i}", b"x%d" % i, None, 1)
 
 
-def partials(rows: list[int], failed: bool = False) -> list[pa.RecordBatch]:
+def partials(rows: list[int], failed: bool = False) -> pa.RecordBatch:
     n = len(rows)
-    return [
-        pa.RecordBatch.from_pydict(
-            {
-                "_row": rows,
-                "_root": [r + 100 for r in rows],
-                "_sink": [-1] * n,
-                "_xor": [0] * n,
-                "_failed": [failed] * n,
-                "_error": ["e" if failed else None] * n,
-            },
-            schema=PARTIAL_SCHEMA,
-        )
-    ]
+    return pa.RecordBatch.from_pydict(
+        {
+            "_row": rows,
+            "_root": [r + 100 for r in rows],
+            "_sink": [-1] * n,
+            "_xor": [0] * n,
+            "_failed": [failed] * n,
+            "_error": ["e" if failed else None] * n,
+        },
+        schema=PARTIAL_SCHEMA,
+    )
 
 
 def ends(task: int) -> list[bytes]:
@@ -113,7 +111,7 @@ def test_a_task_that_read_nothing_reports_its_ends_alone(tasks: int) -> None:
     board = reports()
     reporter = board.open(1)
     for t in range(tasks):
-        reporter.report(t, TaskReport([], ends(t)))
+        reporter.report(t, TaskReport({}, ends(t)))
     got = board.take(1, tasks)
     assert got is not None
     assert got.partials.num_rows == 0 and len(got.results) == tasks

@@ -166,6 +166,8 @@ class ReadResult:
     executor: str = ""
     pid: int = 0
     seconds: float = 0.0
+    """From the task's start to this result: the whole task (per-record reads), or to
+    the plan's records (recorded reads hand each plan on as its read ends)."""
 
     stream: str = ""
     """The plan's stream."""

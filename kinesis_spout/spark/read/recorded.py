@@ -7,8 +7,8 @@ copy runs, the user's code evaluates the DataFrame twice. Each computation must
 see exactly the same records, or statuses would come back for records the
 driver never saw.
 
-So a read task, once its reads are done and **before it returns any record**,
-records where each shard's read stopped in the checkpoint store's batch-end
+So a read task, once a shard's read is done and **before it returns any record of
+it**, records where the read stopped in the checkpoint store's batch-end
 records, as the streaming source does (:mod:`kinesis_spout.checkpoint.batch_ends`),
 under ``(run, key, shard)``: the run id of the job and the number of
 the Spark job the plans belong to. The first writer wins. An attempt that finds
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from kinesis_spout.checkpoint.batch_ends import (
@@ -37,7 +37,7 @@ from kinesis_spout.config import InitialPosition
 from kinesis_spout.processinfo import reader_id
 from kinesis_spout.records import Record, ShardPosition, StartPosition
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.read.shards import Read, read_shards
+from kinesis_spout.spark.read.shards import Read, read_each_shard, read_shards
 
 REPLAY_ATTEMPTS = 5
 """Reads of a recorded range (each within the read deadline) before the task fails."""
@@ -138,33 +138,38 @@ def _fresh(plan: ReadPlan) -> tuple[ReadResult, list[Record]]:
     return ReadResult.for_plan(plan, reader_id(), os.getpid()), []
 
 
-def read_recorded(plans: list[ReadPlan], settings: ReadSettings, to: RecordTo) -> list[KeptRead]:
-    """One task's plans read (retry plans: their records), each read's end recorded
-    (or the recorded range read instead), in plan order."""
+def read_recorded(
+    plans: list[ReadPlan], settings: ReadSettings, to: RecordTo
+) -> Iterator[KeptRead]:
+    """One task's plans: its retry plans' records first, then each read plan's as soon
+    as its read is done and its end recorded (or the recorded range read instead), in
+    the order the reads end, while the task's other reads go on
+    (:func:`~kinesis_spout.spark.read.shards.read_each_shard`). Each result's
+    ``seconds``: from the task's start to its plan's records."""
     t0 = time.monotonic()
-    out: list[KeptRead] = []
     reads: list[Read] = []
+    kept_of: list[list[Record]] = []
     for plan in plans:
         res, kept = _fresh(plan)
         if plan.is_retry:
             _keeper(res, kept)(list(plan.retries))
+            res.seconds = time.monotonic() - t0
+            yield res, kept
         else:
             reads.append((plan, _keeper(res, kept), res))
-        out.append((res, kept))
-    if reads:
-        for plan in {to.of(p).stream: p for p, _, _ in reads}.values():  # once per stream
-            store = _store(to.of(plan))
-            floor = store.floor(to.run)
-            if to.key < floor:
-                raise removed_error(store.where(to.run, to.key, plan.shard_id), to.key, floor)
-        read_shards(reads, settings)
-        for i, plan in enumerate(plans):
-            if not plan.is_retry:
-                out[i] = _settle(_store(to.of(plan)), to, plan, out[i], settings)
-    seconds = time.monotonic() - t0
-    for res, _ in out:
-        res.seconds = seconds
-    return out
+            kept_of.append(kept)
+    if not reads:
+        return
+    for plan in {to.of(p).stream: p for p, _, _ in reads}.values():  # once per stream
+        store = _store(to.of(plan))
+        floor = store.floor(to.run)
+        if to.key < floor:
+            raise removed_error(store.where(to.run, to.key, plan.shard_id), to.key, floor)
+    for i in read_each_shard(reads, settings):
+        plan, _, res = reads[i]
+        done = _settle(_store(to.of(plan)), to, plan, (res, kept_of[i]), settings)
+        done[0].seconds = time.monotonic() - t0
+        yield done
 
 
 def _settle(

@@ -71,13 +71,14 @@ class TaskReport:
     pickled results, and the records whose ``emit`` failed (``(plan, index, values)``,
     the values of :data:`~kinesis_spout.spark.process.arrow.DATA_COLUMNS`)."""
 
-    partials: list[pa.RecordBatch] = field(default_factory=list)
+    partials: dict[int, pa.RecordBatch] = field(default_factory=dict)
+    """By plan (task number): a task's reads end in any order, its report is in plan order."""
     ends: list[bytes] = field(default_factory=list)
     failed: list[tuple[int, int, tuple[Any, ...]]] = field(default_factory=list)
 
     def add(self, res: ReadResult, table: pa.Table, batch: pa.RecordBatch) -> None:
         """One plan's read (``table``, its records) and its emit stage's rows (``batch``)."""
-        self.partials.append(written_partials(batch))
+        self.partials[res.task] = written_partials(batch)
         failed = pc.invert(batch.column("_ok").fill_null(False))
         if pc.any(failed).as_py():
             picked = table.select(list(DATA_COLUMNS)).filter(failed).to_pylist()
@@ -139,7 +140,7 @@ class Reporter:
         ends = report.ends if self.ends else []
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, PARTIAL_SCHEMA) as writer:
-            for batch in report.partials:
+            for _, batch in sorted(report.partials.items()):
                 writer.write_batch(batch)
         value = (sink.getvalue().to_pybytes(), tuple(ends), pickle.dumps(report.failed))
         self.accumulator.add({(self.key, task): value})

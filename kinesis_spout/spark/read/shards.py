@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from kinesis_spout.errors import KinesisError
-from kinesis_spout.kinesis.bounded import BoundedRead, Take, read_together, read_until
+from kinesis_spout.kinesis.bounded import BoundedRead, Take, read_each, read_until
 from kinesis_spout.kinesis.efo_read import EfoTarget, subscribed_getter
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.records import ReadEnd, Record, ShardBatch
@@ -35,23 +35,33 @@ Read = tuple["ReadPlan", Callable[[list[Record]], None], "ReadResult"]
 
 def read_shards(reads: list[Read], settings: ReadSettings) -> None:
     """Read every plan of a task until its limit or the end of its data, all of them
-    within one deadline (``read_seconds`` from now), each by
-    :class:`~kinesis_spout.kinesis.bounded.BoundedRead`.
+    within one deadline (:func:`read_each_shard`, waited out)."""
+    for _ in read_each_shard(reads, settings):
+        pass
 
-    Polled shards are read *interleaved* (:func:`~kinesis_spout.kinesis.bounded.read_together`):
+
+def read_each_shard(reads: list[Read], settings: ReadSettings) -> Iterator[int]:
+    """Read every plan of a task until its limit or the end of its data, all of them
+    within one deadline (``read_seconds`` from now), each by
+    :class:`~kinesis_spout.kinesis.bounded.BoundedRead`; yield the index of each read
+    in ``reads`` once its end is in its result, as soon as it is done.
+
+    Polled shards are read *interleaved* (:func:`~kinesis_spout.kinesis.bounded.read_each`):
     the one due first is polled next, so a throttled shard's backoff is spent polling the
     others, and an idle shard costs one GetRecords. Up to ``poll_threads`` calls are in
     flight at once (one per shard at most): a call's wait for the network and the server
-    is spent on the other shards' calls. Subscribed shards (``consumer = "efo"``) are read
-    one after the other, each within what is left of the deadline."""
+    is spent on the other shards' calls, and so is the caller's handling of a read that
+    is done. Subscribed shards (``consumer = "efo"``) are read one after the other first,
+    each within what is left of the deadline."""
     deadline = time.monotonic() + settings.read_seconds
-    polled: list[tuple[BoundedRead, ReadResult]] = []
-    for plan, consume, res in reads:
+    polled: list[tuple[BoundedRead, ReadResult, int]] = []
+    for i, (plan, consume, res) in enumerate(reads):
         assert plan.position is not None
         mine = settings.for_plan(plan)  # the plan's stream's (resolved: for_plan again is itself)
         if mine.consumer_arn is not None:
             left = max(deadline - time.monotonic(), 0.0)
             read_subscribed(plan, mine, consume, res, seconds=left)
+            yield i
         else:
             read = BoundedRead(
                 _polling_getter(plan, mine),
@@ -59,10 +69,11 @@ def read_shards(reads: list[Read], settings: ReadSettings) -> None:
                 _taker(res, consume),
                 per_call=settings.records_per_call,
             )
-            polled.append((read, res))
-    ends = read_together([r for r, _ in polled], deadline, settings.poll_threads)
-    for (_, res), end in zip(polled, ends, strict=True):
+            polled.append((read, res, i))
+    for j, end in read_each([r for r, _, _ in polled], deadline, settings.poll_threads):
+        _, res, i = polled[j]
         _end_into(res, end)
+        yield i
 
 
 def _taker(res: ReadResult, consume: Callable[[list[Record]], None]) -> Take:

@@ -2,9 +2,12 @@
 for a fan-out, what ``emit`` made of the records.
 
 A task reads its shards (:func:`~kinesis_spout.spark.read.recorded.read_recorded`:
-each read's end recorded before any record is returned) and returns rows of
+each read's end recorded before any of its records is returned) and returns rows of
 :data:`FRAME_SCHEMA`: a row per record (``_row`` its plan's base plus its index in the
-plan's read), then a row per plan with its pickled result (:data:`META`).
+plan's read), then a row per plan with its pickled result (:data:`META`). A plan's rows
+go as soon as its read ends, while the task's other reads go on, so the JVM (and a
+fan-out's ``emit``) works on one shard's records while the next shard is read; the
+plans' rows come in the order their reads end, which the row numbers make no matter.
 
 **A fan-out's emit in the read task.** The read task has the records it read as
 :class:`~kinesis_spout.records.Record` objects, the very ones ``emit`` takes, so it
@@ -60,7 +63,7 @@ read, :class:`~kinesis_spout.spark.read.rows.RowSpace`) or a plan's end."""
 
 
 def stage_batches(
-    kept: list[KeptRead],
+    kept: Iterable[KeptRead],
     tasks: list[ReadPlan],
     bases: dict[int, int],
     emitter: ReadEmitter | None = None,
