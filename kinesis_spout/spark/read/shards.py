@@ -51,8 +51,9 @@ def read_each_shard(reads: list[Read], settings: ReadSettings) -> Iterator[int]:
     others, and an idle shard costs one GetRecords. Up to ``poll_threads`` calls are in
     flight at once (one per shard at most): a call's wait for the network and the server
     is spent on the other shards' calls, and so is the caller's handling of a read that
-    is done. Subscribed shards (``consumer = "efo"``) are read one after the other first,
-    each within what is left of the deadline."""
+    is done (which counts against the deadline too). Subscribed shards
+    (``consumer = "efo"``) are read one after the other first, each within what is
+    left of the deadline."""
     deadline = time.monotonic() + settings.read_seconds
     polled: list[tuple[BoundedRead, ReadResult, int]] = []
     for i, (plan, consume, res) in enumerate(reads):
