@@ -20,7 +20,7 @@ Starts a moto server, puts ``--records`` records of ``--size`` bytes into a
   over the boto3 ceiling (the keys above are driver reads, as before);
 * **the DataFrame styles** with executor reads (``bench/spark_styles.py``): a
   transform and the word-count fan-out, ``transform_vs_boto3`` and ``fanout_vs_boto3``
-  over the boto3 loop on their streams (medians of 3 runs after 10 warm-ups), each
+  over the boto3 loop on their streams (medians of 5 runs after 10 warm-ups), each
   with the machine's CPU per record (``*_cpu_us_per_record``) and the ratio the cores
   allow (``*_ceiling_vs_boto3``);
 * with ``--cluster``: the scale-out figures of both read modes on a

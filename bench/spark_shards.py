@@ -7,7 +7,7 @@ runs, the library's defaults otherwise: batch 10,000, ``empty_shard_backoff`` 1 
 
 * ``rps_<S>``: per shard count S, a fresh stream of S shards holding the same
   ``--records`` records of ``--size`` bytes (a partition key each: spread evenly over the
-  shards), read from TRIM_HORIZON until idle, ``--rounds`` times (3), the shard counts
+  shards), read from TRIM_HORIZON until idle, ``--rounds`` times (5), the shard counts
   alternated; the run of median records/s gives every data-run figure of S (each run's
   records/s in ``rps_runs_<S>``): records/s from the job's summary line (records
   done per second of processing; the first micro-batch, which starts the Python workers,
@@ -24,7 +24,7 @@ runs, the library's defaults otherwise: batch 10,000, ``empty_shard_backoff`` 1 
   ``spark_jobs_per_batch_with_records``: the jobs over the progress lines only).
 * idle: the job on an empty stream of the smallest and the largest S, SIGTERM
   ``--idle-seconds`` (20) after its banner (its Spark session is up), then waited for;
-  ``--idle-pairs`` (3) pairs of runs, the two counts alternated. Per pair,
+  ``--idle-pairs`` (5) pairs of runs, the two counts alternated. Per pair,
   (CPU at large S - CPU at small S) / (large S - small S) / idle seconds, the CPU being
   that of the run's whole process tree (launcher, JVM, Python driver, Python workers:
   :mod:`proctree`), launch to exit: ``idle_cpu_ms_per_shard_s`` is the median of the
@@ -39,7 +39,7 @@ runs, the library's defaults otherwise: batch 10,000, ``empty_shard_backoff`` 1 
   of the pairs' too, with its ``_runs``), ``idle_cores_<S>`` (that CPU per second: 2.0 =
   both cores busy, the figure then capped by the machine), ``idle_start_s_<S>`` (launch
   to the banner) and ``idle_stop_s_<S>`` (SIGTERM to exit).
-* ``startup_overhead_s``: the median of 3 of (launch -> the first record reaching the
+* ``startup_overhead_s``: the median of 5 of (launch -> the first record reaching the
   function (it writes a timestamp file on its first call; then SIGTERM)) minus (a bare
   Python run of ``SparkSession`` ``local[2]`` + ``parallelize([1]).count()``, launch ->
   count done), each job run paired with the bare run just before it: a pair shares the
@@ -82,7 +82,7 @@ from kinesis_spout.testing.streams import (
     put_records,
 )
 
-STARTUP_RUNS = 3
+STARTUP_RUNS = 5
 STARTUP_RECORDS_PER_SHARD = 100
 
 
@@ -122,16 +122,16 @@ def add_shards_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--idle-pairs",
         type=at_least_one,
-        default=3,
+        default=5,
         help="with --shards: idle runs at the smallest and the largest count, alternated; "
-        "the median pair gives the idle figures (default 3)",
+        "the median pair gives the idle figures (default 5)",
     )
     parser.add_argument(
         "--rounds",
         type=at_least_one,
-        default=3,
+        default=5,
         help="with --shards: data runs per shard count, alternated over the counts; the "
-        "median run of each count gives its figures (default 3)",
+        "median run of each count gives its figures (default 5)",
     )
 
 
