@@ -22,8 +22,9 @@ first of its bounds:
 
 :func:`read_until` reads one shard in this thread (the streaming source's first
 reads and replays, a Spark task's enhanced fan-out reads, the one-record read of
-a poison); :func:`read_together` reads a Spark task's polled shards
-interleaved, up to N calls in flight. How a read ended is its
+a poison); :func:`read_each` reads a Spark task's polled shards
+interleaved, up to N calls in flight, and hands each read back as it ends
+(:func:`read_together`: all of them, waited out). How a read ended is its
 :class:`~kinesis_spout.records.ReadEnd`.
 """
 
@@ -241,7 +242,7 @@ def read_each(
 ) -> Iterator[tuple[int, ReadEnd]]:
     """Drive several reads (of different shards) interleaved until ``deadline``, and
     yield each one's index and end (:meth:`BoundedRead.finish`) as soon as it is done,
-    in the order they end; those the deadline stopped come last, in their order.
+    in the order they end; those the deadline stopped come last, in the order of ``reads``.
 
     Up to ``threads`` calls in flight (1: one at a time), at most one per shard,
     the shards due first first: a throttled shard's backoff is spent on the others,
@@ -259,7 +260,7 @@ def read_each(
     if waiting:
         for r in _interleave(waiting, deadline, max(1, min(threads, len(waiting)))):
             yield index[id(r)], r.finish()
-    for r in waiting:  # stopped by the deadline
+    for r in sorted(waiting, key=lambda r: index[id(r)]):  # stopped by the deadline
         yield index[id(r)], r.finish()
 
 

@@ -80,10 +80,12 @@ def test_each_read_comes_back_as_it_ends_with_the_next_call_already_under_way() 
 
 
 def test_reads_the_deadline_stopped_come_back_last_in_their_order() -> None:
-    """A read not due before the deadline is not polled; it comes back after those
-    that ended, not done; ``read_together`` gives the same ends in the reads' order."""
+    """A read not due before the deadline is not polled; such reads come back after
+    those that ended, not done, in the order of the reads; ``read_together`` gives the
+    same ends in the reads' order."""
     for collect in ("each", "together"):
-        late = [PagedGetter([1], due=time.monotonic() + 3600) for _ in range(2)]
+        # the second late read is due first: the order of ``reads`` still holds
+        late = [PagedGetter([1], due=time.monotonic() + d) for d in (7200, 3600)]
         now = [PagedGetter([4]), PagedGetter([1, 1])]
         reads = [bounded(late[0]), bounded(now[0]), bounded(late[1]), bounded(now[1])]
         deadline = time.monotonic() + 5

@@ -55,9 +55,9 @@ if TYPE_CHECKING:
 
 Report = tuple[bytes, tuple[bytes, ...], bytes]
 """A read task's report: its emit rows' partials (an Arrow IPC stream of
-:data:`~kinesis_spout.spark.process.settle.PARTIAL_SCHEMA`), its plans' pickled
-results, in plan order, and its records whose ``emit`` failed (pickled
-``(plan, index, values)``, :class:`TaskReport`)."""
+:data:`~kinesis_spout.spark.process.settle.PARTIAL_SCHEMA`, in plan order), its plans'
+pickled results and its records whose ``emit`` failed (pickled ``(plan, index,
+values)``, :class:`TaskReport`), both in the order the task's reads ended."""
 Failed = dict[tuple[int, int], Record]
 """Records whose ``emit`` failed, by (plan's task number, index in its read)."""
 Reports = dict[tuple[int, int], Report]
@@ -72,7 +72,8 @@ class TaskReport:
     the values of :data:`~kinesis_spout.spark.process.arrow.DATA_COLUMNS`)."""
 
     partials: dict[int, pa.RecordBatch] = field(default_factory=dict)
-    """By plan (task number): a task's reads end in any order, its report is in plan order."""
+    """By plan (task number): a task's reads end in any order, its partials are sent in
+    plan order, so two computations of a task send the same bytes."""
     ends: list[bytes] = field(default_factory=list)
     failed: list[tuple[int, int, tuple[Any, ...]]] = field(default_factory=list)
 
