@@ -23,8 +23,8 @@ first of its bounds:
 :func:`read_until` reads one shard in this thread (the streaming source's first
 reads and replays, a Spark task's enhanced fan-out reads, the one-record read of
 a poison); :func:`read_each` reads a Spark task's polled shards
-interleaved, up to N calls in flight, and hands each read back as it ends
-(:func:`read_together`: all of them, waited out). How a read ended is its
+interleaved, up to N calls in flight, and hands each read back as it ends. How a
+read ended is its
 :class:`~kinesis_spout.records.ReadEnd`.
 """
 
@@ -230,13 +230,6 @@ def drive(
     return end
 
 
-def read_together(reads: list[BoundedRead], deadline: float, threads: int) -> list[ReadEnd]:
-    """Drive several reads (of different shards) interleaved until ``deadline``; their
-    ends, in the order of ``reads`` (:func:`read_each`, waited out)."""
-    ends = dict(read_each(reads, deadline, threads))
-    return [ends[i] for i in range(len(reads))]
-
-
 def read_each(
     reads: list[BoundedRead], deadline: float, threads: int
 ) -> Iterator[tuple[int, ReadEnd]]:
@@ -255,13 +248,13 @@ def read_each(
     for i, r in enumerate(reads):
         if r.done:
             yield i, r.finish()
-    index = {id(r): i for i, r in enumerate(reads)}
+    index = {r: i for i, r in enumerate(reads)}  # a read is hashed by its identity
     waiting = [r for r in reads if not r.done]  # not done, no call in flight
     if waiting:
         for r in _interleave(waiting, deadline, max(1, min(threads, len(waiting)))):
-            yield index[id(r)], r.finish()
-    for r in sorted(waiting, key=lambda r: index[id(r)]):  # stopped by the deadline
-        yield index[id(r)], r.finish()
+            yield index[r], r.finish()
+    for r in sorted(waiting, key=index.__getitem__):  # stopped by the deadline
+        yield index[r], r.finish()
 
 
 def _interleave(waiting: list[BoundedRead], deadline: float, threads: int) -> Iterator[BoundedRead]:

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from kinesis_spout.kinesis.bounded import BoundedRead, read_each, read_together
+from kinesis_spout.kinesis.bounded import BoundedRead, read_each
 from kinesis_spout.records import Record, ShardBatch
 from tracker import SequenceKey
 
@@ -81,18 +81,11 @@ def test_each_read_comes_back_as_it_ends_with_the_next_call_already_under_way() 
 
 def test_reads_the_deadline_stopped_come_back_last_in_their_order() -> None:
     """A read not due before the deadline is not polled; such reads come back after
-    those that ended, not done, in the order of the reads; ``read_together`` gives the
-    same ends in the reads' order."""
-    for collect in ("each", "together"):
-        # the second late read is due first: the order of ``reads`` still holds
-        late = [PagedGetter([1], due=time.monotonic() + d) for d in (7200, 3600)]
-        now = [PagedGetter([4]), PagedGetter([1, 1])]
-        reads = [bounded(late[0]), bounded(now[0]), bounded(late[1]), bounded(now[1])]
-        deadline = time.monotonic() + 5
-        if collect == "each":
-            got = [(i, e.taken) for i, e in read_each(reads, deadline, threads=2)]
-            assert sorted(got[:2]) == [(1, 4), (3, 2)] and got[2:] == [(0, 0), (2, 0)]
-        else:
-            ends = read_together(reads, deadline, threads=2)
-            assert [e.taken for e in ends] == [0, 4, 0, 2]
-        assert [g.calls for g in late] == [0, 0]
+    those that ended, not done, in the order of the reads."""
+    # the second late read is due first: the order of ``reads`` still holds
+    late = [PagedGetter([1], due=time.monotonic() + d) for d in (7200, 3600)]
+    now = [PagedGetter([4]), PagedGetter([1, 1])]
+    reads = [bounded(late[0]), bounded(now[0]), bounded(late[1]), bounded(now[1])]
+    got = [(i, e.taken) for i, e in read_each(reads, time.monotonic() + 5, threads=2)]
+    assert sorted(got[:2]) == [(1, 4), (3, 2)] and got[2:] == [(0, 0), (2, 0)]
+    assert [g.calls for g in late] == [0, 0]
