@@ -119,6 +119,12 @@ class ExecutorDriver(StopControl):
         self._job_ids = 0
         self._running: dict[int, Future[Outcome]] = {}
         self._started: dict[int, tuple[float, list[ReadPlan]]] = {}
+        """Running jobs: when each was submitted (its progress line counts from then), and
+        its plans."""
+        self._counts_from: dict[int, float] = {}
+        """Running jobs: what each one's ``task_timeout`` counts from (:class:`TaskClocks`;
+        it moves on while none of the job's tasks started), which also says when a job is
+        slow (:meth:`_may_start`)."""
         self._busy: dict[ShardKey, set[int]] = {}  # (stream, shard) -> the running jobs of it
         self._clocks = TaskClocks(self.jobs.task_counts)
         self._deadline = config.task_timeout or None
@@ -197,7 +203,7 @@ class ExecutorDriver(StopControl):
     def _may_start_at(self) -> float:
         """When every running job is slow (:meth:`_may_start`); -inf when none runs."""
         slow = 2 * self.jobs.settings.read_seconds
-        return max((started + slow for started, _ in self._started.values()), default=-math.inf)
+        return max((since + slow for since in self._counts_from.values()), default=-math.inf)
 
     def _wait_in(self, now: float) -> float:
         """How long to wait for the running jobs before looking again: until a shard may
@@ -217,6 +223,7 @@ class ExecutorDriver(StopControl):
         job = self._job_ids
         self._running[job] = pool.submit(self._run_job, job, plans)
         self._started[job] = (now, plans)
+        self._counts_from[job] = now
         for p in plans:
             self._busy.setdefault(plan_key(p), set()).add(job)
 
@@ -224,6 +231,7 @@ class ExecutorDriver(StopControl):
         """A job no longer runs (done or given up): when it started, and its plans."""
         del self._running[job]
         self._clocks.forget(job)
+        del self._counts_from[job]
         started, plans = self._started.pop(job)
         for p in plans:
             jobs = self._busy.get(plan_key(p))
@@ -250,9 +258,8 @@ class ExecutorDriver(StopControl):
             if self._running[job].done():
                 continue  # (a job done meanwhile is applied by the next step)
             now = self.clock()
-            since = self._clocks.counts_from(job, started, now, deadline)
-            if since != started:
-                self._started[job] = (since, plans)
+            since = self._clocks.counts_from(job, self._counts_from[job], now, deadline)
+            self._counts_from[job] = since
             if now - since <= deadline:
                 continue
             self._forget(job)

@@ -289,3 +289,62 @@ def test_a_shard_due_while_no_micro_batch_may_start_does_not_spin_the_driver(
     assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
     # Each micro-batch: its end, a checkpoint or two and the 0.5 s cap; not one per 5 ms.
     assert blocked <= 8 * driver.micro_batches, (blocked, driver.micro_batches)
+
+
+def test_a_micro_batch_waiting_for_busy_executors_counts_that_wait_in_its_seconds(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """Another Spark job holds both of local[2]'s task slots for 3 s when the first
+    micro-batch is submitted, so its tasks wait for them. Its progress line's seconds
+    (and the summary's processing time) run from its submission to its line, the wait
+    included. The old code counted from the last time the driver looked at the job's
+    task_timeout clock while none of its tasks had started (that clock moves on at each
+    look, so a job waiting for Spark is not taken for a hang): the wait was left out,
+    and a batch's seconds depended on when the driver happened to look."""
+    import threading
+    import time
+
+    create_stream(moto_client, unique_name, 2)
+    put = put_records(moto_client, unique_name, spread_items(40))
+    sc = spark.sparkContext
+    errors: list[BaseException] = []
+    holding = tmp_path / "holding"
+    holding.mkdir()
+
+    def hold(slot: int) -> None:  # on a Python worker: say so, then keep the slot
+        (holding / str(slot)).write_text("")
+        time.sleep(3.0)
+
+    def hold_both_slots() -> None:
+        try:
+            sc.parallelize(range(2), 2).foreach(hold)
+        except BaseException as exc:
+            errors.append(exc)
+
+    blocker = threading.Thread(target=hold_both_slots)
+    blocker.start()
+    # (Spark's status tracker may show no task running here: it writes a stage's counts
+    # only when more than 100 ms passed since it last did, so task starts just after the
+    # stage's submission show only at the stage's next event.)
+    deadline = time.monotonic() + 60
+    while len(list(holding.iterdir())) < 2:
+        assert not errors, errors
+        assert time.monotonic() < deadline, "the blocking job's tasks never ran"
+        time.sleep(0.02)
+    held_from = time.monotonic()
+
+    reports: list[Any] = []
+    cfg = job_config(batch_size=1000, task_timeout=60.0, stop_when_idle=1.0)
+    driver = build_driver(cfg, lambda record: None, spark=spark, progress=reports.append)
+    assert isinstance(driver, ExecutorDriver)
+    summary = driver.run()
+    blocker.join(60)
+
+    assert summary.ok == 40
+    assert stored_checkpoints(cfg, unique_name) == last_per_shard(put)
+    first = reports[0]
+    assert first.ok > 0
+    # The batch was submitted after the slots were taken and ran only once they were
+    # free: at least the rest of the 3 s, minus the driver's start, went by in it.
+    assert first.seconds >= 2.0, (first.seconds, time.monotonic() - held_from)
+    assert summary.busy_seconds >= first.seconds
