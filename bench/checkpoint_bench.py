@@ -14,6 +14,16 @@ Starts a standalone ZooKeeper (from PySpark's jars) and a moto server, then:
     5 s and on close) and acks each batch at once; the checkpoint writes it
     made are scaled to 100,000 records (one write per record would be 100,000).
 
+(c) a checkpoint round of many shards in the file store: every one of ``--round-shards``
+    shards (128 and 1,000) moved, saved as the reader saves a round (one ``save_many``:
+    one read and one write of the stream's file), against the same round saved shard by
+    shard (``save`` each: a read and a write of the whole file per shard, as rounds
+    were saved before), in the same process, each the median of 5 rounds
+    (``file_round_ms_<N>``, ``file_round_one_by_one_ms_<N>``, and their ratio
+    ``file_round_speedup_<N>``); and the same round in the ZooKeeper store, which
+    writes a node per shard (``zk_round_ms_<N>``, median of 3; the one-by-one round
+    there is the same calls).
+
 With ``--json`` the last line is one JSON object; ``--plot FILE`` also draws the
 latencies as a PNG bar chart (the ``plots`` extra).
 
@@ -23,6 +33,7 @@ latencies as a PNG bar chart (the ``plots`` extra).
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import statistics
@@ -84,6 +95,47 @@ def time_writes(store: CheckpointStore, n: int, stream: str = STREAM) -> list[fl
         store.save(cp)
         out.append((time.perf_counter() - t0) * 1000.0)
     return out
+
+
+def time_rounds(directory: Path, shards: int, rounds: int = 5) -> tuple[float, float]:
+    """Median milliseconds of a checkpoint round of ``shards`` shards that all moved, in
+    a file store: as one ``save_many``, and as one ``save`` per shard."""
+    return time_store_rounds(
+        lambda n: FileCheckpointStore(directory / f"rounds-{shards}-{n}", "bench"), shards, rounds
+    )
+
+
+def time_store_rounds(
+    open_one: Callable[[int], CheckpointStore], shards: int, rounds: int = 5
+) -> tuple[float, float]:
+    """Median milliseconds of a checkpoint round of ``shards`` shards that all moved, in
+    the store ``open_one(round)`` opens: as one ``save_many``, and as one ``save`` each."""
+    ids = [f"shardId-{i:012d}" for i in range(shards)]
+    seq = 1_000
+
+    def round_of() -> list[Checkpoint]:
+        nonlocal seq
+        seq += 1
+        return [Checkpoint(STREAM, shard, str(seq)) for shard in ids]
+
+    many, one_by_one = [], []
+    for n in range(rounds):
+        store = open_one(n)
+        store.save_many(round_of())  # the file holds every shard, as in a running job
+        t0 = time.perf_counter()
+        store.save_many(round_of())
+        many.append((time.perf_counter() - t0) * 1000.0)
+        t0 = time.perf_counter()
+        for cp in round_of():
+            store.save(cp)
+        one_by_one.append((time.perf_counter() - t0) * 1000.0)
+        store.close()
+    return statistics.median(many), statistics.median(one_by_one)
+
+
+def zk_round_store(zk: ZooKeeperServer, shards: int, n: int) -> CheckpointStore:
+    """A ZooKeeper store of a job of its own, for round ``n`` of ``shards`` shards."""
+    return ZooKeeperCheckpointStore.from_url(zk.url("/bench"), f"rounds-{shards}-{n}", owner="b")
 
 
 def zk_fenced(store: ZooKeeperCheckpointStore, hosts: str, stream: str) -> None:
@@ -161,14 +213,59 @@ CHART = BarChart(
 """The chart ``--plot FILE`` draws."""
 
 
-def main(argv: list[str] | None = None) -> int:
+STATS = ("file_write_ms", "zk_write_ms", "zk_fenced_write_ms")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The flags; ``round_shards`` as a list of counts."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument("--writes", type=int, default=1000, help="timed saves per store")
     parser.add_argument("--records", type=int, default=100_000, help="records the spout reads")
+    parser.add_argument(
+        "--round-shards",
+        default="128,1000",
+        help="shard counts of the file store's checkpoint rounds (default 128,1000)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     add_plot_argument(parser)
     args = parser.parse_args(argv)
     check_plot_argument(parser, args.plot)
+    try:
+        args.round_shards = [int(n) for n in args.round_shards.split(",") if n.strip()]
+    except ValueError:
+        parser.error(f"--round-shards {args.round_shards!r}: expected counts like 128,1000")
+    if not args.round_shards or min(args.round_shards) < 1:
+        parser.error(f"--round-shards {args.round_shards!r}: expected counts of 1 or more")
+    return args
+
+
+def say(result: dict[str, Any], args: argparse.Namespace, out: Callable[[str], None]) -> None:
+    """The figures, in words."""
+    out(f"checkpoint writes, {args.writes} timed saves each (ms):")
+    for name in STATS:
+        out(
+            f"  {name[:-9]:<18} p50 {result[f'{name}_p50']:8.3f}   "
+            f"p99 {result[f'{name}_p99']:8.3f}   mean {result[f'{name}_mean']:8.3f}"
+        )
+    for n in args.round_shards:
+        out(
+            f"file store, a checkpoint round of {n:,} shards: "
+            f"{result[f'file_round_ms_{n}']:,.1f} ms in one write, "
+            f"{result[f'file_round_one_by_one_ms_{n}']:,.1f} ms shard by shard "
+            f"({result[f'file_round_speedup_{n}']}x); ZooKeeper (a write per shard) "
+            f"{result[f'zk_round_ms_{n}']:,.1f} ms"
+        )
+    out(
+        f"spout, default config ({SHARDS} shards, checkpoint every "
+        f"{result['checkpoint_interval']:.0f} s): {result['records']} records read "
+        f"in {result['read_seconds']:.1f} s with {result['checkpoint_writes']} "
+        f"checkpoint writes = {result['writes_per_100k_records']} per 100,000 records "
+        "(one per record would be 100,000)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
     result: dict[str, Any] = {"writes_timed": args.writes}
@@ -177,44 +274,33 @@ def main(argv: list[str] | None = None) -> int:
         file_store = FileCheckpointStore(work / "file-store", "bench")
         file_ms = time_writes(file_store, args.writes)
         file_store.close()
+        for n in args.round_shards:
+            many, one_by_one = time_rounds(work, n)
+            result[f"file_round_ms_{n}"] = round(many, 1)
+            result[f"file_round_one_by_one_ms_{n}"] = round(one_by_one, 1)
+            result[f"file_round_speedup_{n}"] = round(one_by_one / many, 1)
 
         with ZooKeeperServer(workdir=work / "zk") as zk:
             zk_store = ZooKeeperCheckpointStore.from_url(zk.url("/bench"), "bench", owner="b")
             try:
                 zk_ms = time_writes(zk_store, args.writes)
+                for n in args.round_shards:
+                    many, _ = time_store_rounds(functools.partial(zk_round_store, zk, n), n, 3)
+                    result[f"zk_round_ms_{n}"] = round(many, 1)
                 zk_fenced(zk_store, zk.hosts, STREAM + "-fenced")
                 fenced_ms = time_writes(zk_store, args.writes, STREAM + "-fenced")
             finally:
                 zk_store.close()
 
         with MotoServer(workdir=work / "moto") as moto:
-            spout_figures = count_spout_writes(moto, args.records, work)
+            result.update(count_spout_writes(moto, args.records, work))
 
-    stats: list[tuple[str, list[float]]] = [
-        ("file_write_ms", file_ms),
-        ("zk_write_ms", zk_ms),
-        ("zk_fenced_write_ms", fenced_ms),
-    ]
-    for name, samples in stats:
+    for name, samples in zip(STATS, (file_ms, zk_ms, fenced_ms), strict=True):
         result[f"{name}_p50"] = round(percentile(samples, 0.50), 3)
         result[f"{name}_p99"] = round(percentile(samples, 0.99), 3)
         result[f"{name}_mean"] = round(statistics.fmean(samples), 3)
-    result.update(spout_figures)
-
     out: Callable[[str], None] = print
-    out(f"checkpoint writes, {args.writes} timed saves each (ms):")
-    for name, _ in stats:
-        out(
-            f"  {name[:-9]:<18} p50 {result[f'{name}_p50']:8.3f}   "
-            f"p99 {result[f'{name}_p99']:8.3f}   mean {result[f'{name}_mean']:8.3f}"
-        )
-    out(
-        f"spout, default config ({SHARDS} shards, checkpoint every "
-        f"{spout_figures['checkpoint_interval']:.0f} s): {spout_figures['records']} records read "
-        f"in {spout_figures['read_seconds']:.1f} s with {spout_figures['checkpoint_writes']} "
-        f"checkpoint writes = {spout_figures['writes_per_100k_records']} per 100,000 records "
-        "(one per record would be 100,000)"
-    )
+    say(result, args, out)
     return finish_bench(CHART, result, args.plot, args.json, sort_keys=True, say=out)
 
 

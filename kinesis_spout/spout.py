@@ -321,16 +321,19 @@ class KinesisSpout:
             self._write_checkpoints(now)
 
     def _write_checkpoints(self, now: float) -> None:
-        self._committer.save_all(list(self.shard_set.shards.values()), self.save, now)
+        self._committer.save_all(list(self.shard_set.shards.values()), self._before_save, now)
         self.next_checkpoint_at = now + self.config.checkpoint_interval
 
     def save(self, sh: ShardPartition, now: float) -> bool:
         """Save ``sh``'s checkpoint if it moved; False if it could not be (yet)."""
+        self._before_save(sh)
+        return self._committer.save(sh, now)
+
+    def _before_save(self, sh: ShardPartition) -> None:
         if sh.dead_pending and not sh.fenced:
             # The tracker keeps records with a pending dead letter below its checkpoint,
             # so what is below them may be saved even while a write still fails.
             self.acks.flush_dead(sh)
-        return self._committer.save(sh, now)
 
     def make_room(self, sh: ShardPartition, now: float) -> int:
         """Records ``sh`` may hand out now, after an early save if that frees at least

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 from kinesis_spout.checkpoint.resets import ResetFence, reset_value
-from kinesis_spout.errors import CheckpointError, StaleCheckpointError
+from kinesis_spout.errors import (
+    CheckpointError,
+    CheckpointStoreUnavailableError,
+    StaleCheckpointError,
+)
 from kinesis_spout.records import Checkpoint
 
 
@@ -30,6 +35,15 @@ class CheckpointStore(Protocol):
         """Store ``checkpoint`` if it is after the stored one; return what is
         stored now. Equal: no-op. Behind, or refused because another owner
         holds the shard: :class:`StaleCheckpointError`."""
+        ...
+
+    def save_many(self, checkpoints: Sequence[Checkpoint]) -> list[Checkpoint | CheckpointError]:
+        """``save`` of each checkpoint (any shards), in one write where the store can (the
+        file store: one read and one write of a stream's file for all of them, not one
+        each). Per checkpoint, in order: what is stored now, or the
+        :class:`StaleCheckpointError` or
+        :class:`~kinesis_spout.errors.CheckpointStoreUnavailableError` that ``save`` would
+        have raised for it."""
         ...
 
     def mark_ended(self, stream_name: str, shard_id: str, owner: str) -> Checkpoint:
@@ -55,6 +69,20 @@ class CheckpointStore(Protocol):
     def close(self) -> None:
         """Release connections; further calls are an error."""
         ...
+
+
+def save_each(
+    save: Callable[[Checkpoint], Checkpoint], checkpoints: Iterable[Checkpoint]
+) -> list[Checkpoint | CheckpointError]:
+    """:meth:`CheckpointStore.save_many` of a store that writes each checkpoint on its own:
+    ``save`` of each, its stale or unavailable error kept in its place."""
+    out: list[Checkpoint | CheckpointError] = []
+    for cp in checkpoints:
+        try:
+            out.append(save(cp))
+        except (StaleCheckpointError, CheckpointStoreUnavailableError) as exc:
+            out.append(exc)
+    return out
 
 
 def check_forward(stored: Checkpoint | None, new: Checkpoint) -> bool:
@@ -111,6 +139,9 @@ class MemoryCheckpointStore:
                 self._data[k] = cp
                 self.writes += 1
             return self._data[k]
+
+    def save_many(self, checkpoints: Sequence[Checkpoint]) -> list[Checkpoint | CheckpointError]:
+        return save_each(self.save, checkpoints)
 
     def mark_ended(self, stream_name: str, shard_id: str, owner: str) -> Checkpoint:
         self._check_open()

@@ -24,7 +24,7 @@ import fcntl
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +39,7 @@ from kinesis_spout.errors import (
     CheckpointStoreUnavailableError,
     ConfigError,
     CorruptCheckpointError,
+    StaleCheckpointError,
 )
 from kinesis_spout.records import Checkpoint
 
@@ -94,33 +95,68 @@ class FileCheckpointStore:
         return out
 
     def save(self, checkpoint: Checkpoint) -> Checkpoint:
+        out = self.save_many([checkpoint])[0]
+        if isinstance(out, CheckpointError):
+            raise out
+        return out
+
+    def save_many(self, checkpoints: Sequence[Checkpoint]) -> list[Checkpoint | CheckpointError]:
+        """See :meth:`CheckpointStore.save_many`: per stream, one read and one write of its
+        file under its lock, whatever the number of shards (a write each would rewrite
+        the whole file once per shard: a checkpoint round of n shards would cost n**2)."""
         self._check_open()
-        _check_name("shard_id", checkpoint.shard_id)
-        cp = replace(
-            checkpoint,
-            job_name=self.job_name,
-            owner=checkpoint.owner or self.owner,
-            updated_at=self._now(),
-        )
-        path = self.path(cp.stream_name)
-        with self._locked(cp.stream_name):
-            current = self._read(path, cp.stream_name)
-            stored = current.get(cp.shard_id)
-            cp = self._fence.carry(stored, cp)
-            if not check_forward(stored, cp):
-                assert stored is not None
-                return stored
-            current[cp.shard_id] = cp
-            self._write(path, cp.stream_name, current)
-        log.debug(
-            "checkpoint %s/%s -> %s:%s%s",
-            cp.stream_name,
-            cp.shard_id,
-            cp.sequence_number,
-            cp.sub_sequence_number,
-            " (shard end)" if cp.shard_end else "",
-        )
-        return cp
+        out: list[Checkpoint | CheckpointError] = []
+        by_stream: dict[str, list[int]] = {}
+        for i, checkpoint in enumerate(checkpoints):
+            _check_name("shard_id", checkpoint.shard_id)
+            by_stream.setdefault(checkpoint.stream_name, []).append(i)
+            out.append(checkpoint)
+        for stream_name, indexes in by_stream.items():
+            try:
+                self._save_stream(stream_name, indexes, out)
+            except CheckpointStoreUnavailableError as exc:
+                for i in indexes:
+                    out[i] = exc
+        return out
+
+    def _save_stream(
+        self, stream_name: str, indexes: list[int], out: list[Checkpoint | CheckpointError]
+    ) -> None:
+        """The checkpoints ``out[i]`` of one stream, in one write; each replaced in ``out``
+        by what is stored now, or its stale error."""
+        path = self.path(stream_name)
+        now = self._now()
+        written: list[Checkpoint] = []
+        with self._locked(stream_name):
+            current = self._read(path, stream_name)
+            for i in indexes:
+                given = out[i]
+                assert isinstance(given, Checkpoint)
+                cp = replace(
+                    given, job_name=self.job_name, owner=given.owner or self.owner, updated_at=now
+                )
+                stored = current.get(cp.shard_id)
+                try:
+                    cp = self._fence.carry(stored, cp)
+                    forward = check_forward(stored, cp)
+                except StaleCheckpointError as exc:
+                    out[i] = exc
+                    continue
+                if forward:
+                    current[cp.shard_id] = cp
+                    written.append(cp)
+                out[i] = current[cp.shard_id]
+            if written:
+                self._write(path, stream_name, current)
+        for cp in written:
+            log.debug(
+                "checkpoint %s/%s -> %s:%s%s",
+                cp.stream_name,
+                cp.shard_id,
+                cp.sequence_number,
+                cp.sub_sequence_number,
+                " (shard end)" if cp.shard_end else "",
+            )
 
     def mark_ended(self, stream_name: str, shard_id: str, owner: str) -> Checkpoint:
         self._check_open()

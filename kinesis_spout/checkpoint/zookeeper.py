@@ -35,7 +35,7 @@ answer that does not come in time is also "unavailable", never success.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -53,7 +53,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL
 
-from kinesis_spout.checkpoint.base import check_forward
+from kinesis_spout.checkpoint.base import check_forward, save_each
 from kinesis_spout.checkpoint.codec import encode_checkpoint
 from kinesis_spout.checkpoint.resets import ResetFence
 from kinesis_spout.checkpoint.zk_connect import connect, forget
@@ -226,6 +226,9 @@ class ZooKeeperCheckpointStore:
         _check_component("shard_id", checkpoint.shard_id)
         cp = replace(checkpoint, job_name=self.job_name, owner=checkpoint.owner or self.owner)
         return self._cas(cp.stream_name, cp.shard_id, lambda stored: cp)
+
+    def save_many(self, checkpoints: Sequence[Checkpoint]) -> list[Checkpoint | CheckpointError]:
+        return save_each(self.save, checkpoints)  # a node per shard: a write each anyway
 
     def mark_ended(self, stream_name: str, shard_id: str, owner: str) -> Checkpoint:
         """Set ``shard_end`` keeping the stored position (CAS, fenced like ``save``)."""

@@ -31,6 +31,7 @@ from kinesis_spout.errors import (
 )
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.records import Checkpoint
+from tracker import SequenceKey
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +56,52 @@ class Committer:
         """Save ``part``'s checkpoint if it moved; False if it could not be (yet)."""
         if part.fenced or part.tracker is None:
             return False
+        due = self._due(part)
+        if due is None:
+            return True
+        key, cp = due
+        if not self._write(part, lambda store: store.save(cp), "checkpoint"):
+            return False
+        self._saved(part, key, now)
+        return True
+
+    def save_all(
+        self,
+        parts: Iterable[ShardPartition],
+        before: Callable[[ShardPartition], object],
+        now: float,
+    ) -> None:
+        """Save the checkpoint of every partition that moved, in one store call
+        (:meth:`~kinesis_spout.checkpoint.base.CheckpointStore.save_many`: the file store
+        writes its file once for all of them); ``before`` runs first on each partition
+        (the reader flushes its dead letters)."""
+        due: list[tuple[ShardPartition, SequenceKey, Checkpoint]] = []
+        for part in parts:
+            if part.tracker is None:
+                continue
+            before(part)
+            if not part.fenced and (moved := self._due(part)) is not None:
+                due.append((part, *moved))
+            self.metrics.gauge("in_flight", part.tracker.in_flight, shard=part.shard_id)
+        if due:
+            assert self.store is not None
+            outcomes = self.store.save_many([cp for _, _, cp in due])
+            for (part, key, _), out in zip(due, outcomes, strict=True):
+                if isinstance(out, CheckpointError):
+                    self._failed(part, out, "checkpoint")
+                else:
+                    self._saved(part, key, now)
+        if self.last_save is not None:
+            self.metrics.gauge("checkpoint_age_seconds", now - self.last_save)
+
+    def _due(self, part: ShardPartition) -> tuple[SequenceKey, Checkpoint] | None:
+        """The checkpoint to write for ``part``: its tracker's, if it moved and may be
+        written (a ``(seq, 0)`` inside a multi-record KPL aggregate is held back: on
+        resume it would read as "the whole record is done")."""
+        assert part.tracker is not None
         key = part.tracker.checkpoint
         if key is None or (part.saved is not None and key <= part.saved):
-            return True
+            return None
         aggregates = part.aggregates
         if aggregates:
             for seq in list(aggregates):
@@ -65,8 +109,7 @@ class Committer:
                     break
                 del aggregates[seq]
             if key.sub_sequence == 0 and key.sequence in aggregates:
-                # (seq, 0) would read as "the whole record is done" on resume: keep the old one.
-                return True
+                return None
         cfg = self.config
         cp = Checkpoint(
             cfg.stream_name,
@@ -77,29 +120,15 @@ class Committer:
             job_name=cfg.job_name,
             owner=cfg.worker_id,
         )
-        if not self._write(part, lambda store: store.save(cp), "checkpoint"):
-            return False
+        return key, cp
+
+    def _saved(self, part: ShardPartition, key: SequenceKey, now: float) -> None:
         part.saved = key
         part.window.trim(key)
         self.last_save = now
         self.writes += 1
         self.metrics.increment("checkpoint_writes", shard=part.shard_id)
         log.debug("checkpoint %s at %s", part.shard_id, key)
-        return True
-
-    def save_all(
-        self,
-        parts: Iterable[ShardPartition],
-        save: Callable[[ShardPartition, float], bool],
-        now: float,
-    ) -> None:
-        """``save`` every partition (the reader's save flushes dead letters first)."""
-        for part in parts:
-            if part.tracker is not None:
-                save(part, now)
-                self.metrics.gauge("in_flight", part.tracker.in_flight, shard=part.shard_id)
-        if self.last_save is not None:
-            self.metrics.gauge("checkpoint_age_seconds", now - self.last_save)
 
     def mark_ended(self, part: ShardPartition) -> bool:
         """Record that every record of the closed shard is done; False if not (yet)."""
@@ -116,14 +145,21 @@ class Committer:
         assert self.store is not None
         try:
             write(self.store)
-        except StaleCheckpointError as exc:
-            self.fence(part, exc)
-            return False
-        except CheckpointStoreUnavailableError as exc:
-            log.warning("%s of %s not saved, will retry: %s", what, part.shard_id, exc)
-            self.metrics.increment("checkpoint_store_errors", shard=part.shard_id)
+        except (StaleCheckpointError, CheckpointStoreUnavailableError) as exc:
+            self._failed(part, exc, what)
             return False
         return True
+
+    def _failed(self, part: ShardPartition, exc: CheckpointError, what: str) -> None:
+        """A write of ``part``'s ``what`` was refused as stale (another owner is ahead: the
+        shard is fenced) or the store was unreachable (retried at the next save)."""
+        if isinstance(exc, StaleCheckpointError):
+            self.fence(part, exc)
+        elif isinstance(exc, CheckpointStoreUnavailableError):
+            log.warning("%s of %s not saved, will retry: %s", what, part.shard_id, exc)
+            self.metrics.increment("checkpoint_store_errors", shard=part.shard_id)
+        else:
+            raise exc
 
     @staticmethod
     def fence(part: ShardPartition, exc: CheckpointError) -> None:
@@ -168,10 +204,8 @@ class Committer:
             start = latest
         assert self.store is not None and start is not None
         pinned = dict(checkpoints)
-        for shard_id in shard_ids:
-            if shard_id in pinned or (checkpoints and has_known_parent(shard_id)):
-                continue  # stored, or born after the first open (it continues its parents)
-            pin = Checkpoint(
+        to_pin = [
+            Checkpoint(
                 cfg.stream_name,
                 shard_id,
                 None,
@@ -179,13 +213,22 @@ class Committer:
                 owner=cfg.worker_id,
                 start_at=start,
             )
-            try:
-                pinned[shard_id] = self.store.save(pin)
-                if pinned[shard_id].start_at == start:
-                    self.fresh_pins.add(shard_id)
-            except StaleCheckpointError:  # another worker got there first
-                other = self.store.load(cfg.stream_name).get(shard_id)
-                if other is not None:
-                    pinned[shard_id] = other
+            for shard_id in shard_ids
+            # Not those stored, nor those born after the first open (they continue their parents).
+            if shard_id not in pinned and not (checkpoints and has_known_parent(shard_id))
+        ]
+        others: dict[str, Checkpoint] | None = None
+        for pin, out in zip(to_pin, self.store.save_many(to_pin), strict=True):
+            if isinstance(out, StaleCheckpointError):  # another worker got there first
+                if others is None:
+                    others = self.store.load(cfg.stream_name)
+                if pin.shard_id in others:
+                    pinned[pin.shard_id] = others[pin.shard_id]
+            elif isinstance(out, CheckpointError):
+                raise out
+            else:
+                pinned[pin.shard_id] = out
+                if out.start_at == start:
+                    self.fresh_pins.add(pin.shard_id)
         log.info("pinned the start of %d shard(s) at %s", len(pinned), start.isoformat())
         return pinned

@@ -118,13 +118,10 @@ class ExecutorDriver(StopControl):
         self._limits = RunLimits(config)
         self._job_ids = 0
         self._running: dict[int, Future[Outcome]] = {}
-        self._started: dict[int, tuple[float, list[ReadPlan]]] = {}
-        """Running jobs: when each was submitted (its progress line counts from then), and
-        its plans."""
+        self._started: dict[int, tuple[float, list[ReadPlan]]] = {}  # submitted, plans
         self._counts_from: dict[int, float] = {}
-        """Running jobs: what each one's ``task_timeout`` counts from (:class:`TaskClocks`;
-        it moves on while none of the job's tasks started), which also says when a job is
-        slow (:meth:`_may_start`)."""
+        """What each running job's ``task_timeout`` (and :meth:`_may_start`) counts from:
+        :class:`TaskClocks`, not its progress line's start."""
         self._busy: dict[ShardKey, set[int]] = {}  # (stream, shard) -> the running jobs of it
         self._clocks = TaskClocks(self.jobs.task_counts)
         self._deadline = config.task_timeout or None

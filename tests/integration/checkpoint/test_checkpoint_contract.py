@@ -73,6 +73,39 @@ def test_equal_save_is_a_no_op(store_factory: StoreFactory) -> None:
     assert again.updated_at == first.updated_at  # nothing was rewritten
 
 
+def test_save_many_saves_each_as_save_would_and_keeps_each_refusal_in_its_place(
+    store_factory: StoreFactory,
+) -> None:
+    """A checkpoint round of several shards (``save_many``): each outcome in its place;
+    one refused as behind does not stop the others; an equal one is a no-op."""
+    store = store_factory()
+    store.save(cp("100", shard="shardId-000000000001"))
+    store.save(cp("7", shard="shardId-000000000002"))
+    out = store.save_many(
+        [
+            cp("5", shard="shardId-000000000000"),  # new
+            cp("99", shard="shardId-000000000001"),  # behind: refused
+            cp("7", shard="shardId-000000000002"),  # equal: no-op
+            cp("8", shard="shardId-000000000003"),  # new
+        ]
+    )
+    assert [type(o).__name__ for o in out] == [
+        "Checkpoint",
+        "StaleCheckpointError",
+        "Checkpoint",
+        "Checkpoint",
+    ]
+    assert isinstance(out[1], StaleCheckpointError) and "backwards" in str(out[1])
+    loaded = store_factory().load(STREAM)
+    assert {s: c.sequence_number for s, c in loaded.items()} == {
+        "shardId-000000000000": "5",
+        "shardId-000000000001": "100",
+        "shardId-000000000002": "7",
+        "shardId-000000000003": "8",
+    }
+    assert store.save_many([]) == []
+
+
 def test_ended_shard_stays_ended(store_factory: StoreFactory) -> None:
     store = store_factory()
     store.save(cp("42"))
