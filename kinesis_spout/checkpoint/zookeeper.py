@@ -53,7 +53,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL
 
-from kinesis_spout.checkpoint.base import check_forward, save_each
+from kinesis_spout.checkpoint.base import check_forward
 from kinesis_spout.checkpoint.codec import encode_checkpoint
 from kinesis_spout.checkpoint.resets import ResetFence
 from kinesis_spout.checkpoint.zk_connect import connect, forget
@@ -62,6 +62,7 @@ from kinesis_spout.checkpoint.zk_layout import ZkPaths
 from kinesis_spout.checkpoint.zk_layout import check_component as _check_component
 from kinesis_spout.checkpoint.zk_nodes import ZkNodes
 from kinesis_spout.checkpoint.zk_reset import reset_node
+from kinesis_spout.checkpoint.zk_round import save_round
 from kinesis_spout.errors import (
     CheckpointError,
     CheckpointStoreUnavailableError,
@@ -91,6 +92,10 @@ class ZooKeeperCheckpointStore:
     or pass a started ``KazooClient``. ``acl``: the ACL of every node created
     from ``/<root>/<job>`` down (``None`` = ZooKeeper's open ACL); the nodes of
     the root path itself are created open so several jobs can share it.
+
+    One job, the checkpoint protocol over ZooKeeper's nodes (load, compare-and-set,
+    fencing, stream identity), a little over 300 lines: the connection is
+    :class:`~.zk_nodes.ZkNodes`', a reset and a round are helpers of their own modules.
     """
 
     def __init__(
@@ -228,7 +233,12 @@ class ZooKeeperCheckpointStore:
         return self._cas(cp.stream_name, cp.shard_id, lambda stored: cp)
 
     def save_many(self, checkpoints: Sequence[Checkpoint]) -> list[Checkpoint | CheckpointError]:
-        return save_each(self.save, checkpoints)  # a node per shard: a write each anyway
+        """A round, its reads and writes in flight together (:func:`~.zk_round.save_round`)."""
+        for cp in checkpoints:
+            _check_component("stream_name", cp.stream_name)
+            _check_component("shard_id", cp.shard_id)
+        cps = [replace(c, job_name=self.job_name, owner=c.owner or self.owner) for c in checkpoints]
+        return save_round(self.nodes, self._fence_of, self._resets, self._now, cps, self.save)
 
     def mark_ended(self, stream_name: str, shard_id: str, owner: str) -> Checkpoint:
         """Set ``shard_end`` keeping the stored position (CAS, fenced like ``save``)."""
