@@ -11,8 +11,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from kinesis_spout.checkpoint import CheckpointStore, open_store
+from kinesis_spout.checkpoint.zk_layout import ZkUrl
 from kinesis_spout.testing.servers import ZooKeeperServer
 
 StoreFactory = Callable[..., CheckpointStore]
@@ -22,6 +24,17 @@ StoreFactory = Callable[..., CheckpointStore]
 def zk_url(zookeeper: ZooKeeperServer, unique_name: str) -> str:
     """A ZooKeeper URL whose root is unique to this test."""
     return zookeeper.url(f"/tests/{unique_name}")
+
+
+@pytest.fixture
+def raw_zk(zk_url: str) -> Iterator[KazooClient]:
+    """A plain kazoo client on the test's ZooKeeper, to play an operator or another
+    worker writing nodes behind a store's back."""
+    client = KazooClient(ZkUrl.parse(zk_url).hosts)
+    client.start()
+    yield client
+    client.stop()
+    client.close()
 
 
 @pytest.fixture(params=["file", "zk"])

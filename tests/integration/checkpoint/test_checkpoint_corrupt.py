@@ -11,7 +11,6 @@ from kazoo.client import KazooClient
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.checkpoint.file import FileCheckpointStore
-from kinesis_spout.checkpoint.zk_layout import ZkUrl
 from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 from kinesis_spout.errors import CorruptCheckpointError
 from kinesis_spout.records import Checkpoint
@@ -27,15 +26,6 @@ def zk_store(zk_url: str) -> Iterator[ZooKeeperCheckpointStore]:
     assert isinstance(store, ZooKeeperCheckpointStore)
     yield store
     store.close()
-
-
-@pytest.fixture
-def raw_zk(zk_url: str) -> Iterator[KazooClient]:
-    client = KazooClient(ZkUrl.parse(zk_url).hosts)
-    client.start()
-    yield client
-    client.stop()
-    client.close()
 
 
 def test_zk_node_that_is_not_json(zk_store: ZooKeeperCheckpointStore, raw_zk: KazooClient) -> None:

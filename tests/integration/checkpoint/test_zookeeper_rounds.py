@@ -15,7 +15,6 @@ import pytest
 from kazoo.client import KazooClient
 
 from kinesis_spout.checkpoint import open_store
-from kinesis_spout.checkpoint.zk_layout import ZkUrl
 from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 from kinesis_spout.errors import CheckpointError, CorruptCheckpointError, StaleCheckpointError
 from kinesis_spout.records import Checkpoint
@@ -42,15 +41,6 @@ def stores(zk_url: str) -> Iterator[Callable[[str], ZooKeeperCheckpointStore]]:
     yield make
     for s in opened:
         s.close()
-
-
-@pytest.fixture
-def raw(zk_url: str) -> Iterator[KazooClient]:
-    client = KazooClient(ZkUrl.parse(zk_url).hosts)
-    client.start()
-    yield client
-    client.stop()
-    client.close()
 
 
 class CallLog:
@@ -139,7 +129,7 @@ def test_a_round_that_loses_a_race_to_another_writer_reads_again(
 
 
 def test_a_fenced_round_refuses_only_the_shards_whose_lease_is_gone(
-    stores: Callable[[str], ZooKeeperCheckpointStore], raw: KazooClient
+    stores: Callable[[str], ZooKeeperCheckpointStore], raw_zk: KazooClient
 ) -> None:
     store = stores("w1")
     store.save_many([Checkpoint(STREAM, shard(i), "10") for i in range(5)])
@@ -147,8 +137,8 @@ def test_a_fenced_round_refuses_only_the_shards_whose_lease_is_gone(
 
     def acquire(i: int) -> int:
         path = store.paths.lease(STREAM, shard(i))
-        raw.ensure_path(path)
-        return int(raw.set(path, b"{}").version)
+        raw_zk.ensure_path(path)
+        return int(raw_zk.set(path, b"{}").version)
 
     for i in range(4):  # shard 4: no lease at all
         store.set_lease(STREAM, shard(i), acquire(i))
@@ -191,18 +181,18 @@ def test_a_shard_listed_twice_in_a_round_is_saved_in_order(
 
 
 def test_a_corrupt_node_stops_the_round_where_shard_by_shard_saving_would_have(
-    stores: Callable[[str], ZooKeeperCheckpointStore], raw: KazooClient
+    stores: Callable[[str], ZooKeeperCheckpointStore], raw_zk: KazooClient
 ) -> None:
     store = stores("w1")
     store.save_many([Checkpoint(STREAM, shard(i), "10") for i in range(4)])
-    raw.set(store.paths.checkpoint(STREAM, shard(2)), b"\x00garbage{")
+    raw_zk.set(store.paths.checkpoint(STREAM, shard(2)), b"\x00garbage{")
 
     with pytest.raises(CorruptCheckpointError, match=shard(2)):
         store.save_many([Checkpoint(STREAM, shard(i), "11") for i in range(4)])
 
     values = {}
     for i in (0, 1, 3):
-        data, _ = raw.get(store.paths.checkpoint(STREAM, shard(i)))
+        data, _ = raw_zk.get(store.paths.checkpoint(STREAM, shard(i)))
         values[i] = json.loads(data)["sequence"]
     assert values == {0: "11", 1: "11", 3: "10"}  # the shards before it saved, not after
 

@@ -75,20 +75,18 @@ def _bump_epoch(raw: KazooClient, store: ZooKeeperCheckpointStore, shard: str) -
     return int(raw.set(path, b"{}").version)
 
 
-def test_fenced_writes_need_the_current_lease_epoch(zk_url: str) -> None:
+def test_fenced_writes_need_the_current_lease_epoch(zk_url: str, raw_zk: KazooClient) -> None:
     store = zk_open(zk_url, owner="w1")
-    raw = KazooClient(ZkUrl.parse(zk_url).hosts)
-    raw.start()
     try:
         store.save(Checkpoint("orders", SHARD, "10"))  # unfenced: fine
         store.require_leases("orders")
         with pytest.raises(StaleCheckpointError, match="holds no lease"):
             store.save(Checkpoint("orders", SHARD, "11"))
 
-        store.set_lease("orders", SHARD, _bump_epoch(raw, store, SHARD))
+        store.set_lease("orders", SHARD, _bump_epoch(raw_zk, store, SHARD))
         store.save(Checkpoint("orders", SHARD, "12"))
 
-        _bump_epoch(raw, store, SHARD)  # another worker acquired the lease
+        _bump_epoch(raw_zk, store, SHARD)  # another worker acquired the lease
         with pytest.raises(StaleCheckpointError, match="taken over"):
             store.save(Checkpoint("orders", SHARD, "13"))
         with pytest.raises(StaleCheckpointError, match="taken over"):
@@ -99,6 +97,4 @@ def test_fenced_writes_need_the_current_lease_epoch(zk_url: str) -> None:
         assert store.load("orders")[SHARD].sequence_number == "12"
         assert not store.load("orders")[SHARD].shard_end
     finally:
-        raw.stop()
-        raw.close()
         store.close()
