@@ -18,7 +18,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.security import ACL
 
-from kinesis_spout.checkpoint.codec import decode_checkpoint
+from kinesis_spout.checkpoint.codec import decode_checkpoint, encode_checkpoint
 from kinesis_spout.checkpoint.zk_connect import wait_for
 from kinesis_spout.checkpoint.zk_layout import ZkPaths
 from kinesis_spout.errors import CheckpointError, CheckpointStoreUnavailableError
@@ -124,3 +124,25 @@ class ZkNodes:
         except NoNodeError:
             return None, None
         return self.decode(data, path, stream, shard), int(stat.version)
+
+    def checkpoint_tx(self, new: Checkpoint, version: int | None, epoch: int | None) -> Any:
+        """The compare-and-set transaction of ``new``'s node, not yet committed: ``create``
+        when there is no node (``version`` None), else ``set_data`` at ``version``; with
+        ``epoch``, after a check that the shard's lease epoch node still has it."""
+        path = self.paths.checkpoint(new.stream_name, new.shard_id)
+        tx = self.client.transaction()
+        if epoch is not None:
+            tx.check(self.paths.lease(new.stream_name, new.shard_id), epoch)
+        if version is None:
+            tx.create(path, encode_checkpoint(new), acl=self.acl)
+        else:
+            tx.set_data(path, encode_checkpoint(new), version)
+        return tx
+
+    def log_written(self, new: Checkpoint) -> None:
+        """The DEBUG line of a checkpoint node written."""
+        end = " (shard end)" if new.shard_end else ""
+        path = self.paths.checkpoint(new.stream_name, new.shard_id)
+        log.debug(
+            "checkpoint %s -> %s:%s%s", path, new.sequence_number, new.sub_sequence_number, end
+        )

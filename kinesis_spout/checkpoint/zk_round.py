@@ -17,7 +17,6 @@ wrote nothing, so retrying it through ``save`` never writes twice.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -27,14 +26,11 @@ from typing import Any
 from kazoo.exceptions import KazooException, NoNodeError
 
 from kinesis_spout.checkpoint.base import check_forward, save_each
-from kinesis_spout.checkpoint.codec import encode_checkpoint
 from kinesis_spout.checkpoint.resets import ResetFence
 from kinesis_spout.checkpoint.zk_fencing import LeaseFence
 from kinesis_spout.checkpoint.zk_nodes import ZkNodes
 from kinesis_spout.errors import CheckpointError, StaleCheckpointError
 from kinesis_spout.records import Checkpoint
-
-log = logging.getLogger(__name__)
 
 
 def save_round(
@@ -118,13 +114,7 @@ def _send_write(
             return None  # equal: save() still checks the lease of a fenced shard
     except StaleCheckpointError:
         return None
-    tx = nodes.client.transaction()
-    if epoch is not None:
-        tx.check(nodes.paths.lease(stream, shard), epoch)
-    if version is None:
-        tx.create(path, encode_checkpoint(new), acl=nodes.acl)
-    else:
-        tx.set_data(path, encode_checkpoint(new), version)
+    tx = nodes.checkpoint_tx(new, version, epoch)
     nodes.check_usable(f"checkpoint {stream}/{shard}")  # never queued while disconnected
     return tx.commit_async(), new
 
@@ -136,6 +126,5 @@ def _written(nodes: ZkNodes, commit: Any, new: Checkpoint) -> Checkpoint | None:
     results = nodes.wait(commit, f"write {path}")
     if any(isinstance(r, Exception) for r in results):
         return None
-    end = " (shard end)" if new.shard_end else ""
-    log.debug("checkpoint %s -> %s:%s%s", path, new.sequence_number, new.sub_sequence_number, end)
+    nodes.log_written(new)
     return new

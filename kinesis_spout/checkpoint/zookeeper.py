@@ -54,7 +54,6 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL
 
 from kinesis_spout.checkpoint.base import check_forward
-from kinesis_spout.checkpoint.codec import encode_checkpoint
 from kinesis_spout.checkpoint.resets import ResetFence
 from kinesis_spout.checkpoint.zk_connect import connect, forget
 from kinesis_spout.checkpoint.zk_fencing import LeaseFence, taken_over
@@ -93,9 +92,9 @@ class ZooKeeperCheckpointStore:
     from ``/<root>/<job>`` down (``None`` = ZooKeeper's open ACL); the nodes of
     the root path itself are created open so several jobs can share it.
 
-    One job, the checkpoint protocol over ZooKeeper's nodes (load, compare-and-set,
-    fencing, stream identity), a little over 300 lines: the connection is
-    :class:`~.zk_nodes.ZkNodes`', a reset and a round are helpers of their own modules.
+    The checkpoint protocol over ZooKeeper's nodes (load, compare-and-set, fencing,
+    stream identity); the connection and the nodes' reads and transactions are
+    :class:`~.zk_nodes.ZkNodes`', a reset and a round helpers of their own modules.
     """
 
     def __init__(
@@ -227,18 +226,20 @@ class ZooKeeperCheckpointStore:
 
     def save(self, checkpoint: Checkpoint) -> Checkpoint:
         """Compare-and-set ``checkpoint`` (fenced by the lease when required)."""
-        _check_component("stream_name", checkpoint.stream_name)
-        _check_component("shard_id", checkpoint.shard_id)
-        cp = replace(checkpoint, job_name=self.job_name, owner=checkpoint.owner or self.owner)
+        cp = self._stamped(checkpoint)
         return self._cas(cp.stream_name, cp.shard_id, lambda stored: cp)
 
     def save_many(self, checkpoints: Sequence[Checkpoint]) -> list[Checkpoint | CheckpointError]:
         """A round, its reads and writes in flight together (:func:`~.zk_round.save_round`)."""
-        for cp in checkpoints:
-            _check_component("stream_name", cp.stream_name)
-            _check_component("shard_id", cp.shard_id)
-        cps = [replace(c, job_name=self.job_name, owner=c.owner or self.owner) for c in checkpoints]
+        cps = [self._stamped(cp) for cp in checkpoints]  # every name checked before any write
         return save_round(self.nodes, self._fence_of, self._resets, self._now, cps, self.save)
+
+    def _stamped(self, checkpoint: Checkpoint) -> Checkpoint:
+        """``checkpoint`` as this store writes it (its names checked): the job's name, and
+        this store's owner unless it names one."""
+        _check_component("stream_name", checkpoint.stream_name)
+        _check_component("shard_id", checkpoint.shard_id)
+        return replace(checkpoint, job_name=self.job_name, owner=checkpoint.owner or self.owner)
 
     def mark_ended(self, stream_name: str, shard_id: str, owner: str) -> Checkpoint:
         """Set ``shard_end`` keeping the stored position (CAS, fenced like ``save``)."""
@@ -364,23 +365,11 @@ class ZooKeeperCheckpointStore:
                     self._check_epoch(stream, shard, epoch, new.owner)
                 return stored
             self.nodes.check_usable(what)
-            tx = self.client.transaction()
-            if epoch is not None:
-                tx.check(self.paths.lease(stream, shard), epoch)
-            if version is None:
-                tx.create(path, encode_checkpoint(new), acl=self.acl)
-            else:
-                tx.set_data(path, encode_checkpoint(new), version)
+            tx = self.nodes.checkpoint_tx(new, version, epoch)
             results = self.wait(tx.commit_async(), f"write {path}")
             errors = [r for r in results if isinstance(r, Exception)]
             if not errors:
-                log.debug(
-                    "checkpoint %s -> %s:%s%s",
-                    path,
-                    new.sequence_number,
-                    new.sub_sequence_number,
-                    " (shard end)" if new.shard_end else "",
-                )
+                self.nodes.log_written(new)
                 return new
             first = results[0]
             if epoch is not None and isinstance(first, BadVersionError | NoNodeError):
