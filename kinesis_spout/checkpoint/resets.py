@@ -8,8 +8,8 @@ it is refused while a reader runs.
 
 A reader that runs anyway (one that took no job lease, a process paused past
 its ZooKeeper session) must not overwrite the reset with its old position:
-each store remembers, per shard, the ``resets`` count it saw when it loaded the
-stream (:class:`ResetFence`), and refuses a later save or shard end over a
+each store remembers, per shard, the ``resets`` count it saw when it first loaded
+the stream (:class:`ResetFence`; a reload mid-run does not change it), and refuses a later save or shard end over a
 higher count with :class:`~kinesis_spout.errors.StaleCheckpointError`, as it
 does for a shard taken over. Every normal write carries the stored count on.
 """
@@ -31,17 +31,20 @@ class ResetFence:
         self._loaded: set[str] = set()
 
     def loaded(self, stream: str, checkpoints: dict[str, Checkpoint]) -> None:
-        """``stream`` was loaded: these are the counts its reader starts from."""
+        """``stream`` was loaded: the counts of shards seen for the first time are those
+        its reader starts from. A later load (a reshard, a rebalance) keeps the counts
+        seen first: the reader's positions of those shards are still the old ones."""
         self._loaded.add(stream)
         for shard, cp in checkpoints.items():
-            self._seen[(stream, shard)] = cp.resets
+            self._seen.setdefault((stream, shard), cp.resets)
 
     def carry(self, stored: Checkpoint | None, new: Checkpoint) -> Checkpoint:
         """``new`` with the stored ``resets`` count; :class:`StaleCheckpointError` if an
         operator reset the shard after this store loaded its stream."""
-        if stored is None:
-            return new
         key = (new.stream_name, new.shard_id)
+        if stored is None:
+            self._seen.setdefault(key, 0)  # its first checkpoint: no reset before it
+            return new
         default = 0 if new.stream_name in self._loaded else stored.resets
         seen = self._seen.setdefault(key, default)
         if stored.resets > seen:

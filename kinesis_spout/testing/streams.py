@@ -48,6 +48,16 @@ def wait_split(client: Any, name: str, parent: str, timeout: float = 30.0) -> No
         time.sleep(0.05)
 
 
+def split_in_half(client: Any, name: str, parent: str, timeout: float = 30.0) -> None:
+    """Split ``parent`` at the middle of its hash key range and wait for the children
+    (:func:`wait_split`)."""
+    shard = next(s for s in client.list_shards(StreamName=name)["Shards"] if s["ShardId"] == parent)
+    lo = int(shard["HashKeyRange"]["StartingHashKey"])
+    hi = int(shard["HashKeyRange"]["EndingHashKey"])
+    client.split_shard(StreamName=name, ShardToSplit=parent, NewStartingHashKey=str((lo + hi) // 2))
+    wait_split(client, name, parent, timeout)
+
+
 def put_records(
     client: Any,
     name: str,

@@ -19,7 +19,7 @@ from kinesis_spout.errors import StaleCheckpointError
 from kinesis_spout.records import Checkpoint, Record
 from kinesis_spout.spout import KinesisSpout
 from kinesis_spout.testing.servers import MotoServer
-from kinesis_spout.testing.streams import create_stream, emulator_client, put_records
+from kinesis_spout.testing.streams import create_stream, emulator_client, put_records, split_in_half
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 SHARD = "shardId-000000000000"
@@ -167,3 +167,67 @@ def test_a_reset_moves_back_and_a_reader_that_loaded_before_cannot_overwrite_it(
     finally:
         for s in stores:
             s.close()
+
+
+def test_a_reload_after_a_reset_does_not_let_the_reader_overwrite_it(
+    store_url: str, unique_name: str
+) -> None:
+    """A reader loads its stream again mid-run (a reshard, a rebalance): the reset it did
+    not resume from still fences it."""
+    reader = open_store(store_url, "job", owner="reader")
+    operator = open_store(store_url, "job", owner="operator")
+    try:
+        reader.load(unique_name)
+        reader.save(_cp(unique_name, 100))
+        operator.reset(unique_name, SHARD, _cp(unique_name, 50))
+        reader.load(unique_name)  # a reload, for another shard's sake
+        with pytest.raises(StaleCheckpointError, match="reset by an operator"):
+            reader.save(_cp(unique_name, 120))
+        (outcome,) = reader.save_many([_cp(unique_name, 130)])
+        assert isinstance(outcome, StaleCheckpointError), outcome
+        assert operator.load(unique_name)[SHARD].sequence_number == "50"
+    finally:
+        reader.close()
+        operator.close()
+
+
+def test_a_running_reader_that_adopts_split_children_still_cannot_overwrite_a_reset(
+    moto_server: MotoServer, store_url: str, unique_name: str, tmp_path: Path
+) -> None:
+    """A reader without the job lease keeps running through an operator's reset; a split
+    makes it load the stream again (to adopt the children). Its next checkpoint of the
+    parent is refused: the reset stays."""
+    client = emulator_client(moto_server.endpoint_url)
+    create_stream(client, unique_name, 1)
+    seqs = put(moto_server.endpoint_url, unique_name, 0, 10)
+    cfg = SpoutConfig(
+        stream_name=unique_name,
+        job_name="billing",
+        endpoint_url=moto_server.endpoint_url,
+        checkpoint_store=store_url,
+        dead_letter=str(tmp_path / "dead"),
+        shard_refresh_interval=0.2,
+    )
+    operator = open_store(store_url, "billing", owner="operator")
+    with KinesisSpout(cfg, job_lease=False) as sp:
+        got = sp.next_batch(100)
+        sp.ack_many(got)
+        sp.checkpoint(force=True)
+        assert operator.load(unique_name)[SHARD].sequence_number == seqs[-1]
+        operator.reset(unique_name, SHARD, _cp(unique_name, int(seqs[2])))
+        split_in_half(client, unique_name, SHARD)  # moto: writes still land in the parent
+        put(moto_server.endpoint_url, unique_name, 10, 5)
+        deadline = time.monotonic() + 30
+        while len(sp.shards) < 3 or len(got) < 15:  # the children adopted, the parent read
+            assert time.monotonic() < deadline, (len(sp.shards), len(got))
+            batch = sp.next_batch(100)
+            sp.ack_many(batch)
+            got += batch
+            time.sleep(0.05 if not batch else 0)
+        sp.checkpoint(force=True)
+        stored = operator.load(unique_name)[SHARD]
+        assert (stored.sequence_number, stored.resets) == (seqs[2], 1)
+    operator.close()
+    final = open_store(store_url, "billing", owner="x")  # the spout's final save: refused too
+    assert final.load(unique_name)[SHARD].sequence_number == seqs[2]
+    final.close()
