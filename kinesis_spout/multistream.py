@@ -15,10 +15,10 @@ single-stream job keys them.
 * **Message ids** name the stream: ``"<stream>/<shardId>:<sequence>[:<sub>]"``
   (:meth:`message_id`). ``ack`` and ``fail`` take those, or the :class:`Record`; a bare
   ``"<shardId>:..."`` id names no stream and is an error.
-* **A deleted stream** stops being read: a WARNING, the ``streams_gone`` metric, its last
-  checkpoints saved; the other streams go on. So does a stream found recreated under its
-  name (another creation time): it is another stream, and this reader's checkpoints are
-  the old one's.
+* **A deleted stream** stops being read: a WARNING, the ``streams_gone`` metric, nothing
+  saved (its positions belong to no stream now); the other streams go on. So does a
+  stream found recreated under its name (another creation time): it is another stream,
+  and this reader's checkpoints are the old one's.
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ class MultiStreamSpout:
         self.spouts.pop(name, None)
         self.gone[name] = why
         try:
-            spout.close()  # saves what was done; a store error is logged, not raised
+            spout.drop()  # no checkpoint saved: it could land on a new stream of the name
         except Exception:
             log.exception("closing stream %s failed", name)
         self._final[name] = spout.stats()

@@ -248,10 +248,19 @@ class KinesisSpout:
 
     def close(self) -> None:
         """End drained shards, write every checkpoint, close what the spout opened."""
+        self._close(save=True)
+
+    def drop(self) -> None:
+        """Close without writing any checkpoint: the stream is gone (deleted, or created
+        again under its name), and its positions belong to no stream now; another reader
+        of the job may already have checkpoints of the new stream under its name."""
+        self._close(save=False)
+
+    def _close(self, save: bool) -> None:
         if self._closed:
             return
         try:
-            if self._opened:
+            if self._opened and save:
                 now = self.clock()
                 self.shard_set.end_drained(now)
                 self._write_checkpoints(now)

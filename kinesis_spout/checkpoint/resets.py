@@ -9,9 +9,10 @@ it is refused while a reader runs.
 A reader that runs anyway (one that took no job lease, a process paused past
 its ZooKeeper session) must not overwrite the reset with its old position:
 each store remembers, per shard, the ``resets`` count it saw when it first loaded
-the stream (:class:`ResetFence`; a reload mid-run does not change it), and refuses a later save or shard end over a
-higher count with :class:`~kinesis_spout.errors.StaleCheckpointError`, as it
-does for a shard taken over. Every normal write carries the stored count on.
+the stream (:class:`ResetFence`; a reload mid-run does not change it), and refuses a
+later save or shard end over a higher count with
+:class:`~kinesis_spout.errors.StaleCheckpointError`, as it does for a shard taken over.
+Every normal write carries the stored count on.
 """
 
 from __future__ import annotations

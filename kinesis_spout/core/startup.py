@@ -69,15 +69,15 @@ def _throttled_or_dropped(exc: Exception) -> bool:
     return isinstance(exc, ThrottledError | TransientKinesisError)
 
 
-def claim_identity(store: CheckpointStore, api: KinesisApi, config: SpoutConfig) -> bool:
+def claim_identity(store: CheckpointStore, api: KinesisApi, config: SpoutConfig) -> None:
     """With ``streams`` configured, record the stream's creation time as its checkpoints'
     identity (as KCL's multi-stream mode keys a stream by name and creation time; a job
     of ``stream_name`` alone keys by name, as before and as KCL's single-stream mode).
     A stream deleted and created again under its name is then another stream: the store
     moves the old checkpoints aside and this reader starts the new stream's shards at
-    ``initial_position``, never from the old positions. True: it did."""
+    ``initial_position``, never from the old positions."""
     if not config.streams or api.created is None:  # or an endpoint that does not say
-        return False
+        return
     old = store.claim_stream(api.stream_name, api.created.isoformat())
     if old is not None:
         log.warning(
@@ -88,7 +88,6 @@ def claim_identity(store: CheckpointStore, api: KinesisApi, config: SpoutConfig)
             api.created.isoformat(),
             old,
         )
-    return old is not None
 
 
 def load_and_adopt(
@@ -99,11 +98,11 @@ def load_and_adopt(
     shards: list[ShardInfo],
 ) -> dict[str, Checkpoint]:
     """Load (and pin) the checkpoints, adopt the owned shards, start the ready ones. A
-    stream created again since its checkpoints were written starts fresh
-    (:func:`claim_identity`, once they loaded: a corrupt store is left as it is)."""
+    stream created again since its checkpoints were written starts fresh: its identity is
+    claimed (:func:`claim_identity`) *before* the load, so a reader of the job that claims
+    it in between has already moved the old checkpoints aside when this one loads."""
+    claim_identity(store, api, shard_set.config)
     checkpoints = store.load(shard_set.config.stream_name)
-    if claim_identity(store, api, shard_set.config):
-        checkpoints = store.load(shard_set.config.stream_name)
     shard_set.map.update(shards)
     # pinned starts of a first open at LATEST/AT_TIMESTAMP
     latest = latest_start(api.server_time)

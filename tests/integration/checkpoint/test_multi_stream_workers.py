@@ -228,3 +228,49 @@ def test_a_deleted_stream_is_let_go_with_its_leases_and_the_other_read_on(
         worker.join(60)
     assert codes == [0]
     assert leases[kept].holders() == {} and leases[kept].workers() == []
+
+
+def test_two_workers_restarted_together_on_a_recreated_stream_read_every_new_record(
+    moto_server: MotoServer,
+    zookeeper: ZooKeeperServer,
+    observer: ZooKeeperCheckpointStore,
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    """Both workers claim the recreated stream's identity as they start, together: neither
+    resumes its new shards from the old stream's positions."""
+    client = emulator_client(moto_server.endpoint_url)
+    name = unique_name
+    create_stream(client, name, 2)
+    put_records(client, name, make_payloads(200, size=32, prefix="old"))
+    config = tmp_path / "worker.toml"
+    write_config(config, [name], moto_server, zookeeper.url(f"/tests/{unique_name}"))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "logs").mkdir()
+    workers = Workers(config, tmp_path / "out", tmp_path / "logs")
+    try:
+        for w in ("w1", "w2"):
+            workers.start(w)
+        wait_until(lambda: len(workers.lines()) >= 200, 60, "the old stream read", workers)
+        for w in ("w1", "w2"):
+            workers.procs[w].send_signal(signal.SIGTERM)
+        for w in ("w1", "w2"):
+            assert workers.procs[w].wait(60) == 0, workers.tail(w)
+        assert {int(cp.sequence_number or 0) for cp in observer.load(name).values()} != {0}
+
+        client.delete_stream(StreamName=name)
+        wait_until(lambda: name not in client.list_streams()["StreamNames"], 30, "deleted", workers)
+        create_stream(client, name, 2)
+        new = make_payloads(12, size=32, prefix="new")  # fewer: the old positions are past
+        put_records(client, name, new)
+        for w in ("w1", "w2"):  # together: each claims the new identity as it opens
+            workers.start(w)
+        want = {p.decode().split("|")[0] for _, p in new}
+        wait_until(
+            lambda: want <= {ln.payload for ln in workers.lines()},
+            60,
+            "every record of the new stream read",
+            workers,
+        )
+    finally:
+        workers.kill_all()
