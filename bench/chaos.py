@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-interval", type=float, default=defaults.checkpoint_interval)
     p.add_argument(
         "--read-on",
-        choices=("executors", "driver"),
+        choices=("executors",),
         default=defaults.read_on,
         help="where the job reads Kinesis (default: %(default)s, the job's default)",
     )

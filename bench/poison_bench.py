@@ -53,7 +53,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "default": {},
     "small": {"batch_size": 2_000, "max_in_flight": 500},
 }
-READ_MODES = ("driver", "executors")
+READ_MODES = ("executors",)
 OFF = {"fast_retries": False}
 """The comparison run: retries wait for later micro-batches (as before fast retries)."""
 
@@ -103,7 +103,6 @@ def one_run(
         stop_when_idle=1.0,
         empty_shard_backoff=0.2,
         retry_limit=3,
-        read_on=mode,
         **extra,
     )
     reports: list[tuple[float, float, BatchReport]] = []
@@ -235,7 +234,7 @@ POISON_CHART = BarChart(
             "records done/s (higher is better)",
             tuple(
                 Bar(f"{mode} reads, {name}", f"{mode}_{name}")
-                for mode in ("driver", "executors")
+                for mode in READ_MODES
                 for name in ("default", "small")
             ),
             (

@@ -5,18 +5,17 @@ SparkSession. In one run:
 
 (a) the source: ``readStream.format("kinesis")`` with ``trigger(availableNow=True)``
     and a foreachBatch sink that counts each batch's rows;
-(b) the driver-mode Spark job (``read_on = "driver"``: the driver reads every
-    record, Spark processes it) with a no-op per-record function, 10,000-record
-    batches, as bench/spark_bench.py; and the same job with executor reads;
+(b) the Spark job with a no-op per-record function, 10,000-record batches, as
+    bench/spark_bench.py;
 (c) the source once more through the project's fault proxy (no faults), which
     counts the records every GetRecords answer carried;
 (d) the idle and latency figures of ``bench/source_latency.py``.
 
-Figures: ``source_vs_driver`` = (a) ÷ (b) records/s (goal >= 1.5; each is wall
-clock from the start of the query / job to the end of its last batch with
-records, median of ``--rounds``); ``fetches_per_record`` = records fetched in (c)
-÷ records in the stream (goal <= 1.05); ``idle_batch_ms_p50`` (goal <= 500);
-``put_to_row_ms_p50``. A small stream is read once by each first (warm-up).
+Figures: ``source_vs_job`` = (a) ÷ (b) records/s (each is wall clock from the start
+of the query / job to the end of its last batch with records, median of ``--rounds``);
+``fetches_per_record`` = records fetched in (c) ÷ records in the stream (goal <= 1.05);
+``idle_batch_ms_p50`` (goal <= 500); ``put_to_row_ms_p50``. A small stream is read once
+by each first (warm-up).
 With ``--json`` the last line is one JSON object; ``--plot FILE`` also draws the
 figures as a PNG bar chart (the ``plots`` extra).
 
@@ -72,8 +71,7 @@ CHART = BarChart(
             "records/s (higher is better)",
             (
                 Bar("streaming source", "source_rps"),
-                Bar("Spark job, driver reads", "driver_mode_job_rps", baseline=True),
-                Bar("Spark job, executor reads", "executor_reads_job_rps", baseline=True),
+                Bar("Spark job", "job_rps", baseline=True),
             ),
         ),
         Panel(
@@ -85,7 +83,7 @@ CHART = BarChart(
             ),
         ),
     ),
-    note="source / driver-mode job {source_vs_driver:.2f}x (goal >= 1.5); "
+    note="source / job {source_vs_job:.2f}x; "
     "{fetches_per_record:.3f} records fetched per record (goal <= 1.05)",
 )
 """The chart ``--plot FILE`` draws."""
@@ -139,15 +137,14 @@ def _noop(record: Any) -> None:
     return None
 
 
-def run_driver(
-    spark: Any, endpoint: str, stream: str, expected: int, workdir: Path, read_on: str = "driver"
-) -> Run:
+def run_job(spark: Any, endpoint: str, stream: str, expected: int, workdir: Path) -> Run:
     """(b): the Spark job with a no-op per-record function, configured as
     bench/spark_bench.py's 10,000-record batches (file checkpoints)."""
-    from kinesis_spout.spark import per_record, run_job
+    from kinesis_spout.spark import per_record
+    from kinesis_spout.spark import run_job as run_spark_job
 
     name = f"bench-{uuid.uuid4().hex[:8]}"
-    config = bench_job_config(stream, endpoint, workdir, name, read_on=read_on)
+    config = bench_job_config(stream, endpoint, workdir, name)
     last_batch_end = [0.0]
     seen = [0]
     batches = [0]
@@ -159,12 +156,12 @@ def run_driver(
             batches[0] += 1
 
     started = time.perf_counter()
-    summary = run_job(config, per_record(_noop), spark=spark, progress=progress)
+    summary = run_spark_job(config, per_record(_noop), spark=spark, progress=progress)
     if summary.ok != expected or seen[0] != expected:
         raise RuntimeError(
             f"the driver loop acked {summary.ok} of {seen[0]} records, expected {expected}"
         )
-    return Run(f"job_{read_on}", expected, last_batch_end[0] - started, batches[0])
+    return Run("job", expected, last_batch_end[0] - started, batches[0])
 
 
 def fetches_per_record(
@@ -199,15 +196,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def rounds(spark: Any, endpoint: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """(a) and (b), ``--rounds`` times: median records/s of each."""
-    runs: dict[str, list[Run]] = {"source": [], "job_driver": [], "job_executors": []}
+    runs: dict[str, list[Run]] = {"source": [], "job": []}
     for r in range(args.rounds):
         runs["source"].append(
             run_source(spark, endpoint, "bench", args.records, args.max_records_per_shard, workdir)
         )
-        for mode in ("driver", "executors"):
-            runs[f"job_{mode}"].append(
-                run_driver(spark, endpoint, "bench", args.records, workdir, mode)
-            )
+        runs["job"].append(run_job(spark, endpoint, "bench", args.records, workdir))
         for name, done in runs.items():
             last = done[-1]
             print(
@@ -235,10 +229,9 @@ class Measured:
 
 
 def warm_up(spark: Any, endpoint: str, args: argparse.Namespace, workdir: Path) -> None:
-    """The source and both job modes read the small ``warmup`` stream once."""
+    """The source and the job read the small ``warmup`` stream once."""
     run_source(spark, endpoint, "warmup", WARMUP_RECORDS, args.max_records_per_shard, workdir)
-    for mode in ("driver", "executors"):
-        run_driver(spark, endpoint, "warmup", WARMUP_RECORDS, workdir, mode)
+    run_job(spark, endpoint, "warmup", WARMUP_RECORDS, workdir)
     print("warm-up done", flush=True)
 
 
@@ -281,10 +274,8 @@ def source_figures(args: argparse.Namespace, m: Measured) -> dict[str, Any]:
         "max_records_per_shard": args.max_records_per_shard,
         "source_rps": round(rps["source"], 1),
         "source_batches": rps["source_batches"],
-        "driver_mode_job_rps": round(rps["job_driver"], 1),
-        "executor_reads_job_rps": round(rps["job_executors"], 1),
-        "source_vs_driver": round(rps["source"] / rps["job_driver"], 3),
-        "source_vs_executor_reads_job": round(rps["source"] / rps["job_executors"], 3),
+        "job_rps": round(rps["job"], 1),
+        "source_vs_job": round(rps["source"] / rps["job"], 3),
         "fetches_per_record": round(m.fetches, 4),
         "records_fetched": m.fetched,
         **m.latency,
@@ -300,9 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     m = measure(args)
     result = source_figures(args, m)
     print(
-        f"source {m.rps['source']:,.0f} records/s = {result['source_vs_driver']:.2f}x the "
-        f"driver-mode job (goal >= 1.5), {result['source_vs_executor_reads_job']:.2f}x the "
-        f"executor-read job; fetches per record {m.fetches:.3f} (goal <= 1.05); idle batch "
+        f"source {m.rps['source']:,.0f} records/s = {result['source_vs_job']:.2f}x the "
+        f"job; fetches per record {m.fetches:.3f} (goal <= 1.05); idle batch "
         f"{m.latency['idle_batch_ms_p50']} ms (goal <= 500)"
     )
     return finish_bench(CHART, result, args.plot, args.json)

@@ -7,27 +7,19 @@ Starts a moto server, puts ``--records`` records of ``--size`` bytes into a
   TRIM_HORIZON, then GetRecords with Limit 10000 round-robin over the shards
   until every record is read), run before and after the job runs; the mean is
   the ceiling;
-* **the job** (:func:`kinesis_spout.spark.driver.run_job`, per-record
+* **the job** (:func:`kinesis_spout.spark.launch.build.run_job`, per-record
   no-op function, file checkpoints, local[2] Spark) reading the whole
   stream from TRIM_HORIZON at batch sizes 1,000, 10,000 and 50,000:
   records/s from the start of the run to the ack of the last record;
-  per-batch Spark time (conversion, Spark job, statuses, acks) in ms;
-* **per-batch overhead**: the median time of a 1-record micro-batch
-  through the same Spark path, in ms.
-
-* **executor reads** (``read_on = "executors"``, the job's default): the same
-  run at batch 10,000, read by the executors; ``vs_boto3`` is its records/s
-  over the boto3 ceiling (the keys above are driver reads, as before);
-* **the DataFrame styles** with executor reads (``bench/spark_styles.py``): a
+  ``vs_boto3`` is its records/s at 10,000 over the boto3 ceiling;
+* **the DataFrame styles** (``bench/spark_styles.py``): a
   transform and the word-count fan-out, ``transform_vs_boto3`` and ``fanout_vs_boto3``
   over the boto3 loop on their streams (medians of 5 runs after 10 warm-ups), each
   with the machine's CPU per record (``*_cpu_us_per_record``) and the ratio the cores
   allow (``*_ceiling_vs_boto3``);
-* with ``--cluster``: the scale-out figures of both read modes on a
-  standalone cluster of two 1-core workers (see ``bench/spark_scale.py``):
-  ``driver_cpu_us_per_record``, ``reader_processes``, ``scaling_2_vs_1``,
-  ``records``/``lost``/``duplicates`` for executor reads, and the same under
-  ``driver_mode``.
+* with ``--cluster``: the scale-out figures on a standalone cluster of two 1-core
+  workers (see ``bench/spark_scale.py``): ``driver_cpu_us_per_record``,
+  ``reader_processes``, ``scaling_2_vs_1``, ``records``/``lost``/``duplicates``.
 * instead, with ``--shards 4,32,128``: the shard-scaling figures of the job run by
   ``kinesis-spout run`` (see ``bench/spark_shards.py``);
 * instead, with ``--streams 4``: the job over 4 streams against 1 stream of as many
@@ -71,15 +63,11 @@ from devkit.plots import (  # noqa: E402
     finish_bench,
 )
 from devkit.spark import bench_job_config, local_spark_session  # noqa: E402
-from kinesis_spout.records import Record  # noqa: E402
-from kinesis_spout.spark.driver import BatchReport  # noqa: E402
 from kinesis_spout.spark.launch.build import run_job  # noqa: E402
-from kinesis_spout.spark.process.arrow import records_to_arrow  # noqa: E402
-from kinesis_spout.spark.process.runner import SparkRunner  # noqa: E402
 from kinesis_spout.spark.processing import InputRecord, per_record  # noqa: E402
+from kinesis_spout.spark.reports import BatchReport  # noqa: E402
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
 from kinesis_spout.testing.streams import emulator_client, fill_stream  # noqa: E402
-from tracker import SequenceKey  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import poison_bench  # noqa: E402
@@ -97,7 +85,7 @@ CPU_STREAM = "bench-spark-cpu"
 BATCH_SIZES = (1_000, 10_000, 50_000)
 
 
-_MODES = (Bar("executor reads", ""), Bar("driver reads", "driver_mode."))
+_MODES = (Bar("the job", ""),)
 CHART = BarChart(
     "spark_bench: the Spark job, {records:,} records of {record_bytes} B in {shards} shards, "
     "moto server",
@@ -107,10 +95,9 @@ CHART = BarChart(
             "records/s (higher is better)",
             (
                 Bar("boto3 GetRecords loop", "boto3_rps", baseline=True),
-                Bar("driver reads, batch 1,000", "job_rps_1k"),
-                Bar("driver reads, batch 10,000", "job_rps_10k"),
-                Bar("driver reads, batch 50,000", "job_rps_50k"),
-                Bar("executor reads, batch 10,000", "job_rps_executors_10k"),
+                Bar("batch 1,000", "job_rps_1k"),
+                Bar("batch 10,000", "job_rps_10k"),
+                Bar("batch 50,000", "job_rps_50k"),
             ),
         ),
         Panel(
@@ -128,8 +115,7 @@ CHART = BarChart(
             optional=True,
         ),
     ),
-    note="executor reads at batch 10,000: {vs_boto3:.2f}x the boto3 loop; "
-    "per-batch overhead {batch_overhead_ms:g} ms",
+    note="batch 10,000: {vs_boto3:.2f}x the boto3 loop",
 )
 """The chart ``--plot FILE`` draws (the cluster panels with ``--cluster``)."""
 
@@ -166,12 +152,10 @@ def boto3_loop(client: Any, total: int, stream: str = STREAM) -> float:
     return read / elapsed
 
 
-def job_run(
-    spark: Any, endpoint: str, tmp: Path, batch: int, total: int, read_on: str = "driver"
-) -> dict[str, float]:
+def job_run(spark: Any, endpoint: str, tmp: Path, batch: int, total: int) -> dict[str, float]:
     """One job run over the whole stream; its throughput and per-batch figures."""
     name = f"bench-{batch}-{time.monotonic_ns()}"
-    cfg = bench_job_config(STREAM, endpoint, tmp, name, batch=batch, read_on=read_on)
+    cfg = bench_job_config(STREAM, endpoint, tmp, name, batch=batch)
     reports: list[tuple[float, BatchReport]] = []
     start = time.perf_counter()
     summary = run_job(
@@ -193,21 +177,8 @@ def job_run(
     }
 
 
-def batch_overhead_ms(spark: Any, repeats: int = 15) -> float:
-    """Median time of a 1-record micro-batch through the Spark path."""
-    runner = SparkRunner(spark, per_record(noop))
-    rec = Record("s", "shardId-0", "1", 0, "k", b"x" * 200, None, SequenceKey(1))
-    table = records_to_arrow([rec])
-    times = []
-    for i in range(repeats):
-        t = time.perf_counter()
-        runner.run(i, table, 0, 1)
-        times.append(time.perf_counter() - t)
-    return 1000 * statistics.median(times)
-
-
 Scale = dict[str, dict[str, Any]]
-"""``--cluster``: per read mode (``executors``, ``driver``), ``spark_scale``'s figures."""
+"""``--cluster``: ``spark_scale``'s figures (under ``executors``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,10 +189,7 @@ class LocalRuns:
     boto_after: float
     """The boto3 loop's records/s before and after the job runs."""
     batches: dict[int, dict[str, float]]
-    """Per batch size: :func:`job_run` with driver reads."""
-    executors: dict[str, float]
-    """:func:`job_run` with executor reads, batch 10,000."""
-    overhead_ms: float
+    """Per batch size: :func:`job_run`."""
     styles: dict[str, Any]
     """``spark_styles.style_figures``: the transform and the fan-out."""
 
@@ -264,8 +232,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def local_runs(spark: Any, endpoint: str, tmp: Path, records: int, client: Any) -> LocalRuns:
-    """The boto3 loop, the job at each batch size and with executor reads, the loop again,
-    and the per-batch overhead, each printed (after a warm-up run of each read mode)."""
+    """The boto3 loop, the job at each batch size, the loop again, each printed (after a
+    warm-up run of the job)."""
     job_run(spark, endpoint, tmp, 10_000, records)  # warm-up
     plain = stock_client(endpoint)  # boto3 as anyone makes it
     boto_before = boto3_loop(plain, records)
@@ -278,16 +246,8 @@ def local_runs(spark: Any, endpoint: str, tmp: Path, records: int, client: Any) 
             f"({r['batches']:.0f} batches, Spark {r['spark_ms_per_batch']:.0f} ms "
             f"+ fill {r['fill_ms_per_batch']:.0f} ms per batch)"
         )
-    job_run(spark, endpoint, tmp, 10_000, records, "executors")  # warm-up
-    executors = job_run(spark, endpoint, tmp, 10_000, records, "executors")
-    print(
-        f"job, executor reads, batch 10,000: {executors['rps']:>8,.0f} records/s "
-        f"({executors['batches']:.0f} batches)"
-    )
     boto_after = boto3_loop(plain, records)
     print(f"boto3 GetRecords loop again: {boto_after:,.0f} records/s")
-    overhead = batch_overhead_ms(spark)
-    print(f"per-batch overhead (1-record micro-batch): {overhead:.0f} ms")
     styles = style_figures(
         spark,
         client,
@@ -298,11 +258,11 @@ def local_runs(spark: Any, endpoint: str, tmp: Path, records: int, client: Any) 
         lambda c, stream, n: boto3_loop(c, n, stream),
         plain,
     )
-    return LocalRuns(boto_before, boto_after, runs, executors, overhead, styles)
+    return LocalRuns(boto_before, boto_after, runs, styles)
 
 
 def cluster_scale(client: Any, endpoint: str, tmp: Path, args: argparse.Namespace) -> Scale:
-    """``--cluster``: both read modes' scale-out figures (``spark_scale.scale_figures``)."""
+    """``--cluster``: the scale-out figures (``spark_scale.scale_figures``)."""
     from pyspark import cloudpickle
 
     register: Any = cloudpickle.register_pickle_by_value
@@ -329,8 +289,8 @@ def measure(args: argparse.Namespace) -> tuple[LocalRuns, Scale | None]:
 
 
 def job_figures(args: argparse.Namespace, local: LocalRuns, scale: Scale | None) -> dict[str, Any]:
-    """The figures: the job's records/s per batch size and read mode over the boto3 loop's
-    (the mean of its two runs), and the cluster's figures with ``--cluster``."""
+    """The figures: the job's records/s per batch size over the boto3 loop's (the mean of
+    its two runs), and the cluster's figures with ``--cluster``."""
     boto = (local.boto_before + local.boto_after) / 2
     result: dict[str, Any] = {
         "records": args.records,
@@ -340,27 +300,22 @@ def job_figures(args: argparse.Namespace, local: LocalRuns, scale: Scale | None)
         "boto3_rps": round(boto),
         "boto3_rps_before": round(local.boto_before),
         "boto3_rps_after": round(local.boto_after),
-        "batch_overhead_ms": round(local.overhead_ms, 1),
     }
     for batch, key in zip(BATCH_SIZES, ("1k", "10k", "50k"), strict=True):
         r = local.batches[batch]
         result[f"job_rps_{key}"] = round(r["rps"])
         result[f"ratio_vs_boto3_{key}"] = round(r["rps"] / boto, 3)
         result[f"spark_ms_per_batch_{key}"] = round(r["spark_ms_per_batch"], 1)
-    result["vs_boto3"] = round(local.executors["rps"] / boto, 3)
-    result["job_rps_executors_10k"] = round(local.executors["rps"])
+    result["vs_boto3"] = result["ratio_vs_boto3_10k"]
     result.update(local.styles)
     if scale is not None:
         result.update(scale["executors"])
-        result["vs_boto3_driver_mode"] = result["ratio_vs_boto3_10k"]
-        result["driver_mode"] = scale["driver"] | {"vs_boto3": result["ratio_vs_boto3_10k"]}
     return result
 
 
 def print_summary(result: dict[str, Any], scale: Scale | None) -> None:
     """The job's ratios to the boto3 loop and the cluster's figures, against their goals."""
-    print(f"job at 10,000: {result['ratio_vs_boto3_10k']:.2f}x the boto3 loop (goal >= 0.7)")
-    print(f"executor reads at 10,000: {result['vs_boto3']:.2f}x the boto3 loop (goal >= 1.0)")
+    print(f"job at 10,000: {result['vs_boto3']:.2f}x the boto3 loop (goal >= 1.0)")
     for key in ("transform", "fanout"):
         print(
             f"{key} on the executors: {result[f'{key}_vs_boto3']:.2f}x the boto3 loop on its "

@@ -1,6 +1,6 @@
-"""The scale-out figures of ``spark_bench.py --cluster`` (executor reads vs driver reads).
+"""The scale-out figures of ``spark_bench.py --cluster``.
 
-For each read mode (``executors``, ``driver``), on a standalone cluster of
+On a standalone cluster of
 two 1-core workers started from PySpark's jars:
 
 * ``driver_cpu_us_per_record``: CPU time of the driver process (this Python
@@ -32,7 +32,6 @@ from typing import Any
 
 from devkit.cluster import StandaloneCluster, cluster_spark_conf
 from devkit.spark import bench_job_config, local_spark_session
-from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.launch.build import build_driver
 from kinesis_spout.spark.processing import InputRecord
 
@@ -86,14 +85,12 @@ def delivery_counts(log_dir: Path) -> Counter[str]:
 
 
 def cluster_run(
-    spark: Any, endpoint: str, tmp: Path, stream: str, read_on: str, spins: int, total: int
+    spark: Any, endpoint: str, tmp: Path, stream: str, mode: str, spins: int, total: int
 ) -> dict[str, Any]:
     """One run over the whole stream; records/s, driver CPU, readers, deliveries."""
     log_dir = tmp / f"log-{time.monotonic_ns()}"
     log_dir.mkdir()
-    cfg = bench_job_config(
-        stream, endpoint, tmp, f"scale-{read_on}-{time.monotonic_ns()}", read_on=read_on
-    )
+    cfg = bench_job_config(stream, endpoint, tmp, f"scale-{mode}-{time.monotonic_ns()}")
     last: list[tuple[float, float]] = []  # (time, driver CPU) at each progress line
     driver = build_driver(
         cfg,
@@ -107,7 +104,7 @@ def cluster_run(
     end, cpu1 = last[-1] if last else (time.perf_counter(), _cpu())
     elapsed = end - start  # to the last record done (not the idle wait before the stop)
     cpu = cpu1 - cpu0
-    readers = len(driver.planner.readers) if isinstance(driver, ExecutorDriver) else 1
+    readers = len(driver.planner.readers)
     seen = delivery_counts(log_dir)
     return {
         "rps": summary.ok / elapsed if elapsed > 0 else 0.0,
@@ -123,9 +120,7 @@ def style_cpu_run(
     spark: Any, endpoint: str, tmp: Path, stream: str, process: Any, total: int
 ) -> float:
     """Driver CPU µs per record of one executor-read run of a transform or fan-out."""
-    cfg = bench_job_config(
-        stream, endpoint, tmp, f"scale-style-{time.monotonic_ns()}", read_on="executors"
-    )
+    cfg = bench_job_config(stream, endpoint, tmp, f"scale-style-{time.monotonic_ns()}")
     last: list[float] = []
     driver = build_driver(cfg, process, spark=spark, progress=lambda r: last.append(_cpu()))
     cpu0 = _cpu()
@@ -179,7 +174,7 @@ def scale_figures(
     spins = _calibrate()
     out: dict[str, dict[str, Any]] = {}
     with StandaloneCluster(workers=2) as cluster:
-        for mode in ("executors", "driver"):
+        for mode in ("executors",):
             runs: list[dict[str, Any]] = []
             rps: dict[int, float] = {}
             style_cpu: dict[str, Any] = {}

@@ -79,7 +79,7 @@ def style_run(
 ) -> float:
     """Records/s of one executor-read job over the whole stream."""
     name = f"bench-style-{time.monotonic_ns()}"
-    cfg = bench_job_config(stream, endpoint, tmp, name, batch=10_000, read_on="executors")
+    cfg = bench_job_config(stream, endpoint, tmp, name, batch=10_000)
     acked: list[float] = []
     start = time.perf_counter()
     summary = run_job(

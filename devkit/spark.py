@@ -41,7 +41,6 @@ def bench_job_config(
     job_name: str,
     *,
     batch: int = 10_000,
-    read_on: str = "driver",
 ) -> SpoutConfig:
     """The Spark job as the benches time it: file checkpoints and dead letters under
     ``workdir``, micro-batches of ``batch`` records (filled for at most 1 s), in flight the
@@ -60,5 +59,4 @@ def bench_job_config(
         stop_when_idle=0.5,
         checkpoint_interval=5.0,
         message_timeout=0.0,
-        read_on=read_on,
     )

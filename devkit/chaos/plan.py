@@ -99,7 +99,7 @@ class ChaosPlan:
     """Job exits with code 1 (a failure the job gave up on) restarted before the run aborts."""
     master: str = "local[2]"
     read_on: str = "executors"
-    """Where the job reads Kinesis (the job's ``read_on``): ``executors`` or ``driver``."""
+    """Where the job reads Kinesis (the job's ``read_on``): ``executors``, the one read path."""
     processing: str = "per-record"
     """``per-record`` (the chaos function) or ``fan-out`` (each record split into words,
     anchored with the acker, written by the Parquet sink and counted by a word-count sink)."""
@@ -132,7 +132,7 @@ class ChaosPlan:
         need(self.kill_jitter >= 0, "kill_jitter", "a number of seconds >= 0")
         need(self.timeout > 0, "timeout", "a number of seconds > 0")
         need(self.max_job_failures >= 0, "max_job_failures", "an integer >= 0")
-        need(self.read_on in ("executors", "driver"), "read_on", "executors or driver")
+        need(self.read_on == "executors", "read_on", "executors")
         need(self.processing in PROCESS_SPECS, "processing", " or ".join(PROCESS_SPECS))
         most = self.records // 10
         need(0 <= self.kill_worker_records <= most, "kill_worker_records", f"between 0 and {most}")

@@ -165,10 +165,10 @@ class SpoutConfig:
     """A second reader of the same job (same job name and checkpoint store: the Spark
     job's driver, a ``KinesisSpout``) waits for the running one to end instead of failing."""
     read_on: str = "executors"
-    """Where the Spark job reads Kinesis: ``executors`` (one Spark job per micro-batch,
-    its shards grouped into read tasks; only statuses and failed payloads reach the
-    driver) or ``driver`` (the driver reads every record; faster for tiny streams and
-    ``local[1]``)."""
+    """Where the Spark job reads Kinesis: ``executors``, the only value (one Spark job per
+    micro-batch, its shards grouped into read tasks; only statuses and failed payloads
+    reach the driver). Kept so that a config of an earlier release naming ``driver`` gets
+    an error that says so."""
     shards_per_task: int = 0
     """Executor reads: shards read by one Spark task of a micro-batch (0 = spread the
     shards over the cluster's cores: one task per core, ``defaultParallelism``); with

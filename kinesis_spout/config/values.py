@@ -17,8 +17,9 @@ class InitialPosition(enum.Enum):
     AT_TIMESTAMP = "AT_TIMESTAMP"
 
 
-READ_ON = ("executors", "driver")
-"""Where the Spark job may read Kinesis (``read_on``)."""
+READ_ON = ("executors",)
+"""Where the Spark job may read Kinesis (``read_on``): on the executors, the one read path
+(the driver reads of earlier releases are gone)."""
 
 DEAD_LETTER_REASONS = ("exhausted", "expired")
 """Why a record is given up (``dead_letter_on``): its retries ran out, or it grew

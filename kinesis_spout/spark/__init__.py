@@ -5,14 +5,12 @@ Needs the ``spark`` extra (``pip install 'kinesis-spout[spark]'``). The pieces:
 * :mod:`~kinesis_spout.spark.job`: the ``spark-submit`` entry point;
 * :mod:`~kinesis_spout.spark.processing`: the user's processing styles
   (:func:`per_record`, :func:`dataframe_transform`, :func:`fan_out`);
-* the two micro-batch loops: :mod:`~kinesis_spout.spark.executor_driver` (executor
-  reads, the default) and :mod:`~kinesis_spout.spark.driver` (driver reads,
-  :class:`SparkDriver`), with what they share (:mod:`~kinesis_spout.spark.loop`,
-  :mod:`~kinesis_spout.spark.reports`, :mod:`~kinesis_spout.spark.isolation`);
+* the micro-batch loop: :mod:`~kinesis_spout.spark.executor_driver`, with
+  :mod:`~kinesis_spout.spark.loop`, :mod:`~kinesis_spout.spark.reports` and
+  :mod:`~kinesis_spout.spark.isolation`;
 * :mod:`kinesis_spout.spark.launch`: the job's launch (``kinesis-spout run``, the
   session, building the driver: :func:`run_job`);
-* :mod:`kinesis_spout.spark.read`: the read path of executor reads (plans, read
-  tasks, recorded ranges);
+* :mod:`kinesis_spout.spark.read`: the read path (plans, read tasks, recorded ranges);
 * :mod:`kinesis_spout.spark.process`: processing a micro-batch (Arrow, fan-out and
   Storm's acker, fast retries, sinks).
 
@@ -27,7 +25,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kinesis_spout.spark.driver import SparkDriver
     from kinesis_spout.spark.launch.build import build_driver, run_job
     from kinesis_spout.spark.processing import (
         FanOutProcessor,
@@ -44,7 +41,6 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
-    "SparkDriver": "driver",
     "build_driver": "launch.build",
     "run_job": "launch.build",
     "FanOutProcessor": "processing",
@@ -65,7 +61,6 @@ __all__ = [
     "InputRecord",
     "Processor",
     "RecordProcessor",
-    "SparkDriver",
     "TransformProcessor",
     "build_driver",
     "dataframe_transform",

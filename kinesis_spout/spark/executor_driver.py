@@ -1,4 +1,4 @@
-"""The micro-batch loop of executor reads (``read_on = "executors"``, the default).
+"""The micro-batch loop.
 
 A micro-batch is **one Spark job** over every shard that can read now:
 
@@ -37,9 +37,6 @@ record that hangs every time is found and failed alone
 records a running job holds. Each micro-batch that read or retried records has its
 progress line when its job is applied, or when it is given up with records failed; a
 job run again in parts has one per part (``max_batches`` counts them all).
-
-The config, sinks, progress lines, summary, signals and final checkpoint are
-those of the driver-read loop (:mod:`kinesis_spout.spark.driver`).
 """
 
 from __future__ import annotations

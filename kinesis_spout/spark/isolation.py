@@ -1,33 +1,14 @@
 """Poison isolation: which records fail a micro-batch, and whether they are poison.
 
-Both reading modes share it. Work that fails as a whole (a Spark job that
-fails, say a record that kills its Python worker, or an exception escaping a
-transform or a sink) is run again in parts (:func:`run_split`), down to what
-cannot be cut any more, within a split budget (:func:`split_budget`). What then
-fails alone is judged (:class:`PoisonJudge`): poison, to be failed (retried,
-then dead-lettered), or the sign of a systematic error (nothing works), which
-stops the job with :class:`BatchFailedError` and nothing failed, so no good
-record is dead-lettered because, say, Spark went away.
-
-What the two modes cut differs, and only that is theirs: a :class:`Cut` each,
-and a :class:`Wording` (the error texts are said once, here, with each mode's
-nouns):
-
-* driver reads (:mod:`kinesis_spout.spark.rowsplit`): the records are read
-  already, so a micro-batch is a range of rows, halved down to one row;
-* executor reads (:mod:`kinesis_spout.spark.read.jobs`): a failed job's records
-  were never seen by the driver, so it cuts *read plans*: the job task by task,
-  a retry task by halving its records, a read task by halving its limit and,
-  when that half read ok, reading on from where it stopped (a binary search);
-  a task of one record fails alone, and the driver then reads a read task's
-  record to fail it (:meth:`~kinesis_spout.spark.read.planner.ExecutorReadPlanner.fail_alone`).
-  Executor reads may also give a job up (past its deadline: *cancelled*), and
-  may run a probe job when nothing else ran (see :meth:`PoisonJudge.judge`).
-
-The order of failing and stopping after a used-up budget differs too, and is
-kept: the driver fails what it found alone before it stops
-(:meth:`PoisonJudge.raise_if_exhausted` after failing them); executor reads stop
-first, before reading the records to fail.
+Work that fails as a whole (a Spark job that fails, say a record that kills its
+Python worker, or an exception escaping a transform or a sink) is run again in parts
+(:func:`run_split`), down to what cannot be cut any more, within a split budget
+(:func:`split_budget`). How a job is cut is a :class:`Cut`
+(:data:`~kinesis_spout.spark.read.jobs.PLANS`: its read plans). What then fails alone
+is judged (:class:`PoisonJudge`): poison, to be failed (retried, then dead-lettered),
+or the sign of a systematic error (nothing works), which stops the job with
+:class:`BatchFailedError` and nothing failed, so no good record is dead-lettered
+because, say, Spark went away.
 """
 
 from __future__ import annotations

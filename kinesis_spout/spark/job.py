@@ -63,7 +63,6 @@ from kinesis_spout.spark.launch.launcher import (  # noqa: E402
 from kinesis_spout.spark.launch.startup import StartupTimes  # noqa: E402
 
 if TYPE_CHECKING:
-    from kinesis_spout.spark.driver import SparkDriver
     from kinesis_spout.spark.executor_driver import ExecutorDriver
 
 log = logging.getLogger(__name__)
@@ -212,7 +211,7 @@ def run_with_lease(
     """Start Spark and run the micro-batch loop; the exit code. Once the driver
     exists, its ``request_stop`` is put in ``stop`` (for the launcher watch)."""
     times = times or StartupTimes()
-    early = EarlyReader(config, metrics) if config.read_on == "executors" else None
+    early = EarlyReader(config, metrics)
     try:
         return _run_spark(config, process, lease, stop, metrics, times, early)
     finally:
@@ -263,7 +262,7 @@ def _run_spark(
     return run_driver(driver, spark)
 
 
-def run_driver(driver: SparkDriver | ExecutorDriver, spark: Any) -> int:
+def run_driver(driver: ExecutorDriver, spark: Any) -> int:
     """Run the micro-batch loop to its end, print its summary or why it failed, stop
     Spark; the exit code."""
     # After the SparkContext exists: PySpark installs its own SIGINT handler.
@@ -324,16 +323,11 @@ def start_spark(
         if spec_file.endswith(".py"):
             spark.sparkContext.addPyFile(str(Path(spec_file).resolve()))
 
-    if config.read_on == "executors":
-        from kinesis_spout.spark.read.plan import ReadSettings
+    from kinesis_spout.spark.read.plan import ReadSettings
 
-        shipped = warm_executors(
-            spark, ReadSettings.of(config), EXECUTOR_MODULES, before=ship_process_file
-        )
-    else:
-        ship_process_file()
-        shipped = Future()
-        shipped.set_result(None)
+    shipped = warm_executors(
+        spark, ReadSettings.of(config), EXECUTOR_MODULES, before=ship_process_file
+    )
     imports.join()
     return spark, shipped
 

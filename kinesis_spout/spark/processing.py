@@ -20,7 +20,7 @@
   an ``error`` column (string). A record with no status row, a null status or
   any non-ok row fails. Errors must be turned into statuses: an exception that
   escapes the transform (or a failed Spark job) is a batch-level failure, see
-  :mod:`kinesis_spout.spark.driver`.
+  :mod:`kinesis_spout.spark.isolation`.
 
 * **Fan-out** (:func:`fan_out`): ``emit(record)`` returns derived records
   (tuples, dicts or single values matching ``schema``); each derived record
@@ -44,7 +44,6 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -55,8 +54,6 @@ from kinesis_spout.records import Record
 from kinesis_spout.spark.process.arrow import (
     ARRIVAL,
     DATA_COLUMNS,
-    RECORD_STATUS_SCHEMA,
-    ROW,
     arrival_times,
     format_error,
 )
@@ -77,7 +74,7 @@ InputRecord: TypeAlias = Record
 :class:`~kinesis_spout.records.Record` itself, in both read modes, so a function is
 unit-tested by passing a ``Record`` (or one from :func:`input_record`). Its ``attempt``
 is 1 for the first delivery, 2 for the first retry, ...; its ``message_id`` is the id
-the spout acks; ``millis_behind_latest`` is None in driver reads (not carried to Spark)."""
+the spout acks."""
 
 
 RecordFunction: TypeAlias = Callable[[Record], object]
@@ -260,11 +257,9 @@ error, its last delivery number)``."""
 def run_records(
     fn: RecordFunction, records: Iterable[Record], fast: FastRetry, report: RecordReport
 ) -> None:
-    """The per-record runner of both read modes: ``fn`` on each record in turn, with
-    fast retries (:meth:`FastRetry.call <.fastretry.FastRetry.call>`), each outcome
-    handed to ``report``, the caller's sink (status columns in a driver read,
-    :func:`run_record_function`; the task's ``ReadResult`` in an executor read,
-    :mod:`.readtask`).
+    """The per-record runner: ``fn`` on each record in turn, with fast retries
+    (:meth:`FastRetry.call <.fastretry.FastRetry.call>`), each outcome handed to
+    ``report`` (the read task's result).
 
     ``Exception`` fails the record; ``BaseException`` (SystemExit, KeyboardInterrupt)
     is left to fail the task. A hot loop in executor reads: keep it bare.
@@ -273,44 +268,3 @@ def run_records(
     for r in records:
         error, attempt = call(fn, r, format_error)
         report(r, error, attempt)
-
-
-def run_record_function(
-    fn: RecordFunction, batches: Iterable[pa.RecordBatch], fast: FastRetry | None = None
-) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` body of the per-record style: one status row per record,
-    with the record's last delivery number (fast retries, :mod:`.process.fastretry`), from
-    :func:`run_records`.
-    """
-    policy = fast or FastRetry()
-    for batch in batches:
-        yield _record_statuses(fn, batch, policy)
-
-
-def _record_statuses(fn: RecordFunction, batch: pa.RecordBatch, fast: FastRetry) -> pa.RecordBatch:
-    """The status rows (:data:`~.arrow.RECORD_STATUS_SCHEMA`) of one input batch."""
-    errors: list[str | None] = []
-    attempts: list[int] = []
-    add_error, add_attempt = errors.append, attempts.append
-
-    def report(_: Record, error: str | None, attempt: int) -> None:
-        add_error(error)
-        add_attempt(attempt)
-
-    run_records(fn, batch_records(batch), fast, report)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(batch.column(ROW).to_pylist(), pa.int64()),
-            pa.array([e is None for e in errors], pa.bool_()),
-            pa.array(errors, pa.string()),
-            pa.array(attempts, pa.int32()),
-        ],
-        schema=RECORD_STATUS_SCHEMA,
-    )
-
-
-def record_function_mapper(
-    fn: RecordFunction, fast: FastRetry | None = None
-) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A picklable ``mapInArrow`` function for ``fn`` (its output: RECORD_STATUS_DDL)."""
-    return partial(run_record_function, fn, fast=fast)

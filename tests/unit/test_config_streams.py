@@ -95,6 +95,6 @@ def test_run_forwards_each_stream_to_spark_submit(capsys: pytest.CaptureFixture[
 
     argv = ["run", "--stream", "a", "--stream", "b", "--process", "x:y", "--dry-run"]
     assert main(argv) == 0
-    assert main([*argv, "--read-on", "driver"]) == 0
+    assert main([*argv, "--shards-per-task", "2"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and all("--stream a --stream b" in line for line in out), out

@@ -291,54 +291,66 @@ def test_dead_letter_on_writes_the_listed_reasons_and_logs_the_others(
 # ------------------------------------------------------------------ follow-up jobs
 
 
-def test_a_follow_up_job_re_runs_the_failed_rows_until_they_pass_or_run_out() -> None:
-    import numpy as np
-    import pyarrow as pa
+def _result(task: int, shard: str, statuses: list[bool], first: int) -> Any:
+    """A transform's result of ``len(statuses)`` records of ``shard`` (sequence numbers
+    from ``first``), the failed ones with their payloads."""
+    from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 
-    from kinesis_spout.spark.process.arrow import Statuses
-    from kinesis_spout.spark.process.followup import retry_failed
-    from kinesis_spout.spark.process.runner import BatchOutcome
+    res = ReadResult.for_plan(ReadPlan(task, shard, None, stream="s"))
+    for j, ok in enumerate(statuses):
+        rec = dataclasses.replace(record(first + j), shard_id=shard)
+        res.seqs.append(rec.sequence_number)
+        res.subs.append(0)
+        res.ok.append(1 if ok else 0)
+        if not ok:
+            res.failed[j], res.errors[j] = rec, f"e{first + j}"
+    return res
 
-    records = [record(i) for i in range(6)]
-    # rows 1 and 4 failed in the batch; 1 passes on its second try, 4 never does
-    first = BatchOutcome(Statuses(0, 3, np.array([True, False, True]), {1: "e1"}))
-    second = BatchOutcome(Statuses(3, 6, np.array([True, False, True]), {4: "e4"}))
-    runs: list[list[tuple[str, int]]] = []
 
-    def run(table: pa.Table) -> BatchOutcome:
-        seqs = table.column("sequenceNumber").to_pylist()
-        attempts = table.column("attempt").to_pylist()
-        runs.append(list(zip(seqs, attempts, strict=True)))
-        ok = np.array([s == "1" for s in seqs])
-        return BatchOutcome(Statuses(0, len(seqs), ok, {i: "again" for i in np.flatnonzero(~ok)}))
+def test_a_follow_up_job_re_runs_the_failed_records_until_they_pass_or_run_out() -> None:
+    from kinesis_spout.spark.read.followup import follow_up
+    from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
+
+    # record 1 (shard a) passes on its second try, record 4 (shard b) never does
+    first = _result(1, "a", [True, False, True], 0)
+    second = _result(2, "b", [True, False, True], 3)
+    runs: list[list[tuple[str, str, int]]] = []
+
+    def run(plans: list[ReadPlan]) -> list[ReadResult]:
+        runs.append([(p.shard_id, r.sequence_number, r.attempt) for p in plans for r in p.retries])
+        out = []
+        for p in plans:
+            res = ReadResult.for_plan(p)
+            for j, r in enumerate(p.retries):
+                res.ok.append(1 if r.sequence_number == "1" else 0)
+                if r.sequence_number != "1":
+                    res.errors[j] = "again"
+            out.append(res)
+        return out
 
     policy = FastRetry(RetryPolicy(3), enabled=True)
-    extra = retry_failed(records, [first, second], run, policy)
-    assert runs == [[("1", 2), ("4", 2)], [("4", 3)], [("4", 4)]]
+    extra = follow_up([first, second], run, policy)
+    assert runs == [[("a", "1", 2), ("b", "4", 2)], [("b", "4", 3)], [("b", "4", 4)]]
     assert extra == 4
-    assert first.statuses.ok.tolist() == [True, True, True] and first.statuses.errors == {}
-    assert second.statuses.ok.tolist() == [True, False, True]
-    assert (second.statuses.errors, second.statuses.attempts) == ({4: "again"}, {4: 4})
-    assert first.statuses.attempts == {1: 2}
+    assert (bytes(first.ok), first.failed, first.errors, first.retried) == (
+        b"\x01\x01\x01",
+        {},
+        {},
+        1,
+    )
+    assert bytes(second.ok) == b"\x01\x00\x01" and second.errors == {1: "again"}
+    assert (second.failed[1].attempt, second.retried) == (4, 3)
 
 
-def test_a_follow_up_job_that_fails_leaves_the_rows_as_they_were() -> None:
-    import numpy as np
-    import pyarrow as pa
+def test_a_follow_up_job_that_fails_leaves_the_records_as_they_were() -> None:
+    from kinesis_spout.spark.read.followup import follow_up
+    from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 
-    from kinesis_spout.spark.process.arrow import Statuses
-    from kinesis_spout.spark.process.followup import retry_failed
-    from kinesis_spout.spark.process.runner import BatchOutcome
+    out = _result(1, "a", [False, True], 0)
 
-    out = BatchOutcome(Statuses(0, 2, np.array([False, True]), {0: "e0"}))
-
-    def run(table: pa.Table) -> BatchOutcome:
+    def run(plans: list[ReadPlan]) -> list[ReadResult]:
         raise RuntimeError("executor lost")
 
     policy = FastRetry(RetryPolicy(3), enabled=True)
-    assert retry_failed([record(0), record(1)], [out], run, policy) == 0
-    assert (out.statuses.ok.tolist(), out.statuses.errors, out.statuses.attempts) == (
-        [False, True],
-        {0: "e0"},
-        {},
-    )
+    assert follow_up([out], run, policy) == 0
+    assert (bytes(out.ok), out.errors, out.failed[0].attempt) == (b"\x00\x01", {0: "e0"}, 1)

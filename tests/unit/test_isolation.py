@@ -1,4 +1,4 @@
-"""The poison isolation both reading modes share (pure: no Spark): splitting, judging."""
+"""Poison isolation (pure: no Spark): splitting, judging."""
 
 from __future__ import annotations
 
@@ -16,15 +16,34 @@ from kinesis_spout.spark.isolation import (
     Cut,
     Isolation,
     PoisonJudge,
+    Wording,
     run_split,
     split_budget,
 )
 from kinesis_spout.spark.process.contract import ProcessingContractError
 from kinesis_spout.spark.read.jobs import TASK_WORDS
-from kinesis_spout.spark.rowsplit import ROW_WORDS, ROWS
 
-RANGES: Cut[range, range, int] = Cut(ROWS.halves, ROWS.lone, ROWS.describe)
-"""Driver reads' rows (:data:`ROWS`), with jobs that return their rows."""
+
+def _halves(rows: range) -> list[range]:
+    if len(rows) == 1:
+        return []
+    mid = (rows.start + rows.stop) // 2
+    return [range(rows.start, mid), range(mid, rows.stop)]
+
+
+ROWS: Cut[range, range, int] = Cut(
+    halves=_halves,
+    lone=lambda rows: rows.start,
+    describe=lambda rows: f"rows {rows.start}..{rows.stop - 1}",
+)
+"""A range of rows halved down to one row, with jobs that return their rows."""
+RANGES = ROWS
+ROW_WORDS = Wording(
+    lone="records",
+    left="the unfinished records stay unacknowledged for a restart",
+    over="records fail it as a whole",
+    runs="splits",
+)
 
 
 class Crash(RuntimeError):

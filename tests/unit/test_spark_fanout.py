@@ -1,22 +1,17 @@
-"""Fan-out anchoring with the XOR acker: executor ids and the driver's ledger (no Spark)."""
+"""Fan-out anchoring with the XOR acker: derived ids and the emit stage (no Spark)."""
 
 from __future__ import annotations
 
-import random
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from kinesis_spout.spark.process.arrow import (
     ROOT,
     ROW,
-    Statuses,
     records_to_arrow,
-    statuses_from_arrow,
 )
 from kinesis_spout.spark.process.fanout import (
     ID,
@@ -31,7 +26,6 @@ from kinesis_spout.spark.process.fanout import (
     xor_by_group,
     xor_by_key,
 )
-from kinesis_spout.spark.process.ledger import FanOutLedger, SinkStatuses
 from kinesis_spout.spark.processing import InputRecord
 
 U = np.uint64
@@ -197,125 +191,3 @@ def test_a_tuple_of_the_wrong_width_fails_its_record_with_the_field_names() -> N
     status = out
     assert status.column("_ok").to_pylist() == [False]
     assert "2 values for 1 fields ['word']" in status.column("_error").to_pylist()[0]
-
-
-# --- the driver's ledger ----------------------------------------------------------
-
-
-class Tree:
-    """One micro-batch through the emit stage, ready for the ledger."""
-
-    def __init__(self, sentences: list[bytes], n_sinks: int = 1, timeout: float | None = 30.0):
-        self.ledger = FanOutLedger(n_sinks, timeout, random.Random(7))
-        self.roots = self.ledger.new_roots(len(sentences))
-        self.owners = [f"shardId-0:{i + 1}" for i in range(len(sentences))]
-        out = run_stage(make_input(sentences, self.roots), sinks=n_sinks)
-        status = out
-        self.derived = derived_rows(out, WORD.names)
-        self.emitted = statuses_from_arrow(
-            status.select([ROW, "_ok", "_error"]).rename_columns([ROW, "ok", "error"]),
-            0,
-            len(sentences),
-        )
-        self.ack_vals = status.column("_ack_val").to_numpy()
-
-    def sink(
-        self, s: int, fail_words: frozenset[str] = frozenset(), drop: frozenset[str] = frozenset()
-    ) -> SinkStatuses:
-        words = self.derived.column("word").to_pylist()
-        keep = [i for i, w in enumerate(words) if w not in drop]
-        roots = self.derived.column(ROOT).to_numpy()[keep]
-        ids = self.derived.column(ID).to_numpy()[keep]
-        ok = np.array([words[i] not in fail_words for i in keep], dtype=bool)
-        errors = {j: f"cannot write {words[i]!r}" for j, i in enumerate(keep) if not ok[j]}
-        return SinkStatuses(s, f"sink{s}", roots, ids, ok, errors)
-
-    def apply(self, sinks: list[SinkStatuses], now: float = 0.0) -> tuple[list[Any], list[Any]]:
-        """The batch's emit statuses (the inits) and these sinks' statuses."""
-        res = self.ledger.apply(self.owners, self.roots, self.emitted, self.ack_vals, sinks, now)
-        return res.acked, res.failed
-
-    def later(self, sinks: list[SinkStatuses], now: float = 0.0) -> tuple[list[Any], list[Any]]:
-        """Sink statuses that arrive after the inits (no emit rows)."""
-        none = Statuses(0, 0, np.zeros(0, dtype=bool))
-        res = self.ledger.apply(self.owners, self.roots, none, self.ack_vals, sinks, now)
-        return res.acked, res.failed
-
-
-def test_a_source_is_acked_only_when_every_sink_wrote_every_derived_record() -> None:
-    t = Tree([b"a b", b"c"], n_sinks=2)
-    acked, failed = t.apply([t.sink(0)])
-    assert acked == [] and failed == []  # sink 1 has not written anything yet
-    assert t.ledger.pending == 2
-    acked, failed = t.later([t.sink(1)])
-    assert sorted(acked) == t.owners and failed == [] and t.ledger.pending == 0
-
-
-def test_a_failed_derived_record_fails_its_source_with_the_sink_error() -> None:
-    t = Tree([b"good words", b"has poison here"])
-    acked, failed = t.apply([t.sink(0, fail_words=frozenset({"poison"}))])
-    assert acked == ["shardId-0:1"]
-    assert failed == [("shardId-0:2", "sink sink0: cannot write 'poison'")]
-    assert t.ledger.pending == 0
-
-
-def test_a_lost_derived_record_times_the_source_out() -> None:
-    t = Tree([b"x y z", b"fine"], timeout=30.0)
-    acked, failed = t.apply([t.sink(0, drop=frozenset({"y"}))], now=100.0)
-    assert acked == ["shardId-0:2"] and failed == []
-    assert t.ledger.expire(129.0).failed == []
-    expired = t.ledger.expire(130.5).failed
-    assert [o for o, _ in expired] == ["shardId-0:1"]
-    assert "not complete within message_timeout" in expired[0][1]
-
-
-def test_records_without_derived_records_complete_and_emit_failures_fail_at_once() -> None:
-    t = Tree([b"", b"BAD input"])
-    acked, failed = t.apply([])
-    assert acked == ["shardId-0:1"]
-    assert failed == [("shardId-0:2", "ValueError: cannot split 'BAD input'")]
-    assert t.ledger.pending == 0
-
-
-def test_acks_from_a_sink_counted_twice_do_not_complete_a_tree() -> None:
-    t = Tree([b"a b"])
-    one = t.sink(0)
-    dup = SinkStatuses(
-        0,
-        "s",
-        np.concatenate([one.roots, one.roots[:1]]),
-        np.concatenate([one.ids, one.ids[:1]]),
-        np.ones(3, bool),
-    )
-    acked, failed = t.apply([dup])
-    assert acked == [] and t.ledger.pending == 1
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    words=st.lists(st.integers(0, 6), min_size=1, max_size=8),
-    n_sinks=st.integers(1, 3),
-    seed=st.integers(0, 2**32),
-    missing=st.integers(-1, 40),
-)
-def test_a_tree_completes_iff_every_edge_is_acked_in_any_order(
-    words: list[int], n_sinks: int, seed: int, missing: int
-) -> None:
-    sentences = [" ".join(f"w{j}" for j in range(k)).encode() for k in words]
-    t = Tree(sentences, n_sinks=n_sinks)
-    per_sink = [t.sink(s) for s in range(n_sinks)]
-    # every (sink, derived row) ack as its own message, shuffled; maybe one left out
-    messages = [(s, i) for s in range(n_sinks) for i in range(len(per_sink[s].ids))]
-    random.Random(seed).shuffle(messages)
-    dropped = messages.pop(missing % len(messages)) if messages and missing >= 0 else None
-    acked, _ = t.apply([])
-    for s, i in messages:
-        one = per_sink[s]
-        part = SinkStatuses(s, "s", one.roots[i : i + 1], one.ids[i : i + 1], np.ones(1, bool))
-        acked += t.later([part])[0]
-    expected = set(t.owners)
-    if dropped is not None:
-        root = int(per_sink[dropped[0]].roots[dropped[1]])
-        expected.discard(t.owners[t.roots.index(root)])
-    assert set(acked) == expected
-    assert len(acked) == len(expected)  # never acked twice

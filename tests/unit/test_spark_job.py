@@ -218,43 +218,10 @@ def test_cluster_deploy_mode_refuses_driver_local_checkpoints_and_dead_letters(
     assert "--deploy-mode cluster" in capsys.readouterr().out
 
 
-class _Conf:
-    """A session's runtime settings, as much of them as building a driver uses."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, str] = {}
-
-    def get(self, key: str, default: str | None = None) -> str | None:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: str) -> None:
-        self.values[key] = value
-
-
-class _Session:
-    def __init__(self) -> None:
-        self.conf = _Conf()
-
-
-def test_driver_reads_leave_timeouts_to_batch_outcomes_and_the_fan_out_ledger(
-    tmp_path: Path,
-) -> None:
-    """Driver reads fill batch k + 1 while batch k runs on Spark: the spout's message
-    timeout would fail the records of k + 1 queued behind a slow k and deliver them again
-    (the chaos run with --kpl --kill-worker-records showed 986 such duplicates: batches
-    isolating a worker-killing record took 30 s). Each record gets its outcome when its
-    batch completes, so the driver's spout has no timeout; fan-out trees keep theirs."""
-    from kinesis_spout.spark.driver import SparkDriver
-    from kinesis_spout.spark.launch.build import build_driver
-
-    cfg = SpoutConfig(
-        stream_name="s",
-        read_on="driver",
-        message_timeout=7.0,
-        checkpoint_store=f"file://{tmp_path}",
-        dead_letter=str(tmp_path / "dl"),
-    )
-    driver = build_driver(cfg, lambda r: None, spark=_Session(), progress=None, job_lease=False)
-    assert isinstance(driver, SparkDriver)
-    assert driver.spout.config.message_timeout == 0.0
-    assert driver.config.message_timeout == 7.0  # what the fan-out ledger times trees by
+def test_driver_reads_are_gone_with_an_error_that_says_what_to_use() -> None:
+    with pytest.raises(ConfigError) as err:
+        SpoutConfig(stream_name="s", read_on="driver")
+    assert err.value.field == "read_on"
+    assert "executors (the only read path" in str(err.value)
+    assert "remove read_on" in str(err.value)
+    assert SpoutConfig(stream_name="s", read_on="executors").read_on == "executors"

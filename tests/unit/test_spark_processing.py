@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import io
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import ConfigError
 from kinesis_spout.records import Record
 from kinesis_spout.spark.process.arrow import ROW, records_to_arrow
+from kinesis_spout.spark.process.fastretry import FastRetry
 from kinesis_spout.spark.process.sinks import ConsoleSink, ParquetSink, open_sink, read_parquet_dir
 from kinesis_spout.spark.processing import (
     FanOutProcessor,
@@ -27,7 +28,7 @@ from kinesis_spout.spark.processing import (
     load_processor,
     per_record,
     processor_factory,
-    run_record_function,
+    run_records,
 )
 from tracker import SequenceKey
 
@@ -49,17 +50,19 @@ def records(n: int, attempt: int = 1) -> list[Record]:
     ]
 
 
-def statuses(fn: object, n: int = 3) -> list[tuple[int, bool, str | None]]:
-    table = records_to_arrow(records(n))
-    out = pa.Table.from_batches(list(run_record_function(fn, table.to_batches(max_chunksize=2))))  # type: ignore[arg-type]
-    return list(
-        zip(
-            out.column("_row").to_pylist(),
-            out.column("ok").to_pylist(),
-            out.column("error").to_pylist(),
-            strict=True,
-        )
-    )
+def statuses(fn: Callable[[Record], object], n: int = 3) -> list[tuple[int, bool, str | None]]:
+    """The per-record runner on ``n`` records that went through Arrow and back, as a
+    read task runs it: ``(row, ok, error)`` per record."""
+    got: list[tuple[bool, str | None]] = []
+
+    def report(record: Record, error: str | None, attempt: int) -> None:
+        got.append((error is None, error))
+
+    rows: list[int] = []
+    for batch in records_to_arrow(records(n)).to_batches(max_chunksize=2):
+        rows += batch.column(ROW).to_pylist()
+        run_records(fn, batch_records(batch), FastRetry(), report)
+    return [(row, ok, err) for row, (ok, err) in zip(rows, got, strict=True)]
 
 
 def test_the_function_sees_every_field_of_the_record() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from fanout_reference import FanOutLedger, SinkStatuses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,6 @@ from kinesis_spout.spark.process.fanout import (
     to_signed,
     to_unsigned,
 )
-from kinesis_spout.spark.process.ledger import FanOutLedger, SinkStatuses
 from kinesis_spout.spark.process.settle import (
     EMIT_LOST,
     INCOMPLETE,

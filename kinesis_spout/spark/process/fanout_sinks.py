@@ -4,37 +4,30 @@ A fan-out's tree is complete when every sink has written every derived record.
 The sinks of a micro-batch are the fan-out's own, then the job's row sink (``sink``)
 as one more branch when there is one (:func:`anchored_sinks`). Each sink gets the
 derived records (``_root``, ``_id`` and the derived fields) and returns None (it
-wrote them all) or a DataFrame of statuses (:func:`sink_frame`); driver reads bring
-those statuses to the driver's acker (:func:`sink_statuses`), executor reads settle
-them where they are (:mod:`~kinesis_spout.spark.process.settle`).
+wrote them all) or a DataFrame of statuses (:func:`sink_frame`), settled where they
+are (:mod:`~kinesis_spout.spark.process.settle`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pyarrow as pa
-
 from kinesis_spout.spark.process.arrow import ROOT
 from kinesis_spout.spark.process.contract import ProcessingContractError, ok_and_error
 from kinesis_spout.spark.process.exprs import Exprs
 from kinesis_spout.spark.process.fanout import ID
-from kinesis_spout.spark.process.ledger import SinkStatuses
-from kinesis_spout.spark.process.sinks import RowSink, rows_writer
+from kinesis_spout.spark.process.sinks import rows_writer
 from kinesis_spout.spark.processing import FanOutProcessor, FanOutSink
 
 
 def anchored_sinks(
-    p: FanOutProcessor, batch_id: int, target: str | None, row_sink: RowSink | None
+    p: FanOutProcessor, batch_id: int, target: str | None
 ) -> list[tuple[str, FanOutSink]]:
     """The sinks of micro-batch ``batch_id``, by name: the fan-out's, then the row sink,
-    written by the executors to ``target`` or, with driver reads, by ``row_sink``
-    (None, None: no row sink)."""
+    written by the executors to ``target`` (None: no row sink)."""
     sinks: list[tuple[str, FanOutSink]] = [(_sink_name(s), s) for s in p.sinks]
     if target is not None:
         sinks.append((f"row sink {target}", _ExecutorRowSinkBranch(target, batch_id)))
-    elif row_sink is not None:
-        sinks.append((f"row sink {row_sink.name}", _RowSinkBranch(row_sink, batch_id)))
     return sinks
 
 
@@ -44,20 +37,9 @@ def _sink_name(sink: object) -> str:
     )
 
 
-class _RowSinkBranch:
-    """The configured row sink as one more anchored sink of a fan-out tree."""
-
-    def __init__(self, sink: RowSink, batch_id: int) -> None:
-        self.sink = sink
-        self.batch_id = batch_id
-
-    def __call__(self, derived: Any) -> None:
-        self.sink.write(self.batch_id, derived.drop(ROOT, ID).toArrow())
-
-
 class _ExecutorRowSinkBranch:
     """The configured sink as one more anchored sink of a fan-out tree, written by the
-    executors (executor reads): every derived record is written, or the job fails."""
+    executors: every derived record is written, or the job fails."""
 
     def __init__(self, target: str, batch_id: int) -> None:
         self.target = target
@@ -87,28 +69,3 @@ def sink_frame(name: str, sink: FanOutSink, derived: Any, exprs: Exprs) -> Any:
             )
     ok, error = ok_and_error(res, f"sink {name}", ID, exprs)
     return res.select(ROOT, ID, ok, error)
-
-
-def sink_statuses(
-    sinks: list[tuple[str, FanOutSink]], derived: Any, exprs: Exprs
-) -> list[SinkStatuses]:
-    """Run each anchored sink on the derived records; their statuses, in sink order
-    (the ids of the sinks that wrote everything are collected once)."""
-    results: list[SinkStatuses] = []
-    ids_table: pa.Table | None = None
-    for i, (name, sink) in enumerate(sinks):
-        frame = sink_frame(name, sink, derived, exprs)
-        if frame is not None:
-            results.append(SinkStatuses.from_arrow(i, name, frame.toArrow()))
-            continue
-        if ids_table is None:
-            ids_table = derived.select(ROOT, ID).toArrow()
-        results.append(
-            SinkStatuses.all_ok(
-                i,
-                name,
-                ids_table.column(ROOT).to_numpy(zero_copy_only=False),
-                ids_table.column(ID).to_numpy(zero_copy_only=False),
-            )
-        )
-    return results

@@ -1,7 +1,7 @@
 """Sinks for the processed rows: ``none``, ``console``, ``parquet://DIR``.
 
-The driver writes the rows of a micro-batch that processed ok **before** it
-acks them, and the checkpoint moves only after the ack. So the semantics are
+The executors write the rows of a micro-batch that processed ok **before** their
+statuses reach the driver, and the checkpoint moves only after the ack. So the semantics are
 **at-least-once**: every acked record is in the sink; after a crash (or a
 retry of a fan-out tree) rows already written are written again. Readers
 that need each record once deduplicate on ``(shardId, sequenceNumber,
@@ -25,7 +25,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
@@ -34,16 +34,6 @@ import pyarrow.parquet as pq
 from kinesis_spout.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-
-class RowSink(Protocol):
-    """Where processed rows go. ``write`` returns only once they are durable."""
-
-    name: str
-
-    def write(self, batch_id: int, table: pa.Table) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class NullSink:
@@ -130,7 +120,7 @@ def write_parquet_file(table: pa.Table, directory: str | Path, stem: str) -> Pat
     return final
 
 
-def open_sink(target: str) -> RowSink:
+def open_sink(target: str) -> NullSink | ConsoleSink | ParquetSink:
     """The sink named by the ``sink`` config value."""
     if target == "none":
         return NullSink()
@@ -152,7 +142,7 @@ def read_parquet_dir(directory: str | Path) -> pa.Table | None:
     return pa.concat_tables([pq.read_table(p) for p in files], promote_options="default")
 
 
-# --- written by the executors (executor reads) ---------------------------------
+# --- written by the executors --------------------------------------------------
 
 
 def write_task_rows(target: str, batch_id: int, tables: list[pa.Table]) -> int:

@@ -152,6 +152,7 @@ class FrameJobs:
         self.runner = SparkRunner(spark, processor, sink_target=sink)
         self.exprs = self.runner.exprs
         self.fan_out = isinstance(processor, FanOutProcessor)
+        self.transform = not self.fan_out
         self.ends = ends
         """``ends(run, key)``: where the reads of Spark job ``key`` record their ends."""
         self.stores = list(stores)
@@ -304,7 +305,7 @@ class FrameJobs:
         if self.fan_out:
             return self.runner.run_emitted(key, read, got, got.reported).statuses
         frame = read.select(*x.columns(*DATA_COLUMNS, ROW))
-        return self.runner.run_frame(key, frame, 0, 0, collect=got).statuses
+        return self.runner.run_frame(key, frame, got).statuses
 
     def _emitter(self, reporter: Reporter | None) -> ReadEmitter | None:
         """A fan-out's ``emit`` for this micro-batch's read tasks, its roots from a fresh

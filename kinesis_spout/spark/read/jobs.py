@@ -45,6 +45,7 @@ from kinesis_spout.spark.isolation import (
 )
 from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.processing import RecordFunction
+from kinesis_spout.spark.read.followup import follow_up
 from kinesis_spout.spark.read.lone import poison_id
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.shuffle import shuffled_results
@@ -133,6 +134,8 @@ class ReadJobs:
         if self.frames is not None:
             done, jobs = self.frames.collect(plans, tasks, self.settings, self.run_id, batch_id)
             self.jobs_run += jobs - 1
+            if self.frames.transform and self.settings.fast.enabled:
+                follow_up(done, lambda again: self._again(batch_id, again), self.settings.fast)
             return done
         rdd = sc.parallelize(plans, tasks)
         if self.process_partitions:
@@ -143,6 +146,14 @@ class ReadJobs:
             task_function(self.settings, self.fn, batch_id)
         ).collect()
         return results
+
+    def _again(self, batch_id: int, plans: list[ReadPlan]) -> list[ReadResult]:
+        """A transform's follow-up job: these retry plans, in one task each."""
+        assert self.frames is not None
+        self.jobs_run += 1
+        done, jobs = self.frames.collect(plans, len(plans), self.settings, self.run_id, batch_id)
+        self.jobs_run += jobs - 1
+        return done
 
     def close(self) -> None:
         if self.frames is not None:

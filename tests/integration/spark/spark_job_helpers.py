@@ -281,15 +281,34 @@ def _logged(config: SpoutConfig) -> Callable[[InputRecord], None]:
 def logged_transform_job(config: SpoutConfig) -> TransformProcessor:
     """:func:`logged_job` as a DataFrame transform (a ``mapInArrow`` of the same function,
     its ``ok`` as ``status``), keeping ``shardId`` and ``sequenceNumber`` for the sink."""
-    from kinesis_spout.spark.process.arrow import RECORD_STATUS_DDL
-    from kinesis_spout.spark.processing import record_function_mapper
-
     fn = _logged(config)
 
+    def statuses(batches: Any) -> Any:
+        import pyarrow as pa
+
+        from kinesis_spout.spark.process.arrow import ROW, format_error
+        from kinesis_spout.spark.processing import batch_records
+
+        for batch in batches:
+            ok, errors = [], []
+            for record in batch_records(batch):
+                try:
+                    fn(record)
+                except Exception as exc:
+                    ok.append(False)
+                    errors.append(format_error(exc))
+                else:
+                    ok.append(True)
+                    errors.append(None)
+            yield pa.RecordBatch.from_arrays(
+                [batch.column(ROW), pa.array(ok, pa.bool_()), pa.array(errors, pa.string())],
+                names=["_row", "status", "error"],
+            )
+
     def transform(df: Any) -> Any:
-        statuses = df.mapInArrow(record_function_mapper(fn), RECORD_STATUS_DDL)
+        back = df.mapInArrow(statuses, "_row long, status boolean, error string")
         keys = df.select("_row", "shardId", "sequenceNumber")
-        return statuses.withColumnRenamed("ok", "status").join(keys, "_row")
+        return back.join(keys, "_row")
 
     return dataframe_transform(transform, name="logged_transform")
 

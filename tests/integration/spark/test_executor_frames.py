@@ -158,9 +158,8 @@ class KeepDerived:
         self.tables.append(derived.toArrow())
 
 
-@pytest.mark.parametrize("read_on", ["executors", "driver"])
 def test_a_fan_out_s_sinks_get_its_derived_records_in_order_typed_as_declared(
-    spark: Any, moto_client: Any, job_config: Any, unique_name: str, read_on: str
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str
 ) -> None:
     """The sinks get a row per derived record: ``_root`` and ``_id`` (as the acker's
     arithmetic derives them from the root), then the fields as the schema declares them,
@@ -171,7 +170,7 @@ def test_a_fan_out_s_sinks_get_its_derived_records_in_order_typed_as_declared(
     put_records(moto_client, unique_name, items)
     keep = KeepDerived()
     process = fan_out(words_and_places, "data string, n long", [keep], name="places")
-    cfg = job_config(batch_size=100, read_on=read_on)
+    cfg = job_config(batch_size=100)
     summary = build_driver(cfg, process, spark=spark, progress=None).run()
 
     assert summary.ok == 40

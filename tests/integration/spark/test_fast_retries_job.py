@@ -35,17 +35,15 @@ def put_mixed(client: Any, stream: str) -> tuple[int, int]:
     return 8, 8
 
 
-@pytest.mark.parametrize("read_on", ["executors", "driver"])
 @pytest.mark.parametrize("fast", [True, False])
 def test_poison_is_dead_lettered_in_the_batch_of_its_first_failure(
-    spark: Any, moto_client: Any, job_config: Any, unique_name: str, read_on: str, fast: bool
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, fast: bool
 ) -> None:
     poison, flaky = put_mixed(moto_client, unique_name)
     cfg = job_config(
         retry_limit=RETRY_LIMIT,
         batch_size=100,
         max_in_flight=100,
-        read_on=read_on,
         fast_retries=fast,
         retry_backoff=0.0,
     )
@@ -74,7 +72,6 @@ def test_fast_retries_that_end_ok_are_counted_when_reads_are_shuffled(
         retry_limit=RETRY_LIMIT,
         batch_size=100,
         max_in_flight=100,
-        read_on="executors",
         process_partitions=2,
         retry_backoff=0.0,
     )
@@ -99,7 +96,6 @@ def test_a_transform_gets_its_failed_rows_re_run_by_a_follow_up_job(
     cfg = job_config(
         retry_limit=RETRY_LIMIT,
         batch_size=100,
-        read_on="driver",
         sink=f"parquet://{tmp_path / 'out'}",
     )
     reports: list[BatchReport] = []
@@ -111,13 +107,12 @@ def test_a_transform_gets_its_failed_rows_re_run_by_a_follow_up_job(
     assert {(d["attempts"], d["error"]) for d in dead} == {(RETRY_LIMIT + 1, "rejected")}
 
 
-@pytest.mark.parametrize("read_on", ["executors", "driver"])
 def test_a_failed_record_older_than_max_record_age_is_dead_lettered_as_expired(
-    spark: Any, moto_client: Any, job_config: Any, unique_name: str, read_on: str
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str
 ) -> None:
     poison, flaky = put_mixed(moto_client, unique_name)
     time.sleep(2.5)  # every record is now older than max_record_age
-    cfg = job_config(retry_limit=5, batch_size=100, read_on=read_on, max_record_age=2.0)
+    cfg = job_config(retry_limit=5, batch_size=100, max_record_age=2.0)
     reports: list[BatchReport] = []
     summary = run_job(cfg, per_record(flaky_and_poison), spark=spark, progress=reports.append)
     dead = read_dead_letters(cfg.dead_letter)

@@ -3,9 +3,8 @@
 Two rounds of records (some fail every time and are dead-lettered, some fail once
 and pass on a fast retry): the counters rise from the first scrape to the second,
 and the last scrape, taken when every record is done, matches the job's own
-summary line. Executor reads (the default) go through ``kinesis-spout run`` and
-``spark-submit``, as users run the job; driver reads run in-process on the shared
-session, with the endpoint the job would make.
+summary line. The job goes through ``kinesis-spout run`` and ``spark-submit``, as
+users run it.
 """
 
 from __future__ import annotations
@@ -15,19 +14,15 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import spark_job_helpers
-from spark_job_helpers import POISON, flaky_and_poison
+from spark_job_helpers import POISON
 
 from devkit.scrape import Scrape, wait_for_scrape
-from kinesis_spout.observability import MetricsEndpoint
-from kinesis_spout.spark.launch.build import build_driver
 from kinesis_spout.spark.launch.submit import job_environment
-from kinesis_spout.spark.processing import per_record
 from kinesis_spout.spark.reports import JobSummary
 from kinesis_spout.testing.servers import MotoServer, free_port
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
@@ -198,46 +193,3 @@ def assert_startup_said(text: str) -> None:
     # The stream opened while the session started, with both shards' iterators.
     assert "opened the stream while Spark started" in text, text[-3000:]
     assert "and 2 of 2 shard iterators" in text, text[-3000:]
-
-
-def test_driver_reads_serve_the_same_metrics_and_match_the_summary(
-    spark: Any, moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
-) -> None:
-    from kinesis_spout.config import SpoutConfig
-
-    create_stream(moto_client, unique_name, 2)
-    put_round(moto_client, unique_name, 100, "a", poison=2, flaky=2)
-    cfg = SpoutConfig(
-        stream_name=unique_name,
-        job_name=unique_name,
-        endpoint_url=moto_server.endpoint_url,
-        checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
-        dead_letter=str(tmp_path / "dead-letter"),
-        retry_limit=RETRY_LIMIT,
-        empty_shard_backoff=0.1,
-        batch_max_wait=0.3,
-        checkpoint_interval=0.5,
-        read_on="driver",
-        metrics_port=0,
-    )
-    endpoint = MetricsEndpoint.of(cfg, "spark")
-    assert endpoint is not None
-    with endpoint:  # as the job does: before the driver, closed after it
-        driver = build_driver(
-            cfg,
-            per_record(flaky_and_poison),
-            spark=spark,
-            progress=None,
-            metrics=endpoint.metrics,
-        )
-        results: list[JobSummary] = []
-        runner = threading.Thread(target=lambda: results.append(driver.run()), daemon=True)
-        runner.start()
-        try:
-            scrape_rounds(endpoint.url, moto_client, unique_name)
-        finally:
-            driver.request_stop("test done")
-            runner.join(120)
-        (summary,) = results
-        final = wait_for_scrape(endpoint.url, lambda s: True, timeout=10, what="a scrape")
-        assert_matches_summary(final, summary, shards=2)

@@ -198,33 +198,6 @@ def test_a_transform_over_three_streams_runs_on_the_executors_and_routes_by_stre
     assert_checkpoints_at_last(cfg, put, names)
 
 
-def test_driver_reads_over_two_streams_dead_letter_each_streams_poison(
-    spark: Any, moto_server: Any, moto_client: Any, unique_name: str, tmp_path: Path
-) -> None:
-    put, poison = fill(moto_client, unique_name, 40)
-    names = list(put)[:2]
-    cfg = SpoutConfig(
-        streams=names,
-        job_name=unique_name,
-        endpoint_url=moto_server.endpoint_url,
-        checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
-        dead_letter=str(tmp_path / "dead-letter"),
-        read_on="driver",
-        retry_limit=1,
-        retry_backoff=0.05,
-        empty_shard_backoff=0.1,
-        batch_max_wait=0.3,
-        checkpoint_interval=0.5,
-        stop_when_idle=1.5,
-    )
-    summary = run_job(cfg, spark_job_helpers.flaky_and_poison, spark=spark, progress=None)
-    bad = sum(len(poison[n]) for n in names)
-    assert summary.dead_lettered == bad
-    assert summary.ok == sum(len(put[n]) for n in names) - bad
-    assert_dead_letters_per_stream(cfg, names, poison)
-    assert_checkpoints_at_last(cfg, put, names)
-
-
 def test_a_stream_deleted_while_the_job_reads_is_let_go_and_the_others_go_on(
     spark: Any, moto_server: Any, moto_client: Any, unique_name: str, tmp_path: Path
 ) -> None:

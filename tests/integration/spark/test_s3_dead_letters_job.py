@@ -49,7 +49,6 @@ def sink_rows(directory: Path) -> list[bytes]:
     return [] if table is None else table.column("data").to_pylist()
 
 
-@pytest.mark.parametrize("read_on", ["executors", "driver"])
 def test_poison_records_land_in_s3_once_across_a_kill_and_are_redriven(
     spark: Any,
     moto_server: MotoServer,
@@ -57,7 +56,6 @@ def test_poison_records_land_in_s3_once_across_a_kill_and_are_redriven(
     unique_name: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    read_on: str,
 ) -> None:
     endpoint = moto_server.endpoint_url
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
@@ -83,7 +81,6 @@ def test_poison_records_land_in_s3_once_across_a_kill_and_are_redriven(
         "checkpoint-interval": "0.5",
         "empty-shard-backoff": "0.1",
         "batch-max-wait": "0.3",
-        "read-on": read_on,
         "retry-limit": "2",
     }
     prefix = f"dl/{unique_name}/{unique_name}/"

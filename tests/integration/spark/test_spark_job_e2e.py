@@ -12,10 +12,10 @@ from spark_job_helpers import POISON, failing_word_sink, record_deliveries, word
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.deadletter import read_dead_letters
 from kinesis_spout.examples import wordcount
-from kinesis_spout.spark.driver import BatchReport
 from kinesis_spout.spark.launch.build import run_job
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import dataframe_transform, fan_out
+from kinesis_spout.spark.reports import BatchReport
 from kinesis_spout.testing.servers import ZooKeeperServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
@@ -37,9 +37,7 @@ def stored_checkpoints(url: str, job: str, stream: str) -> dict[str, str | None]
         store.close()
 
 
-@pytest.mark.parametrize("read_on", ["executors", "driver"])
 def test_every_record_is_processed_and_zookeeper_holds_the_last_sequence_per_shard(
-    read_on: str,
     spark: Any,
     moto_client: Any,
     zookeeper: ZooKeeperServer,
@@ -56,7 +54,6 @@ def test_every_record_is_processed_and_zookeeper_holds_the_last_sequence_per_sha
         sink=f"parquet://{tmp_path / 'rows'}",
         batch_size=400,
         max_in_flight=300,
-        read_on=read_on,
     )
     reports: list[BatchReport] = []
     summary = run_job(cfg, lambda record: None, spark=spark, progress=reports.append)
@@ -74,8 +71,6 @@ def test_every_record_is_processed_and_zookeeper_holds_the_last_sequence_per_sha
     assert sorted(rows.column("data").to_pylist()) == sorted(d for _, d in items)
     assert summary.records == summary.ok == 1500 and summary.failed == 0
     assert sum(r.records for r in reports) == 1500
-    if read_on == "driver":  # executor reads: at most batch_size per read task
-        assert all(r.records <= 400 for r in reports)
     assert stored_checkpoints(zk_url, unique_name, unique_name) == last_sequence_per_shard(put)
 
 

@@ -1,15 +1,13 @@
-"""The driver's side of fan-out: per-sink statuses and Storm's acker over trees.
+"""The reference model of a fan-out's trees: Storm's XOR acker fed every edge.
 
-Each source record of a fan-out micro-batch is the root of a tree: its derived
-records, each written by every anchored sink. The executors return, per sink,
-the statuses of the derived records (:class:`SinkStatuses`); the driver feeds
-them to Storm's XOR acker (:class:`FanOutLedger`), and a tree completes when
-its ack-val returns to 0 (:class:`TreeResults`: the roots acked and failed).
+What the executors' settling (:mod:`kinesis_spout.spark.process.settle`) must decide is
+what :class:`tracker.Acker` decides when it is fed each micro-batch's emit rows and each
+sink's statuses one edge at a time (:class:`FanOutLedger`), the trees not complete then
+timed out. The property tests compare the two.
 """
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,8 +27,6 @@ from kinesis_spout.spark.process.fanout import (
     xor_by_key,
 )
 from tracker import Acker, AckerEvent, AckerEventKind
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
