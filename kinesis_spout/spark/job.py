@@ -31,19 +31,12 @@ if __name__ == "__main__" and sys.path and Path(sys.path[0]).resolve() == Path(_
     # Run as a script: this folder must not shadow top-level modules.
     sys.path.pop(0)
 
-
-if __name__ == "__main__":
-    from kinesis_spout.spark.launch.sparkpath import prefer_installed_pyspark
-
-    sys.path[:] = prefer_installed_pyspark(sys.path)
-
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 from collections.abc import Callable, Mapping, Sequence  # noqa: E402
-from concurrent.futures import Future  # noqa: E402
 from types import FrameType  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
@@ -53,7 +46,6 @@ from kinesis_spout.coordination.joblease import JobLease, open_job_lease  # noqa
 from kinesis_spout.errors import ConfigError, KinesisSpoutError  # noqa: E402
 from kinesis_spout.metrics import MetricsCollector  # noqa: E402
 from kinesis_spout.observability.endpoint import MetricsEndpoint  # noqa: E402
-from kinesis_spout.spark.launch.early import EarlyReader  # noqa: E402
 from kinesis_spout.spark.launch.launcher import (  # noqa: E402
     PIDFILE_ENV,
     exit_now,
@@ -211,44 +203,16 @@ def run_with_lease(
     """Start Spark and run the micro-batch loop; the exit code. Once the driver
     exists, its ``request_stop`` is put in ``stop`` (for the launcher watch)."""
     times = times or StartupTimes()
-    early = EarlyReader(config, metrics)
-    try:
-        return _run_spark(config, process, lease, stop, metrics, times, early)
-    finally:
-        if early is not None:  # the loop closes it as it ends; else (not started) here
-            early.close()
-
-
-def _run_spark(
-    config: SpoutConfig,
-    process: str,
-    lease: JobLease,
-    stop: list[Callable[[str], None]],
-    metrics: MetricsCollector | None,
-    times: StartupTimes,
-    early: EarlyReader | None,
-) -> int:
-    """:func:`run_with_lease` from the SparkSession on (``early``: the reader it opens
-    meanwhile)."""
-    spark, shipped = start_spark(config, process, times, early)
+    spark = start_spark(config, process, times)
     from kinesis_spout.spark.launch.build import build_driver
     from kinesis_spout.spark.launch.deploy import check_deploy_mode
 
     print(describe(config, process), flush=True)
     try:
-        # The SparkContext's conf: the session's (spark.conf) would create the SQL session
-        # state, 0.1-0.2 s that a per-record job never needs.
         mode = spark.sparkContext.getConf().get("spark.submit.deployMode", "client")
         check_deploy_mode(config, str(mode))
-        # The lease is this process's already (take_job_lease): the spout takes none.
-        driver = build_driver(
-            config,
-            process,
-            spark=spark,
-            metrics=metrics,
-            job_lease=False,
-            planners=early.planners if early is not None else None,
-        )
+        # The lease is this process's already (take_job_lease): the reader takes none.
+        driver = build_driver(config, process, spark=spark, metrics=metrics, job_lease=False)
     except KinesisSpoutError as exc:
         print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
         spark.stop()
@@ -257,8 +221,6 @@ def _run_spark(
     driver.startup = times
     lease.on_lost = lambda: driver.request_stop("job lease lost")
     stop.append(driver.request_stop)
-    shipped.result()  # the executors have the process file before the first micro-batch
-    times.mark("process file")
     return run_driver(driver, spark)
 
 
@@ -289,62 +251,17 @@ def run_driver(driver: ExecutorDriver, spark: Any) -> int:
     return code
 
 
-def start_spark(
-    config: SpoutConfig, process: str, times: StartupTimes, early: EarlyReader | None = None
-) -> tuple[Any, Future[None]]:
-    """The SparkSession, started with everything that can overlap it: the driver's imports
-    meanwhile, then ``early`` opened (the stream and its shards' iterators; else a Kinesis
-    client made, :func:`warm_client`), and (executor reads) the user's file shipped and the
-    executors' Python workers started in a thread; the future is done once the file is
-    shipped (its result raises what shipping it raised)."""
+def start_spark(config: SpoutConfig, process: str, times: StartupTimes) -> Any:
+    """The SparkSession, with the user's processing file shipped to the executors."""
     from pyspark.sql import SparkSession
 
-    from kinesis_spout.spark.launch.startup import (
-        first_jvm_call,
-        import_in_background,
-        quiet_accumulator_errors,
-        warm_executors,
-    )
-
     times.mark("spark imports")
-    first_jvm_call()
-    times.mark("spark conf")
-    imports = import_in_background(
-        "kinesis_spout.spark.launch.build",
-        *DRIVER_MODULES,
-        then=early.open if early is not None else lambda: warm_client(config),
-    )
     spark = SparkSession.builder.appName(f"kinesis-spout {config.job_name}").getOrCreate()
-    quiet_accumulator_errors(spark)
     times.mark("spark session")
     spec_file = process.rpartition(":")[0]
-
-    def ship_process_file() -> None:
-        if spec_file.endswith(".py"):
-            spark.sparkContext.addPyFile(str(Path(spec_file).resolve()))
-
-    from kinesis_spout.spark.read.plan import ReadSettings
-
-    shipped = warm_executors(
-        spark, ReadSettings.of(config), EXECUTOR_MODULES, before=ship_process_file
-    )
-    imports.join()
-    return spark, shipped
-
-
-def warm_client(config: SpoutConfig) -> None:
-    """Make a Kinesis client as the spout will (then dropped): the first client of a
-    process loads botocore's service model (about 0.1 s), which the spout's own client
-    then finds loaded, so opening the stream does not wait for it."""
-    from kinesis_spout.kinesis.client import make_client
-
-    make_client(config.endpoint_url, config.region, profile=config.profile)
-
-
-DRIVER_MODULES = ("kinesis_spout.spark.launch.deploy", "kinesis_spout.kinesis.client", "boto3")
-"""What the driver imports while its SparkSession is created (with the build module)."""
-EXECUTOR_MODULES = ("kinesis_spout.spark.read.task", "kinesis_spout.spark.read.frames")
-"""What a read task imports: the warm-up job imports them in every Python worker."""
+    if spec_file.endswith(".py"):
+        spark.sparkContext.addPyFile(str(Path(spec_file).resolve()))
+    return spark
 
 
 def _stop_on_signals(request_stop: Callable[[str], None]) -> None:

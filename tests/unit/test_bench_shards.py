@@ -108,17 +108,15 @@ def test_shard_counts_are_sorted_and_checked() -> None:
             spark_shards.shard_counts(bad)
 
 
-def test_the_warm_up_job_is_not_counted_as_a_micro_batch_job(tmp_path: Path) -> None:
+def test_every_spark_job_start_in_the_event_logs_is_counted(tmp_path: Path) -> None:
     start = '{"Event":"SparkListenerJobStart","Job ID":%d,"Properties":{%s}}'
     lines = [
-        start % (0, '"spark.jobGroup.id":"kinesis-spout-warm-up"'),
         start % (1, '"spark.jobGroup.id":"kinesis-spout-abc-1"'),
         start % (2, ""),
         '{"Event":"SparkListenerJobEnd","Job ID":1}',
     ]
     (tmp_path / "app").write_text("\n".join(lines) + "\n")
     assert job_runs.count_job_starts(tmp_path) == 2
-    assert job_runs.count_job_starts(tmp_path, skip_group="none") == 3
 
 
 def test_the_median_run_gives_a_shard_count_s_figures() -> None:

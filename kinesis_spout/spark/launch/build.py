@@ -39,7 +39,6 @@ def build_driver(
     rng: random.Random | None = None,
     metrics: MetricsCollector | None = None,
     job_lease: bool = True,
-    planners: StreamPlanners | None = None,
 ) -> ExecutorDriver:
     """A ready micro-batch loop (not started) for every processing style.
 
@@ -49,8 +48,6 @@ def build_driver(
     ``metrics``: where the reader and the loop report (the job passes its endpoint's);
     None: the reader's own (its endpoint with ``metrics_port``, else none).
     ``job_lease``: the reader takes the job lease on open (``job.py``, holding it: False).
-    ``planners``: the planners over a reader opened already (``job.py`` opens it while
-    the session starts); None: made here.
     """
     from kinesis_spout.spark.process.runner import uncompressed_caches
     from kinesis_spout.spark.processing import as_processor, load_processor
@@ -65,7 +62,7 @@ def build_driver(
         # Only transforms and fan-outs cache. A per-record job never touches the SQL
         # session state.
         uncompressed_caches(spark)
-    planners = planners or _executor_planners(config, clock, rng, metrics, job_lease)
+    planners = _executor_planners(config, clock, rng, metrics, job_lease)
     return _executor_driver(config, spark, processor, planners, clock, sleep, progress, metrics)
 
 

@@ -1,49 +1,26 @@
-"""Executor reads for the DataFrame styles: a transform or a fan-out over what the
-read tasks read, with only statuses, failed payloads and read ends at the driver.
+"""The DataFrame styles (a transform, a fan-out) over what the read tasks read, with only
+statuses, failed payloads and read ends at the driver.
 
 A micro-batch of these styles is **one Spark job** while records flow:
 
-1. **Read** (:mod:`~kinesis_spout.spark.read.stage`): the read tasks read their
-   shards and record each read's end (first writer wins) before returning any
-   record, so a partition Spark computes again has the same records. Their
-   output is persisted on the executors. Each plan's rows are numbered from a base
-   the driver gave it beforehand (:class:`RowSpace`: as many rows as the plan may
-   read), and for a fan-out each row's root id is a random first id plus the row
-   (the derived ids mix it, :mod:`~kinesis_spout.spark.process.fanout`), so no
-   driver round trip sits between the read and the processing.
-2. **Process**: the records become a DataFrame on the executors, and the user's
-   transform runs on it exactly as with driver reads
-   (:meth:`~kinesis_spout.spark.process.runner.SparkRunner.run_frame`). A fan-out's
-   ``emit`` has already run in the read task, on the records it read
-   (:mod:`~kinesis_spout.spark.read.stage`), so its sinks and trees go on from
-   the read's rows
-   (:meth:`~kinesis_spout.spark.process.runner.SparkRunner.run_emitted`). A
-   configured ``sink`` is written by the executors. The statuses come back **with
-   the read ends** (a union, in the same Spark job), and the driver renumbers the
-   rows read ``0..n-1`` (:meth:`~kinesis_spout.spark.read.rows.RowSpace.dense`). A
-   fan-out whose sinks all wrote everything has no such job: its read tasks report
-   their emit rows and ends with their task results
-   (:mod:`~kinesis_spout.spark.read.reports`).
-3. **Failed payloads**: only when records failed, their payloads are taken from
-   the persisted reads (a small Spark job), or from the reports of a fan-out settled
-   from them.
-
-A fan-out with one sink does not persist its reads, while its micro-batches settle from
-their reports with their reads computed once: the sink's job is the one Spark job that
-reads them (a statuses' job, should one be needed, reads them again, and the next
-micro-batch is cached).
+1. **Read** (:mod:`~kinesis_spout.spark.read.stage`): the read tasks read their shards
+   and record each read's end (first writer wins) before returning any record, so a
+   partition Spark computes again has the same records. Their output is persisted on
+   the executors. Each plan's rows are numbered from a base the driver gave it
+   beforehand (:class:`RowSpace`), and for a fan-out each row's root id is a random
+   first id plus the row, so no driver round trip sits between the read and the
+   processing. A fan-out's ``emit`` runs in the read task, on the records it read.
+2. **Process**: the records become a DataFrame on the executors and the user's
+   transform runs on it (:meth:`~kinesis_spout.spark.process.runner.SparkRunner.run_frame`),
+   or a fan-out's sinks run on its derived records and its trees are settled where they
+   are (:meth:`~kinesis_spout.spark.process.runner.SparkRunner.run_emitted`). The
+   statuses come back **with the read ends** (a union, in the same Spark job).
+3. **Failed payloads**: only when records failed, their payloads are taken from the
+   persisted reads (a small Spark job).
 
 When every shard of the batch was at its tip with nothing read last time (an idle
-poll), the read ends are collected first, alone, and nothing is processed if
-nothing was read: no user code and no sink write for an empty batch.
-
-A fan-out's trees are complete when the micro-batch's sinks have answered: they
-are settled in the statuses' Spark job (:mod:`~kinesis_spout.spark.process.settle`, the
-edges XORed per root on the executors), and a tree not complete then (a derived
-record lost) fails its source record.
-A job that fails as a whole is isolated by :class:`~kinesis_spout.spark.read.jobs.ReadJobs`
-as with per-record functions; each of its re-runs is a Spark job of its own
-with its own recorded ends.
+poll), the read ends are collected first, alone, and nothing is processed if nothing
+was read: no user code and no sink write for an empty batch.
 """
 
 from __future__ import annotations
@@ -69,24 +46,19 @@ from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor, 
 from kinesis_spout.spark.read.keys import JobKeys
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.recorded import RecordTo
-from kinesis_spout.spark.read.reports import EmitReports, Reported, Reporter
 from kinesis_spout.spark.read.rows import RowSpace, split_tasks
 from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, PLAN, ReadEmitter, frame_reader
 
 log = logging.getLogger(__name__)
 
-RECOMPUTED = (
-    "emit answered otherwise when Spark computed the micro-batch's reads again (uncached): "
-    "every record of the micro-batch fails rather than risk an ack"
-)
 _END = "_end"
 """Marks the read ends among the statuses collected with them (:class:`_Collect`)."""
 
 
 class _Collect:
-    """The statuses' :data:`~kinesis_spout.spark.process.runner.Collect` of executor
-    reads: their rows renumbered ``0..n-1`` (:meth:`RowSpace.dense`); with ``ends`` (made
-    only if a statuses' job runs), the read ends come back in the same Spark job."""
+    """The statuses' :data:`~kinesis_spout.spark.process.runner.Collect`: their rows
+    renumbered ``0..n-1`` (:meth:`RowSpace.dense`); with ``ends``, the read ends come back
+    in the same Spark job."""
 
     def __init__(
         self,
@@ -94,31 +66,13 @@ class _Collect:
         ends: Callable[[], Any] | None,
         exprs: Exprs,
         results: list[ReadResult] | None = None,
-        reports: Callable[[], Reported | None] | None = None,
     ) -> None:
         self.space = space
         self.ends = ends
         self.results: list[ReadResult] = results or []
         self.exprs = exprs
-        self.reports = reports
-        """A fan-out's reports of the job (:mod:`~kinesis_spout.spark.read.reports`)."""
         self.jobs = 0
-        """Spark jobs run to collect: 1 once a statuses' job ran, 0 while none did."""
-        self.used: Reported | None = None
-        """The reports the statuses were settled from (None: the statuses' job's)."""
-
-    def reported(self) -> tuple[pa.Table, int, int] | None:
-        """The emit rows' partials the read tasks reported, numbered as :meth:`__call__`
-        numbers the statuses; None when they are not whole (or there are none). With
-        the ends still to collect, the reports' ends are this job's results."""
-        got = self.reports() if self.reports is not None else None
-        if got is None:
-            return None
-        self.used = got
-        if self.ends is not None:
-            self.results = got.results
-        table, n = self.space.dense(got.partials, self.results)
-        return table, 0, n
+        """Spark jobs run to collect: 1 once a statuses' job ran."""
 
     def __call__(self, frame: Any) -> tuple[pa.Table, int, int]:
         self.jobs = 1
@@ -163,12 +117,6 @@ class FrameJobs:
         self._forgetting = threading.Lock()
         """One floor raise at a time: the stores' floors then only go up."""
         self._schema: Any = None
-        self.reports = EmitReports(spark) if self.fan_out else None
-        """What a fan-out's read tasks report (:mod:`~kinesis_spout.spark.read.reports`)."""
-        self._once = True
-        """No micro-batch of this fan-out yet, or the last one settled from its reports,
-        its reads computed once: with one sink, the next one's reads are not cached (its
-        sink's job is the one Spark job that reads them)."""
         self._caught_up: set[tuple[str, str]] = set()
         """Shards (stream, shard) whose last read was at their tip and read nothing."""
 
@@ -183,19 +131,15 @@ class FrameJobs:
         stage = None
         try:  # from the key on: whatever fails, the key ends (else it holds the floor)
             space = RowSpace(plans)
-            flowing = self._flowing(plans)
-            reporter = self.reports.open(key, ends=flowing) if self.reports else None
-            emitter = self._emitter(reporter)
+            emitter = self._emitter()
             to = self.ends(run, key)
             reader = frame_reader(split_tasks(plans, tasks), settings, to, space.bases, emitter)
             struct = self._struct(emitter)
             stage = self.spark.range(0, tasks, 1, tasks).mapInArrow(reader, struct)
-            uncached = flowing and self._once and self.runner.n_sinks == 1
-            if not uncached:
-                stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
-            got = _Collect(space, None, self.exprs, reports=self._reported(key, tasks))
-            if flowing:
-                results, jobs = self._in_one(stage, key, got, uncached)
+            stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
+            got = _Collect(space, None, self.exprs)
+            if self._flowing(plans):
+                results, jobs = self._in_one(stage, key, got)
             else:
                 results, jobs = self._in_two(stage, key, got)
             self.keys.if_running(key, lambda: self._note_tips(results))  # not if given up
@@ -203,8 +147,6 @@ class FrameJobs:
         finally:
             if stage is not None:
                 stage.unpersist()
-            if self.reports is not None:
-                self.reports.close(key)
             self.keys.end(key)
             self._forget(run)
 
@@ -249,22 +191,11 @@ class FrameJobs:
             else:
                 self._caught_up.discard(key)
 
-    def _in_one(
-        self, stage: Any, key: int, got: _Collect, uncached: bool
-    ) -> tuple[list[ReadResult], int]:
-        """Read and process in one Spark job: the read ends come back with the statuses
-        (or in the read tasks' reports).
-
-        Reads not cached (``uncached``) that a statuses' job read again: should ``emit``
-        have answered otherwise there than for the sink (the reports of a task differ),
-        the sink's statuses may be of derived records that job did not make, so every
-        record of the micro-batch fails (and is retried) rather than risk an ack."""
+    def _in_one(self, stage: Any, key: int, got: _Collect) -> tuple[list[ReadResult], int]:
+        """Read and process in one Spark job: the read ends come back with the statuses."""
         got.ends = lambda: self._ends(stage)
         st = self._process(key, stage, got)
-        if uncached and got.used is None and self.reports and self.reports.differ(key):
-            st = _all_failed(st, RECOMPUTED)
         results, fetched = self._settle(stage, got, st)
-        self._once = got.used is not None and not got.used.again and not fetched
         return results, got.jobs + self.runner.n_sinks + fetched
 
     def _in_two(self, stage: Any, key: int, got: _Collect) -> tuple[list[ReadResult], int]:
@@ -277,13 +208,6 @@ class FrameJobs:
         st = self._process(key, stage, got)
         results, fetched = self._settle(stage, got, st)
         return results, 1 + got.jobs + self.runner.n_sinks + fetched
-
-    def _reported(self, key: int, tasks: int) -> Callable[[], Reported | None] | None:
-        """Job ``key``'s reports, whole, from its ``tasks`` read tasks (a fan-out's)."""
-        reports = self.reports
-        if reports is None:
-            return None
-        return lambda: reports.take(key, tasks)
 
     def _ends(self, stage: Any) -> Any:
         """The read ends' rows of the stage (task number and pickled result)."""
@@ -303,42 +227,32 @@ class FrameJobs:
         x = self.exprs
         read = stage.where(x.get("records", lambda: F.col(META).isNull()))
         if self.fan_out:
-            return self.runner.run_emitted(key, read, got, got.reported).statuses
+            return self.runner.run_emitted(key, read, got).statuses
         frame = read.select(*x.columns(*DATA_COLUMNS, ROW))
         return self.runner.run_frame(key, frame, got).statuses
 
-    def _emitter(self, reporter: Reporter | None) -> ReadEmitter | None:
+    def _emitter(self) -> ReadEmitter | None:
         """A fan-out's ``emit`` for this micro-batch's read tasks, its roots from a fresh
-        random first id, its tasks reporting to ``reporter`` (None for a transform)."""
+        random first id (None for a transform)."""
         p = self.runner.processor
         if not isinstance(p, FanOutProcessor):
             return None
         first = random.getrandbits(62)  # the rows' roots: first + row (ids mix them)
         derived = self.runner.fan_out_schema()
-        return ReadEmitter(p.emit, derived, self.runner.n_sinks, first, reporter)
+        return ReadEmitter(p.emit, derived, self.runner.n_sinks, first)
 
     def _settle(self, stage: Any, got: _Collect, st: Statuses) -> tuple[list[ReadResult], int]:
         """The statuses (rows ``0..n-1``, plan by plan) into the plans' results, in plan
-        order; the payloads of the failed records from the reports they were settled
-        from, or else from the reads (persisted, or read again). The second value counts
-        the Spark jobs that took: 1 when records failed that the reports do not hold."""
+        order, and the payloads of the failed records from the persisted reads. The second
+        value counts the Spark jobs that took: 1 when records failed."""
         space = got.space
         ordered, dense = space.order(got.results)
         failed_rows = [(r, st.errors.get(r, "failed")) for r in st.failed_rows.tolist()]
         failed = _place(ordered, dense, st.ok, failed_rows)
-        known = got.used.failed if got.used is not None else {}
-        picked: list[tuple[int, int, Record]] = []
-        left: dict[int, set[int]] = {}  # failed records the reports do not hold
-        for t, idx in failed.items():
-            for i in idx:
-                if (t, i) in known:
-                    picked.append((t, i, known[(t, i)]))
-                else:
-                    left.setdefault(t, set()).add(i)
-        if left:
-            picked += _failed_rows(stage, left, space.bases)
-        _fill_payloads(ordered, picked)
-        return ordered, 1 if left else 0
+        if not failed:
+            return ordered, 0
+        _fill_payloads(ordered, _failed_rows(stage, failed, space.bases))
+        return ordered, 1
 
     def _struct(self, emitter: ReadEmitter | None) -> Any:
         """The Spark schema of the read stage's rows (made once per job)."""

@@ -163,24 +163,6 @@ class ExecutorReadPlanner:
                     )
         return plans
 
-    def unopened(self) -> list[KinesisShardGetter]:
-        """The getters of the shards that may read now and have no open iterator (their
-        first read would open one), for :func:`~kinesis_spout.spark.read.opening.open_iterators`.
-        Empty with ``consumer = "efo"`` (the tasks subscribe)."""
-        if self.config.consumer == "efo":
-            return []
-        now = self._clock()
-        out = []
-        for sh in self._set.rotation:
-            getter = sh.reader.getter if sh.reader is not None else None
-            if (
-                isinstance(getter, KinesisShardGetter)
-                and getter.position.iterator is None
-                and self._readable(sh, now)
-            ):
-                out.append(getter)
-        return out
-
     @property
     def consumer_arn(self) -> str | None:
         """The ARN of the enhanced fan-out consumer (``consumer = "efo"``, once open)."""

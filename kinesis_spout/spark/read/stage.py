@@ -24,10 +24,6 @@ builds one ``mapInArrow`` fewer per micro-batch. The rows
   and one list column per derived field, ``_d_`` before its name);
 * a plan's end, as in every read.
 
-With a reporter (:mod:`~kinesis_spout.spark.read.reports`), a fan-out's task also
-reports its emit rows' partials and its plans' ends once Spark has taken all its rows,
-so the driver can settle without a statuses' Spark job.
-
 A partition Spark computes again reads the same records (the recorded read ends),
 gets the same roots from the same rows, and so the same derived ids.
 """
@@ -47,7 +43,6 @@ from kinesis_spout.spark.process.fanout import emit_records, stage_schema
 from kinesis_spout.spark.processing import EmitFunction
 from kinesis_spout.spark.read.plan import ReadPlan, ReadSettings
 from kinesis_spout.spark.read.recorded import KeptRead, RecordTo, read_recorded
-from kinesis_spout.spark.read.reports import Reporter, TaskReport
 
 PLAN = "_plan"
 """The task number of the plan a row was read for."""
@@ -67,12 +62,10 @@ def stage_batches(
     tasks: list[ReadPlan],
     bases: dict[int, int],
     emitter: ReadEmitter | None = None,
-    report: TaskReport | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """A task's reads as rows of :data:`FRAME_SCHEMA`: each plan's records (``_row``
     from the plan's base on), then its end. With ``emitter`` (a fan-out), its rows
-    instead: the records with their emit statuses, their derived records, the end;
-    with ``report`` too, the emit rows' partials and the ends go into it."""
+    instead: the records with their emit statuses, their derived records, the end."""
     sizes = {p.task: p.size for p in tasks}
     schema = FRAME_SCHEMA if emitter is None else emitter.schema
     for res, records in kept:
@@ -93,15 +86,9 @@ def stage_batches(
             if emitter is None:
                 yield from table.to_batches()
             else:
-                batch = emitter(table, records)
-                if report is not None:
-                    report.add(res, table, batch)
-                yield batch
+                yield emitter(table, records)
         end: dict[str, list[Any]] = {name: [None] for name in schema.names}
-        meta = pickle.dumps(res)
-        if report is not None:
-            report.ends.append(meta)
-        end[PLAN], end[META] = [res.task], [meta]
+        end[PLAN], end[META] = [res.task], [pickle.dumps(res)]
         yield pa.RecordBatch.from_pydict(end, schema=schema)
 
 
@@ -115,18 +102,13 @@ def frame_reader(
     """The ``mapInArrow`` body over ``spark.range(len(tasks))``: task ``i`` reads
     ``tasks[i]`` (:func:`~kinesis_spout.spark.read.recorded.read_recorded`); a plan's
     rows are numbered from its base in ``bases`` (by task number). A fan-out's
-    ``emitter`` runs its ``emit`` on the records read (:class:`ReadEmitter`) and, with a
-    reporter, reports each task's emit rows once they are all returned."""
+    ``emitter`` runs its ``emit`` on the records read (:class:`ReadEmitter`)."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for i in batch.column(0).to_pylist():
                 kept = read_recorded(tasks[i], settings, to)
-                reporter = emitter.reporter if emitter is not None else None
-                report = TaskReport() if reporter is not None else None
-                yield from stage_batches(kept, tasks[i], bases, emitter, report)
-                if reporter is not None and report is not None:
-                    reporter.report(i, report)  # all its rows taken: whole
+                yield from stage_batches(kept, tasks[i], bases, emitter)
 
     return run
 
@@ -140,15 +122,12 @@ class ReadEmitter:
         derived: pa.Schema,
         n_sinks: int,
         first_root: int,
-        reporter: Reporter | None = None,
     ) -> None:
         self.emit = emit
         self.derived = derived
         self.n_sinks = n_sinks
         self.first_root = first_root
         """The root id of row 0; row ``r``'s is ``first_root + r`` (below 2**63)."""
-        self.reporter = reporter
-        """Where each task reports its emit rows (None: it does not)."""
         seen = set(FRAME_SCHEMA.names)
         self.schema = pa.schema(
             [*FRAME_SCHEMA, *(f for f in stage_schema(derived) if f.name not in seen)]

@@ -24,7 +24,6 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import replace
 
 from kinesis_spout.errors import StreamNotFoundError
-from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.multistream import MultiStreamSpout
 from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings, StreamTarget
 from kinesis_spout.spark.read.planner import ExecutorReadPlanner
@@ -114,11 +113,6 @@ class StreamPlanners:
                 continue
             plans.extend(replace(p, stream=name) for p in planned)
         return plans
-
-    def unopened(self) -> list[KinesisShardGetter]:
-        """Every stream's getters without an iterator that may read now
-        (:meth:`ExecutorReadPlanner.unopened`)."""
-        return [g for planner in self.planners.values() for g in planner.unopened()]
 
     def wake_in(self, busy: Collection[ShardKey] = ()) -> float:
         """Seconds until some stream may have a task (0: plan now)."""
