@@ -107,11 +107,24 @@ def load_config(
     if path is None and env.get(ENV_PREFIX + "CONFIG"):
         path = env[ENV_PREFIX + "CONFIG"]
     if path is not None:
-        values.update(read_toml(path))
-    values.update(env_values(env))
+        _apply(values, read_toml(path))
+    _apply(values, env_values(env))
     if overrides:
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        _apply(values, {k: v for k, v in overrides.items() if v is not None})
     return SpoutConfig(**coerce_values(values))
+
+
+_STREAM_KEYS = ("stream_name", "streams")
+
+
+def _apply(values: dict[str, Any], layer: Mapping[str, Any]) -> None:
+    """``layer``'s values over ``values``; a layer that names a stream (``stream_name`` or
+    ``streams``) replaces both keys of the layers below: ``--stream payments`` reads
+    ``payments`` whatever the file's ``stream_name`` and ``streams`` say."""
+    if any(k in layer for k in _STREAM_KEYS):
+        for k in _STREAM_KEYS:
+            values.pop(k, None)
+    values.update(layer)
 
 
 # Fields whose flag the commands define themselves (with their own help text).
@@ -177,7 +190,11 @@ def add_config_arguments(
                 metavar="NAME|ARN",
                 action="append",
                 default=absent,
-                help=doc + (" (--stream once per stream)" if fields is None else ""),
+                help=(
+                    doc + " (--stream once per stream)"
+                    if fields is None
+                    else "this stream only (repeatable; default: all)"
+                ),
             )
             continue
         doc += _default_text(f)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kinesis_spout.checkpoint.resets import pinned_start
 from kinesis_spout.status.collect import age
 from kinesis_spout.status.model import (
     JobLeaseStatus,
@@ -39,7 +40,7 @@ def _checkpoint(row: ShardStatus) -> str:
     if cp.sequence_number is None:
         if cp.shard_end:
             return "shard end"
-        return f"start at {cp.start_at.isoformat() if cp.start_at else '?'}"
+        return f"start at {pinned_start(cp)}"
     text = f"{cp.sequence_number}:{cp.sub_sequence_number}"
     return text + " (shard end)" if cp.shard_end else text
 
@@ -81,7 +82,7 @@ def _grid(rows: Sequence[tuple[str, ...]]) -> list[str]:
 
 def _job_lease(lease: JobLeaseStatus, report: StatusReport) -> str:
     if lease.state is LeaseState.FREE:
-        return f"job lease: free (no reader of job {report.job!r} is running) [{lease.where}]"
+        return f"job lease: free, no reader running [{lease.where}]"
     since = ""
     if lease.since is not None:
         held = duration(age(report.generated_at, lease.since))
