@@ -253,7 +253,7 @@ def _exit_status(exc: KinesisSpoutError) -> int:
 
     if isinstance(exc, ConfigError):
         return EXIT_BAD_INPUT
-    if isinstance(exc, JobLeaseHeldError):
+    if isinstance(exc, JobLeaseHeldError) or getattr(exc, "job_running", False):
         return EXIT_RUNNING
     return EXIT_FAILED
 

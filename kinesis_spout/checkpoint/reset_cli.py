@@ -40,7 +40,9 @@ _SEQUENCE = re.compile(r"(\d{1,40})(?::(\d{1,10}))?")
 
 
 class ResetRefusedError(KinesisSpoutError):
-    """A reader of the job runs, or the shards to reset are not known."""
+    """A reader of the job runs (the command exits 3, as for a job lease held)."""
+
+    job_running = True
 
 
 def add_reset_arguments(parser: argparse.ArgumentParser) -> None:
@@ -213,7 +215,9 @@ def cmd_reset(args: argparse.Namespace) -> int:
                 stored = store.load(stream)
                 for shard in shards_to_reset(one, args, stored):
                     new = store.reset(stream, shard, target(args, stream, shard, now))
-                    rows.append((stream, shard, describe(stored.get(shard)), "->", describe(new)))
+                    rows.append(
+                        (stream, shard, f"{describe(stored.get(shard))} -> {describe(new)}")
+                    )
     finally:
         store.close()
     if rows:

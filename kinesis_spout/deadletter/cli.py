@@ -274,7 +274,7 @@ def check_stream(client: Any, stream: str) -> None:
     try:
         KinesisApi(client, stream).check_stream()
     except KinesisSpoutError as exc:
-        raise DeadLetterCommandError(f"redrive: {exc}") from None
+        raise DeadLetterCommandError(str(exc)) from None
 
 
 def put_entries(
@@ -295,7 +295,7 @@ def put_entries(
         pending = _put_batch(client, stream, entries[i : i + batch], sleep, record)
         if pending:
             raise DeadLetterCommandError(
-                f"redrive: stream {stream!r} refused {pending} records "
+                f"stream {stream!r} refused {pending} records "
                 f"{PUT_ATTEMPTS} times; run it again to put what is left"
             )
         done = min(i + batch, len(entries))
@@ -354,7 +354,7 @@ def _put(client: Any, stream: str, entries: list[dict[str, Any]]) -> list[dict[s
             f"PutRecords {stream}", client.put_records, StreamName=stream, Records=records
         )
     except KinesisSpoutError as exc:
-        raise DeadLetterCommandError(f"redrive: {exc}; run it again to put what is left") from None
+        raise DeadLetterCommandError(f"{exc}; run it again to put what is left") from None
     results: list[dict[str, Any]] = resp["Records"]
     return results
 

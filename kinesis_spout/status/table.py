@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from kinesis_spout.checkpoint.resets import pinned_start
 from kinesis_spout.status.collect import age
+from kinesis_spout.words import plural
 from kinesis_spout.status.model import (
     JobLeaseStatus,
     LeaseState,
@@ -75,6 +76,19 @@ def shard_cells(row: ShardStatus) -> tuple[str, ...]:
     )
 
 
+_LEASE_COLUMNS = (COLUMNS.index("OWNER"), COLUMNS.index("LEASE"))
+
+
+def _rows(report: StatusReport) -> list[tuple[str, ...]]:
+    """The header and shard rows; without OWNER and LEASE when no worker holds shard
+    leases (a ``file://`` store, or the Spark job's: the job-lease holder reads every
+    shard), so the table fits 80 columns."""
+    rows = [COLUMNS, *(shard_cells(r) for r in report.shards)]
+    if report.workers or any(r.lease is not None for r in report.shards):
+        return rows
+    return [tuple(c for i, c in enumerate(row) if i not in _LEASE_COLUMNS) for row in rows]
+
+
 def _grid(rows: Sequence[tuple[str, ...]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
@@ -103,11 +117,12 @@ def _workers(workers: tuple[WorkerInfo, ...] | None) -> list[str]:
 def _totals(report: StatusReport) -> str:
     s = report.summary
     states = ", ".join(f"{n} {p}" for p, n in s.by_phase if n)
-    parts = [f"{s.shards} shards ({states or 'none'})", f"{s.checkpoints} with a checkpoint"]
+    parts = [f"{plural(s.shards, 'shard')} ({states or 'none'})"]
+    parts.append(f"{s.checkpoints} with a checkpoint")
     if s.max_millis_behind_latest is not None:
         parts.append(f"{s.pending} with records waiting")
     if s.dead_letters is not None:
-        parts.append(f"{s.dead_letters} dead letters")
+        parts.append(plural(s.dead_letters, "dead letter"))
     if s.unowned:
         parts.append(f"no owner: {', '.join(s.unowned)}")
     return "; ".join(parts)
@@ -123,7 +138,7 @@ def to_table(report: StatusReport) -> str:
         *_workers(report.workers),
         "",
     ]
-    rows = _grid([COLUMNS, *(shard_cells(r) for r in report.shards)])
+    rows = _grid(_rows(report))
     tail = ["", _totals(report)]
     tail += [f"note: {n}" for n in report.notes]
     tail += [f"problem: {p}" for p in report.problems]

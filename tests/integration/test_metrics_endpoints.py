@@ -336,7 +336,7 @@ def test_a_taken_port_stops_kinesis_spout_run_before_spark_submit(
     assert res.returncode == 2, res.stderr
     # The port is checked before spark-submit is even looked for.
     assert (
-        f"kinesis-spout: error: invalid config metrics_port={taken_port}: a free port: "
+        f"kinesis-spout run: error: invalid config metrics_port={taken_port}: a free port: "
         f"127.0.0.1:{taken_port} is already in use"
     ) in res.stderr
     assert "spark-submit" not in res.stderr
@@ -381,5 +381,5 @@ def test_an_invalid_metrics_setting_is_refused_naming_the_field(
         env=job_environment(),
     )
     assert res.returncode == 2, res.stderr
-    assert f"kinesis-spout: error: {message}" in res.stderr
+    assert f"kinesis-spout run: error: {message}" in res.stderr
     assert not (tmp_path / "checkpoints").exists()
