@@ -39,6 +39,8 @@ log = logging.getLogger("kinesis_spout")
 QUIET_LOGGERS = ("botocore", "boto3", "urllib3", "kazoo")
 """Libraries whose INFO lines only ``--verbose`` shows."""
 
+LOGGING_COMMANDS = frozenset({"run", "demo"})
+"""Commands whose INFO lines are shown without ``--verbose``: they run a job."""
 Handler = Callable[[argparse.Namespace], int]
 Adder = Callable[[argparse.ArgumentParser], None]
 STREAM_FIELDS = ("stream_name", "streams")
@@ -267,8 +269,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = getattr(args, "command_parser", parser)
         path = getattr(args, "command_path", "kinesis-spout")
         command.error(unknown_argument_error(parser, command, path, extras[0]))
+    # A one-shot command's output is its report; the job's (run, demo) is its log.
+    quiet = logging.INFO if args.command in LOGGING_COMMANDS else logging.WARNING
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose else quiet,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if not args.verbose:  # "Found credentials in environment variables." and the like

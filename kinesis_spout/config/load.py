@@ -63,11 +63,18 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 
 def did_you_mean(word: str, choices: Collection[str], prefix: str = "") -> str:
-    """``"; did you mean X?"`` for the closest of ``choices`` (difflib), else the whole list."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    """``"; did you mean X?"`` for the closest of ``choices`` (difflib; of equally close
+    ones, the one that shares the longest start with ``word``), else the whole list."""
+    close = difflib.get_close_matches(word, sorted(choices), n=5, cutoff=0.6)
     if close:
-        return f"; did you mean {prefix}{close[0]}?"
+        best = difflib.SequenceMatcher(None, word, close[0]).ratio()
+        ties = [c for c in close if difflib.SequenceMatcher(None, word, c).ratio() == best]
+        return f"; did you mean {prefix}{max(ties, key=lambda c: _shared_start(word, c))}?"
     return f"; known: {', '.join(prefix + c for c in sorted(choices))}"
+
+
+def _shared_start(a: str, b: str) -> int:
+    return len(os.path.commonprefix([a, b]))
 
 
 # KINESIS_SPOUT_CONFIG names the file; the others are read by scripts/ and kinesis_spout.testing.

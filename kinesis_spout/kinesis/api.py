@@ -23,6 +23,7 @@ from botocore.exceptions import (
     ConnectTimeoutError,
     EndpointConnectionError,
     NoCredentialsError,
+    PartialCredentialsError,
     ReadTimeoutError,
 )
 
@@ -40,6 +41,7 @@ from kinesis_spout.errors import (
 )
 from kinesis_spout.kinesis.aggregation import MAGIC, deaggregate
 from kinesis_spout.records import Record, ShardInfo
+from kinesis_spout.words import one_line
 from tracker import SequenceKey
 
 log = logging.getLogger(__name__)
@@ -109,6 +111,7 @@ def translate(exc: Exception, what: str) -> Exception:
         if code.isdigit() and "<Code>" in msg:
             # An XML error body (some emulators and gateways): botocore leaves the code unparsed.
             code, msg = _xml_error(msg, code)
+        msg = one_line(msg, 200)  # an HTML error page: its first line
         if code == "ResourceNotFoundException":
             return StreamNotFoundError(f"{what}: {msg}")
         if code == "ResourceInUseException":
@@ -124,6 +127,8 @@ def translate(exc: Exception, what: str) -> Exception:
         return KinesisError(f"{what}: {code}: {msg}")
     if isinstance(exc, NoCredentialsError):
         return CredentialsError(f"{what}: no AWS credentials found ({exc})")
+    if isinstance(exc, PartialCredentialsError):
+        return incomplete_credentials(exc)
     if isinstance(exc, EndpointConnectionError | ConnectTimeoutError):
         return EndpointUnreachableError(f"{what}: endpoint unreachable: {exc}")
     if isinstance(exc, ConnectionClosedError | ReadTimeoutError):
@@ -131,6 +136,16 @@ def translate(exc: Exception, what: str) -> Exception:
     if isinstance(exc, BotoCoreError):
         return TransientKinesisError(f"{what}: {type(exc).__name__}: {exc}")
     return exc
+
+
+def incomplete_credentials(exc: PartialCredentialsError) -> CredentialsError:
+    """One line for botocore's partial credentials (a key id without its secret)."""
+    missing, where = exc.kwargs.get("cred_var", "?"), exc.kwargs.get("provider", "?")
+    said = "the environment" if where == "env" else where
+    return CredentialsError(
+        f"AWS credentials incomplete: {missing} is missing from {said} "
+        "(set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither to use a profile)"
+    )
 
 
 class KinesisApi:
