@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 from kinesis_spout.checkpoint.resets import pinned_start
 from kinesis_spout.status.collect import age
-from kinesis_spout.words import plural
 from kinesis_spout.status.model import (
     JobLeaseStatus,
     LeaseState,
@@ -14,6 +13,7 @@ from kinesis_spout.status.model import (
     StatusReport,
     WorkerInfo,
 )
+from kinesis_spout.words import plural
 
 COLUMNS = ("SHARD", "STATE", "OWNER", "LEASE", "SAVED", "BEHIND", "OLDEST", "DEAD", "CHECKPOINT")
 
