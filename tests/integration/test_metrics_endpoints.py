@@ -22,9 +22,11 @@ from typing import Any
 
 import pytest
 
+from devkit.holders import start_lease_holder
 from devkit.scrape import Scrape, scrape, wait_for_scrape
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.coordination.worker import run_worker
+from kinesis_spout.coordination.joblease import JobLeaseHeldError
 from kinesis_spout.errors import ConfigError
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.multilang.coordinated import CoordinatedSpout
@@ -210,7 +212,54 @@ def test_a_taken_port_fails_the_spout_before_it_reads_anything(
         "by another process (pick another metrics_port, or leave it unset)"
     )
     assert info.value.field == "metrics_port"
-    assert not (tmp_path / "checkpoints").exists()
+    left = [p for p in (tmp_path / "checkpoints").rglob("*") if p.is_file()]
+    assert [(p.name, p.stat().st_size) for p in left] == [(".job.lock", 0)]  # released
+
+
+def test_a_second_copy_of_a_running_spout_is_named_by_its_lease_not_its_port(
+    moto_server: MotoServer, unique_name: str, tmp_path: Path
+) -> None:
+    """The first copy holds the job lease and the port: the second one's error is the
+    lease's (it once was the port's, hiding the cause), naming the config key to wait."""
+    cfg = spout_config(moto_server, unique_name, tmp_path)
+    holder = start_lease_holder(cfg.checkpoint_store, cfg.job_name)
+    try:
+        with listening() as port:
+            with pytest.raises(JobLeaseHeldError) as info:
+                KinesisSpout(cfg.replace(metrics_port=port)).open()
+            said = str(info.value)
+            assert said.startswith(f"job {unique_name!r} is already running (lease "), said
+            assert said.endswith("stop it, or set wait_for_lease = true to take over when it ends")
+            res = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "kinesis_spout.cli",
+                    "run",
+                    "--config",
+                    str(
+                        job_toml(
+                            tmp_path,
+                            unique_name,
+                            moto_server.endpoint_url,
+                            f'job_name = "{unique_name}"\nmetrics_port = {port}\n',
+                        )
+                    ),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=job_environment(),
+            )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert res.returncode == 3, res.stderr
+    first = res.stderr.splitlines()[0]
+    assert first.startswith(
+        f"kinesis-spout run: error: job {unique_name!r} is already running (lease "
+    ), res.stderr
+    assert first.endswith("stop it, or pass --wait-for-lease to take over when it ends")
 
 
 def test_a_storm_task_that_cannot_reach_zookeeper_lets_its_metrics_port_go(
