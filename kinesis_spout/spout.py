@@ -178,6 +178,7 @@ class KinesisSpout:
             self._close_own()
             raise
         now = self.clock()
+        self._committer.opened(self.shard_set.shards.values(), now)
         self.next_checkpoint_at = now + cfg.checkpoint_interval
         self.shard_set.refresh_at = now + cfg.shard_refresh_interval
         self.shard_set.lineage_at = now + cfg.checkpoint_interval

@@ -83,7 +83,7 @@ def test_the_multilang_process_serves_metrics_that_follow_storm_acks_and_fails(
     failed = second.sum("kinesis_spout_failures_total")
     assert (read, retried, failed) == (34, 1, 2)
     assert len(second.by("shard", "kinesis_spout_records_read_total")) == 2
-    assert second.sum("kinesis_spout_get_records_seconds_count") > 0
+    assert second.sum("kinesis_spout_get_records_duration_seconds_count") > 0
 
     child.close_stdin()
     assert child.wait() == 0

@@ -104,7 +104,7 @@ def assert_matches_summary(s: Scrape, summary: JobSummary, shards: int) -> None:
     assert len(s.by("shard", READ)) == shards
     assert len(s.by("shard", "kinesis_spout_behind_latest_seconds")) == shards
     assert len(s.by("shard", "kinesis_spout_in_flight_records")) == shards
-    assert s.sum("kinesis_spout_get_records_seconds_count") >= shards
+    assert s.sum("kinesis_spout_get_records_duration_seconds_count") >= shards
     assert len(s.select("kinesis_spout_checkpoint_age_seconds")) == 1
 
 
