@@ -28,7 +28,7 @@ from prometheus_client import (
 from kinesis_spout.observability.names import SPECS, Kind, MetricSpec, fallback
 
 log = logging.getLogger(__name__)
-disable_created_metrics()  # no *_created series (see PrometheusMetrics)
+disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series
 
 GET_RECORDS_BUCKETS: tuple[float, ...] = (
     0.005,
