@@ -27,6 +27,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from kinesis_spout.aws import incomplete_credentials
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.errors import (
     CredentialsError,
@@ -136,16 +137,6 @@ def translate(exc: Exception, what: str) -> Exception:
     if isinstance(exc, BotoCoreError):
         return TransientKinesisError(f"{what}: {type(exc).__name__}: {exc}")
     return exc
-
-
-def incomplete_credentials(exc: PartialCredentialsError) -> CredentialsError:
-    """One line for botocore's partial credentials (a key id without its secret)."""
-    missing, where = exc.kwargs.get("cred_var", "?"), exc.kwargs.get("provider", "?")
-    said = "the environment" if where == "env" else where
-    return CredentialsError(
-        f"AWS credentials incomplete: {missing} is missing from {said} "
-        "(set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither to use a profile)"
-    )
 
 
 class KinesisApi:

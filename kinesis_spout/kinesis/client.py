@@ -52,7 +52,7 @@ def _has_credentials(session: boto3.session.Session) -> bool:
     try:
         return session.get_credentials() is not None
     except PartialCredentialsError as exc:  # a key id without its secret: one line
-        from kinesis_spout.kinesis.api import incomplete_credentials
+        from kinesis_spout.aws import incomplete_credentials
 
         raise incomplete_credentials(exc) from None
 
