@@ -166,3 +166,31 @@ def test_checkpoints_and_reset_cover_both_streams_and_stream_picks_one(
     code, out, _ = cli(job, "checkpoints", "--stream", a)
     assert [line.split()[:2] for line in out[1:-1]] == [[a, SHARD0]]
     assert out[-1] == f"1 checkpoint of job 'billing', stream '{a}'"
+
+
+def test_a_dry_run_with_nothing_to_do_says_so_and_checks_the_stream(job: dict[str, str]) -> None:
+    """``redrive --reason expired --dry-run`` with nothing to do printed nothing and did
+    not check that the stream it would put on exists."""
+    a = job["a"]
+    code, out, err = cli(
+        job, "dead-letters", "redrive", "--stream", a, "--reason", "expired", "--dry-run"
+    )
+    assert (code, out, err) == (0, [f"0 to re-drive from stream '{a}' onto '{a}'"], "")
+    code, out, err = cli(
+        job,
+        "dead-letters",
+        "redrive",
+        "--stream",
+        a,
+        "--reason",
+        "expired",
+        "--dry-run",
+        "--to-stream",
+        "nosuch",
+    )
+    assert (code, out) == (1, [])
+    first = err.splitlines()[0]
+    assert first.startswith(
+        "kinesis-spout dead-letters redrive: error: stream 'nosuch' not found at http://"
+    ), err
+    assert len(err.splitlines()) == 1
