@@ -152,3 +152,21 @@ def test_an_unreachable_zookeeper_is_one_line_and_exit_1_for_every_command(
         assert err.splitlines() == [
             f"kinesis-spout {command[0]}: error: ZooKeeper {url} not reachable within {within}s"
         ]
+
+
+def test_an_html_error_body_is_cut_to_its_first_line() -> None:
+    """A 500 with an HTML page (a region that does not exist, behind a proxy) once printed
+    the page's every line after the error."""
+    from botocore.exceptions import ClientError
+
+    from kinesis_spout.errors import TransientKinesisError
+    from kinesis_spout.kinesis.api import translate
+
+    page = "<!doctype html>\n<html>\n<head><title>500</title></head>\n<body>oops</body>\n</html>"
+    exc = ClientError(
+        {"Error": {"Code": "500", "Message": page}, "ResponseMetadata": {"HTTPStatusCode": 500}},
+        "DescribeStreamSummary",
+    )
+    out = translate(exc, "DescribeStreamSummary orders")
+    assert isinstance(out, TransientKinesisError)
+    assert str(out) == "DescribeStreamSummary orders: 500: <!doctype html>"
