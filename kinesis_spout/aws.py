@@ -14,10 +14,11 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from kinesis_spout.errors import ConfigError
+from kinesis_spout.errors import ConfigError, CredentialsError
 
 if TYPE_CHECKING:
     import botocore.session
+    from botocore.exceptions import PartialCredentialsError
 
 FALLBACK_REGION = "us-east-1"
 
@@ -64,3 +65,13 @@ def boto_session(profile: str | None = None) -> Any:
     import boto3
 
     return boto3.session.Session(botocore_session=botocore_session(profile))
+
+
+def incomplete_credentials(exc: PartialCredentialsError) -> CredentialsError:
+    """One line for botocore's partial credentials (a key id without its secret)."""
+    missing, where = exc.kwargs.get("cred_var", "?"), exc.kwargs.get("provider", "?")
+    said = "the environment" if where == "env" else where
+    return CredentialsError(
+        f"AWS credentials incomplete: {missing} is missing from {said} "
+        "(set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither to use a profile)"
+    )

@@ -169,23 +169,24 @@ class KinesisSpout:
         if self._opened:
             return
         cfg = self.config
-        if self._endpoint is not None:  # first: a taken port fails before anything is read
-            self._endpoint.start()
         try:  # a bad stream, a corrupt checkpoint, a store error: leave nothing open
+            self._lease.take()  # first: a second copy of the job is named as such
+            if self._endpoint is not None:  # then the port, before anything is read
+                self._endpoint.start()
             self._open_parts(cfg)
         except BaseException:
             self._close_own()
             raise
         now = self.clock()
+        self._committer.opened(self.shard_set.shards.values(), now)
         self.next_checkpoint_at = now + cfg.checkpoint_interval
         self.shard_set.refresh_at = now + cfg.shard_refresh_interval
         self.shard_set.lineage_at = now + cfg.checkpoint_interval
         self._opened = True
 
     def _open_parts(self, cfg: SpoutConfig) -> None:
-        """The job lease taken, the stream described, the store and the dead-letter sink
-        opened, shards adopted."""
-        self._lease.take()  # first: a second reader of the job reads nothing
+        """The stream described, the store and the dead-letter sink opened, shards
+        adopted (the job lease is taken already)."""
         if self._client is None:
             self._client = make_client(cfg.endpoint_url, cfg.region, profile=cfg.profile)
         self.api = KinesisApi(self._client, cfg.stream_name, cfg.stream_arn)

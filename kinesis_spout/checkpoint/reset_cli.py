@@ -1,7 +1,9 @@
-"""``kinesis-spout checkpoints reset``: move checkpoints, with the job stopped.
+"""``kinesis-spout checkpoints``: the stored checkpoints; ``checkpoints reset``: move
+them, with the job stopped. Both cover every stream of the config, or those of
+``--stream NAME`` (repeatable); each line names its stream.
 
-``--shard ID`` or ``--all`` (every shard the stream lists, and every shard with a
-checkpoint), to one of:
+``--shard ID`` (of one stream) or ``--all`` (every shard each stream lists, and every
+shard with a checkpoint), to one of:
 
 * ``--to-trim-horizon``: the oldest record kept (a start pinned at 1970-01-01:
   AT_TIMESTAMP of it is the trim horizon);
@@ -26,19 +28,21 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from kinesis_spout.checkpoint.base import CheckpointStore
+from kinesis_spout.checkpoint.resets import TRIM_HORIZON_PIN, pinned_start
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config.load import config_from_args
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.records import Checkpoint
+from kinesis_spout.words import plural, quoted
 
-TRIM_HORIZON_PIN = datetime(1970, 1, 1, tzinfo=UTC)
-"""The start a ``--to-trim-horizon`` reset pins: before any record, so the oldest one kept."""
 READER = "kinesis-spout checkpoints reset"
 _SEQUENCE = re.compile(r"(\d{1,40})(?::(\d{1,10}))?")
 
 
 class ResetRefusedError(KinesisSpoutError):
-    """A reader of the job runs, or the shards to reset are not known."""
+    """A reader of the job runs (the command exits 3, as for a job lease held)."""
+
+    job_running = True
 
 
 def add_reset_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,12 +80,48 @@ def target(args: argparse.Namespace, stream: str, shard: str, now: datetime) -> 
 
 
 def describe(cp: Checkpoint | None) -> str:
+    """A checkpoint as the commands print it: ``452:0``, ``452:0 (shard end)``,
+    ``start at TRIM_HORIZON``, ``start at <time>``, ``no checkpoint``."""
     if cp is None:
         return "no checkpoint"
     if cp.is_pin and cp.start_at is not None:
-        return "start at " + cp.start_at.isoformat()
+        return "start at " + pinned_start(cp)
     end = " (shard end)" if cp.shard_end else ""
     return f"{cp.sequence_number}:{cp.sub_sequence_number}{end}"
+
+
+def _grid(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def cmd_checkpoints(args: argparse.Namespace) -> int:
+    """``kinesis-spout checkpoints``: one row per stored checkpoint, each stream's."""
+    from kinesis_spout.checkpoint.factory import open_config_store
+
+    cfg = config_from_args(args)
+    store = open_config_store(cfg)
+    rows: list[tuple[str, ...]] = []
+    none: list[str] = []
+    try:
+        for stream in cfg.stream_names:
+            cps = store.load(stream)
+            if not cps:
+                none.append(stream)
+            for shard_id, cp in sorted(cps.items()):
+                saved = cp.updated_at.isoformat(timespec="seconds") if cp.updated_at else "-"
+                rows.append((stream, shard_id, describe(cp), saved))
+    finally:
+        store.close()
+    if rows:
+        print("\n".join(_grid([("STREAM", "SHARD", "CHECKPOINT", "SAVED"), *rows])))
+    for stream in none:
+        print(f"no checkpoints for job {cfg.job_name!r} on stream {stream!r}")
+    print(
+        f"{plural(len(rows), 'checkpoint')} of job {cfg.job_name!r}, "
+        f"{'stream' if len(cfg.stream_names) == 1 else 'streams'} {quoted(cfg.stream_names)}"
+    )
+    return 0
 
 
 @contextlib.contextmanager
@@ -111,13 +151,14 @@ def _check_no_workers(cfg: SpoutConfig, store: CheckpointStore) -> None:
         return
     from kinesis_spout.status.sources_leases import zk_workers
 
-    workers = zk_workers(store, cfg.stream_name)
-    if workers:
-        names = ", ".join(f"{w.worker_id} (host {w.host}, pid {w.pid})" for w in workers)
-        raise ResetRefusedError(
-            f"checkpoints reset refused: workers of job {cfg.job_name!r} read stream "
-            f"{cfg.stream_name!r}: {names}; stop them first"
-        )
+    for stream in cfg.stream_names:
+        workers = zk_workers(store, stream)
+        if workers:
+            names = ", ".join(f"{w.worker_id} (host {w.host}, pid {w.pid})" for w in workers)
+            raise ResetRefusedError(
+                f"checkpoints reset refused: workers of job {cfg.job_name!r} read stream "
+                f"{stream!r}: {names}; stop them first"
+            )
 
 
 def _listed_shards(cfg: SpoutConfig) -> list[str]:
@@ -131,7 +172,8 @@ def _listed_shards(cfg: SpoutConfig) -> list[str]:
 def shards_to_reset(
     cfg: SpoutConfig, args: argparse.Namespace, stored: dict[str, Checkpoint]
 ) -> list[str]:
-    """``--shard`` (checked against the checkpoints, then the stream), or ``--all``."""
+    """``--shard`` (checked against the checkpoints, then the stream), or ``--all``;
+    ``cfg`` is one stream's."""
     if args.all:
         if args.to_sequence is not None:
             raise ConfigError("--to-sequence", args.to_sequence, "one --shard, not --all")
@@ -146,21 +188,42 @@ def shards_to_reset(
     return [args.shard]
 
 
+def _one_stream_for_a_shard(cfg: SpoutConfig, args: argparse.Namespace) -> None:
+    """``--shard ID`` names a shard of one stream: with several, ``--stream`` says which."""
+    if args.shard is not None and len(cfg.stream_names) > 1:
+        raise ConfigError(
+            "--shard",
+            args.shard,
+            f"a shard of one stream: add --stream NAME (one of {quoted(cfg.stream_names)})",
+        )
+
+
 def cmd_reset(args: argparse.Namespace) -> int:
-    """Reset the chosen shards' checkpoints; print each one's before and after."""
+    """Reset the chosen shards' checkpoints of each stream; print each one's before and
+    after."""
     from kinesis_spout.checkpoint.factory import open_config_store
 
     cfg = config_from_args(args)
+    _one_stream_for_a_shard(cfg, args)
     store = open_config_store(cfg)
+    rows: list[tuple[str, ...]] = []
     try:
         with job_stopped(cfg, store):
-            stored = store.load(cfg.stream_name)
-            shards = shards_to_reset(cfg, args, stored)
             now = datetime.now(UTC)
-            for shard in shards:
-                new = store.reset(cfg.stream_name, shard, target(args, cfg.stream_name, shard, now))
-                print(f"{shard}\t{describe(stored.get(shard))} -> {describe(new)}")
+            for one in cfg.per_stream():
+                stream = one.stream_name
+                stored = store.load(stream)
+                for shard in shards_to_reset(one, args, stored):
+                    new = store.reset(stream, shard, target(args, stream, shard, now))
+                    rows.append(
+                        (stream, shard, f"{describe(stored.get(shard))} -> {describe(new)}")
+                    )
     finally:
         store.close()
-    print(f"reset {len(shards)} checkpoints of job {cfg.job_name!r}, stream {cfg.stream_name!r}")
+    if rows:
+        print("\n".join(_grid(rows)))
+    print(
+        f"reset {plural(len(rows), 'checkpoint')} of job {cfg.job_name!r}, "
+        f"{'stream' if len(cfg.stream_names) == 1 else 'streams'} {quoted(cfg.stream_names)}"
+    )
     return 0

@@ -18,10 +18,20 @@ Every normal write carries the stored count on.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from kinesis_spout.errors import StaleCheckpointError
 from kinesis_spout.records import Checkpoint
+
+TRIM_HORIZON_PIN = datetime(1970, 1, 1, tzinfo=UTC)
+"""The start a reset to TRIM_HORIZON pins: before any record, so the oldest one kept."""
+
+
+def pinned_start(cp: Checkpoint) -> str:
+    """A pinned start as people read it: ``TRIM_HORIZON``, or its time (ISO 8601)."""
+    if cp.start_at is None:
+        return "?"
+    return "TRIM_HORIZON" if cp.start_at == TRIM_HORIZON_PIN else cp.start_at.isoformat()
 
 
 class ResetFence:

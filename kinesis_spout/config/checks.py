@@ -224,6 +224,22 @@ def check_executor_reads(c: CheckedConfig) -> None:
     )
 
 
+def check_zookeeper(url: str) -> None:
+    """A ``zk://`` store: the URL well formed, then kazoo installed (the ``zookeeper``
+    extra), so neither is found out by a traceback when the store opens."""
+    from kinesis_spout.checkpoint.zk_layout import ZkUrl
+
+    ZkUrl.parse(url)
+    try:
+        import kazoo  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "checkpoint_store",
+            url,
+            "needs kazoo, which is not installed: pip install 'kinesis-spout[zookeeper]'",
+        ) from None
+
+
 def check_targets(c: CheckedConfig) -> None:
     """Where checkpoints, dead letters and rows go, and who this worker is."""
     check(
@@ -232,6 +248,8 @@ def check_targets(c: CheckedConfig) -> None:
         c.checkpoint_store,
         "a URL: file://DIR or zk://host:port[,host:port]/root",
     )
+    if c.checkpoint_store.startswith("zk://"):
+        check_zookeeper(c.checkpoint_store)
     if c.zk_auth is not None:
         check(":" in c.zk_auth, "zk_auth", "***", "user:password")
     check(

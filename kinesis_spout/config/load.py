@@ -63,11 +63,18 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 
 def did_you_mean(word: str, choices: Collection[str], prefix: str = "") -> str:
-    """``"; did you mean X?"`` for the closest of ``choices`` (difflib), else the whole list."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    """``"; did you mean X?"`` for the closest of ``choices`` (difflib; of equally close
+    ones, the one that shares the longest start with ``word``), else the whole list."""
+    close = difflib.get_close_matches(word, sorted(choices), n=5, cutoff=0.6)
     if close:
-        return f"; did you mean {prefix}{close[0]}?"
+        best = difflib.SequenceMatcher(None, word, close[0]).ratio()
+        ties = [c for c in close if difflib.SequenceMatcher(None, word, c).ratio() == best]
+        return f"; did you mean {prefix}{max(ties, key=lambda c: _shared_start(word, c))}?"
     return f"; known: {', '.join(prefix + c for c in sorted(choices))}"
+
+
+def _shared_start(a: str, b: str) -> int:
+    return len(os.path.commonprefix([a, b]))
 
 
 # KINESIS_SPOUT_CONFIG names the file; the others are read by scripts/ and kinesis_spout.testing.
@@ -107,11 +114,24 @@ def load_config(
     if path is None and env.get(ENV_PREFIX + "CONFIG"):
         path = env[ENV_PREFIX + "CONFIG"]
     if path is not None:
-        values.update(read_toml(path))
-    values.update(env_values(env))
+        _apply(values, read_toml(path))
+    _apply(values, env_values(env))
     if overrides:
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        _apply(values, {k: v for k, v in overrides.items() if v is not None})
     return SpoutConfig(**coerce_values(values))
+
+
+_STREAM_KEYS = ("stream_name", "streams")
+
+
+def _apply(values: dict[str, Any], layer: Mapping[str, Any]) -> None:
+    """``layer``'s values over ``values``; a layer that names a stream (``stream_name`` or
+    ``streams``) replaces both keys of the layers below: ``--stream payments`` reads
+    ``payments`` whatever the file's ``stream_name`` and ``streams`` say."""
+    if any(k in layer for k in _STREAM_KEYS):
+        for k in _STREAM_KEYS:
+            values.pop(k, None)
+    values.update(layer)
 
 
 # Fields whose flag the commands define themselves (with their own help text).
@@ -177,7 +197,11 @@ def add_config_arguments(
                 metavar="NAME|ARN",
                 action="append",
                 default=absent,
-                help=doc + (" (--stream once per stream)" if fields is None else ""),
+                help=(
+                    doc + " (--stream once per stream)"
+                    if fields is None
+                    else "this stream only (repeatable; default: all)"
+                ),
             )
             continue
         doc += _default_text(f)

@@ -323,17 +323,20 @@ def _validate(c: SpoutConfig) -> None:
 
 
 def _align_streams(c: SpoutConfig) -> None:
-    """``streams`` checked; ``stream_name`` made its first (it may be left at its default,
-    or name that first stream; any other name is an error)."""
+    """``streams`` checked; ``stream_name`` made its first. Both may be given when
+    ``stream_name`` is one of ``streams`` (``streams`` says what is read); another name is
+    an error that says which key to keep."""
     if not c.streams:
         return
     check_streams(c.streams, c.region)
     first = c.streams[0].name
-    if c.stream_name not in (first, _DEFAULT_STREAM):
+    names = [s.name for s in c.streams]
+    if c.stream_name not in (*names, _DEFAULT_STREAM):
         raise ConfigError(
             "stream_name",
             c.stream_name,
-            f"unset, or the first of streams ({first!r}): give the streams in one of them",
+            f"one of streams ({', '.join(map(repr, names))}) or left out: streams lists "
+            f"every stream read; keep streams, or stream_name alone to read {c.stream_name!r}",
         )
     object.__setattr__(c, "stream_name", first)
     for s in c.streams:

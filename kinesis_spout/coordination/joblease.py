@@ -121,10 +121,15 @@ def describe_holder(raw: bytes | str | None) -> str:
         return "an unknown process"
 
 
-def _held_error(job_name: str, holder: str, where: str) -> JobLeaseHeldError:
+WAIT_FLAG_HINT = "pass --wait-for-lease"
+"""How the error of a second reader started from the command line says to wait."""
+
+
+def held_error(job_name: str, holder: str, where: str) -> JobLeaseHeldError:
+    """The error of a second reader of ``job_name``: who holds its lease, and where."""
     return JobLeaseHeldError(
         f"job {job_name!r} is already running (lease {where} held by {holder}); "
-        "stop it, or pass --wait-for-lease to take over when it ends"
+        f"stop it, or {WAIT_FLAG_HINT} to take over when it ends"
     )
 
 
@@ -146,14 +151,14 @@ class _Waiter:
         if holder is None:
             return
         if not wait:
-            raise _held_error(job_name, holder, where)
+            raise held_error(job_name, holder, where)
         start = time.monotonic()
         log.warning("job %r: waiting for the lease %s held by %s", job_name, where, holder)
         next_note = start + 30.0
         while holder is not None:
             now = time.monotonic()
             if timeout is not None and now - start >= timeout:
-                raise _held_error(job_name, holder, where)
+                raise held_error(job_name, holder, where)
             if now >= next_note:
                 log.warning("job %r: still waiting (%.0fs) for %s", job_name, now - start, holder)
                 next_note = now + 30.0

@@ -39,8 +39,10 @@ log = logging.getLogger(__name__)
 class Committer:
     """Checkpoint writes of one reader; see the module docstring.
 
-    ``store`` is set when the reader opens. Counts ``writes`` and remembers
-    when the last one succeeded (``last_save``, in the reader's clock).
+    ``store`` is set when the reader opens. Counts ``writes`` and remembers when the
+    stored checkpoints were last known current (``last_save``, in the reader's clock):
+    the open, a write that succeeded, or a round with nothing to write (an idle stream's
+    checkpoints do not age).
     """
 
     def __init__(self, config: SpoutConfig, metrics: MetricsCollector) -> None:
@@ -76,13 +78,17 @@ class Committer:
         writes its file once for all of them); ``before`` runs first on each partition
         (the reader flushes its dead letters)."""
         due: list[tuple[ShardPartition, SequenceKey, Checkpoint]] = []
+        stuck = False  # a dead letter not yet written holds a checkpoint back
         for part in parts:
             if part.tracker is None:
                 continue
             before(part)
             if not part.fenced and (moved := self._due(part)) is not None:
                 due.append((part, *moved))
+            stuck = stuck or bool(part.dead_pending)
             self.metrics.gauge("in_flight", part.tracker.in_flight, shard=part.shard_id)
+        if not due and not stuck:
+            self.last_save = now  # nothing to write: the stored checkpoints are current
         if due:
             assert self.store is not None
             outcomes = self.store.save_many([cp for _, _, cp in due])
@@ -93,6 +99,16 @@ class Committer:
                     self._saved(part, key, now)
         if self.last_save is not None:
             self.metrics.gauge("checkpoint_age_seconds", now - self.last_save)
+
+    def opened(self, parts: Iterable[ShardPartition], now: float) -> None:
+        """The reader opened on these shards: their stored checkpoints are current (nothing
+        read yet), so the checkpoint age counts from now, and each shard's in-flight
+        figure (0) is reported, so both are known from the first scrape."""
+        self.last_save = now
+        for part in parts:
+            if part.tracker is not None:
+                self.metrics.gauge("in_flight", part.tracker.in_flight, shard=part.shard_id)
+        self.metrics.gauge("checkpoint_age_seconds", 0.0)
 
     def _due(self, part: ShardPartition) -> tuple[SequenceKey, Checkpoint] | None:
         """The checkpoint to write for ``part``: its tracker's, if it moved and may be

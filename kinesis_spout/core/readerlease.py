@@ -20,7 +20,12 @@ import sys
 from pathlib import Path
 
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.coordination.joblease import JobLease, open_job_lease
+from kinesis_spout.coordination.joblease import (
+    WAIT_FLAG_HINT,
+    JobLease,
+    JobLeaseHeldError,
+    open_job_lease,
+)
 from kinesis_spout.errors import KinesisSpoutError
 
 
@@ -54,6 +59,10 @@ class ReaderLease:
         )
         try:
             lease.acquire(wait=cfg.wait_for_lease)
+        except JobLeaseHeldError as exc:  # a reader in Python code: name the config key
+            lease.release()
+            said = str(exc).replace(WAIT_FLAG_HINT, "set wait_for_lease = true")
+            raise JobLeaseHeldError(said) from None
         except BaseException:
             lease.release()
             raise

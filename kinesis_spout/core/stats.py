@@ -31,7 +31,8 @@ class SpoutStats:
     millis_behind_latest: Mapping[str, int | None] = field(default_factory=dict)
     """MillisBehindLatest of each owned shard's last GetRecords answer."""
     checkpoint_age: float | None = None
-    """Seconds since the last successful checkpoint write (None: none yet)."""
+    """Seconds since the checkpoints were last known saved: a write, a round with nothing
+    to write, or the open (None: not opened)."""
     ignored: int = 0
     """Acks and fails of unknown, released or already-done records (harmless)."""
     checkpoint_writes: int = 0
@@ -39,6 +40,16 @@ class SpoutStats:
     expired: int = 0
     """Records given up as older than ``max_record_age`` (also in ``dead_lettered``
     once written)."""
+
+    def __str__(self) -> str:
+        """The records, as a log line says them: read, acked, dead-lettered, in flight.
+        Deliveries (fails, retries) are left to the caller's own summary: the Spark job
+        retries inside its micro-batches, which this reader does not see."""
+        expired = f" (expired {self.expired})" if self.expired else ""
+        return (
+            f"{self.read} read, {self.acked} acked, {self.dead_lettered} dead-lettered"
+            f"{expired}, {self.in_flight} in flight; {self.checkpoint_writes} checkpoint writes"
+        )
 
 
 def spout_stats(

@@ -72,7 +72,8 @@ class LoggingDeadLetterSink:
         for record, error, attempts, reason in letters:
             self.written += 1
             log.error(
-                "gave up on %s (%s) after %d attempts: %s",
+                "gave up on %s/%s (%s) after %d attempts: %s",
+                record.stream_name,
                 record.message_id,
                 reason,
                 attempts,

@@ -1,14 +1,15 @@
 """``kinesis-spout dead-letters list|redrive``: look at dead letters and put them back.
 
-The target, job and stream come from the usual config (``dead_letter``,
-``job_name``, ``stream_name``): a directory of JSON lines files or an
-``s3://bucket/prefix``.
+The target, job and streams come from the usual config (``dead_letter``,
+``job_name``, ``stream_name`` or ``streams``; ``--stream NAME``, repeatable, picks
+streams): a directory of JSON lines files or an ``s3://bucket/prefix``. A target
+that does not exist yet holds no dead letters.
 
-* ``list`` prints one line per entry (shard, sequence, reason, attempts, when,
-  error), or with ``--json`` each full entry (payload included) as one JSON
+* ``list`` prints one line per entry (stream, shard, sequence, reason, attempts,
+  when, error), or with ``--json`` each full entry (payload included) as one JSON
   object per line.
 * ``redrive`` puts the entries' records back on a stream (``--to-stream``,
-  default the configured one) with their partition keys and payloads, with
+  default the stream each came from) with their partition keys and payloads, with
   PutRecords in batches of 500; failed entries of a batch are put again with
   backoff. Each accepted entry is recorded in the target's re-drive log
   (:mod:`kinesis_spout.deadletter.redrive`) before the next call, and entries
@@ -18,7 +19,8 @@ The target, job and stream come from the usual config (``dead_letter``,
   a reader writes more (:mod:`kinesis_spout.deadletter.remove`). ``--dry-run``
   shows what would be put.
 
-``--shard`` and ``--reason`` select entries for both.
+``--shard`` and ``--reason`` select entries for both. Both check the stream
+they would put on, ``--dry-run`` too.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from kinesis_spout.config.load import config_from_args
 from kinesis_spout.deadletter.redrive import Redriven
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.retrying import never, retrying
+from kinesis_spout.words import plural, quoted
 from tracker import ExponentialBackoff
 
 logger = logging.getLogger(__name__)
@@ -77,7 +80,7 @@ def add_redrive_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``dead-letters redrive``."""
     _add_selection(parser)
     parser.add_argument(
-        "--to-stream", metavar="NAME", help="put onto this stream (default: stream_name)"
+        "--to-stream", metavar="NAME", help="put onto this stream (default: the entry's own)"
     )
     parser.add_argument(
         "--delete", action="store_true", help="then remove the re-driven entries (default: keep)"
@@ -86,7 +89,8 @@ def add_redrive_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_sources(cfg: SpoutConfig) -> list[Source]:
-    """Every dead-letter file or object of the configured job and stream."""
+    """Every dead-letter file or object of the configured job and stream (``cfg`` is one
+    stream's); none when the target does not exist yet."""
     target = cfg.dead_letter
     if target.lower() == "none":
         raise ConfigError(
@@ -109,8 +113,8 @@ def load_sources(cfg: SpoutConfig) -> list[Source]:
             for k in iter_s3_keys(client, bucket, base)
         ]
     root = Path(target) / cfg.job_name / cfg.stream_name
-    if not Path(target).is_dir():
-        raise ConfigError("dead_letter", target, "an existing directory")
+    if Path(target).exists() and not Path(target).is_dir():
+        raise ConfigError("dead_letter", target, "a directory (this is a file)")
     out = []
     for p in sorted(root.glob("*.jsonl")):
         entries = []
@@ -130,41 +134,77 @@ def selected(entry: dict[str, Any], args: argparse.Namespace) -> bool:
     return not (args.reason and entry.get("reason", "exhausted") != args.reason)
 
 
-def entry_line(e: dict[str, Any]) -> str:
+def entry_line(e: dict[str, Any], stream: str) -> str:
+    """One entry of ``dead-letters list``: stream, shard, sequence, reason, attempts,
+    when, error (cut to 120 characters)."""
     error = (e.get("error") or "").replace("\n", " ")
     sub = e.get("sub_sequence_number") or 0
     return (
-        f"{e.get('shard_id')}\t{e.get('sequence_number')}:{sub}\t"
+        f"{e.get('stream') or stream}\t{e.get('shard_id')}\t{e.get('sequence_number')}:{sub}\t"
         f"{e.get('reason', 'exhausted')}\t{e.get('attempts')} attempts\t"
         f"{e.get('dead_lettered_at')}\t{error[:120]}"
     )
 
 
-def _chosen(args: argparse.Namespace) -> tuple[SpoutConfig, list[Source], list[Entry]]:
+@dataclass(slots=True)
+class StreamLetters:
+    """One stream's dead letters: its config, its files or objects, the entries chosen."""
+
+    config: SpoutConfig
+    sources: list[Source]
+    chosen: list[Entry]
+
+
+def _chosen(args: argparse.Namespace) -> tuple[SpoutConfig, list[StreamLetters]]:
     cfg = config_from_args(args)
-    sources = load_sources(cfg)
-    return cfg, sources, [e for s in sources for e in s.entries if selected(e, args)]
+    out = []
+    for one in cfg.per_stream():
+        sources = load_sources(one)
+        out.append(
+            StreamLetters(
+                one, sources, [e for s in sources for e in s.entries if selected(e, args)]
+            )
+        )
+    return cfg, out
+
+
+def _where(cfg: SpoutConfig) -> str:
+    streams = cfg.stream_names
+    return f"job {cfg.job_name!r}, {'stream' if len(streams) == 1 else 'streams'} {quoted(streams)}"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     """``dead-letters list``: one line per entry, or whole entries with ``--json``."""
-    cfg, _, chosen = _chosen(args)
-    for e in chosen:
-        print(json.dumps(e) if args.json else entry_line(e))
+    cfg, streams = _chosen(args)
+    for one in streams:
+        for e in one.chosen:
+            print(json.dumps(e) if args.json else entry_line(e, one.config.stream_name))
     if not args.json:
-        print(f"{len(chosen)} dead letters in {cfg.dead_letter} (job {cfg.job_name!r})")
+        n = sum(len(one.chosen) for one in streams)
+        print(f"{plural(n, 'dead letter')} in {cfg.dead_letter} ({_where(cfg)})")
     return 0
 
 
 def cmd_redrive(args: argparse.Namespace) -> int:
-    """``dead-letters redrive``: put the selected entries on a stream (see the module doc)."""
-    cfg, sources, chosen = _chosen(args)
-    stream = args.to_stream or cfg.stream_name
-    if args.dry_run:
-        for e in chosen:
-            print(f"would put {e.get('message_id')} ({e.get('partition_key')}) on {stream}")
-        return 0
-    return redrive(cfg, sources, chosen, stream, delete=args.delete)
+    """``dead-letters redrive``: put the selected entries of each stream on a stream (see
+    the module doc)."""
+    cfg, streams = _chosen(args)
+    client = _kinesis_client(cfg)
+    for one in streams:
+        to = args.to_stream or one.config.stream_name
+        if args.dry_run:
+            check_stream(client, to)
+            for e in one.chosen:
+                print(
+                    f"would put {one.config.stream_name}/{e.get('message_id')} "
+                    f"({e.get('partition_key')}) on {to}"
+                )
+            print(
+                f"{len(one.chosen)} to re-drive from stream {one.config.stream_name!r} onto {to!r}"
+            )
+            continue
+        redrive(one.config, one.sources, one.chosen, to, delete=args.delete, client=client)
+    return 0
 
 
 def _progress(done: int, total: int) -> None:
@@ -204,16 +244,26 @@ def redrive(
     log = open_redrive_log(cfg, s3)
     done = log.done(stream)
     todo = [e for e in entries if str(e.get("message_id")) not in done]
+    source = cfg.stream_name
     if len(todo) < len(entries):
-        print(f"skipping {len(entries) - len(todo)} already re-driven onto {stream!r}")
+        print(
+            f"skipping {len(entries) - len(todo)} of stream {source!r} "
+            f"already re-driven onto {stream!r}"
+        )
     client = client if client is not None else _kinesis_client(cfg)
     check_stream(client, stream)
     put = put_entries(client, stream, todo, progress=progress, batch=batch, record=log.record)
-    print(f"re-drove {put} of {len(todo)} dead letters onto stream {stream!r}")
+    print(
+        f"re-drove {put} of {plural(len(todo), 'dead letter')} of stream {source!r} "
+        f"onto stream {stream!r}"
+    )
     if delete:
         ids = {str(e.get("message_id")) for e in entries}  # all of them are on the stream now
         removed, emptied = remove_entries(sources, ids, s3)
-        print(f"removed {removed} entries ({emptied} files or objects emptied)")
+        print(
+            f"removed {plural(removed, 'entry', 'entries')} of stream {source!r} "
+            f"({emptied} files or objects emptied)"
+        )
     return 0
 
 
@@ -224,7 +274,7 @@ def check_stream(client: Any, stream: str) -> None:
     try:
         KinesisApi(client, stream).check_stream()
     except KinesisSpoutError as exc:
-        raise DeadLetterCommandError(f"redrive: {exc}") from None
+        raise DeadLetterCommandError(str(exc)) from None
 
 
 def put_entries(
@@ -245,7 +295,7 @@ def put_entries(
         pending = _put_batch(client, stream, entries[i : i + batch], sleep, record)
         if pending:
             raise DeadLetterCommandError(
-                f"redrive: stream {stream!r} refused {pending} records "
+                f"stream {stream!r} refused {pending} records "
                 f"{PUT_ATTEMPTS} times; run it again to put what is left"
             )
         done = min(i + batch, len(entries))
@@ -304,7 +354,7 @@ def _put(client: Any, stream: str, entries: list[dict[str, Any]]) -> list[dict[s
             f"PutRecords {stream}", client.put_records, StreamName=stream, Records=records
         )
     except KinesisSpoutError as exc:
-        raise DeadLetterCommandError(f"redrive: {exc}; run it again to put what is left") from None
+        raise DeadLetterCommandError(f"{exc}; run it again to put what is left") from None
     results: list[dict[str, Any]] = resp["Records"]
     return results
 

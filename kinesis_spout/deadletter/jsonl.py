@@ -133,7 +133,11 @@ class JsonlDeadLetterSink:
         for letter in letters:
             mid = letter.record.message_id
             if mid in seen or any(f.record.message_id == mid for f in fresh):
-                log.info("%s is already in the dead-letter file (replayed after a restart)", mid)
+                log.info(
+                    "%s/%s is already in the dead-letter file (replayed after a restart)",
+                    letter.record.stream_name,
+                    mid,
+                )
                 continue
             entry = dead_letter_entry(
                 letter.record, letter.error, letter.attempts, self.job_name, letter.reason
@@ -156,7 +160,8 @@ class JsonlDeadLetterSink:
         for letter in fresh:
             seen.add(letter.record.message_id)
             log.warning(
-                "dead-lettered %s (%s) after %d attempts: %s",
+                "dead-lettered %s/%s (%s) after %d attempts: %s",
+                letter.record.stream_name,
                 letter.record.message_id,
                 letter.reason,
                 letter.attempts,

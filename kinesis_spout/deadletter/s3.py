@@ -122,7 +122,11 @@ class S3DeadLetterSink:
         for letter in letters:
             mid = letter.record.message_id
             if mid in seen or mid in ids:
-                log.info("%s is already in the dead-letter bucket (replayed)", mid)
+                log.info(
+                    "%s/%s is already in the dead-letter bucket (replayed)",
+                    letter.record.stream_name,
+                    mid,
+                )
                 continue
             fresh.append(letter)
             ids.add(mid)
@@ -150,7 +154,8 @@ class S3DeadLetterSink:
         self.objects += 1
         for d in fresh:
             log.warning(
-                "dead-lettered %s (%s) after %d attempts to s3://%s/%s: %s",
+                "dead-lettered %s/%s (%s) after %d attempts to s3://%s/%s: %s",
+                d.record.stream_name,
                 d.record.message_id,
                 d.reason,
                 d.attempts,

@@ -23,9 +23,11 @@ from botocore.exceptions import (
     ConnectTimeoutError,
     EndpointConnectionError,
     NoCredentialsError,
+    PartialCredentialsError,
     ReadTimeoutError,
 )
 
+from kinesis_spout.aws import incomplete_credentials
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.errors import (
     CredentialsError,
@@ -40,6 +42,7 @@ from kinesis_spout.errors import (
 )
 from kinesis_spout.kinesis.aggregation import MAGIC, deaggregate
 from kinesis_spout.records import Record, ShardInfo
+from kinesis_spout.words import one_line
 from tracker import SequenceKey
 
 log = logging.getLogger(__name__)
@@ -109,6 +112,7 @@ def translate(exc: Exception, what: str) -> Exception:
         if code.isdigit() and "<Code>" in msg:
             # An XML error body (some emulators and gateways): botocore leaves the code unparsed.
             code, msg = _xml_error(msg, code)
+        msg = one_line(msg, 200)  # an HTML error page: its first line
         if code == "ResourceNotFoundException":
             return StreamNotFoundError(f"{what}: {msg}")
         if code == "ResourceInUseException":
@@ -124,6 +128,8 @@ def translate(exc: Exception, what: str) -> Exception:
         return KinesisError(f"{what}: {code}: {msg}")
     if isinstance(exc, NoCredentialsError):
         return CredentialsError(f"{what}: no AWS credentials found ({exc})")
+    if isinstance(exc, PartialCredentialsError):
+        return incomplete_credentials(exc)
     if isinstance(exc, EndpointConnectionError | ConnectTimeoutError):
         return EndpointUnreachableError(f"{what}: endpoint unreachable: {exc}")
     if isinstance(exc, ConnectionClosedError | ReadTimeoutError):

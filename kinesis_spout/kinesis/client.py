@@ -47,7 +47,14 @@ DUMMY_CREDENTIALS = {"aws_access_key_id": "test", "aws_secret_access_key": "test
 
 
 def _has_credentials(session: boto3.session.Session) -> bool:
-    return session.get_credentials() is not None
+    from botocore.exceptions import PartialCredentialsError
+
+    try:
+        return session.get_credentials() is not None
+    except PartialCredentialsError as exc:  # a key id without its secret: one line
+        from kinesis_spout.aws import incomplete_credentials
+
+        raise incomplete_credentials(exc) from None
 
 
 def utc_timestamp(value: Any) -> datetime:
@@ -98,11 +105,41 @@ def make_client(
     )
     if endpoint_url:
         kwargs["endpoint_url"] = endpoint_url
+    if not effective_endpoint:
+        check_region(region)
     with _SESSION_LOCK:  # sessions are not thread-safe; the clients they make are
         session = _session(profile)
         if effective_endpoint and not _has_credentials(session):
             kwargs.update(DUMMY_CREDENTIALS)
         return session.client("kinesis", **kwargs)
+
+
+@functools.cache
+def known_regions() -> frozenset[str]:
+    """Every region of botocore's endpoint data, of every partition (read once)."""
+    from botocore.loaders import create_loader
+
+    data = create_loader().load_data("endpoints")
+    return frozenset(r for p in data.get("partitions", []) for r in p.get("regions", {}))
+
+
+def check_region(region: str) -> None:
+    """A region AWS has (a custom endpoint takes any name): a mistyped one is a
+    :class:`~kinesis_spout.errors.ConfigError` with the close match, not a 500 from a
+    host that does not exist after a few seconds of retries."""
+    regions = known_regions()
+    if not regions or region in regions:
+        return
+    from kinesis_spout.config.load import did_you_mean
+    from kinesis_spout.errors import ConfigError
+
+    hint = did_you_mean(region, regions)
+    raise ConfigError(
+        "region",
+        region,
+        "a region of AWS (botocore's list; any name with endpoint_url)"
+        + (hint if "did you mean" in hint else ""),
+    )
 
 
 _SESSION_LOCK = threading.Lock()

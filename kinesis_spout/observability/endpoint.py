@@ -7,7 +7,8 @@ process' own (CPU, memory, open files, garbage collections).
 
 A port that is taken is a :class:`MetricsPortInUseError` naming the field and
 the port, raised by :meth:`MetricsEndpoint.start` or :func:`check_port_free`;
-every entry point calls one of them before it reads anything or takes a lease.
+every entry point calls one of them before it reads anything (a reader that takes the
+job lease takes it first, so a second copy of a running job is named by its lease).
 prometheus_client is imported only when an endpoint is made (the ``metrics``
 extra).
 """

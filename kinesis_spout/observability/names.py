@@ -5,7 +5,9 @@ follows it, ``docs/metrics.md`` documents it, and a unit test checks that every 
 the code emits has an entry here and a line in the docs.
 
 Every exported metric has the labels ``stream`` and ``job``; a per-shard one also has
-``shard`` (empty when the figure is not of one shard). Names follow Prometheus'
+``shard`` (empty when the figure is not of one shard). Counters start at 0 for every
+label set known (at the start; per shard, when the shard is first reported), so
+``rate()`` and ``absent()`` work before the first event. Names follow Prometheus'
 conventions: counters end in ``_total``, durations are seconds, and the values of
 a label of one counter are disjoint, so a sum over the label means something
 (``kinesis_spout_records_total`` summed over ``outcome``: the records done).
@@ -47,6 +49,9 @@ class MetricSpec:
     """Fixed labels that tell the names sharing a family apart (``outcome="acked"``)."""
     scale: float = 1.0
     """Multiplier to base units (milliseconds to seconds: 0.001)."""
+    deprecated: str = ""
+    """An earlier Prometheus name of the same series, still fed for one release (and
+    documented as deprecated), so dashboards and alerts can move."""
 
     @property
     def label_names(self) -> tuple[str, ...]:
@@ -137,11 +142,12 @@ SPECS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "get_records_seconds",
-        PREFIX + "get_records_seconds",
+        PREFIX + "get_records_duration_seconds",
         Kind.HISTOGRAM,
         "Duration of GetRecords calls, answered or not (executor reads: measured in the "
         "read tasks)",
         per_shard=False,
+        deprecated=PREFIX + "get_records_seconds",
     ),
     MetricSpec(
         "kinesis_throttled",

@@ -17,11 +17,18 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 
 from kinesis_spout.observability.names import SPECS, Kind, MetricSpec, fallback
 
 log = logging.getLogger(__name__)
+disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series
 
 GET_RECORDS_BUCKETS: tuple[float, ...] = (
     0.005,
@@ -55,9 +62,14 @@ class PrometheusMetrics:
     wrong kind (a counter set as a gauge) is dropped with a warning, once.
 
     ``names`` (default: every built-in name) are the names whose metrics are listed
-    from the start, before any value (an endpoint passes its mode's,
+    from the start (an endpoint passes its mode's,
     :data:`~kinesis_spout.observability.names.MODES`); another built-in name is
-    listed from its first report.
+    listed from its first report. Of those, the counters and histograms without a
+    ``shard`` label have their series from the start, at 0, and the per-shard counters
+    theirs from the first report of the shard, so a rate or an absence can be alerted
+    on before the first event. No ``_created`` series (prometheus_client's are turned
+    off for the process: they double the series and say nothing a counter's reset
+    does not). A name whose spec has a ``deprecated`` family feeds that one too.
     """
 
     def __init__(
@@ -83,9 +95,20 @@ class PrometheusMetrics:
         with the wrong kind after its series exists is still dropped (not set on it)."""
         self._since: dict[str, float] = {}
         self._warned: set[str] = set()
-        for spec in SPECS:
-            if names is None or spec.name in names:
-                self._family(spec)
+        self._listed = [s for s in SPECS if names is None or s.name in names]
+        self._shards: set[str] = set()
+        for spec in self._listed:
+            self._family(spec)
+        self._start_at_zero(None)
+
+    def _start_at_zero(self, shard: str | None) -> None:
+        """The series of this stream's listed counters (and histograms) with ``shard``
+        (None: those without a shard label), at 0."""
+        for spec in self._listed:
+            if spec.kind in (Kind.COUNTER, Kind.HISTOGRAM) and spec.per_shard == (
+                shard is not None
+            ):
+                self._child(spec.name, spec.kind, shard)
 
     def for_stream(self, stream: str) -> PrometheusMetrics:
         """A collector into the same metrics whose series are labelled ``stream`` (each
@@ -94,6 +117,8 @@ class PrometheusMetrics:
         sibling.stream = stream
         sibling._children = {}
         sibling._since = {}
+        sibling._shards = set()
+        sibling._start_at_zero(None)
         return sibling
 
     # --- MetricsCollector ------------------------------------------------------------
@@ -123,17 +148,30 @@ class PrometheusMetrics:
     def _family(self, spec: MetricSpec) -> Any:
         family = self._families.get(spec.family)
         if family is None:
-            cls = _CLASSES[spec.kind]
-            extra = {"buckets": self._buckets} if spec.kind is Kind.HISTOGRAM else {}
-            family = cls(spec.family, spec.help, spec.label_names, registry=self.registry, **extra)
+            family = self._make_family(spec, spec.family, spec.help)
+            if spec.deprecated:
+                help_text = f"Deprecated: {spec.family} is its new name. {spec.help}"
+                old = self._make_family(spec, spec.deprecated, help_text)
+                family = _Pair(family, old)
             self._families[spec.family] = family
         return family
+
+    def _make_family(self, spec: MetricSpec, name: str, help_text: str) -> Any:
+        cls = _CLASSES[spec.kind]
+        extra = {"buckets": self._buckets} if spec.kind is Kind.HISTOGRAM else {}
+        return cls(name, help_text, spec.label_names, registry=self.registry, **extra)
 
     def _child(self, name: str, kind: Kind, shard: str | None) -> Any:
         key = (name, kind, shard)
         child = self._children.get(key)
         if child is not None:
             return child
+        if shard is not None and shard not in self._shards:
+            self._shards.add(shard)  # first report of the shard: its counters start at 0
+            self._start_at_zero(shard)
+            child = self._children.get(key)
+            if child is not None:
+                return child
         with self._lock:
             spec = self._specs.get(name)
             if spec is None:
@@ -166,3 +204,30 @@ class PrometheusMetrics:
         if name not in self._warned:
             self._warned.add(name)
             log.warning("metric %s: %s is not exported", name, what)
+
+
+class _Pair:
+    """A metric family under its name and its deprecated one: every call goes to both."""
+
+    def __init__(self, new: Any, old: Any) -> None:
+        self.new = new
+        self.old = old
+
+    def labels(self, *values: str) -> _Pair:
+        return _Pair(self.new.labels(*values), self.old.labels(*values))
+
+    def inc(self, value: float = 1) -> None:
+        self.new.inc(value)
+        self.old.inc(value)
+
+    def set(self, value: float) -> None:
+        self.new.set(value)
+        self.old.set(value)
+
+    def observe(self, value: float) -> None:
+        self.new.observe(value)
+        self.old.observe(value)
+
+    def set_function(self, fn: Callable[[], float]) -> None:
+        self.new.set_function(fn)
+        self.old.set_function(fn)

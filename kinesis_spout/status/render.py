@@ -8,6 +8,7 @@ seconds (floats), sequence numbers decimal strings.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -116,15 +117,49 @@ def _summary(s: Summary) -> dict[str, Any]:
 
 def to_json(report: StatusReport, *others: StatusReport) -> str:
     """The report as one JSON document (see docs/operations.md for every key): the first
-    stream's keys at the top, as a job of one stream has them, and ``streams``, the
-    document of each stream of the job (``others``: the streams after the first)."""
+    stream's keys at the top, as a job of one stream has them, but for ``summary`` and
+    ``kinesis_calls``, which are the whole job's; and ``streams``, the document of each
+    stream of the job (``others``: the streams after the first)."""
+    reports = (report, *others)
     doc = {
         "format": JSON_FORMAT,
         "generated_at": _iso(report.generated_at),
         **_document(report),
-        "streams": [_document(r) for r in (report, *others)],
+        "summary": job_summary(reports),
+        "kinesis_calls": sum(r.kinesis_calls for r in reports),
+        "streams": [_document(r) for r in reports],
     }
     return json.dumps(doc, indent=2)
+
+
+def job_summary(reports: Sequence[StatusReport]) -> dict[str, Any]:
+    """The summaries of every stream's report added up: ``shards``, ``states``,
+    ``checkpoints``, ``pending`` and ``dead_letters`` summed, the largest lag and the
+    oldest checkpoint; ``unowned`` shards as ``<stream>/<shard>`` when there are several
+    streams. One stream: its own summary, plus ``streams``: 1."""
+    sums = [_summary(r.summary) for r in reports]
+    if len(sums) == 1:
+        return {**sums[0], "streams": 1}
+    states: dict[str, int] = {}
+    for one in sums:
+        for state, n in one["states"].items():
+            states[state] = states.get(state, 0) + n
+    lags = [
+        o["max_millis_behind_latest"] for o in sums if o["max_millis_behind_latest"] is not None
+    ]
+    ages = [o["oldest_checkpoint_age_seconds"] for o in sums]
+    dead = [o["dead_letters"] for o in sums if o["dead_letters"] is not None]
+    return {
+        "shards": sum(o["shards"] for o in sums),
+        "states": states,
+        "checkpoints": sum(o["checkpoints"] for o in sums),
+        "pending": sum(o["pending"] for o in sums),
+        "max_millis_behind_latest": max(lags, default=None),
+        "oldest_checkpoint_age_seconds": max((a for a in ages if a is not None), default=None),
+        "dead_letters": sum(dead) if dead else None,
+        "unowned": [f"{r.stream}/{s}" for r in reports for s in r.summary.unowned],
+        "streams": len(sums),
+    }
 
 
 def _document(report: StatusReport) -> dict[str, Any]:

@@ -109,3 +109,26 @@ def _read_zk(
         )
     finally:
         store.close()
+
+
+def held_job_lease(
+    url: str, job: str, *, zk_auth: str | None = None, timeout: float = 5.0
+) -> JobLeaseStatus | None:
+    """The job lease of ``job`` when a live reader holds it, else None; read only (what
+    ``kinesis-spout run`` asks when the metrics port is taken: most often by a copy of
+    the same job, which the lease names)."""
+    if url.startswith("file://"):
+        lease = file_job_lease(Path(url[len("file://") :]) / job / LOCK_FILE)
+    elif url.startswith("zk://"):
+        from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
+
+        store = ZooKeeperCheckpointStore.from_url(
+            url, job, auth=zk_auth, session_timeout=timeout, connect_timeout=timeout
+        )
+        try:
+            lease = zk_job_lease(store)
+        finally:
+            store.close()
+    else:
+        return None
+    return lease if lease.state is LeaseState.HELD and not lease.holder_gone else None

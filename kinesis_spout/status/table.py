@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kinesis_spout.checkpoint.resets import pinned_start
 from kinesis_spout.status.collect import age
 from kinesis_spout.status.model import (
     JobLeaseStatus,
@@ -12,6 +13,7 @@ from kinesis_spout.status.model import (
     StatusReport,
     WorkerInfo,
 )
+from kinesis_spout.words import plural
 
 COLUMNS = ("SHARD", "STATE", "OWNER", "LEASE", "SAVED", "BEHIND", "OLDEST", "DEAD", "CHECKPOINT")
 
@@ -39,7 +41,7 @@ def _checkpoint(row: ShardStatus) -> str:
     if cp.sequence_number is None:
         if cp.shard_end:
             return "shard end"
-        return f"start at {cp.start_at.isoformat() if cp.start_at else '?'}"
+        return f"start at {pinned_start(cp)}"
     text = f"{cp.sequence_number}:{cp.sub_sequence_number}"
     return text + " (shard end)" if cp.shard_end else text
 
@@ -74,6 +76,19 @@ def shard_cells(row: ShardStatus) -> tuple[str, ...]:
     )
 
 
+_LEASE_COLUMNS = (COLUMNS.index("OWNER"), COLUMNS.index("LEASE"))
+
+
+def _rows(report: StatusReport) -> list[tuple[str, ...]]:
+    """The header and shard rows; without OWNER and LEASE when no worker holds shard
+    leases (a ``file://`` store, or the Spark job's: the job-lease holder reads every
+    shard), so the table fits 80 columns."""
+    rows = [COLUMNS, *(shard_cells(r) for r in report.shards)]
+    if report.workers or any(r.lease is not None for r in report.shards):
+        return rows
+    return [tuple(c for i, c in enumerate(row) if i not in _LEASE_COLUMNS) for row in rows]
+
+
 def _grid(rows: Sequence[tuple[str, ...]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
@@ -81,7 +96,7 @@ def _grid(rows: Sequence[tuple[str, ...]]) -> list[str]:
 
 def _job_lease(lease: JobLeaseStatus, report: StatusReport) -> str:
     if lease.state is LeaseState.FREE:
-        return f"job lease: free (no reader of job {report.job!r} is running) [{lease.where}]"
+        return f"job lease: free, no reader running [{lease.where}]"
     since = ""
     if lease.since is not None:
         held = duration(age(report.generated_at, lease.since))
@@ -102,11 +117,12 @@ def _workers(workers: tuple[WorkerInfo, ...] | None) -> list[str]:
 def _totals(report: StatusReport) -> str:
     s = report.summary
     states = ", ".join(f"{n} {p}" for p, n in s.by_phase if n)
-    parts = [f"{s.shards} shards ({states or 'none'})", f"{s.checkpoints} with a checkpoint"]
+    parts = [f"{plural(s.shards, 'shard')} ({states or 'none'})"]
+    parts.append(f"{s.checkpoints} with a checkpoint")
     if s.max_millis_behind_latest is not None:
         parts.append(f"{s.pending} with records waiting")
     if s.dead_letters is not None:
-        parts.append(f"{s.dead_letters} dead letters")
+        parts.append(plural(s.dead_letters, "dead letter"))
     if s.unowned:
         parts.append(f"no owner: {', '.join(s.unowned)}")
     return "; ".join(parts)
@@ -122,7 +138,7 @@ def to_table(report: StatusReport) -> str:
         *_workers(report.workers),
         "",
     ]
-    rows = _grid([COLUMNS, *(shard_cells(r) for r in report.shards)])
+    rows = _grid(_rows(report))
     tail = ["", _totals(report)]
     tail += [f"note: {n}" for n in report.notes]
     tail += [f"problem: {p}" for p in report.problems]

@@ -2,12 +2,14 @@
 
 Names follow the existing Spark Kinesis connectors where one exists
 (``streamName``, ``streamARN``, ``region``, ``endpointUrl``, ``initialPosition`` as in
-the Databricks and Qubole connectors). ``streamName`` and ``streamARN`` take several
-streams, comma-separated; they are parsed and checked as the reader's ``streams`` are
-(:mod:`kinesis_spout.config.streams`), with errors naming the option. Spark
-lower-cases option keys, so they are matched case-insensitively. An unknown option
-is an error, not ignored: a typo in ``maxRecordsPerShard`` must not silently read
-unbounded batches.
+the Databricks and Qubole connectors), and the names of the AWS connector
+(``kinesis.streamName``, ...) and Databricks' others (``endpoint``, ``startingPosition``)
+are taken as aliases (:data:`ALIASES`), so a query moves here unchanged. ``streamName``
+and ``streamARN`` take several streams, comma-separated; they are parsed and checked as
+the reader's ``streams`` are (:mod:`kinesis_spout.config.streams`), with errors naming
+the option. Spark lower-cases option keys, so they are matched case-insensitively. An
+unknown option is an error with the close match, not ignored: a typo in
+``maxRecordsPerShard`` must not silently read unbounded batches.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from kinesis_spout.config import (
     MAX_RECORDS_PER_CALL,
     InitialPosition,
 )
+from kinesis_spout.config.load import did_you_mean
 from kinesis_spout.config.streams import STREAM_ARN, StreamSpec, check_streams, parse_streams
 from kinesis_spout.errors import ConfigError
 
@@ -57,7 +60,27 @@ OPTIONS: dict[str, str] = {
     "subscribe with SubscribeToShard)",
     "consumerName": "the enhanced fan-out consumer, registered if absent (default: jobName)",
 }
+ALIASES: dict[str, tuple[str, ...]] = {
+    "streamName": ("kinesis.streamName",),
+    "region": ("kinesis.region",),
+    "endpointUrl": ("endpoint", "kinesis.endpointUrl"),
+    "initialPosition": ("startingPosition", "kinesis.startingPosition"),
+    "maxRecordsPerShard": ("kinesis.maxFetchRecordsPerShard",),
+    "maxRecordsPerFetch": ("kinesis.getRecords.numberOfRecordsPerFetch",),
+    "consumer": ("consumerMode", "kinesis.consumerType"),
+    "consumerName": ("kinesis.consumerName",),
+}
+"""Other connectors' names of an option: the AWS connector's (``kinesis.*``) and
+Databricks' (``endpoint``, ``startingPosition``, ``consumerMode``). docs/streaming-source.md
+tables them."""
 _BY_LOWER = {k.lower(): k for k in OPTIONS}
+_BY_LOWER.update({a.lower(): k for k, names in ALIASES.items() for a in names})
+_SPELLED = {k.lower(): k for k in OPTIONS} | {
+    a.lower(): a for names in ALIASES.values() for a in names
+}
+"""Each option name, lower-cased (as Spark passes it), as the documentation spells it."""
+_CONSUMER_VALUES = {"getrecords": "polling", "subscribetoshard": "efo"}
+"""The AWS connector's ``kinesis.consumerType`` values."""
 _STORE_NEEDED = (
     "file://DIR (local mode, or a file system every executor shares) or "
     "zk://host:port[,host:port]/root: each batch's tasks record there where they stopped, "
@@ -166,7 +189,17 @@ def parse_options(
     here, in the driver, so every executor uses the same values.
     """
     env = os.environ if env is None else env
-    given = _known(options)
+    given, spelled = _known(options)
+    try:
+        return _parse(given, env)
+    except ConfigError as exc:  # name the option as the query spelled it
+        if exc.field in spelled and spelled[exc.field] != exc.field:
+            field = f"{spelled[exc.field]} ({exc.field})"
+            raise ConfigError(field, exc.value, exc.allowed) from None
+        raise
+
+
+def _parse(given: Mapping[str, str], env: Mapping[str, str]) -> SourceOptions:
     region, endpoint = _location(given, env)
     streams = _streams(given, region)
     position, timestamp = _start(given)
@@ -205,21 +238,33 @@ def parse_options(
     return opts
 
 
-def _known(options: Mapping[str, Any]) -> dict[str, str]:
-    """The options by canonical name, as strings; an unknown one is an error (its
-    value hidden when the name looks like a secret)."""
+def _known(options: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """The options by canonical name, as strings, and the name each was given under; an
+    unknown option is an error with the close match (its value hidden when the name
+    looks like a secret), and so is an option given twice under two of its names."""
     given: dict[str, str] = {}
+    spelled: dict[str, str] = {}
     for key, value in options.items():
-        name = _BY_LOWER.get(str(key).lower())
+        lower = str(key).lower()
+        name = _BY_LOWER.get(lower)
         if name is None:
-            secret = any(w in str(key).lower() for w in ("auth", "secret", "password", "key"))
+            secret = any(w in lower for w in ("auth", "secret", "password", "key"))
+            said = did_you_mean(lower, list(_SPELLED))
+            close = said.removeprefix("; did you mean ").removesuffix("?")
+            hint = f"; did you mean {_SPELLED[close]}?" if close in _SPELLED else ""
             raise ConfigError(
                 str(key),
                 "***" if secret else value,
-                f"unknown option of the kinesis source; known: {', '.join(OPTIONS)}",
+                f"unknown option of the kinesis source{hint} (options and their other "
+                "connectors' names: docs/streaming-source.md#options)",
+            )
+        if name in spelled:
+            raise ConfigError(
+                _SPELLED[lower], value, f"given once: {spelled[name]} is the same option"
             )
         given[name] = "" if value is None else str(value)
-    return given
+        spelled[name] = _SPELLED[lower]
+    return given, spelled
 
 
 _NAME_RULE = (
@@ -295,8 +340,13 @@ def _start(given: Mapping[str, str]) -> tuple[InitialPosition, datetime | None]:
 def _consumer(given: Mapping[str, str], job: str) -> tuple[str, str]:
     """How shards are read, and the enhanced fan-out consumer's name."""
     consumer = given.get("consumer", "polling").strip().lower()
+    consumer = _CONSUMER_VALUES.get(consumer, consumer)
     if consumer not in CONSUMERS:
-        raise ConfigError("consumer", given.get("consumer"), " or ".join(CONSUMERS))
+        raise ConfigError(
+            "consumer",
+            given.get("consumer"),
+            " or ".join(CONSUMERS) + " (kinesis.consumerType: GetRecords or SubscribeToShard)",
+        )
     name = given.get("consumerName", "").strip() or job
     if (consumer == "efo" or given.get("consumerName")) and not CONSUMER_NAME.fullmatch(name):
         which = "consumerName" if given.get("consumerName") else "consumerName (default: jobName)"

@@ -103,7 +103,7 @@ def test_malformed_toml(ws: Workspace) -> None:
     path = toml_file(ws, 'stream_name = "orders\nretry_limit = 3\n')
     res = cli_run(path)
     assert res.returncode == 2, res.stderr
-    assert f"kinesis-spout: error: invalid config config='{path}': valid TOML (" in res.stderr
+    assert f"kinesis-spout run: error: invalid config config='{path}': valid TOML (" in res.stderr
     assert "line 5" in res.stderr  # where the mistake is
     assert ws.written() == []
 
@@ -111,7 +111,7 @@ def test_malformed_toml(ws: Workspace) -> None:
 def test_unknown_key(ws: Workspace) -> None:
     res = cli_run(toml_file(ws, 'stream_name = "orders"\n[reliability]\nretry_limt = 3\n'))
     assert res.returncode == 2, res.stderr
-    assert "kinesis-spout: error: invalid config retry_limt=3: unknown key" in res.stderr
+    assert "kinesis-spout run: error: invalid config retry_limt=3: unknown key" in res.stderr
     assert "did you mean retry_limit?" in res.stderr  # the closest known key
     assert ws.written() == []
 
@@ -135,7 +135,7 @@ def test_unknown_key(ws: Workspace) -> None:
 def test_out_of_range_values(ws: Workspace, line: str, message: str) -> None:
     res = cli_run(toml_file(ws, f'stream_name = "orders"\n{line}\n'))
     assert res.returncode == 2, res.stderr
-    assert f"kinesis-spout: error: {message}" in res.stderr
+    assert f"kinesis-spout run: error: {message}" in res.stderr
     assert ws.written() == []
 
 

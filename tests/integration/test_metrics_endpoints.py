@@ -10,6 +10,7 @@ process' in ``multilang/test_shellspout_metrics.py``.
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import subprocess
 import sys
@@ -22,13 +23,16 @@ from typing import Any
 
 import pytest
 
+from devkit.holders import start_lease_holder
 from devkit.scrape import Scrape, scrape, wait_for_scrape
 from kinesis_spout.config import SpoutConfig
+from kinesis_spout.coordination.joblease import JobLeaseHeldError
 from kinesis_spout.coordination.worker import run_worker
 from kinesis_spout.errors import ConfigError
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.multilang.coordinated import CoordinatedSpout
 from kinesis_spout.observability import MetricsPortInUseError, check_port_free
+from kinesis_spout.observability.names import BY_NAME, MODES
 from kinesis_spout.records import Record
 from kinesis_spout.spark import job
 from kinesis_spout.spark.launch.submit import job_environment
@@ -113,7 +117,7 @@ def test_the_spout_serves_its_metrics_from_open_to_close(
     try:
         read_all(sp, 120)
         first = scrape(url_of(port))
-        assert outcomes(first) == {"acked": 118, "dead_lettered": 2}
+        assert outcomes(first) == {"acked": 118, "dead_lettered": 2, "expired": 0}
         assert first.sum(READ) == 120 and first.by("shard", READ) == first_put
         assert first.sum("kinesis_spout_retries_total") == 2
         assert first.sum("kinesis_spout_failures_total") == 4
@@ -121,7 +125,9 @@ def test_the_spout_serves_its_metrics_from_open_to_close(
         assert (stats.read, stats.acked, stats.retried, stats.dead_lettered) == (120, 118, 2, 2)
         assert first.by("shard", "kinesis_spout_in_flight_records") == dict.fromkeys(first_put, 0)
         assert set(first.by("shard", "kinesis_spout_behind_latest_seconds")) == set(first_put)
-        assert first.sum("kinesis_spout_get_records_seconds_count") >= 2  # one per shard at least
+        assert (
+            first.sum("kinesis_spout_get_records_duration_seconds_count") >= 2
+        )  # one per shard at least
         assert first.sum("kinesis_spout_checkpoint_writes_total") >= 2
         assert len(first.select("kinesis_spout_checkpoint_age_seconds")) == 1
         assert first.sum("process_cpu_seconds_total") > 0  # the process' own metrics too
@@ -140,9 +146,9 @@ def test_the_spout_serves_its_metrics_from_open_to_close(
         second = scrape(url_of(port))
         before, after = outcomes(first), outcomes(second)
         assert all(after[k] >= v for k, v in before.items())
-        assert second.sum(READ) == 180 and after == {"acked": 177, "dead_lettered": 3}
-        assert second.sum("kinesis_spout_get_records_seconds_count") > first.sum(
-            "kinesis_spout_get_records_seconds_count"
+        assert second.sum(READ) == 180 and after == {"acked": 177, "dead_lettered": 3, "expired": 0}
+        assert second.sum("kinesis_spout_get_records_duration_seconds_count") > first.sum(
+            "kinesis_spout_get_records_duration_seconds_count"
         )
     finally:
         sp.close()
@@ -210,7 +216,54 @@ def test_a_taken_port_fails_the_spout_before_it_reads_anything(
         "by another process (pick another metrics_port, or leave it unset)"
     )
     assert info.value.field == "metrics_port"
-    assert not (tmp_path / "checkpoints").exists()
+    left = [p for p in (tmp_path / "checkpoints").rglob("*") if p.is_file()]
+    assert [(p.name, p.stat().st_size) for p in left] == [(".job.lock", 0)]  # released
+
+
+def test_a_second_copy_of_a_running_spout_is_named_by_its_lease_not_its_port(
+    moto_server: MotoServer, unique_name: str, tmp_path: Path
+) -> None:
+    """The first copy holds the job lease and the port: the second one's error is the
+    lease's (it once was the port's, hiding the cause), naming the config key to wait."""
+    cfg = spout_config(moto_server, unique_name, tmp_path)
+    holder = start_lease_holder(cfg.checkpoint_store, cfg.job_name)
+    try:
+        with listening() as port:
+            with pytest.raises(JobLeaseHeldError) as info:
+                KinesisSpout(cfg.replace(metrics_port=port)).open()
+            said = str(info.value)
+            assert said.startswith(f"job {unique_name!r} is already running (lease "), said
+            assert said.endswith("stop it, or set wait_for_lease = true to take over when it ends")
+            res = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "kinesis_spout.cli",
+                    "run",
+                    "--config",
+                    str(
+                        job_toml(
+                            tmp_path,
+                            unique_name,
+                            moto_server.endpoint_url,
+                            f'job_name = "{unique_name}"\nmetrics_port = {port}\n',
+                        )
+                    ),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=job_environment(),
+            )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert res.returncode == 3, res.stderr
+    first = res.stderr.splitlines()[0]
+    assert first.startswith(
+        f"kinesis-spout run: error: job {unique_name!r} is already running (lease "
+    ), res.stderr
+    assert first.endswith("stop it, or pass --wait-for-lease to take over when it ends")
 
 
 def test_a_storm_task_that_cannot_reach_zookeeper_lets_its_metrics_port_go(
@@ -336,7 +389,7 @@ def test_a_taken_port_stops_kinesis_spout_run_before_spark_submit(
     assert res.returncode == 2, res.stderr
     # The port is checked before spark-submit is even looked for.
     assert (
-        f"kinesis-spout: error: invalid config metrics_port={taken_port}: a free port: "
+        f"kinesis-spout run: error: invalid config metrics_port={taken_port}: a free port: "
         f"127.0.0.1:{taken_port} is already in use"
     ) in res.stderr
     assert "spark-submit" not in res.stderr
@@ -381,5 +434,39 @@ def test_an_invalid_metrics_setting_is_refused_naming_the_field(
         env=job_environment(),
     )
     assert res.returncode == 2, res.stderr
-    assert f"kinesis-spout: error: {message}" in res.stderr
+    assert f"kinesis-spout run: error: {message}" in res.stderr
     assert not (tmp_path / "checkpoints").exists()
+
+
+def documented_families() -> set[str]:
+    """The Prometheus names of the table in docs/metrics.md."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    return set(re.findall(r"^\| `(kinesis_spout_[a-z_]+)` \|", docs, flags=re.M))
+
+
+def test_a_fresh_endpoint_has_a_sample_of_every_documented_series_and_no_created_series(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """A spout on an idle stream, scraped after its open and its first poll: every series
+    its mode lists has a sample (counters at 0, the histogram empty, in flight and the
+    checkpoint age known), so ``rate()`` and ``absent()`` alerts work from the start."""
+    create_stream(moto_client, unique_name, 2)
+    port = free_port()
+    cfg = spout_config(moto_server, unique_name, tmp_path, metrics_port=port)
+    with KinesisSpout(cfg) as sp:
+        assert sp.next_batch(10) == []  # one GetRecords per shard: nothing there
+        s = scrape(url_of(port))
+    families = {BY_NAME[n].family for n in MODES["spout"]}
+    assert families <= documented_families()
+    for family in sorted(families):
+        base = family.removesuffix("_total")
+        samples = [x for x in s.samples if x.name in (family, base + "_count")]
+        assert samples, f"{family}: no sample on a fresh endpoint"
+    for name, kinds in (("kinesis_spout_errors_total", 3), ("kinesis_spout_records_total", 3)):
+        assert len(s.by("shard", name)) == 2 and len(s.select(name)) == 2 * kinds, name
+    assert s.sum("kinesis_spout_throttles_total") == 0
+    assert len(s.select("kinesis_spout_in_flight_records")) == 2
+    assert len(s.select("kinesis_spout_checkpoint_age_seconds")) == 1
+    assert s.select("kinesis_spout_get_records_seconds_count")  # the deprecated name, still
+    assert not [x.name for x in s.samples if x.name.endswith("_created")]
+    assert "_created" not in s.text

@@ -242,7 +242,7 @@ def check_after_stop(
     assert "0 with records waiting" in status, status
     shard_rows = [line for line in status.splitlines() if line.startswith("shardId-")]
     assert len(shard_rows) == 2 and all("caught up" in row for row in shard_rows), status
-    assert "1 dead letters" in status, status
+    assert "; 1 dead letter" in status, status
     report = json.loads(run_shell(status_line + " --json", work, env, timeout=60))
     checkpoints = {s["shard_id"]: s["checkpoint"] for s in report["shards"]}
     last = last_sequences(port, "orders")
@@ -251,5 +251,5 @@ def check_after_stop(
         assert checkpoints[shard] is not None, report
         assert checkpoints[shard]["sequence"] == sequence, (shard, report)
     letters = run_shell(list_line, work, env, timeout=60)
-    assert "1 dead letters in ./dead-letter" in letters, letters
+    assert "1 dead letter in ./dead-letter (job 'billing', stream 'orders')" in letters, letters
     assert "JSONDecodeError" in letters, letters

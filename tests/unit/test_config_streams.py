@@ -81,11 +81,28 @@ def test_a_bad_entry_is_an_error_naming_it(streams: object, field: str, said: st
     assert said in str(err.value)
 
 
-def test_stream_name_may_only_name_the_first_stream() -> None:
+def test_stream_name_may_name_any_of_the_streams_and_streams_says_what_is_read() -> None:
     assert SpoutConfig(stream_name="a", streams="a,b").stream_name == "a"
-    with pytest.raises(ConfigError, match="first of streams") as err:
-        SpoutConfig(stream_name="b", streams="a,b")
+    both = SpoutConfig(stream_name="b", streams="a,b")
+    assert both.stream_names == ("a", "b") and both.stream_name == "a"
+    with pytest.raises(ConfigError, match="one of streams \\('a', 'b'\\) or left out") as err:
+        SpoutConfig(stream_name="c", streams="a,b")
     assert err.value.field == "stream_name"
+    assert "keep streams, or stream_name alone" in str(err.value)
+
+
+def test_a_flag_that_names_a_stream_wins_over_the_file(tmp_path: Path) -> None:
+    """``--stream payments`` reads payments, whatever the file's ``stream_name`` and
+    ``streams`` say (it once failed on a file that had both)."""
+    f = tmp_path / "job.toml"
+    f.write_text('stream_name = "orders"\nstreams = ["orders", "payments"]\n')
+    assert load_config(f, env={}).stream_names == ("orders", "payments")
+    one = load_config(f, env={}, overrides={"streams": ["payments"]})
+    assert one.stream_names == ("payments",) and one.stream_name == "payments"
+    named = load_config(f, env={}, overrides={"stream_name": "clicks"})
+    assert named.stream_names == ("clicks",)
+    env = {"KINESIS_SPOUT_STREAMS": "a,b"}
+    assert load_config(f, env=env).stream_names == ("a", "b")
 
 
 def test_run_forwards_each_stream_to_spark_submit(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import logging
 from pathlib import Path
+
+import pytest
 
 from kinesis_spout.deadletter import JsonlDeadLetterSink, read_dead_letters
 from kinesis_spout.records import Record
@@ -53,3 +56,20 @@ def test_a_line_cut_short_by_a_crash_is_skipped_and_not_glued_to_the_next(tmp_pa
     again.write(rec(2), "boom", 4)  # the torn one never counted: written now
     again.close()
     assert [e["sequence_number"] for e in read_dead_letters(tmp_path)] == ["1", "2"]
+
+
+def test_the_dead_letter_warning_names_the_stream(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A shard id exists in every stream: ``dead-lettered shardId-…:8`` said which record
+    only with the stream in front."""
+    from kinesis_spout.deadletter.base import DeadLetter
+
+    sink = JsonlDeadLetterSink(tmp_path, "billing")
+    rec = Record("payments", "shardId-000000000000", "8", 0, "pk", b"x", None, SequenceKey(8))
+    with caplog.at_level(logging.WARNING, logger="kinesis_spout.deadletter"):
+        sink.write_many([DeadLetter(rec, "boom", 3)])
+    sink.close()
+    assert "dead-lettered payments/shardId-000000000000:8 (exhausted) after 3 attempts" in (
+        caplog.text
+    )

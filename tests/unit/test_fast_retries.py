@@ -285,7 +285,7 @@ def test_dead_letter_on_writes_the_listed_reasons_and_logs_the_others(
             [DeadLetter(record(1), "e", 4), DeadLetter(record(2), "too old", 1, "expired")]
         )
     assert [d.record.sequence_number for c in inner.calls for d in c] == ["1"]
-    assert "gave up on shardId-000000000000:2 (expired)" in caplog.text
+    assert "gave up on st/shardId-000000000000:2 (expired)" in caplog.text
 
 
 # ------------------------------------------------------------------ follow-up jobs

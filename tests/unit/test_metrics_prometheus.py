@@ -63,7 +63,7 @@ def test_records_done_are_one_counter_with_disjoint_outcomes(
     assert value(reg, total, shard="s0", outcome="acked") == 14
     assert value(reg, total, shard="s0", outcome="dead_lettered") == 1
     assert value(reg, total, shard="s1", outcome="expired") == 1
-    assert value(reg, total, shard="s1", outcome="acked") is None  # nothing acked there
+    assert value(reg, total, shard="s1", outcome="acked") == 0  # nothing acked there yet
     outcomes = {
         s.labels["outcome"]
         for m in reg.collect()
@@ -97,6 +97,7 @@ def test_an_endpoint_lists_only_the_metrics_of_its_mode(mode: str) -> None:
     endpoint = MetricsEndpoint("127.0.0.1", 0, stream="orders", job="billing", mode=mode)
     listed = {m.name for m in endpoint.registry.collect() if m.name.startswith("kinesis_spout")}
     expected = {BY_NAME[n].family.removesuffix("_total") for n in MODES[mode]}
+    expected |= {BY_NAME[n].deprecated for n in MODES[mode] if BY_NAME[n].deprecated}
     assert listed == expected
 
 
@@ -194,8 +195,8 @@ def test_other_names_are_exported_by_name_and_misuse_is_dropped(
     prom.gauge("records_read", 3, shard="s0")  # a counter cannot be set
     prom.increment("records_acked", -1, shard="s0")  # nor go down
     prom.observe("in_flight", 1.0)
-    assert value(reg, "kinesis_spout_records_read_total", shard="s0") is None
-    assert value(reg, "kinesis_spout_records_total", shard="s0", outcome="acked") is None
+    assert value(reg, "kinesis_spout_records_read_total", shard="s0") == 0  # not set to 3
+    assert value(reg, "kinesis_spout_records_total", shard="s0", outcome="acked") == 0
     assert "metric records_read: gauge use of a counter is not exported" in caplog.text
     assert "metric records_acked: a negative increment (-1)" in caplog.text
 
@@ -224,6 +225,8 @@ def test_every_name_the_code_reports_is_mapped_and_documented() -> None:
     docs = (REPO / "docs" / "metrics.md").read_text()
     for spec in SPECS:
         assert f"`{spec.family}`" in docs, spec.family
+        if spec.deprecated:  # kept one release, and said so
+            assert f"`{spec.deprecated}` (deprecated" in docs, spec.deprecated
         assert f"`{spec.name}`" in docs, spec.name
         for key, label in spec.labels:
             assert f'`{key}="{label}"`' in docs or f"`{label}`" in docs, (key, label)
@@ -266,3 +269,49 @@ def test_metrics_port_from_the_environment_and_defaults() -> None:
     with pytest.raises(ConfigError) as info:
         SpoutConfig(metrics_host=" ")
     assert info.value.field == "metrics_host"
+
+
+def test_counters_start_at_zero_and_there_is_no_created_series(reg: CollectorRegistry) -> None:
+    """``throttles_total``, ``errors_total{kind}`` and ``iterators_expired_total`` had no
+    sample until their first event, so ``rate()`` and ``absent()`` alerts could not work;
+    every counter carried a ``_created`` series too."""
+    prom = PrometheusMetrics(reg, stream="orders", job="billing", names=MODES["spout"])
+    assert value(reg, "kinesis_spout_streams_gone_total") == 0
+    assert value(reg, "kinesis_spout_get_records_duration_seconds_count") == 0
+    assert value(reg, "kinesis_spout_throttles_total", shard="s0") is None  # no shard yet
+    prom.gauge("in_flight", 0, shard="s0")  # the shard's first report
+    for name, labels in [
+        ("kinesis_spout_throttles_total", {}),
+        ("kinesis_spout_iterators_expired_total", {}),
+        ("kinesis_spout_errors_total", {"kind": "kinesis"}),
+        ("kinesis_spout_errors_total", {"kind": "checkpoint_store"}),
+        ("kinesis_spout_errors_total", {"kind": "dead_letter"}),
+        ("kinesis_spout_records_total", {"outcome": "expired"}),
+    ]:
+        assert value(reg, name, shard="s0", **labels) == 0, (name, labels)
+    prom.increment("kinesis_throttled", shard="s0")
+    assert value(reg, "kinesis_spout_throttles_total", shard="s0") == 1
+    names = {s.name for m in reg.collect() for s in m.samples}
+    assert not [n for n in names if n.endswith("_created")]
+    other = prom.for_stream("payments")  # a reader's second stream: its own zeros
+    assert (
+        reg.get_sample_value(
+            "kinesis_spout_streams_gone_total", {"stream": "payments", "job": "billing"}
+        )
+        == 0
+    )
+    assert other.stream == "payments"
+
+
+def test_the_get_records_histogram_keeps_its_old_name_for_one_release(
+    prom: PrometheusMetrics, reg: CollectorRegistry
+) -> None:
+    prom.observe("get_records_seconds", 0.02, shard="s0")
+    prom.observe("get_records_seconds", 0.3, shard="s1")
+    for name in ("kinesis_spout_get_records_duration_seconds", "kinesis_spout_get_records_seconds"):
+        assert value(reg, name + "_count") == 2
+        assert value(reg, name + "_bucket", le="0.025") == 1
+    helps = {m.name: m.documentation for m in reg.collect()}
+    assert helps["kinesis_spout_get_records_seconds"].startswith(
+        "Deprecated: kinesis_spout_get_records_duration_seconds is its new name."
+    )

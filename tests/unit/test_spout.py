@@ -739,3 +739,38 @@ def test_checkpoint_inside_an_aggregate_and_mid_aggregate_resume() -> None:
     r2.spout = KinesisSpout(r2.config, store=r.store, client=r.kinesis, clock=r2.clock)
     r2.open()
     assert data(r2.drain()) == [b"u2", b"u3"]
+
+
+def test_an_idle_stream_s_checkpoints_do_not_age_and_in_flight_is_known_from_the_open(
+    rig: Rig,
+) -> None:
+    """``checkpoint_age_seconds`` never appeared for an idle stream (nothing to write, so
+    no write), and ``in_flight_records`` was missing until the first checkpoint round."""
+    rig.open()
+    assert rig.metrics.gauge_value("in_flight", S[0]) == 0
+    assert rig.metrics.gauge_value("checkpoint_age_seconds") == 0.0
+    assert rig.spout.stats().checkpoint_age == 0.0
+    for _ in range(3):  # idle rounds: nothing to write, the stored checkpoints current
+        rig.clock.advance(6)
+        assert rig.spout.next_batch(10) == []
+        rig.spout.checkpoint()
+        assert rig.spout.stats().checkpoint_age == 0.0
+    rig.kinesis.put_many(S[0], 2)
+    rig.clock.advance(2)
+    rig.spout.next_batch(10)  # read, not acked: the next round has nothing it may write
+    rig.clock.advance(6)
+    rig.spout.checkpoint(force=True)
+    assert rig.spout.stats().checkpoint_age == 0.0  # nothing done yet: nothing held back
+
+
+def test_the_close_line_says_records_not_the_deliveries_a_job_counts_itself() -> None:
+    """The Spark job retries inside its micro-batches, which the reader does not see: its
+    close line said ``retried=0`` beside a summary of ``retried 4``."""
+    from kinesis_spout.core.stats import SpoutStats
+
+    line = str(
+        SpoutStats(
+            read=10, acked=8, failed=5, retried=0, dead_lettered=2, in_flight=0, checkpoint_writes=3
+        )
+    )
+    assert line == "10 read, 8 acked, 2 dead-lettered, 0 in flight; 3 checkpoint writes"

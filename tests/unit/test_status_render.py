@@ -86,7 +86,9 @@ def test_json_has_the_documented_keys_and_values() -> None:
     ]
     # each stream's part: the keys from job to problems (one stream: the top level's)
     (only,) = doc["streams"]
-    assert only == {k: v for k, v in doc.items() if k not in ("format", "generated_at", "streams")}
+    top = {k: v for k, v in doc.items() if k not in ("format", "generated_at", "streams")}
+    assert doc["summary"].pop("streams") == 1  # the job-wide summary counts its streams
+    assert only == top
     assert doc["format"] == 1 and doc["generated_at"] == "2026-11-24T12:00:00+00:00"
     assert doc["job_lease"] == {
         "state": "held",
@@ -201,7 +203,7 @@ def test_table_of_a_file_store_with_no_checkpoints() -> None:
         )
     )
     assert "workers:" not in text
-    assert "job lease: free (no reader of job 'billing' is running)" in text
+    assert "job lease: free, no reader running" in text
     assert "note: no checkpoints yet for job 'billing' on stream 'orders'" in text
     rows = [line.split() for line in text.splitlines() if line.startswith("shardId-")]
     assert [r[0] for r in rows] == [S0, S1, S2]
@@ -298,3 +300,20 @@ def test_status_puts_the_logging_levels_back(
     assert (root.level, ours.level) == before  # quiet while it ran, not for the process
     logging.getLogger("kinesis_spout.status").warning("still heard")
     assert "still heard" in caplog.text
+
+
+def test_the_top_level_summary_is_the_whole_jobs_and_each_streams_stays_its_own() -> None:
+    """With several streams, ``.summary`` once had the first stream's figures only (1 of
+    the job's 2 dead letters): a script reading it undercounted."""
+    orders = report_of()
+    payments = report_of(stream="payments", dead_letters={S0: 1}, kinesis_calls=3)
+    doc = json.loads(to_json(orders, payments))
+    assert doc["stream"] == "orders"  # the first stream's keys, as a job of one has them
+    job = doc["summary"]
+    assert job["streams"] == 2 and job["shards"] == 6
+    assert job["dead_letters"] == 3 and job["checkpoints"] == 4 and job["pending"] == 2
+    assert job["states"] == {"open": 4, "waiting": 0, "closed": 0, "ended": 2, "unlisted": 0}
+    assert job["unowned"] == [f"orders/{S2}", f"payments/{S2}"]
+    assert doc["kinesis_calls"] == 8
+    per = {s["stream"]: s["summary"] for s in doc["streams"]}
+    assert per["orders"]["dead_letters"] == 2 and per["payments"]["dead_letters"] == 1

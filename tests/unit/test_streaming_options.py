@@ -190,3 +190,82 @@ def test_package_exports_load_lazily() -> None:
     assert pkg.KinesisDataSource.name() == "kinesis"
     with pytest.raises(AttributeError):
         pkg.nothing_here  # noqa: B018
+
+
+def test_the_aws_connectors_and_databricks_names_are_aliases() -> None:
+    """``kinesis.streamName``, ``kinesis.region``, ``kinesis.startingPosition`` (the AWS
+    connector's), ``startingPosition`` and ``endpoint`` (Databricks') were rejected as
+    unknown options, though the docs said the names follow those connectors."""
+    aws = parse(
+        **{
+            "kinesis.streamName": "orders",
+            "kinesis.region": "eu-west-1",
+            "kinesis.endpointUrl": "http://127.0.0.1:4567",
+            "kinesis.startingPosition": "LATEST",
+            "kinesis.consumerType": "SubscribeToShard",
+            "kinesis.consumerName": "billing-efo",
+            "kinesis.maxFetchRecordsPerShard": "500",
+            "kinesis.getRecords.numberOfRecordsPerFetch": "250",
+        }
+    )
+    assert (aws.stream_name, aws.region, aws.endpoint_url) == (
+        "orders",
+        "eu-west-1",
+        "http://127.0.0.1:4567",
+    )
+    assert aws.initial_position is InitialPosition.LATEST
+    assert (aws.consumer, aws.consumer_name) == ("efo", "billing-efo")
+    assert (aws.max_records_per_shard, aws.max_records_per_fetch) == (500, 250)
+    assert parse(**{"kinesis.streamName": "o", "kinesis.consumerType": "GetRecords"}).consumer == (
+        "polling"
+    )
+    databricks = parse(
+        streamName="orders", endpoint="http://127.0.0.1:4567", startingPosition="earliest"
+    )
+    assert databricks.endpoint_url == "http://127.0.0.1:4567"
+    assert databricks.initial_position is InitialPosition.TRIM_HORIZON
+    assert parse(streamName="o", consumerMode="efo").consumer == "efo"
+
+
+def test_an_alias_is_named_as_given_and_an_option_given_twice_is_an_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(**{"kinesis.streamName": "o", "kinesis.startingPosition": "OLDEST"})
+    assert str(info.value).startswith(
+        "invalid config kinesis.startingPosition (initialPosition)='OLDEST': trim_horizon"
+    )
+    with pytest.raises(ConfigError) as info:
+        parse(streamName="o", **{"kinesis.streamName": "p"})
+    assert "is the same option" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("streamname2", "streamName"),
+        ("kinesis.streamnam", "kinesis.streamName"),
+        ("maxrecordspershards", "maxRecordsPerShard"),
+        ("kinesis.startingpositon", "kinesis.startingPosition"),
+    ],
+)
+def test_an_unknown_option_says_did_you_mean(key: str, meant: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_options({"streamname": "o", key: "1", "checkpointstore": "file:///x"}, env=NO_ENV)
+    assert f"unknown option of the kinesis source; did you mean {meant}?" in str(info.value)
+
+
+def test_the_docs_table_every_option_and_alias() -> None:
+    from pathlib import Path
+
+    from kinesis_spout.streaming.options import ALIASES, OPTIONS
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "streaming-source.md").read_text()
+    section = docs[docs.index("\n## Options\n") : docs.index("\n## How it works\n")]
+    rows = {
+        line.split("|")[1].strip().strip("`"): line.split("|")[2]
+        for line in section.splitlines()
+        if line.startswith("| `")
+    }
+    assert set(rows) == set(OPTIONS)
+    for name, aliases in ALIASES.items():
+        for alias in aliases:
+            assert f"`{alias}`" in rows[name], (name, alias)

@@ -34,9 +34,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-from kinesis_spout.config import FIELD_NAMES
+from kinesis_spout.config import FIELD_NAMES, SpoutConfig
 from kinesis_spout.errors import KinesisSpoutError
-from kinesis_spout.observability.endpoint import check_port_free
+from kinesis_spout.observability.endpoint import MetricsPortInUseError, check_port_free
 from kinesis_spout.spark.launch.deploy import check_deploy_mode
 from kinesis_spout.spark.launch.launcher import LAUNCHER_ENV, PIDFILE_ENV, launcher_token
 
@@ -228,6 +228,24 @@ def _read_pid(path: str) -> int | None:
         return None
 
 
+def check_metrics_port(config: SpoutConfig) -> None:
+    """The metrics port is free; when it is not, and the job already runs (most often
+    the process holding the port), the error names the job lease's holder instead."""
+    try:
+        check_port_free(config)
+    except MetricsPortInUseError:
+        from kinesis_spout.coordination.joblease import held_error
+        from kinesis_spout.status.sources_store import held_job_lease
+
+        try:
+            held = held_job_lease(config.checkpoint_store, config.job_name, zk_auth=config.zk_auth)
+        except KinesisSpoutError:
+            held = None  # the store cannot say: the port is the error
+        if held is not None:
+            raise held_error(config.job_name, held.holder or "?", held.where) from None
+        raise
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``kinesis-spout run``: validate, then ``spark-submit`` the job."""
     from kinesis_spout.spark.job import job_config
@@ -241,7 +259,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     deploy_mode = conf.get("spark.submit.deployMode", args.deploy_mode)
     check_deploy_mode(config, deploy_mode)
     if deploy_mode == "client":  # the driver's endpoint will listen here
-        check_port_free(config)
+        check_metrics_port(config)
     cmd = build_command(args, find_spark_submit(args.spark_submit), process)
     if args.dry_run:
         print(" ".join(cmd))

@@ -86,7 +86,7 @@ def test_reset_is_refused_while_the_job_runs_then_a_spout_resumes_from_it(
 
     holder = start_lease_holder(store_url, "billing")
     try:
-        assert reset(cfg, "--all", "--to-trim-horizon") == 2
+        assert reset(cfg, "--all", "--to-trim-horizon") == 3
         err = capsys.readouterr().err
         assert "checkpoints reset refused: job 'billing' is already running" in err
         assert f"pid {holder.pid}" in err or f":{holder.pid} " in err
