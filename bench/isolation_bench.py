@@ -33,9 +33,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kinesis_spout.config import InitialPosition  # noqa: E402
-from kinesis_spout.records import GetterPosition  # noqa: E402
+from kinesis_spout.records import GetterPosition, ReadEnd  # noqa: E402
+from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings  # noqa: E402
 from kinesis_spout.spark.read.jobs import ReadJobs  # noqa: E402
-from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings  # noqa: E402
 from tracker import SequenceKey  # noqa: E402
 
 START = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
@@ -61,7 +61,7 @@ class SimulatedShardJobs(ReadJobs):
     worker fails every task that processes it); ``failed_jobs`` counts them."""
 
     def __init__(self, n: int, killers: set[int]) -> None:
-        settings = ReadSettings("s", "r", None, 100, 5.0, 0.1, 1.0, 1.0)
+        settings = ReadSettings("r", None, 100, 5.0, 0.1, 1.0, 1.0)
         super().__init__(_Spark(), lambda r: None, settings)
         self.n, self.killers, self.failed_jobs = n, killers, 0
 
@@ -75,11 +75,10 @@ class SimulatedShardJobs(ReadJobs):
             if self.killers & set(keys):
                 self.failed_jobs += 1
                 raise RuntimeError("Python worker exited unexpectedly (crashed)")
-            res = ReadResult(plan.task, plan.shard_id, seqs=[str(k) for k in keys])
+            res = ReadResult(plan.task, plan.stream, plan.shard_id, seqs=[str(k) for k in keys])
             res.subs, res.ok = [0] * len(keys), bytearray([1] * len(keys))
             last = keys[-1] if keys else start
-            res.position = position_after(last)
-            res.caught_up = last >= self.n
+            res.end = ReadEnd(position_after(last), taken=len(keys), caught_up=last >= self.n)
             out.append(res)
         return out
 
@@ -87,7 +86,7 @@ class SimulatedShardJobs(ReadJobs):
 def failed_jobs(killer: int, limit: int) -> int:
     """Failed jobs of this release until the killer (1-based) fails alone."""
     jobs = SimulatedShardJobs(limit, {killer})
-    jobs.run(1, [ReadPlan(1, "shard", START, limit=limit)])
+    jobs.run(1, [ReadPlan(1, "s", "shard", START, limit=limit)])
     return jobs.failed_jobs
 
 

@@ -94,7 +94,7 @@ def read_all(endpoint: str, stream: str, expected: int, consumer: str) -> Run:
         seconds, cpu_seconds = time.perf_counter() - wall, time.process_time() - cpu
         subs = sum(
             getattr(sh.reader.getter, "pump", None).subscriptions  # type: ignore[union-attr]
-            for sh in spout.shard_set.shards.values()  # noqa: SLF001 - a figure of the run
+            for sh in spout.streams.partitions()  # a figure of the run
             if sh.reader is not None and hasattr(sh.reader.getter, "pump")
         )
     finally:

@@ -44,9 +44,8 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 import kinesis_spout.spout as spout_module  # noqa: E402
 from devkit.spark import local_spark_session  # noqa: E402
 from kinesis_spout.config import SpoutConfig  # noqa: E402
-from kinesis_spout.spark.executor_driver import ExecutorDriver  # noqa: E402
 from kinesis_spout.spark.launch.build import build_driver  # noqa: E402
-from kinesis_spout.spark.read.plan import ReadResult  # noqa: E402
+from kinesis_spout.spark.plan import ReadResult  # noqa: E402
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
 from kinesis_spout.testing.streams import (  # noqa: E402
     create_stream,
@@ -111,7 +110,6 @@ def run(
         dead_letter="none",
     )
     driver = build_driver(cfg, lambda r: None, spark=spark, progress=None)
-    assert isinstance(driver, ExecutorDriver)
     results: list[ReadResult] = []
     apply = driver.planner.apply
 
@@ -128,7 +126,7 @@ def run(
     summary = driver.run()
     seconds = time.perf_counter() - t0
     cpu, writes, rss = cpu_seconds() - cpu0, zxid(zk) - z0, rss_kib()
-    polled = [r for r in results if r.position is not None]
+    polled = [r for r in results if r.end is not None]
     return {
         "shards": shards,
         "seconds": round(seconds, 1),
@@ -139,8 +137,10 @@ def run(
         "zk_writes": writes,
         "zk_writes_per_s": round(writes / seconds, 1),
         "list_shards_calls": CALLS["ListShards"],
-        "get_records_calls": sum(r.calls for r in results),
-        "get_records_per_s": round(sum(r.calls for r in results) / seconds, 1),
+        "get_records_calls": sum(r.end.calls for r in results if r.end is not None),
+        "get_records_per_s": round(
+            sum(r.end.calls for r in results if r.end is not None) / seconds, 1
+        ),
         "micro_batches": driver.micro_batches,
         "spark_jobs": driver.spark_jobs,
         "task_ms_per_shard": round(

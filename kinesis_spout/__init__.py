@@ -16,22 +16,17 @@ from kinesis_spout.records import Checkpoint, Record, ShardInfo
 from kinesis_spout.stopping import StopSignals
 
 if TYPE_CHECKING:
-    from kinesis_spout.multistream import MultiStreamSpout, open_reader
-    from kinesis_spout.spout import KinesisSpout
+    from kinesis_spout.spout import KinesisSpout, open_reader
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
     # The spout pulls in boto3; load it on first use only.
-    if name == "KinesisSpout":
-        from kinesis_spout.spout import KinesisSpout
+    if name in ("KinesisSpout", "open_reader"):
+        from kinesis_spout import spout
 
-        return KinesisSpout
-    if name in ("MultiStreamSpout", "open_reader"):
-        from kinesis_spout import multistream
-
-        return getattr(multistream, name)
+        return getattr(spout, name)
     raise AttributeError(f"module 'kinesis_spout' has no attribute {name!r}")
 
 
@@ -41,7 +36,6 @@ __all__ = [
     "InitialPosition",
     "KinesisSpout",
     "KinesisSpoutError",
-    "MultiStreamSpout",
     "Record",
     "ShardInfo",
     "SpoutConfig",

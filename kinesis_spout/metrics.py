@@ -1,6 +1,7 @@
 """Metrics through an injected collector; the default does nothing.
 
-Names used by the project (``shard`` is passed for per-shard figures). How each
+Names used by the project (``shard`` is passed for per-shard figures, ``stream`` by a
+reader of several streams: None is the collector's own stream). How each
 is exported to Prometheus (``metrics_port``) is in
 :mod:`kinesis_spout.observability.names` and ``docs/metrics.md``.
 
@@ -22,6 +23,7 @@ checkpoint_store_errors   count  checkpoint store reads or writes that failed (r
 get_records_seconds       obs    duration of each GetRecords call (answered or not)
 kinesis_throttled         count  throttling answers from Kinesis
 kinesis_errors            count  5xx answers and dropped connections
+read_failures             count  reads refused (access denied, a KMS key): the shard pauses
 rebalances                count  shard assignments recomputed (workers joined or left)
 leases_acquired           count  shard leases taken by this worker
 leases_released           count  shard leases given up after a flush
@@ -49,11 +51,17 @@ from typing import Protocol
 
 
 class MetricsCollector(Protocol):
-    def increment(self, name: str, value: int = 1, *, shard: str | None = None) -> None: ...
+    def increment(
+        self, name: str, value: int = 1, *, shard: str | None = None, stream: str | None = None
+    ) -> None: ...
 
-    def gauge(self, name: str, value: float, *, shard: str | None = None) -> None: ...
+    def gauge(
+        self, name: str, value: float, *, shard: str | None = None, stream: str | None = None
+    ) -> None: ...
 
-    def observe(self, name: str, value: float, *, shard: str | None = None) -> None:
+    def observe(
+        self, name: str, value: float, *, shard: str | None = None, stream: str | None = None
+    ) -> None:
         """One observation of a distribution (a duration in seconds, a size)."""
         ...
 
@@ -61,34 +69,50 @@ class MetricsCollector(Protocol):
 class NoopMetrics:
     """The default: drops everything."""
 
-    def increment(self, name: str, value: int = 1, *, shard: str | None = None) -> None:
+    def increment(
+        self, name: str, value: int = 1, *, shard: str | None = None, stream: str | None = None
+    ) -> None:
         return None
 
-    def gauge(self, name: str, value: float, *, shard: str | None = None) -> None:
+    def gauge(
+        self, name: str, value: float, *, shard: str | None = None, stream: str | None = None
+    ) -> None:
         return None
 
-    def observe(self, name: str, value: float, *, shard: str | None = None) -> None:
+    def observe(
+        self, name: str, value: float, *, shard: str | None = None, stream: str | None = None
+    ) -> None:
         return None
 
 
 class InMemoryMetrics:
-    """Keeps counters and last gauge values; for tests and progress lines."""
+    """Keeps counters and last gauge values; for tests and progress lines. Keyed by
+    ``(name, shard)``; :attr:`streams` counts each counter by stream too."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.counters: dict[tuple[str, str | None], int] = defaultdict(int)
         self.gauges: dict[tuple[str, str | None], float] = {}
         self.observations: dict[tuple[str, str | None], list[float]] = defaultdict(list)
+        self.streams: dict[tuple[str, str | None], int] = defaultdict(int)
+        """Counters by ``(name, stream)`` (None: no stream said)."""
 
-    def increment(self, name: str, value: int = 1, *, shard: str | None = None) -> None:
+    def increment(
+        self, name: str, value: int = 1, *, shard: str | None = None, stream: str | None = None
+    ) -> None:
         with self._lock:
             self.counters[(name, shard)] += value
+            self.streams[(name, stream)] += value
 
-    def gauge(self, name: str, value: float, *, shard: str | None = None) -> None:
+    def gauge(
+        self, name: str, value: float, *, shard: str | None = None, stream: str | None = None
+    ) -> None:
         with self._lock:
             self.gauges[(name, shard)] = value
 
-    def observe(self, name: str, value: float, *, shard: str | None = None) -> None:
+    def observe(
+        self, name: str, value: float, *, shard: str | None = None, stream: str | None = None
+    ) -> None:
         with self._lock:
             self.observations[(name, shard)].append(value)
 

@@ -42,24 +42,37 @@ if TYPE_CHECKING:
     from kinesis_spout.errors import KinesisError
 
 
-def message_id(shard_id: str, key: SequenceKey) -> str:
-    """The Storm message id of a record: ``"<shardId>:<sequence>[:<sub>]"``."""
-    if key.sub_sequence:
-        return f"{shard_id}:{key.sequence}:{key.sub_sequence}"
-    return f"{shard_id}:{key.sequence}"
+ShardKey = tuple[str, str]
+"""``(stream name, shard id)``: a shard of a reader of one stream or several."""
 
 
-def parse_message_id(mid: str) -> tuple[str, SequenceKey]:
-    """Inverse of :func:`message_id`; ``ValueError`` naming the id if malformed.
+def message_id(shard_id: str, key: SequenceKey, stream: str | None = None) -> str:
+    """The Storm message id of a record: ``"<shardId>:<sequence>[:<sub>]"``, or with
+    ``stream`` (a reader of several streams) ``"<stream>/<shardId>:<sequence>[:<sub>]"``."""
+    mid = (
+        f"{shard_id}:{key.sequence}:{key.sub_sequence}"
+        if key.sub_sequence
+        else (f"{shard_id}:{key.sequence}")
+    )
+    return mid if stream is None else f"{stream}/{mid}"
 
-    Shard ids never contain ``:`` (they look like ``shardId-000000000003``).
+
+def parse_message_id(mid: str) -> tuple[str | None, str, SequenceKey]:
+    """Inverse of :func:`message_id`: ``(stream or None, shard id, key)``; ``ValueError``
+    naming the id if malformed.
+
+    Shard ids never contain ``:`` or ``/`` (they look like ``shardId-000000000003``), nor
+    do stream names.
     """
-    parts = mid.split(":")
-    if len(parts) not in (2, 3) or not parts[0]:
-        raise ValueError(f"malformed message id {mid!r}: expected '<shardId>:<sequence>[:<sub>]'")
+    stream, sep, rest = mid.rpartition("/")
+    parts = rest.split(":")
+    if len(parts) not in (2, 3) or not parts[0] or (sep and not stream):
+        raise ValueError(
+            f"malformed message id {mid!r}: expected '[<stream>/]<shardId>:<sequence>[:<sub>]'"
+        )
     try:
         sub = int(parts[2]) if len(parts) == 3 else 0
-        return parts[0], SequenceKey.parse(parts[1], sub)
+        return stream or None, parts[0], SequenceKey.parse(parts[1], sub)
     except ValueError as exc:
         raise ValueError(f"malformed message id {mid!r}: {exc}") from None
 
@@ -97,8 +110,19 @@ class Record:
 
     @property
     def message_id(self) -> str:
-        """``"<shardId>:<sequence>[:<sub>]"``: the id used for ack/fail."""
+        """``"<shardId>:<sequence>[:<sub>]"``: the id used for ack/fail (a reader of
+        several streams also takes ``"<stream>/<shardId>:..."``, :attr:`stream_message_id`)."""
         return message_id(self.shard_id, self.key)
+
+    @property
+    def stream_message_id(self) -> str:
+        """``"<stream>/<shardId>:<sequence>[:<sub>]"``: the id naming the stream too."""
+        return message_id(self.shard_id, self.key, self.stream_name)
+
+    @property
+    def shard_key(self) -> ShardKey:
+        """``(stream, shard id)``."""
+        return (self.stream_name, self.shard_id)
 
 
 class ShardState(enum.Enum):
@@ -372,14 +396,19 @@ class ShardBatch:
 
 @dataclass(slots=True)
 class ReadEnd:
-    """How a bounded read of one shard ended (:mod:`kinesis_spout.kinesis.bounded`),
-    and where its getter stands after it; filled in as the read goes."""
+    """How a read of one shard ended: where a next read goes on, and the facts of its
+    pages that the reader's core applies (lineage, lag, KPL aggregates; one step,
+    :meth:`~kinesis_spout.core.shardset.ShardSet.apply_end`). Filled in page by page
+    (:meth:`add`) as the read goes: a bounded read (:mod:`kinesis_spout.kinesis.bounded`)
+    of a Spark task or the streaming source, or one poll of the spout's own loop."""
 
     position: GetterPosition | None = None
     """Where a next read goes on (the getter's position at the end; after a ``cut``,
     past the records ``take`` left)."""
     taken: int = 0
     """User records taken."""
+    last: SequenceKey | None = None
+    """The key of the last record taken."""
     caught_up: bool = False
     """It reached the shard's tip (or, subscribed, nothing arrived within its budget)."""
     ended: bool = False
@@ -396,7 +425,76 @@ class ReadEnd:
     """How long each GetRecords call took."""
     behind: int | None = None
     """MillisBehindLatest of the last answer."""
-    children: tuple[str, ...] = ()
+    child_shards: tuple[ShardInfo, ...] = ()
     """The child shards named by the last page of a closed shard."""
+    aggregates: tuple[int, ...] = ()
+    """Sequence numbers of the multi-record KPL aggregates taken."""
+    skipped: int = 0
+    """KPL aggregates that held no user record (skipped)."""
+    skipped_tail: SequenceKey | None = None
+    """The last skipped aggregate's key when it comes after every record taken."""
+    corrupt: int = 0
+    """Records with the KPL magic but a bad checksum or body, handed on whole."""
     stopped_by_error: bool = False
     """A retriable error ended it (``stop_on_error``)."""
+    failure: str | None = None
+    """An error of the read (not of a record: the stream deleted, access denied, a KMS
+    key disabled) that ended it, said in one line; its kind is :attr:`failure_kind`."""
+    failure_kind: str | None = None
+    """The class name of that error (``StreamNotFoundError``, ``CredentialsError`` ...)."""
+
+    def add_call(self, page: ShardBatch) -> None:
+        """Fold in how ``page``'s call went: its duration and its error."""
+        if page.seconds is not None:
+            self.seconds.append(page.seconds)
+        if page.error is not None:
+            self.errors.append(page.error)
+
+    def add(self, page: ShardBatch, taken: int | None = None) -> None:
+        """Fold in what an answered ``page`` said, ``taken`` of its records (None: all)."""
+        n = len(page.records) if taken is None else taken
+        self.events += 1
+        self.behind = page.millis_behind_latest
+        if page.child_shards:
+            self.child_shards = page.child_shards
+        if page.aggregates:
+            last_seq = page.records[n - 1].key.sequence if n else -1
+            self.aggregates += tuple(a for a in page.aggregates if a <= last_seq)
+        self.skipped += page.skipped
+        self.corrupt += page.corrupt_aggregates
+        if page.skipped_tail is not None and n == len(page.records):
+            self.skipped_tail = page.skipped_tail
+        elif n:
+            self.skipped_tail = None  # records came after it: they cover it
+        if n:
+            self.taken += n
+            self.last = page.records[n - 1].key
+
+    def then(self, more: ReadEnd) -> None:
+        """This read went on as ``more`` (a read again from where it stopped): ``more``'s
+        position and end, both reads' records and calls."""
+        self.position, self.ended, self.behind = more.position, more.ended, more.behind
+        self.caught_up, self.cut = more.caught_up, more.cut
+        self.child_shards = more.child_shards or self.child_shards
+        self.aggregates += more.aggregates
+        self.taken += more.taken
+        self.last = more.last or self.last
+        self.skipped += more.skipped
+        self.corrupt += more.corrupt
+        self.skipped_tail = (
+            more.skipped_tail if more.taken or more.skipped_tail else self.skipped_tail
+        )
+        self.events += more.events
+        self.calls += more.calls
+        self.errors += more.errors
+        self.seconds += more.seconds
+        self.failure, self.failure_kind = more.failure, more.failure_kind
+
+    @classmethod
+    def of_page(cls, page: ShardBatch) -> ReadEnd:
+        """One poll of a getter as a read: its call, its page's facts, every record taken."""
+        end = cls(ended=page.ended)
+        end.add_call(page)
+        if page.called:
+            end.add(page)
+        return end

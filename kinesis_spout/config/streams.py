@@ -168,5 +168,5 @@ def require_one_stream(streams: tuple[StreamSpec, ...], what: str) -> None:
             "streams",
             ",".join(s.stream for s in streams),
             f"one stream for {what} in this release (several streams are read by the spout "
-            "in your loop: open_reader / MultiStreamSpout); run one per stream",
+            "in your loop: KinesisSpout); run one per stream",
         )

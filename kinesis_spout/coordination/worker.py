@@ -19,9 +19,10 @@ a line without an ack (a crash in between) is exactly an in-flight duplicate.
 A worker of several streams writes the stream first: ``<stream> <shard_id> ...``.
 
 **Several streams** (``streams`` in the config): one
-:class:`~kinesis_spout.multistream.MultiStreamSpout` (no job lease: the shard leases
-fence the workers) and one :class:`ShardCoordinator` per stream, each steering its
-stream's spout; the leases and worker groups are each stream's, as with one stream.
+:class:`~kinesis_spout.spout.KinesisSpout` (no job lease: the shard leases fence the
+workers) and one :class:`ShardCoordinator` per stream, each steering its stream's shards
+(:meth:`~kinesis_spout.spout.KinesisSpout.stream`); the leases and worker groups are each
+stream's, as with one stream.
 Each stream's assignment is rotated past the extra shards of the streams before it
 (:func:`~kinesis_spout.coordination.assignment.stream_rotations`), so the streams'
 shards are balanced over the workers as a whole: every worker of a job must list the
@@ -41,7 +42,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
@@ -55,7 +56,6 @@ from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.metrics import MetricsCollector, NoopMetrics
-from kinesis_spout.multistream import MultiStreamSpout, open_reader
 from kinesis_spout.observability.endpoint import MetricsEndpoint
 from kinesis_spout.records import Record
 from kinesis_spout.spout import KinesisSpout
@@ -130,7 +130,7 @@ def _run(
     )
     client = make_client(config.endpoint_url, config.region, profile=config.profile)
     # Shard leases fence the workers sharing the streams: no job lease.
-    reader = open_reader(config, store=store, client=client, metrics=metrics, job_lease=False)
+    reader = KinesisSpout(config, store=store, client=client, metrics=metrics, job_lease=False)
     out_path = output_dir / f"{config.worker_id}.records"
     streams = ", ".join(config.stream_names)
     log.info("worker %s starting on %s: %s", config.worker_id, streams, config.redacted())
@@ -160,25 +160,21 @@ def _run(
 
 def _coordinators(
     config: SpoutConfig,
-    reader: KinesisSpout | MultiStreamSpout,
+    reader: KinesisSpout,
     store: ZooKeeperCheckpointStore,
     client: Any,
     metrics: MetricsCollector,
     drain_timeout: float,
 ) -> list[ShardCoordinator]:
-    """One coordinator per stream, in the config's order, each steering its stream's
-    spout (several streams: rotated, and its metrics labelled with its stream)."""
-    spouts: dict[str, KinesisSpout]
-    if isinstance(reader, MultiStreamSpout):
-        spouts, labelled = dict(reader.spouts), getattr(metrics, "for_stream", None)
-    else:
-        spouts, labelled = {config.stream_name: reader}, None
-    several = isinstance(reader, MultiStreamSpout)
+    """One coordinator per stream still read, in the config's order, each steering its
+    stream's shards (several streams: rotated, and its metrics labelled with its stream)."""
+    several = len(config.stream_names) > 1
+    labelled = getattr(metrics, "for_stream", None) if several else None
     return [
         ShardCoordinator(
             store,
             one.stream_name,
-            spouts[one.stream_name],
+            reader.stream(one.stream_name),
             worker_id=config.worker_id,
             list_shards=_lister(KinesisApi(client, one.stream_name, one.stream_arn)),
             shard_refresh_interval=config.shard_refresh_interval,
@@ -187,6 +183,7 @@ def _coordinators(
             rotation=0 if several else None,
         )
         for one in config.per_stream()
+        if one.stream_name not in reader.gone
     ]
 
 
@@ -204,12 +201,10 @@ class _Group:
     coordinator (:meth:`ShardCoordinator.abandon`); with no stream left, an error.
     """
 
-    def __init__(
-        self, reader: KinesisSpout | MultiStreamSpout, coordinators: list[ShardCoordinator]
-    ) -> None:
+    def __init__(self, reader: KinesisSpout, coordinators: list[ShardCoordinator]) -> None:
         self.reader = reader
         self.coordinators = coordinators
-        self.several = isinstance(reader, MultiStreamSpout)
+        self.several = len(reader.config.stream_names) > 1
 
     def run(
         self,
@@ -261,11 +256,10 @@ class _Group:
                 raise
             log.warning("reading paused: %s", exc)
             batch = []
-        if isinstance(self.reader, MultiStreamSpout):
-            self._leave_gone(self.reader.gone)
+        self._leave_gone(self.reader.gone)
         return batch
 
-    def _leave_gone(self, gone: dict[str, str]) -> None:
+    def _leave_gone(self, gone: Mapping[str, str]) -> None:
         for coordinator in [c for c in self.coordinators if c.stream_name in gone]:
             coordinator.abandon()
             self.coordinators.remove(coordinator)

@@ -1,24 +1,24 @@
 """Acks and fails of one reader, routed to its shard partitions by message id.
 
-A message id is ``"<shardId>:<sequence>[:<sub>]"`` (or the :class:`Record`
-itself). Unknown, repeated and malformed ids are counted (``ignored``), never
-raised. A record that runs out of retries is dead-lettered write-ahead (see
-:class:`~kinesis_spout.core.partition.ShardPartition`): the write happens
-before its tracker may pass it, and a failed write is retried before every
-save of its shard.
+A message id is ``"<shardId>:<sequence>[:<sub>]"``, ``"<stream>/<shardId>:..."`` (a reader
+of several streams needs the stream), or the :class:`Record` itself. Unknown, repeated and
+malformed ids are counted (``ignored``), never raised. A record that runs out of retries
+is dead-lettered write-ahead (see :class:`~kinesis_spout.core.partition.ShardPartition`):
+the write happens before its tracker may pass it, and a failed write is retried before
+every save of its shard.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 
 from kinesis_spout.core.age import RecordAge
 from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.deadletter import DeadLetter, DeadLetterSink
 from kinesis_spout.metrics import MetricsCollector
-from kinesis_spout.records import Record, parse_message_id
+from kinesis_spout.records import Record, ShardKey, parse_message_id
 from tracker import FailAction, FailOutcome, SequenceKey
 
 log = logging.getLogger(__name__)
@@ -26,23 +26,28 @@ log = logging.getLogger(__name__)
 MessageRef = str | Record
 
 
+Find = Callable[[str | None, str], "ShardPartition | None"]
+"""The reader's partition of ``(stream, shard id)`` (stream None: the reader's one stream;
+a reader of several raises, naming the id's missing stream)."""
+
+
 class AckRouter:
     """Acks, fails and dead letters of one reader; see the module docstring.
 
-    ``shards`` is the reader's live map of partitions; ``sink`` is set when
-    the reader opens.
+    ``find`` looks a shard up in the reader's live partitions; ``sink`` is set when the
+    reader opens.
     """
 
     def __init__(
         self,
-        shards: Mapping[str, ShardPartition],
+        find: Find,
         metrics: MetricsCollector,
         clock: Callable[[], float],
         max_record_age: float | None = None,
     ) -> None:
-        self.shards = shards
+        self.find = find
         self.age = RecordAge(max_record_age)
-        self._deferred: dict[str, ShardPartition] | None = None
+        self._deferred: dict[ShardKey, ShardPartition] | None = None
         self.expired = 0
         self._metrics = metrics
         self._clock = clock
@@ -54,13 +59,13 @@ class AckRouter:
 
     def resolve(self, ref: MessageRef) -> tuple[ShardPartition | None, SequenceKey | None]:
         if isinstance(ref, Record):
-            return self.shards.get(ref.shard_id), ref.key
+            return self.find(ref.stream_name, ref.shard_id), ref.key
         try:
-            shard_id, key = parse_message_id(ref)
+            stream, shard_id, key = parse_message_id(ref)
         except (ValueError, AttributeError, TypeError):
             log.warning("ignoring malformed message id %r", ref)
             return None, None
-        return self.shards.get(shard_id), key
+        return self.find(stream, shard_id), key
 
     def ack(self, message_id: MessageRef) -> None:
         """The record is fully processed. Unknown or repeated acks are ignored (counted)."""
@@ -69,37 +74,40 @@ class AckRouter:
             self.ignored += 1
             return
         self.acked += 1  # count_acked inline: this is the per-record path
-        self._metrics.increment("records_acked", shard=sh.shard_id)
+        self._metrics.increment("records_acked", shard=sh.shard_id, stream=sh.stream)
 
-    def count_acked(self, shard_id: str, n: int) -> None:
-        """``n`` acks of ``shard_id`` took effect (here or in a read task): counted in
+    def count_acked(self, sh: ShardPartition, n: int) -> None:
+        """``n`` acks of ``sh`` took effect (here or in a read task): counted in
         :attr:`acked` and as ``records_acked``."""
         self.acked += n
         if n:
-            self._metrics.increment("records_acked", n, shard=shard_id)
+            self._metrics.increment("records_acked", n, shard=sh.shard_id, stream=sh.stream)
 
     def ack_many(self, ids: Iterable[MessageRef]) -> None:
         """``ack`` for each id (one tracker call per shard)."""
-        by_shard: dict[str, list[SequenceKey]] = {}
+        by_shard: dict[tuple[str | None, str], list[SequenceKey]] = {}
         get = by_shard.get
         for ref in ids:
             if isinstance(ref, Record):
-                shard_id, key = ref.shard_id, ref.key
+                where: tuple[str | None, str] = (ref.stream_name, ref.shard_id)
+                key = ref.key
             else:
                 try:
-                    shard_id, key = parse_message_id(ref)
+                    stream, shard_id, key = parse_message_id(ref)
                 except (ValueError, AttributeError, TypeError):
                     log.warning("ignoring malformed message id %r", ref)
                     self.ignored += 1
                     continue
-            keys = get(shard_id)
+                where = (stream, shard_id)
+            keys = get(where)
             if keys is None:
-                keys = by_shard[shard_id] = []
+                keys = by_shard[where] = []
             keys.append(key)
-        for shard_id, keys in by_shard.items():
-            sh = self.shards.get(shard_id)
+        for (stream, shard_id), keys in by_shard.items():
+            sh = self.find(stream, shard_id)
             n = sh.tracker.ack_many(keys) if sh is not None and sh.tracker is not None else 0
-            self.count_acked(shard_id, n)
+            if sh is not None:
+                self.count_acked(sh, n)
             self.ignored += len(keys) - n
 
     def fail(self, message_id: MessageRef, error: str | None = None) -> None:
@@ -146,7 +154,7 @@ class AckRouter:
             self.ignored += 1
             return
         self.failed += 1
-        self._metrics.increment("records_failed", shard=sh.shard_id)
+        self._metrics.increment("records_failed", shard=sh.shard_id, stream=sh.stream)
         if action is FailAction.GIVEN_UP:
             assert outcome.record is not None
             if reason == "expired":
@@ -175,28 +183,30 @@ class AckRouter:
         if not sh.queue_dead_letter(letter):
             return  # earlier letters are pending (a failing sink): retried before saves
         if self._deferred is not None:
-            self._deferred[sh.shard_id] = sh
+            self._deferred[sh.key] = sh
         else:
             self._write_now(sh)
 
     def _write_now(self, sh: ShardPartition) -> None:
         if sh.dead_pending and not self.flush_dead(sh):
             log.error(
-                "dead-letter write of %s failed; shard %s stops emitting and its checkpoint "
-                "is held until the write succeeds",
-                sh.dead_pending[0].record.message_id,
+                "dead-letter write of %s failed; shard %s/%s stops emitting and its "
+                "checkpoint is held until the write succeeds",
+                sh.dead_pending[0].record.stream_message_id,
+                sh.stream,
                 sh.shard_id,
             )
 
-    def count_given_up(self, shard_id: str, reasons: list[str]) -> None:
+    def count_given_up(self, sh: ShardPartition, reasons: list[str]) -> None:
         """Given-up records now done (their dead letters written), counted once each under
         their reason: ``records_expired`` (older than ``max_record_age``) or
         ``dead_lettered`` (out of retries), so the two never overlap."""
         expired = reasons.count("expired")
+        where = {"shard": sh.shard_id, "stream": sh.stream}
         if expired:
-            self._metrics.increment("records_expired", expired, shard=shard_id)
+            self._metrics.increment("records_expired", expired, **where)
         if len(reasons) > expired:
-            self._metrics.increment("dead_lettered", len(reasons) - expired, shard=shard_id)
+            self._metrics.increment("dead_lettered", len(reasons) - expired, **where)
 
     def flush_dead(self, sh: ShardPartition) -> bool:
         """Write the shard's pending dead letters in order; False if one still fails."""
@@ -205,11 +215,13 @@ class AckRouter:
         written, exc = sh.flush_dead_letters(self.sink)
         if written:
             self.dead_lettered += written
-            self.count_given_up(sh.shard_id, reasons[:written])
+            self.count_given_up(sh, reasons[:written])
         if exc is not None:
             log.warning(
-                "dead-letter write of %s failing: %s", sh.dead_pending[0].record.message_id, exc
+                "dead-letter write of %s failing: %s",
+                sh.dead_pending[0].record.stream_message_id,
+                exc,
             )
-            self._metrics.increment("dead_letter_errors", shard=sh.shard_id)
+            self._metrics.increment("dead_letter_errors", shard=sh.shard_id, stream=sh.stream)
             return False
         return True

@@ -51,8 +51,9 @@ class Committer:
         self.store: CheckpointStore | None = None
         self.last_save: float | None = None
         self.writes = 0
-        self.fresh_pins: set[str] = set()
-        """Shards whose start this reader pinned at its open (not resumed from a pin)."""
+        self.fresh_pins: set[tuple[str, str]] = set()
+        """Shards ``(stream, shard)`` whose start this reader pinned at its open (not
+        resumed from a pin)."""
 
     def save(self, part: ShardPartition, now: float) -> bool:
         """Save ``part``'s checkpoint if it moved; False if it could not be (yet)."""
@@ -86,7 +87,9 @@ class Committer:
             if not part.fenced and (moved := self._due(part)) is not None:
                 due.append((part, *moved))
             stuck = stuck or bool(part.dead_pending)
-            self.metrics.gauge("in_flight", part.tracker.in_flight, shard=part.shard_id)
+            self.metrics.gauge(
+                "in_flight", part.tracker.in_flight, shard=part.shard_id, stream=part.stream
+            )
         if not due and not stuck:
             self.last_save = now  # nothing to write: the stored checkpoints are current
         if due:
@@ -98,7 +101,7 @@ class Committer:
                 else:
                     self._saved(part, key, now)
         if self.last_save is not None:
-            self.metrics.gauge("checkpoint_age_seconds", now - self.last_save)
+            self._age(now - self.last_save)
 
     def opened(self, parts: Iterable[ShardPartition], now: float) -> None:
         """The reader opened on these shards: their stored checkpoints are current (nothing
@@ -107,8 +110,14 @@ class Committer:
         self.last_save = now
         for part in parts:
             if part.tracker is not None:
-                self.metrics.gauge("in_flight", part.tracker.in_flight, shard=part.shard_id)
-        self.metrics.gauge("checkpoint_age_seconds", 0.0)
+                self.metrics.gauge(
+                    "in_flight", part.tracker.in_flight, shard=part.shard_id, stream=part.stream
+                )
+        self._age(0.0)
+
+    def _age(self, seconds: float) -> None:
+        for stream in self.config.stream_names:
+            self.metrics.gauge("checkpoint_age_seconds", seconds, stream=stream)
 
     def _due(self, part: ShardPartition) -> tuple[SequenceKey, Checkpoint] | None:
         """The checkpoint to write for ``part``: its tracker's, if it moved and may be
@@ -128,7 +137,7 @@ class Committer:
                 return None
         cfg = self.config
         cp = Checkpoint(
-            cfg.stream_name,
+            part.stream,
             part.shard_id,
             str(key.sequence),
             key.sub_sequence,
@@ -143,15 +152,15 @@ class Committer:
         part.window.trim(key)
         self.last_save = now
         self.writes += 1
-        self.metrics.increment("checkpoint_writes", shard=part.shard_id)
-        log.debug("checkpoint %s at %s", part.shard_id, key)
+        self.metrics.increment("checkpoint_writes", shard=part.shard_id, stream=part.stream)
+        log.debug("checkpoint %s/%s at %s", part.stream, part.shard_id, key)
 
     def mark_ended(self, part: ShardPartition) -> bool:
         """Record that every record of the closed shard is done; False if not (yet)."""
         cfg = self.config
         return self._write(
             part,
-            lambda store: store.mark_ended(cfg.stream_name, part.shard_id, cfg.worker_id),
+            lambda store: store.mark_ended(part.stream, part.shard_id, cfg.worker_id),
             "shard end",
         )
 
@@ -172,8 +181,12 @@ class Committer:
         if isinstance(exc, StaleCheckpointError):
             self.fence(part, exc)
         elif isinstance(exc, CheckpointStoreUnavailableError):
-            log.warning("%s of %s not saved, will retry: %s", what, part.shard_id, exc)
-            self.metrics.increment("checkpoint_store_errors", shard=part.shard_id)
+            log.warning(
+                "%s of %s/%s not saved, will retry: %s", what, part.stream, part.shard_id, exc
+            )
+            self.metrics.increment(
+                "checkpoint_store_errors", shard=part.shard_id, stream=part.stream
+            )
         else:
             raise exc
 
@@ -182,7 +195,8 @@ class Committer:
         """Another owner is ahead of ``part``: stop emitting it."""
         if not part.fenced:
             log.warning(
-                "shard %s: another owner is ahead (%s); this worker stops emitting it",
+                "shard %s/%s: another owner is ahead (%s); this worker stops emitting it",
+                part.stream,
                 part.shard_id,
                 exc,
             )
@@ -190,23 +204,19 @@ class Committer:
 
     def pin_start(
         self,
+        cfg: SpoutConfig,
         checkpoints: dict[str, Checkpoint],
         shard_ids: Iterable[str],
         has_known_parent: Callable[[str], bool],
         latest: datetime,
     ) -> dict[str, Checkpoint]:
-        """At a job's first open with LATEST or AT_TIMESTAMP, save where it starts.
-
-        Every shard of ``shard_ids`` (the owned ones) without a stored checkpoint
-        gets a pin (a checkpoint with ``start_at`` and no sequence) before any
-        record is handed out, so a crash before the first real checkpoint resumes
-        from the same moment instead of a later LATEST, and the open children of
-        a recently resharded stream start there too instead of at their
-        TRIM_HORIZON. ``latest`` is what LATEST resolves to (the server's clock
-        minus a margin). A pin saved first by another worker wins (the store
-        never moves a position back). Returns the checkpoints with the pins.
-        """
-        cfg = self.config
+        """At a job's first open with LATEST or AT_TIMESTAMP, save where a stream starts
+        (``cfg``: the stream's config): every owned shard (``shard_ids``) without a stored
+        checkpoint gets a pin (a checkpoint with ``start_at`` and no sequence) before any
+        record is handed out, so a crash before the first real checkpoint resumes from
+        the same moment, not a later LATEST, and the open children of a recently
+        resharded stream start there too. ``latest`` is what LATEST resolves to. A pin
+        saved first by another worker wins. Returns the checkpoints with the pins."""
         if cfg.initial_position is InitialPosition.TRIM_HORIZON:
             return checkpoints
         pins = [cp.start_at for cp in checkpoints.values() if cp.start_at is not None]
@@ -245,6 +255,6 @@ class Committer:
             else:
                 pinned[pin.shard_id] = out
                 if out.start_at == start:
-                    self.fresh_pins.add(pin.shard_id)
+                    self.fresh_pins.add((cfg.stream_name, pin.shard_id))
         log.info("pinned the start of %d shard(s) at %s", len(pinned), start.isoformat())
         return pinned

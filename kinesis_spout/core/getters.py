@@ -2,10 +2,11 @@
 
 :class:`GetterFactory` is set up when a reader opens. With ``consumer = "efo"`` it
 makes sure the consumer is registered and ACTIVE (:func:`ensure_consumer`), and
-the shards it starts are read by :class:`EfoShardGetter`; otherwise, and for a
-reader that only keeps positions (the Spark driver of executor reads, whose tasks
-subscribe themselves), by :class:`KinesisShardGetter`. Checkpoints are sequence
-numbers either way, so a job may switch between the two and resume.
+the shards it starts are read by :class:`EfoShardGetter`; otherwise by
+:class:`KinesisShardGetter`. A reader whose shards are read elsewhere (the Spark job's
+driver: its tasks read, and subscribe themselves) takes only a getter's start position
+(:attr:`GetterFactory.read_here` False). Checkpoints are sequence numbers either way, so
+a job may switch between the two and resume.
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ class GetterFactory:
     """Makes the getters of one reader; see the module docstring."""
 
     def __init__(
-        self, config: SpoutConfig, api: KinesisApi, backoff: Backoff, *, subscribe: bool = True
+        self, config: SpoutConfig, api: KinesisApi, backoff: Backoff, *, read_here: bool = True
     ) -> None:
         self.config = config
         self.api = api
         self.backoff = backoff
-        self.subscribe = subscribe
-        """Read by subscriptions here (False: positions only, tasks elsewhere read)."""
+        self.read_here = read_here
+        """The reader polls (or subscribes to) its shards itself (False: positions only,
+        tasks elsewhere read)."""
         self.fanout: FanOutApi | None = None
         self.consumer: Consumer | None = None
 
@@ -98,7 +100,7 @@ class GetterFactory:
     ) -> ShardGetter:
         """The getter of a shard starting after ``start`` (else at ``position``)."""
         cfg = self.config
-        if self.subscribe and self.fanout is not None and self.consumer is not None:
+        if self.read_here and self.fanout is not None and self.consumer is not None:
             return EfoShardGetter(
                 self.fanout,
                 self.consumer.arn,

@@ -30,6 +30,7 @@ import dataclasses
 from collections import deque
 from collections.abc import Iterable
 
+from kinesis_spout.core.cursor import ShardCursor
 from kinesis_spout.deadletter import DeadLetter, DeadLetterSink
 from kinesis_spout.kinesis.buffered import BufferedShardGetter
 from kinesis_spout.records import Checkpoint, Record, ShardState
@@ -127,10 +128,12 @@ class ShardPartition:
     """Per-shard reading state; see the module docstring."""
 
     __slots__ = (
+        "stream",
         "shard_id",
         "state",
         "tracker",
         "reader",
+        "cursor",
         "saved",
         "fenced",
         "dead_pending",
@@ -141,11 +144,15 @@ class ShardPartition:
         "releasing",
     )
 
-    def __init__(self, shard_id: str, stored: Checkpoint | None) -> None:
+    def __init__(self, stream: str, shard_id: str, stored: Checkpoint | None) -> None:
+        self.stream = stream
         self.shard_id = shard_id
         self.state = ShardState.WAITING
         self.tracker: InflightRecordTracker[Record] | None = None
         self.reader: BufferedShardGetter | None = None
+        """The getter the reader polls itself (None once ended, or read elsewhere)."""
+        self.cursor: ShardCursor | None = None
+        """Where a read elsewhere goes on (a reader whose shards Spark tasks read)."""
         self.saved: SequenceKey | None = None
         """The last checkpoint saved (or loaded) for this shard."""
         self.fenced = False
@@ -199,24 +206,52 @@ class ShardPartition:
         return not self.fenced and not self.dead_pending
 
     @property
+    def key(self) -> tuple[str, str]:
+        """``(stream, shard id)``."""
+        return (self.stream, self.shard_id)
+
+    @property
+    def buffered(self) -> int:
+        """Records read and not handed out yet (a shard read elsewhere buffers none)."""
+        return self.reader.buffered if self.reader is not None else 0
+
+    @property
+    def caught_up(self) -> bool:
+        """The shard's last read reached its tip."""
+        if self.reader is not None:
+            return self.reader.getter.caught_up
+        return self.cursor is not None and self.cursor.caught_up
+
+    @property
+    def millis_behind_latest(self) -> int | None:
+        if self.reader is not None:
+            return self.reader.getter.millis_behind_latest
+        return self.cursor.behind if self.cursor is not None else None
+
+    @property
+    def reading(self) -> bool:
+        """Started: read here (a getter) or elsewhere (a cursor)."""
+        return self.reader is not None or self.cursor is not None
+
+    @property
     def drained(self) -> bool:
         """Every record handed out and done, nothing buffered, no dead letter pending."""
-        tracker, reader = self.tracker, self.reader
-        if tracker is None or reader is None or self.fenced or self.dead_pending:
+        tracker = self.tracker
+        if tracker is None or not self.reading or self.fenced or self.dead_pending:
             return False
-        return not reader.buffered and not tracker.in_flight
+        return not self.buffered and not tracker.in_flight
 
     @property
     def idle(self) -> bool:
         """Nothing in flight, buffered or pending, and caught up (or not reading)."""
         if self.state in (ShardState.ENDED, ShardState.WAITING) or self.fenced:
             return True
-        tracker, reader = self.tracker, self.reader
-        if tracker is None or reader is None:
+        tracker = self.tracker
+        if tracker is None or not self.reading:
             return True
         if self.state is ShardState.DRAINING or tracker.in_flight or self.dead_pending:
             return False
-        return not reader.buffered and reader.getter.caught_up
+        return not self.buffered and self.caught_up
 
     # --- handing records out ----------------------------------------------------------
     def emit(self, records: Iterable[Record], now: float) -> None:

@@ -1,6 +1,7 @@
-"""The shards one reader owns, and their lifecycle.
+"""The shards of one stream that a reader owns, and their lifecycle.
 
-A :class:`ShardSet` keeps the reader's :class:`ShardPartition` per owned shard,
+A :class:`ShardSet` keeps the reader's :class:`ShardPartition` per owned shard of its
+stream (a reader of several streams has one per stream),
 the pure lineage registry (:class:`~kinesis_spout.kinesis.shards.ShardMap`),
 the round-robin rotation of the shards being read and the ones draining. It
 adopts shards (with their stored checkpoints), starts them once their parents
@@ -10,8 +11,10 @@ never raised from a fetch. States of a shard (:class:`ShardState`)::
 
     WAITING -> OPEN -> DRAINING -> ENDED     (ENDED at once if its checkpoint says so)
 
-The fetch itself is :mod:`kinesis_spout.kinesis.getter`; checkpoint writes
-are the :class:`~kinesis_spout.core.committer.Committer`'s.
+What a read of a shard said (its lineage, lag, KPL aggregates, end) is applied in one
+step, :meth:`ShardSet.apply_end`, whoever read it: the spout's own poll, or a Spark task.
+The fetch itself is :mod:`kinesis_spout.kinesis.getter`; checkpoint writes are the
+:class:`~kinesis_spout.core.committer.Committer`'s.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Callable, Iterable
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.core.committer import Committer
+from kinesis_spout.core.cursor import Pacing, ShardCursor
 from kinesis_spout.core.getters import GetterFactory
 from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.core.retrypolicy import RetryPolicy
@@ -30,13 +34,14 @@ from kinesis_spout.errors import (
     CheckpointStoreUnavailableError,
     ExpiredIteratorError,
     KinesisError,
+    ResourceInUseError,
     ThrottledError,
 )
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.buffered import BufferedShardGetter, close_getters
 from kinesis_spout.kinesis.shards import ShardMap, check_transition
 from kinesis_spout.metrics import MetricsCollector
-from kinesis_spout.records import Checkpoint, ShardBatch, ShardState
+from kinesis_spout.records import Checkpoint, ReadEnd, ShardState
 from tracker import Backoff, ExponentialBackoff, InflightRecordTracker
 
 log = logging.getLogger(__name__)
@@ -47,8 +52,9 @@ _REFRESH_RETRY = 5.0
 
 
 class ShardSet:
-    """The owned shards of one reader; see the module docstring.
+    """The owned shards of one stream of a reader; see the module docstring.
 
+    ``config`` is the stream's own (:meth:`~kinesis_spout.config.SpoutConfig.per_stream`).
     ``save(partition, now)`` saves a shard's checkpoint (the reader flushes its
     dead letters first); ``api`` is set when the reader opens.
     """
@@ -65,6 +71,7 @@ class ShardSet:
         retry: RetryPolicy,
     ) -> None:
         self.config = config
+        self.stream = config.stream_name
         self._committer = committer
         self._metrics = metrics
         self._clock = clock
@@ -84,6 +91,8 @@ class ShardSet:
         self.lineage_at = _INF
         # Shards to adopt whose stored checkpoints could not be read yet (store away).
         self.to_adopt: set[str] = set()
+        self.active = True
+        """The stream's records are handed out (a coordinator pauses it: False)."""
         self.adopt_at = -_INF
         self._store_failures = 0
         self._store_backoff: Backoff = ExponentialBackoff(0.5, cap=30.0)
@@ -93,7 +102,7 @@ class ShardSet:
 
     def adopt(self, shard_id: str, stored: Checkpoint | None) -> None:
         """Take ``shard_id`` on: ENDED if its checkpoint says so, else WAITING."""
-        sh = ShardPartition(shard_id, stored)
+        sh = ShardPartition(self.stream, shard_id, stored)
         self.shards[shard_id] = sh
         if (stored is not None and stored.shard_end) or self.map.is_ended(shard_id):
             sh.state = ShardState.ENDED
@@ -108,9 +117,12 @@ class ShardSet:
     def start(self, sh: ShardPartition) -> None:
         cfg = self.config
         assert self.getters is not None
-        fresh = sh.shard_id in self._committer.fresh_pins
+        fresh = sh.key in self._committer.fresh_pins
         getter, start, position = self.getters.for_shard(sh.shard_id, sh.stored, fresh, self.map)
-        sh.reader = BufferedShardGetter(getter)
+        if self.getters.read_here:
+            sh.reader = BufferedShardGetter(getter)
+        else:  # read elsewhere (Spark tasks): only where the next read goes on
+            sh.cursor = ShardCursor(getter.position, pacing_of(cfg))
         sh.tracker = InflightRecordTracker(
             self._retry.limit,
             max_in_flight=cfg.max_in_flight,
@@ -121,32 +133,36 @@ class ShardSet:
         sh.state = check_transition(sh.shard_id, sh.state, ShardState.OPEN)
         self.rotation.append(sh)
         log.info(
-            "shard %s: reading %s",
+            "shard %s/%s: reading %s",
+            self.stream,
             sh.shard_id,
             f"after checkpoint {start}" if start is not None else f"from {position.value}",
         )
 
-    def on_batch(self, sh: ShardPartition, batch: ShardBatch) -> None:
-        count_call(self._metrics, sh.shard_id, batch)
-        # No return on ``batch.error``: an enhanced fan-out poll hands out buffered records
-        # with the error its thread retried meanwhile (a polling one has none then).
-        if batch.aggregates:
-            for seq in batch.aggregates:
-                sh.aggregates[seq] = None
-        if batch.skipped or batch.corrupt_aggregates:
-            count_odd_aggregates(self._metrics, sh, batch)
-        if batch.child_shards:
-            # No store I/O here (this runs inside the fetch): the next tick adopts them.
-            self.map.add_children(batch.child_shards)
-            self.to_adopt.update(c.shard_id for c in batch.child_shards)
-        if batch.ended and not batch.child_shards:
+    def apply_end(self, sh: ShardPartition, end: ReadEnd) -> None:
+        """What a read of ``sh`` said, whoever read it (a poll here, a Spark task): its
+        calls and lag into the metrics, its KPL aggregates, its lineage and its end. No
+        store I/O (this may run inside a fetch): children are adopted at the next tick."""
+        count_calls(self._metrics, sh, end)
+        # No return on errors: an enhanced fan-out poll hands out buffered records with
+        # the error its thread retried meanwhile (a polling one has none then).
+        for seq in end.aggregates:
+            sh.aggregates[seq] = None
+        if end.skipped or end.corrupt:
+            count_odd_aggregates(self._metrics, sh, end)
+        if end.child_shards:
+            self.map.add_children(end.child_shards)
+            self.to_adopt.update(c.shard_id for c in end.child_shards)
+        if end.ended and not end.child_shards:
             # No ChildShards in the last answer (some emulators, older API paths):
             # list the shards on the next tick instead of after the refresh interval.
             self.refresh_at = min(self.refresh_at, self._clock())
-        if batch.ended and sh.state is ShardState.OPEN:
+        if end.ended and sh.state is ShardState.OPEN:
             sh.state = check_transition(sh.shard_id, sh.state, ShardState.DRAINING)
             self.draining.append(sh)
-            log.info("shard %s is closed; draining it before its children", sh.shard_id)
+            log.info(
+                "shard %s/%s is closed; draining it before its children", self.stream, sh.shard_id
+            )
 
     def end_drained(self, now: float) -> None:
         for sh in list(self.draining):
@@ -157,9 +173,14 @@ class ShardSet:
             self.drop_from_rotation(sh)
             if sh.reader is not None:
                 sh.reader.getter.close()
-            sh.reader = None
+            sh.reader = sh.cursor = None
             self.map.mark_ended(sh.shard_id)
-            log.info("shard %s ended; children: %s", sh.shard_id, self.map.children(sh.shard_id))
+            log.info(
+                "shard %s/%s ended; children: %s",
+                self.stream,
+                sh.shard_id,
+                self.map.children(sh.shard_id),
+            )
             self.adopt_new(self.map.children(sh.shard_id))
         self.start_ready()
 
@@ -185,7 +206,7 @@ class ShardSet:
             return
         assert self._committer.store is not None
         try:
-            stored = self._committer.store.load(self.config.stream_name)
+            stored = self._committer.store.load(self.stream)
         except CheckpointStoreUnavailableError as exc:
             self.to_adopt.update(fresh)
             self.store_error(f"adopting shards {fresh}", exc)
@@ -202,7 +223,7 @@ class ShardSet:
         self._store_failures += 1
         delay = self._store_backoff.delay(self._store_failures)
         self.adopt_at = self._clock() + delay
-        self._metrics.increment("checkpoint_store_errors")
+        self._metrics.increment("checkpoint_store_errors", stream=self.stream)
         log.warning(
             "checkpoint store unavailable while %s; retrying in %.1fs: %s", what, delay, exc
         )
@@ -216,13 +237,15 @@ class ShardSet:
         except KinesisError as exc:
             if not exc.retriable:
                 raise
-            log.warning("ListShards failed, retrying in %.0fs: %s", _REFRESH_RETRY, exc)
+            log.warning(
+                "ListShards of %s failed, retrying in %.0fs: %s", self.stream, _REFRESH_RETRY, exc
+            )
             self.refresh_at = now + _REFRESH_RETRY
             return
         self.refresh_at = now + self.config.shard_refresh_interval
         new = self.map.update(shards)
         if new:
-            log.info("new shards: %s", [s.shard_id for s in new])
+            log.info("new shards of %s: %s", self.stream, [s.shard_id for s in new])
         self.adopt_new(self.map.ids())
         self.check_lineage(now)
 
@@ -241,9 +264,9 @@ class ShardSet:
         if foreign:
             assert self._committer.store is not None
             try:
-                stored = self._committer.store.load(self.config.stream_name)
+                stored = self._committer.store.load(self.stream)
             except CheckpointStoreUnavailableError as exc:
-                log.warning("cannot check parent shards in the store: %s", exc)
+                log.warning("cannot check parent shards of %s in the store: %s", self.stream, exc)
                 stored = {}
             for p in foreign:
                 cp = stored.get(p)
@@ -268,7 +291,7 @@ class ShardSet:
         missing = [s for s in self.map.ids() if self.owns(s) and s not in self.shards]
         if missing:
             try:
-                stored = self._committer.store.load(self.config.stream_name)
+                stored = self._committer.store.load(self.stream)
             except CheckpointStoreUnavailableError as exc:
                 self.to_adopt.update(missing)
                 self.store_error(f"adopting shards {missing}", exc)
@@ -282,7 +305,7 @@ class ShardSet:
         if owned is not None:
             unknown = sorted(s for s in owned if s not in self.map)
             if unknown:
-                log.warning("owned shards not in stream %s: %s", self.config.stream_name, unknown)
+                log.warning("owned shards not in stream %s: %s", self.stream, unknown)
 
     def drain(self, shard_ids: Iterable[str]) -> None:
         """Stop reading new records from these shards ahead of giving them up.
@@ -315,7 +338,8 @@ class ShardSet:
         if sh in self.draining:
             self.draining.remove(sh)
         log.info(
-            "released shard %s (%d in flight left to the next owner)",
+            "released shard %s/%s (%d in flight left to the next owner)",
+            self.stream,
             sh.shard_id,
             sh.tracker.in_flight if sh.tracker is not None else 0,
         )
@@ -333,29 +357,40 @@ class ShardSet:
             self.getters.close()
 
 
-def count_call(metrics: MetricsCollector, shard_id: str, batch: ShardBatch) -> None:
-    """A poll's GetRecords call: its duration, its error, the lag it answered."""
-    if batch.seconds is not None:
-        metrics.observe("get_records_seconds", batch.seconds, shard=shard_id)
-    err = batch.error
-    if err is not None:
-        if isinstance(err, ThrottledError):
-            metrics.increment("kinesis_throttled", shard=shard_id)
+def pacing_of(config: SpoutConfig) -> Pacing:
+    """The waits between reads of a shard read elsewhere (:class:`ShardCursor`)."""
+    return Pacing(
+        config.empty_shard_backoff,
+        config.empty_shard_backoff_max,
+        config.throttle_backoff,
+        max(config.throttle_backoff_max, config.throttle_backoff),
+    )
+
+
+def count_calls(metrics: MetricsCollector, sh: ShardPartition, end: ReadEnd) -> None:
+    """A read's calls: their durations, their errors, the lag the last one answered."""
+    stream, shard = sh.stream, sh.shard_id
+    for seconds in end.seconds:
+        metrics.observe("get_records_seconds", seconds, shard=shard, stream=stream)
+    for err in end.errors:
+        if isinstance(err, ThrottledError | ResourceInUseError):
+            metrics.increment("kinesis_throttled", shard=shard, stream=stream)
         elif isinstance(err, ExpiredIteratorError):
-            metrics.increment("iterators_expired", shard=shard_id)
+            metrics.increment("iterators_expired", shard=shard, stream=stream)
         else:
-            metrics.increment("kinesis_errors", shard=shard_id)
-    elif batch.called and batch.millis_behind_latest is not None:
-        metrics.gauge("millis_behind_latest", batch.millis_behind_latest, shard=shard_id)
+            metrics.increment("kinesis_errors", shard=shard, stream=stream)
+    if end.events and end.behind is not None:
+        metrics.gauge("millis_behind_latest", end.behind, shard=shard, stream=stream)
 
 
-def count_odd_aggregates(metrics: MetricsCollector, sh: ShardPartition, batch: ShardBatch) -> None:
-    """Count the skipped empty and the corrupt KPL aggregates of a page; note a skipped
-    one after every record of the page (the partition counts it done once they are out)."""
-    if batch.skipped:
-        metrics.increment("empty_aggregates_skipped", batch.skipped, shard=sh.shard_id)
-        log.info("shard %s: skipped %d empty KPL aggregate(s)", sh.shard_id, batch.skipped)
-    if batch.corrupt_aggregates:
-        metrics.increment("corrupt_aggregates", batch.corrupt_aggregates, shard=sh.shard_id)
-    if batch.skipped_tail is not None:
-        sh.skip_tail = batch.skipped_tail
+def count_odd_aggregates(metrics: MetricsCollector, sh: ShardPartition, end: ReadEnd) -> None:
+    """Count the skipped empty and the corrupt KPL aggregates of a read; note a skipped
+    one after every record of the read (the partition counts it done once they are out)."""
+    stream, shard = sh.stream, sh.shard_id
+    if end.skipped:
+        metrics.increment("empty_aggregates_skipped", end.skipped, shard=shard, stream=stream)
+        log.info("shard %s/%s: skipped %d empty KPL aggregate(s)", stream, shard, end.skipped)
+    if end.corrupt:
+        metrics.increment("corrupt_aggregates", end.corrupt, shard=shard, stream=stream)
+    if end.skipped_tail is not None:
+        sh.skip_tail = end.skipped_tail

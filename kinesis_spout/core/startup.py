@@ -107,7 +107,9 @@ def load_and_adopt(
     # pinned starts of a first open at LATEST/AT_TIMESTAMP
     latest = latest_start(api.server_time)
     owned = [s for s in shard_set.map.ids() if shard_set.owns(s)]
-    checkpoints = committer.pin_start(checkpoints, owned, shard_set.map.has_known_parent, latest)
+    checkpoints = committer.pin_start(
+        shard_set.config, checkpoints, owned, shard_set.map.has_known_parent, latest
+    )
     for cp in checkpoints.values():
         if cp.shard_end:
             shard_set.map.mark_ended(cp.shard_id)

@@ -53,17 +53,20 @@ class SpoutStats:
 
 
 def spout_stats(
-    shards: Mapping[str, ShardPartition],
+    partitions: Iterable[ShardPartition],
     rr: RoundRobin,
     acks: AckRouter,
     committer: Committer,
     now: float,
+    several: bool = False,
 ) -> SpoutStats:
-    """The snapshot of a reader made of these parts."""
+    """The snapshot of a reader made of these parts (``several`` streams: the lag of each
+    shard keyed ``"<stream>/<shardId>"``)."""
+    parts = sorted(partitions, key=lambda sh: sh.key)
     behind = {
-        s: sh.reader.getter.millis_behind_latest
-        for s, sh in sorted(shards.items())
-        if sh.reader is not None
+        f"{sh.stream}/{sh.shard_id}" if several else sh.shard_id: sh.millis_behind_latest
+        for sh in parts
+        if sh.reading
     }
     age = None if committer.last_save is None else now - committer.last_save
     return SpoutStats(
@@ -72,38 +75,10 @@ def spout_stats(
         failed=acks.failed,
         retried=rr.retried,
         dead_lettered=acks.dead_lettered,
-        in_flight=sum(sh.tracker.in_flight for sh in shards.values() if sh.tracker is not None),
+        in_flight=sum(sh.tracker.in_flight for sh in parts if sh.tracker is not None),
         millis_behind_latest=MappingProxyType(behind),
         checkpoint_age=age,
         ignored=acks.ignored,
         checkpoint_writes=committer.writes,
         expired=acks.expired,
-    )
-
-
-def combined_stats(parts: Mapping[str, SpoutStats], gone: Iterable[SpoutStats] = ()) -> SpoutStats:
-    """The snapshot of a reader of several streams: the counters of ``parts`` (by stream)
-    and of the streams it no longer reads (``gone``: their last snapshots, so totals
-    never fall) summed; ``millis_behind_latest`` keyed ``"<stream>/<shardId>"``, the
-    oldest ``checkpoint_age``."""
-    every = [*parts.values(), *gone]
-    ages = [s.checkpoint_age for s in parts.values() if s.checkpoint_age is not None]
-    return SpoutStats(
-        read=sum(s.read for s in every),
-        acked=sum(s.acked for s in every),
-        failed=sum(s.failed for s in every),
-        retried=sum(s.retried for s in every),
-        dead_lettered=sum(s.dead_lettered for s in every),
-        in_flight=sum(s.in_flight for s in parts.values()),
-        millis_behind_latest=MappingProxyType(
-            {
-                f"{name}/{shard}": behind
-                for name, s in parts.items()
-                for shard, behind in s.millis_behind_latest.items()
-            }
-        ),
-        checkpoint_age=max(ages, default=None),
-        ignored=sum(s.ignored for s in every),
-        checkpoint_writes=sum(s.checkpoint_writes for s in every),
-        expired=sum(s.expired for s in every),
     )

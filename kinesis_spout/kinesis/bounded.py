@@ -18,6 +18,9 @@ first of its bounds:
 * a retriable error, with ``stop_on_error`` (otherwise the getter backs off and
   polls again; an expired iterator is always re-opened, never an end), or
   ``max_errors`` errors in a row, expired iterators included (the last one is raised);
+* an error of the read that needs a human (the stream deleted, access denied, a KMS key
+  disabled): raised, or with ``fail_soft`` said in :attr:`ReadEnd.failure` (a Spark task
+  hands it to the driver, which pauses the shard: it is never a record's fault);
 * its driver's deadline, or its driver stopped (``stopped``).
 
 :func:`read_until` reads one shard in this thread (the streaming source's first
@@ -57,6 +60,7 @@ class BoundedRead:
         "done",
         "empty",
         "end",
+        "fail_soft",
         "failures",
         "getter",
         "max_calls",
@@ -84,8 +88,10 @@ class BoundedRead:
         max_empty_at_tip: int | None = None,
         max_empty_behind: int | None = None,
         max_errors: int | None = None,
+        fail_soft: bool = False,
     ) -> None:
         self.getter = getter
+        self.fail_soft = fail_soft
         self.remaining = limit
         self.take = take
         self.per_call = per_call
@@ -111,26 +117,30 @@ class BoundedRead:
         remaining = self.remaining
         self.asked = remaining if self.per_call is None else min(self.per_call, remaining)
         self.getter.limit = self.asked
-        return self.getter.poll(now)
+        try:
+            return self.getter.poll(now)
+        except KinesisError as exc:
+            if not self.fail_soft or exc.retriable:
+                raise
+            self.end.failure = f"{type(exc).__name__}: {exc}"
+            self.end.failure_kind = type(exc).__name__
+            self.done = True
+            return ShardBatch([], math.inf)
 
     def accept(self, batch: ShardBatch) -> None:
         """A page (or an error) of :meth:`fetch` into ``take`` and the read's state."""
         end, getter = self.end, self.getter
-        if batch.seconds is not None:
-            end.seconds.append(batch.seconds)
+        end.add_call(batch)
         if batch.error is not None and self._error(batch.error):
             return
         if not batch.called:  # an error backed off from, or nothing arrived yet
             return
         self.failures = 0
-        end.events += 1
         if len(batch.records) > self.remaining and isinstance(getter, KinesisShardGetter):
             batch = getter.cut(batch, self.remaining)  # a KPL aggregate past the limit
-        if batch.child_shards:
-            end.children = tuple(c.shard_id for c in batch.child_shards)
         took = self.take(batch)
+        end.add(batch, took)
         self.remaining -= took
-        end.taken += took
         if took < len(batch.records):
             end.cut = self.done = True
             return
@@ -145,7 +155,6 @@ class BoundedRead:
     def _error(self, error: KinesisError) -> bool:
         """Count an error; True when it ends the read."""
         end = self.end
-        end.errors.append(error)
         self.failures += 1
         if self.max_errors is not None and self.failures >= self.max_errors:
             raise error

@@ -71,7 +71,9 @@ _RECORDS_HELP = (
 )
 _ERRORS_HELP = (
     "Errors that were retried: kinesis (5xx answers, dropped connections), "
-    "checkpoint_store (store unreachable), dead_letter (dead-letter write failed)"
+    "checkpoint_store (store unreachable), dead_letter (dead-letter write failed), "
+    "read (a read refused: access denied, a KMS key disabled; the shard pauses, then "
+    "reads again)"
 )
 _LEASES_HELP = "Shard lease events of this worker: acquired, released (after a flush), lost"
 
@@ -158,6 +160,7 @@ SPECS: tuple[MetricSpec, ...] = (
     _errors("kinesis_errors", "kinesis"),
     _errors("checkpoint_store_errors", "checkpoint_store"),
     _errors("dead_letter_errors", "dead_letter"),
+    _errors("read_failures", "read"),
     MetricSpec(
         "iterators_expired",
         PREFIX + "iterators_expired_total",

@@ -90,25 +90,27 @@ class PrometheusMetrics:
         self._lock = threading.Lock()
         self._specs: dict[str, MetricSpec] = {s.name: s for s in SPECS}
         self._families: dict[str, Any] = {}
-        self._children: dict[tuple[str, Kind, str | None], Any] = {}
-        """Per (name, kind used, shard): its series. The kind is in the key, so a name used
-        with the wrong kind after its series exists is still dropped (not set on it)."""
-        self._since: dict[str, float] = {}
+        self._children: dict[tuple[str, Kind, str, str | None], Any] = {}
+        """Per (name, kind used, stream, shard): its series. The kind is in the key, so a
+        name used with the wrong kind after its series exists is still dropped."""
+        self._since: dict[tuple[str, str], float] = {}
         self._warned: set[str] = set()
         self._listed = [s for s in SPECS if names is None or s.name in names]
-        self._shards: set[str] = set()
+        self._seen: set[tuple[str, str | None]] = set()
+        """``(stream, shard)`` (None: the stream itself) whose series started at 0."""
         for spec in self._listed:
             self._family(spec)
-        self._start_at_zero(None)
+        self._start_at_zero(stream, None)
 
-    def _start_at_zero(self, shard: str | None) -> None:
-        """The series of this stream's listed counters (and histograms) with ``shard``
+    def _start_at_zero(self, stream: str, shard: str | None) -> None:
+        """The series of ``stream``'s listed counters (and histograms) with ``shard``
         (None: those without a shard label), at 0."""
+        self._seen.add((stream, shard))
         for spec in self._listed:
             if spec.kind in (Kind.COUNTER, Kind.HISTOGRAM) and spec.per_shard == (
                 shard is not None
             ):
-                self._child(spec.name, spec.kind, shard)
+                self._child(spec.name, spec.kind, stream, shard)
 
     def for_stream(self, stream: str) -> PrometheusMetrics:
         """A collector into the same metrics whose series are labelled ``stream`` (each
@@ -117,30 +119,36 @@ class PrometheusMetrics:
         sibling.stream = stream
         sibling._children = {}
         sibling._since = {}
-        sibling._shards = set()
-        sibling._start_at_zero(None)
+        sibling._seen = set()
+        sibling._start_at_zero(stream, None)
         return sibling
 
     # --- MetricsCollector ------------------------------------------------------------
-    def increment(self, name: str, value: int = 1, *, shard: str | None = None) -> None:
+    def increment(
+        self, name: str, value: int = 1, *, shard: str | None = None, stream: str | None = None
+    ) -> None:
         if value < 0:
             self._warn(name, f"a negative increment ({value})")
             return
-        child = self._child(name, Kind.COUNTER, shard)
+        child = self._child(name, Kind.COUNTER, stream or self.stream, shard)
         if child is not None:
             child.inc(value)
 
-    def gauge(self, name: str, value: float, *, shard: str | None = None) -> None:
+    def gauge(
+        self, name: str, value: float, *, shard: str | None = None, stream: str | None = None
+    ) -> None:
         spec = self._specs.get(name)
         if spec is not None and spec.kind is Kind.AGE:
-            self._set_age(spec, value)
+            self._set_age(spec, stream or self.stream, value)
             return
-        child = self._child(name, Kind.GAUGE, shard)
+        child = self._child(name, Kind.GAUGE, stream or self.stream, shard)
         if child is not None:
             child.set(value * self._specs[name].scale)
 
-    def observe(self, name: str, value: float, *, shard: str | None = None) -> None:
-        child = self._child(name, Kind.HISTOGRAM, shard)
+    def observe(
+        self, name: str, value: float, *, shard: str | None = None, stream: str | None = None
+    ) -> None:
+        child = self._child(name, Kind.HISTOGRAM, stream or self.stream, shard)
         if child is not None:
             child.observe(value * self._specs[name].scale)
 
@@ -161,17 +169,18 @@ class PrometheusMetrics:
         extra = {"buckets": self._buckets} if spec.kind is Kind.HISTOGRAM else {}
         return cls(name, help_text, spec.label_names, registry=self.registry, **extra)
 
-    def _child(self, name: str, kind: Kind, shard: str | None) -> Any:
-        key = (name, kind, shard)
+    def _child(self, name: str, kind: Kind, stream: str, shard: str | None) -> Any:
+        key = (name, kind, stream, shard)
         child = self._children.get(key)
         if child is not None:
             return child
-        if shard is not None and shard not in self._shards:
-            self._shards.add(shard)  # first report of the shard: its counters start at 0
-            self._start_at_zero(shard)
-            child = self._children.get(key)
-            if child is not None:
-                return child
+        if (stream, None) not in self._seen:  # a stream's first report: its counters at 0
+            self._start_at_zero(stream, None)
+        if shard is not None and (stream, shard) not in self._seen:
+            self._start_at_zero(stream, shard)  # the shard's first report: the same
+        child = self._children.get(key)
+        if child is not None:
+            return child
         with self._lock:
             spec = self._specs.get(name)
             if spec is None:
@@ -179,7 +188,7 @@ class PrometheusMetrics:
             if spec.kind is not kind:
                 self._warn(name, f"{kind.value} use of a {spec.kind.value}")
                 return None
-            labels = [self.stream, self.job]
+            labels = [stream, self.job]
             if spec.per_shard:
                 labels.append(shard or "")
             labels += [v for _, v in spec.labels]
@@ -191,14 +200,15 @@ class PrometheusMetrics:
             self._children[key] = child
         return child
 
-    def _set_age(self, spec: MetricSpec, age: float) -> None:
+    def _set_age(self, spec: MetricSpec, stream: str, age: float) -> None:
         """An age reported now: the scrape shows it grown by the time since."""
+        key = (spec.name, stream)
         with self._lock:
-            first = spec.name not in self._since
-            self._since[spec.name] = self._clock() - age
+            first = key not in self._since
+            self._since[key] = self._clock() - age
         if first:
-            child = self._family(spec).labels(self.stream, self.job)
-            child.set_function(lambda: self._clock() - self._since[spec.name])
+            child = self._family(spec).labels(stream, self.job)
+            child.set_function(lambda: self._clock() - self._since[key])
 
     def _warn(self, name: str, what: str) -> None:
         if name not in self._warned:

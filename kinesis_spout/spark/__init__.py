@@ -5,9 +5,9 @@ Needs the ``spark`` extra (``pip install 'kinesis-spout[spark]'``). The pieces:
 * :mod:`~kinesis_spout.spark.job`: the ``spark-submit`` entry point;
 * :mod:`~kinesis_spout.spark.processing`: the user's processing styles
   (:func:`per_record`, :func:`dataframe_transform`, :func:`fan_out`);
-* the micro-batch loop: :mod:`~kinesis_spout.spark.executor_driver`, with
-  :mod:`~kinesis_spout.spark.loop`, :mod:`~kinesis_spout.spark.reports` and
-  :mod:`~kinesis_spout.spark.isolation`;
+* the micro-batch loop (:mod:`~kinesis_spout.spark.loop`), its plans
+  (:mod:`~kinesis_spout.spark.plan`), its read tasks (:mod:`~kinesis_spout.spark.task`),
+  its quarantine (:mod:`~kinesis_spout.spark.quarantine`);
 * :mod:`kinesis_spout.spark.launch`: the job's launch (``kinesis-spout run``, the
   session, building the driver: :func:`run_job`);
 * :mod:`kinesis_spout.spark.read`: the read path (plans, read tasks, recorded ranges);

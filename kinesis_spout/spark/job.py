@@ -55,7 +55,7 @@ from kinesis_spout.spark.launch.launcher import (  # noqa: E402
 from kinesis_spout.spark.launch.startup import StartupTimes  # noqa: E402
 
 if TYPE_CHECKING:
-    from kinesis_spout.spark.executor_driver import ExecutorDriver
+    from kinesis_spout.spark.loop import MicroBatchLoop
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ def run_with_lease(
     return run_driver(driver, spark)
 
 
-def run_driver(driver: ExecutorDriver, spark: Any) -> int:
+def run_driver(driver: MicroBatchLoop, spark: Any) -> int:
     """Run the micro-batch loop to its end, print its summary or why it failed, stop
     Spark; the exit code."""
     # After the SparkContext exists: PySpark installs its own SIGINT handler.

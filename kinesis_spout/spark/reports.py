@@ -1,36 +1,16 @@
-"""What the Spark job's driver loop talks to and reports: the spout it drives
-(:class:`SpoutLike`), one progress line per micro-batch (:class:`BatchReport`)
-and the summary of a run (:class:`JobSummary`).
+"""What the Spark job's micro-batch loop reports: one progress line per micro-batch
+(:class:`BatchReport`) and the summary of a run (:class:`JobSummary`), and when a run
+stops by itself (:class:`RunLimits`).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.records import Record
-
-
-class SpoutLike(Protocol):
-    """The part of :class:`kinesis_spout.spout.KinesisSpout` the driver uses."""
-
-    def open(self) -> None: ...
-    def activate(self) -> None: ...
-    def deactivate(self) -> None: ...
-    def next_batch(self, max_records: int) -> list[Record]: ...
-    def poll_delay(self) -> float: ...
-    def ack_many(self, ids: Iterable[Any]) -> Any: ...
-    def fail_many(self, items: Iterable[tuple[Any, str | None]]) -> Any: ...
-    def checkpoint(self, force: bool = False) -> Any: ...
-    def close(self) -> None: ...
-    def stats(self) -> Any: ...
-    @property
-    def in_flight(self) -> int: ...
-    @property
-    def is_idle(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,13 +179,21 @@ class RunLimits:
         self.max_batches = config.max_batches
         self.stop_when_idle = config.stop_when_idle
         self._idle_since: float | None = None
+        self._troubled = False
 
     def at_batch_limit(self, batches: int) -> bool:
         return bool(self.max_batches) and batches >= self.max_batches
 
+    def troubled(self) -> None:
+        """A micro-batch failed, was split or given up: the job is not idle (a stall is
+        never taken for a quiet stream)."""
+        self._idle_since = None
+        self._troubled = True
+
     def idle_stop_due(self, now: float, idle: bool) -> bool:
         """True once the job has been idle for ``stop_when_idle`` seconds in a row."""
-        if not self.stop_when_idle or not idle:
+        troubled, self._troubled = self._troubled, False
+        if not self.stop_when_idle or not idle or troubled:
             self._idle_since = None
             return False
         if self._idle_since is None:

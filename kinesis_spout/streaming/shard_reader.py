@@ -175,7 +175,7 @@ def first_read(
         end.cut or end.caught_up,
         None if stopped_there else end.position.iterator,
         error,
-        end.children if end.ended else (),
+        tuple(c.shard_id for c in end.child_shards) if end.ended else (),
     )
     return kept, ahead
 

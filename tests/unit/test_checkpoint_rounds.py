@@ -87,5 +87,5 @@ def test_a_shard_refused_in_a_round_is_fenced_and_the_others_are_saved(tmp_path:
         assert (
             stored[shard].sequence_number == rig.kinesis.shards[shard].records[-1]["SequenceNumber"]
         )
-    parts = rig.spout.shard_set.shards
+    parts = rig.spout.streams.sets["s"].shards
     assert [parts[s].fenced for s in shard_ids] == [False, True, False]

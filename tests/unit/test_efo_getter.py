@@ -435,7 +435,7 @@ def test_records_polled_with_a_retriable_error_still_hold_their_aggregate_back()
     r.open()
     fanout = FakeFanOut(ResourceInUseError("renewal refused"), [event(10, subs={10: 2}), "hang"])
     g = getter(fanout)
-    r.spout.shard_set.shards[S[0]].reader = BufferedShardGetter(g)  # read by subscription
+    r.spout.streams.find(None, S[0]).reader = BufferedShardGetter(g)  # type: ignore[union-attr]  # read by subscription
     g.pump.start()
     wait_for(lambda: len(g.pump) == 1)  # refused once, then the event came
     first, second = r.spout.next_batch(10)

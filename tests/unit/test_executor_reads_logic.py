@@ -17,12 +17,10 @@ from kinesis_spout.config import InitialPosition, SpoutConfig
 from kinesis_spout.core.committer import Committer
 from kinesis_spout.core.partition import ReplayWindow, ShardPartition
 from kinesis_spout.metrics import InMemoryMetrics
-from kinesis_spout.records import GetterPosition, Record
+from kinesis_spout.records import GetterPosition, ReadEnd, Record
 from kinesis_spout.spark.isolation import BatchFailedError
+from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings, StreamTarget, sparse_marks
 from kinesis_spout.spark.read.jobs import ReadIsolation, ReadJobs, _halves, _rest
-from kinesis_spout.spark.read.lone import poison_id
-from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.read.planner import sparse_marks
 from kinesis_spout.spark.read.rows import RowSpace
 from kinesis_spout.spark.read.shuffle import LOST, assemble
 from tracker import InflightRecordTracker, SequenceKey
@@ -118,12 +116,12 @@ def test_a_row_space_numbers_plans_by_their_limits_then_renumbers_the_rows_read(
     import pyarrow as pa
 
     pos = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
-    retry = ReadPlan(7, "b", None, retries=(_rec(1), _rec(2)))
-    plans = [ReadPlan(5, "a", pos, limit=10), retry, ReadPlan(9, "c", pos, limit=4)]
+    retry = ReadPlan(7, "s", "b", None, retries=(_rec(1), _rec(2)))
+    plans = [ReadPlan(5, "s", "a", pos, limit=10), retry, ReadPlan(9, "s", "c", pos, limit=4)]
     space = RowSpace(plans)
     assert space.bases == {5: 0, 7: 10, 9: 12}
-    results = [ReadResult(9, "c", ok=bytearray(3)), ReadResult(5, "a", ok=bytearray(2))]
-    results.append(ReadResult(7, "b", ok=bytearray(2)))
+    results = [ReadResult(9, "s", "c", ok=bytearray(3)), ReadResult(5, "s", "a", ok=bytearray(2))]
+    results.append(ReadResult(7, "s", "b", ok=bytearray(2)))
     # Plan 5 read 2 of 10, the retries 2, plan 9 read 3 of 4 (results in any order).
     table = pa.table({"_row": pa.array([12, 1, None, 11, 14, 0, 10, 13], pa.int64())})
     dense, n = space.dense(table, results)
@@ -136,8 +134,8 @@ def test_a_row_space_numbers_plans_by_their_limits_then_renumbers_the_rows_read(
 
 
 def test_assemble_drops_a_read_whose_statuses_came_from_mixed_attempts() -> None:
-    plan = ReadPlan(0, "shard-1", POS, limit=10)
-    end = ReadResult(0, "shard-1", position=POS)
+    plan = ReadPlan(0, "s", "shard-1", POS, limit=10)
+    end = ReadResult(0, "s", "shard-1", end=ReadEnd(POS))
     rows = [
         ("m", 0, end, 3),
         ("s", 0, 0, "5", 0, None, None, 0),
@@ -147,8 +145,8 @@ def test_assemble_drops_a_read_whose_statuses_came_from_mixed_attempts() -> None
 
 
 def test_assemble_fills_a_complete_read_in_record_order() -> None:
-    plan = ReadPlan(0, "shard-1", POS, limit=10)
-    end = ReadResult(0, "shard-1", position=POS)
+    plan = ReadPlan(0, "s", "shard-1", POS, limit=10)
+    end = ReadResult(0, "s", "shard-1", end=ReadEnd(POS))
     bad = _rec(6)
     rows = [
         ("s", 0, 1, "6", 0, "ValueError: no", bad, 2),
@@ -164,20 +162,20 @@ def test_assemble_fills_a_complete_read_in_record_order() -> None:
 
 def test_assemble_fails_a_retry_whose_status_was_lost() -> None:
     retries = (_rec(3), _rec(4))
-    plan = ReadPlan(0, "shard-1", None, retries=retries)
-    rows = [("m", 0, ReadResult(0, "shard-1"), 2), ("s", 0, 0, "3", 0, None, None, 0)]
+    plan = ReadPlan(0, "s", "shard-1", None, retries=retries)
+    rows = [("m", 0, ReadResult(0, "s", "shard-1"), 2), ("s", 0, 0, "3", 0, None, None, 0)]
     (res,) = assemble([plan], rows)
     assert res.ok == bytearray([1, 0]) and res.errors == {1: LOST} and res.failed == {1: retries[1]}
 
 
 def test_a_failed_job_runs_again_task_by_task_then_halved_down_to_one_record() -> None:
-    a = ReadPlan(0, "a", POS, limit=8)
-    b = ReadPlan(1, "b", None, retries=(_rec(1), _rec(2), _rec(3)))
+    a = ReadPlan(0, "s", "a", POS, limit=8)
+    b = ReadPlan(1, "s", "b", None, retries=(_rec(1), _rec(2), _rec(3)))
     assert _halves([a, b]) == [[a], [b]]
     assert [p[0].limit for p in _halves([a])] == [4]
     assert [len(p[0].retries) for p in _halves([b])] == [1, 2]
-    assert _halves([ReadPlan(0, "a", POS, limit=1)]) == []
-    assert _halves([ReadPlan(0, "b", None, retries=(_rec(1),))]) == []
+    assert _halves([ReadPlan(0, "s", "a", POS, limit=1)]) == []
+    assert _halves([ReadPlan(0, "s", "b", None, retries=(_rec(1),))]) == []
 
 
 def _committer() -> Committer:
@@ -204,7 +202,7 @@ def test_a_window_cut_inside_an_aggregate_reads_on_and_keeps_its_bound(
     aggregate. ``by_runs``: the window kept as runs (executor reads) instead of keys."""
     keys = [SequenceKey(seq, sub) for seq, n in enumerate(sizes, 1) for sub in range(n)]
     multi = {seq for seq, n in enumerate(sizes, 1) if n > 1}
-    part = ShardPartition("shard", None)
+    part = ShardPartition("s", "shard", None)
     part.tracker = InflightRecordTracker(3)
     committer = _committer()
     read = 0
@@ -243,18 +241,18 @@ def _key_rec(key: SequenceKey) -> Record:
 
 
 def test_the_retry_of_a_record_a_read_found_failing_alone_is_known_poison() -> None:
-    """A read task of one record fails alone (the job ran a moment ago: poison); the
-    driver reads that record and fails it; its retry then fails alone too, with
-    nothing else run in between: still poison, not a systematic failure."""
-    jobs = ReadJobs(None, lambda r: None, ReadSettings("s", "us-east-1", None, 100, 5, 0.1, 1, 1))
+    """A read task of one record fails alone (the job ran a moment ago: poison); its
+    shard's fetch plan reads that record and fails it; its retry then fails alone too,
+    with nothing else run in between: still poison, not a systematic failure."""
+    jobs = ReadJobs(None, lambda r: None, ReadSettings("us-east-1", None, 100, 5, 0.1, 1, 1))
     jobs.healthy = True
-    read = ReadIsolation(splits_left=4, alone=[(ReadPlan(1, "shard-1", POS, limit=1), "died")])
+    read = ReadIsolation(splits_left=4, alone=[(ReadPlan(1, "s", "shard-1", POS, limit=1), "died")])
     jobs.judge(1, read)
-    jobs.remember_poison([poison_id(_rec(2))])  # what fail_alone read and failed
-    retry = ReadPlan(2, "shard-1", None, retries=(_rec(2),))
+    jobs.remember_poison([_rec(2).stream_message_id])  # what the fetch read and failed
+    retry = ReadPlan(2, "s", "shard-1", None, retries=(_rec(2),))
     jobs.judge(2, ReadIsolation(splits_left=4, alone=[(retry, "died")]))
     with pytest.raises(BatchFailedError):  # a record never seen failing alone: systematic
-        other = ReadPlan(3, "shard-1", None, retries=(_rec(3),))
+        other = ReadPlan(3, "s", "shard-1", None, retries=(_rec(3),))
         jobs.judge(3, ReadIsolation(splits_left=4, alone=[(other, "died")], exhausted=True))
 
 
@@ -282,9 +280,9 @@ class _Spark:
     ],
 )
 def test_plans_are_grouped_into_tasks(plans: int, per_task: int, efo: bool, tasks: int) -> None:
-    read = ReadSettings("s", "us-east-1", None, 100, 5.0, 0.1, 1.0, 1.0)
+    read = ReadSettings("us-east-1", None, 100, 5.0, 0.1, 1.0, 1.0)
     if efo:
-        read = dataclasses.replace(read, consumer_arn="arn:consumer")
+        read = dataclasses.replace(read, streams=(StreamTarget("s", None, "arn:consumer"),))
     jobs = ReadJobs(_Spark(), lambda r: None, read, shards_per_task=per_task)
     assert jobs.tasks_for(plans) == tasks
 
@@ -300,7 +298,7 @@ def test_a_record_that_fails_every_task_is_found_in_log2_of_the_limit_failed_job
     alone after at most 1 + ceil(log2 limit) failed jobs."""
     killer = 1 + int(at * (min(n, limit) - 1))
     jobs = SimulatedShardJobs(n, {killer})
-    results, iso = jobs.run(1, [ReadPlan(1, "shard-1", _START, limit=limit)])
+    results, iso = jobs.run(1, [ReadPlan(1, "s", "shard-1", _START, limit=limit)])
     assert [int(s) for r in results for s in r.seqs] == list(range(1, killer))
     assert [(p.position, p.limit) for p, _ in iso.alone] == [
         (dataclasses.replace(_START, after=SequenceKey(killer - 1, 0) if killer > 1 else None), 1)
@@ -313,13 +311,12 @@ def test_a_half_that_read_nothing_is_not_followed_by_the_same_plan_again() -> No
     """A half whose calls were all throttled reads nothing and is not caught up: its
     "rest" would be the plan that just failed (one more failed job each time, until the
     split budget stops the job); the search ends the micro-batch there instead."""
-    plan = ReadPlan(1, "shard-1", _START, limit=8)
-    throttled = ReadResult(1, "shard-1", throttled=3)
-    throttled.position = _START
+    plan = ReadPlan(1, "s", "shard-1", _START, limit=8)
+    throttled = ReadResult(1, "s", "shard-1", end=ReadEnd(_START, errors=[]))
     assert _rest([plan], [throttled]) is None
-    half = ReadResult(1, "shard-1", seqs=["1", "2", "3", "4"], subs=[0] * 4, ok=bytearray(4))
-    half.position = dataclasses.replace(_START, after=SequenceKey(4, 0))
-    assert _rest([plan], [half]) == dataclasses.replace(plan, position=half.position, limit=4)
+    half = ReadResult(1, "s", "shard-1", seqs=["1", "2", "3", "4"], subs=[0] * 4, ok=bytearray(4))
+    half.end = ReadEnd(dataclasses.replace(_START, after=SequenceKey(4, 0)), taken=4)
+    assert _rest([plan], [half]) == dataclasses.replace(plan, position=half.end.position, limit=4)
 
 
 def test_reader_id_names_the_process_without_trying_an_import_per_call(

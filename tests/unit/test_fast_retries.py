@@ -160,7 +160,7 @@ def test_fast_retries_take_the_retry_policy_of_the_spouts_trackers(
     r.kinesis.put_many(S[0], 2)
     r.open()
     a, b = r.spout.next_batch(2)
-    tracker = r.spout.shard_set.shards[a.shard_id].tracker  # noqa: SLF001
+    tracker = r.spout.streams.find(None, a.shard_id).tracker  # type: ignore[union-attr]
     assert tracker is not None
     out = tracker.fail(a.key, 100.0, "boom", deliveries=4)  # the tracker's own rules
     assert out.action is FailAction.RETRY and not policy.spent(4)
@@ -294,9 +294,9 @@ def test_dead_letter_on_writes_the_listed_reasons_and_logs_the_others(
 def _result(task: int, shard: str, statuses: list[bool], first: int) -> Any:
     """A transform's result of ``len(statuses)`` records of ``shard`` (sequence numbers
     from ``first``), the failed ones with their payloads."""
-    from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
+    from kinesis_spout.spark.plan import ReadPlan, ReadResult
 
-    res = ReadResult.for_plan(ReadPlan(task, shard, None, stream="s"))
+    res = ReadResult.for_plan(ReadPlan(task, "s", shard, None))
     for j, ok in enumerate(statuses):
         rec = dataclasses.replace(record(first + j), shard_id=shard)
         res.seqs.append(rec.sequence_number)
@@ -308,8 +308,8 @@ def _result(task: int, shard: str, statuses: list[bool], first: int) -> Any:
 
 
 def test_a_follow_up_job_re_runs_the_failed_records_until_they_pass_or_run_out() -> None:
+    from kinesis_spout.spark.plan import ReadPlan, ReadResult
     from kinesis_spout.spark.read.followup import follow_up
-    from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 
     # record 1 (shard a) passes on its second try, record 4 (shard b) never does
     first = _result(1, "a", [True, False, True], 0)
@@ -343,8 +343,8 @@ def test_a_follow_up_job_re_runs_the_failed_records_until_they_pass_or_run_out()
 
 
 def test_a_follow_up_job_that_fails_leaves_the_records_as_they_were() -> None:
+    from kinesis_spout.spark.plan import ReadPlan, ReadResult
     from kinesis_spout.spark.read.followup import follow_up
-    from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 
     out = _result(1, "a", [False, True], 0)
 

@@ -37,7 +37,7 @@ def test_the_tracker_checkpoints_past_2_to_the_128() -> None:
 def test_message_ids_and_stored_checkpoints_keep_every_digit() -> None:
     key = SequenceKey.parse(LONGEST, 7)
     mid = message_id("shardId-000000000001", key)
-    assert parse_message_id(mid) == ("shardId-000000000001", key)
+    assert parse_message_id(mid) == (None, "shardId-000000000001", key)
     cp = Checkpoint("orders", "shardId-000000000001", LONGEST, 7, job_name="j")
     back = decode_checkpoint(
         encode_checkpoint(cp), where="t", stream="orders", shard="shardId-000000000001", job="j"

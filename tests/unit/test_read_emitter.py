@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kinesis_spout.records import GetterPosition, Record
+from kinesis_spout.spark.plan import ReadPlan, ReadResult
 from kinesis_spout.spark.process.arrow import DATA_COLUMNS, ROOT, ROW
 from kinesis_spout.spark.process.fanout import IDS, derived_column, derived_rows, run_emit
 from kinesis_spout.spark.processing import InputRecord
-from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, PLAN, ReadEmitter, stage_batches
 from tracker import SequenceKey
 
@@ -39,7 +39,7 @@ def records(*sentences: bytes, shard: str = "shardId-0") -> list[Record]:
 
 
 def plan(task: int, size: int, shard: str = "shardId-0") -> ReadPlan:
-    return ReadPlan(task, shard, GetterPosition(), limit=size, stream="s")
+    return ReadPlan(task, "s", shard, GetterPosition(), limit=size)
 
 
 def emitted(bases: dict[int, int], reads: list[tuple[ReadPlan, list[Record]]]) -> pa.Table:

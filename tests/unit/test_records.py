@@ -36,13 +36,15 @@ def rec(seq: str = "5", sub: int = 0) -> Record:
 def test_message_id_round_trip() -> None:
     for key in (SequenceKey(int(BIG)), SequenceKey(int(BIG), 7), SequenceKey(0)):
         mid = message_id("shardId-000000000003", key)
-        assert parse_message_id(mid) == ("shardId-000000000003", key)
+        assert parse_message_id(mid) == (None, "shardId-000000000003", key)
+        assert parse_message_id(f"orders/{mid}") == ("orders", "shardId-000000000003", key)
     assert message_id("shardId-1", SequenceKey(12, 0)) == "shardId-1:12"
     assert message_id("shardId-1", SequenceKey(12, 3)) == "shardId-1:12:3"
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "shard", ":12", "shard:abc", "shard:1:2:3", "shard:1:x", "shard:-1", "shard:1:-2"]
+    "bad",
+    ["", "shard", ":12", "shard:abc", "shard:1:2:3", "shard:1:x", "shard:-1", "shard:1:-2", "/s:1"],
 )
 def test_malformed_message_ids_name_the_id(bad: str) -> None:
     with pytest.raises(ValueError, match="malformed message id"):

@@ -12,18 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.metrics import MetricsCollector
-from kinesis_spout.spark.executor_driver import ExecutorDriver
+from kinesis_spout.spark.loop import MicroBatchLoop
 from kinesis_spout.spark.processing import (
     FanOutProcessor,
-    Processor,
     RecordProcessor,
     TransformProcessor,
 )
 from kinesis_spout.spark.reports import BatchReport, JobSummary, print_progress
 
 if TYPE_CHECKING:
+    from kinesis_spout.spark.plan import Planner
     from kinesis_spout.spark.read.frames import FrameJobs
-    from kinesis_spout.spark.read.streams import StreamPlanners
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +38,7 @@ def build_driver(
     rng: random.Random | None = None,
     metrics: MetricsCollector | None = None,
     job_lease: bool = True,
-) -> ExecutorDriver:
+) -> MicroBatchLoop:
     """A ready micro-batch loop (not started) for every processing style.
 
     ``process``: a processor, a plain per-record function, or a
@@ -62,51 +61,47 @@ def build_driver(
         # Only transforms and fan-outs cache. A per-record job never touches the SQL
         # session state.
         uncompressed_caches(spark)
-    planners = _executor_planners(config, clock, rng, metrics, job_lease)
-    return _executor_driver(config, spark, processor, planners, clock, sleep, progress, metrics)
-
-
-def _executor_planners(
-    config: SpoutConfig,
-    clock: Callable[[], float],
-    rng: random.Random | None,
-    metrics: MetricsCollector | None,
-    job_lease: bool,
-) -> StreamPlanners:
-    """The planners of a new executor-read reader of ``config`` (opened by the loop)."""
-    from kinesis_spout.spark.read.planner import executor_read_spout
-    from kinesis_spout.spark.read.streams import StreamPlanners
-
-    return StreamPlanners(
-        executor_read_spout(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
-    )
-
-
-def _executor_driver(
-    config: SpoutConfig,
-    spark: Any,
-    processor: Processor,
-    planners: StreamPlanners,
-    clock: Callable[[], float],
-    sleep: Callable[[float], None],
-    progress: Callable[[BatchReport], None] | None,
-    metrics: MetricsCollector | None,
-) -> ExecutorDriver:
+    reader = _reader(config, clock, rng, metrics, job_lease)
     if isinstance(processor, RecordProcessor):
         fn, frames = processor.fn, None
     else:
         fn, frames = _nothing, _frame_jobs(config, spark, processor)
-    return ExecutorDriver(
+    return MicroBatchLoop(
         config,
         spark,
         fn,
-        planners,
+        reader,
         clock=clock,
         sleep=sleep,
         progress=progress,
         metrics=metrics,
         frames=frames,
     )
+
+
+def _reader(
+    config: SpoutConfig,
+    clock: Callable[[], float],
+    rng: random.Random | None,
+    metrics: MetricsCollector | None,
+    job_lease: bool,
+) -> Planner:
+    """The planner over a new reader of ``config`` whose shards the Spark tasks read
+    (opened by the loop)."""
+    from kinesis_spout.spark.plan import Planner
+    from kinesis_spout.spark.quarantine import Quarantine
+    from kinesis_spout.spout import KinesisSpout
+
+    reader = KinesisSpout(
+        config,
+        clock=clock,
+        rng=rng,
+        metrics=metrics,
+        job_lease=job_lease,
+        read_here=False,
+        reader="kinesis-spout job",
+    )
+    return Planner(reader, Quarantine())
 
 
 def _nothing(record: object) -> None:

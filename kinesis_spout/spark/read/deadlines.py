@@ -1,6 +1,6 @@
 """When a running micro-batch job's ``task_timeout`` counts from.
 
-A job is given up (:class:`~kinesis_spout.spark.executor_driver.ExecutorDriver`) when it
+A job is given up (:class:`~kinesis_spout.spark.loop.MicroBatchLoop`) when it
 still runs ``task_timeout`` seconds after the time :class:`TaskClocks` gives it, which is
 
 * while none of its tasks started yet (the executors busy, lost or not there yet): the

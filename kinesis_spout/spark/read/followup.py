@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from kinesis_spout.records import Record
+from kinesis_spout.spark.plan import ReadPlan, ReadResult
 from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.process.fastretry import FastRetry
-from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +76,13 @@ def _plans(due: list[_Failed]) -> tuple[list[ReadPlan], dict[int, list[_Failed]]
     from 1; what each plan's records are in the results."""
     by_shard: dict[tuple[str, str], list[_Failed]] = {}
     for res, i in due:
-        by_shard.setdefault((res.stream, res.shard_id), []).append((res, i))
+        by_shard.setdefault(res.key, []).append((res, i))
     plans: list[ReadPlan] = []
     where: dict[int, list[_Failed]] = {}
     for task, ((stream, shard), items) in enumerate(by_shard.items(), start=1):
         retries = tuple(
             replace(res.failed[i], attempt=res.failed[i].attempt + 1) for res, i in items
         )
-        plans.append(ReadPlan(task, shard, None, retries=retries, stream=stream))
+        plans.append(ReadPlan(task, stream, shard, None, retries=retries))
         where[task] = items
     return plans, where

@@ -39,12 +39,12 @@ import pyarrow.compute as pc
 
 from kinesis_spout.checkpoint.batch_ends import BatchEndStore
 from kinesis_spout.records import Record
+from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.process.arrow import DATA_COLUMNS, ROW, Statuses
 from kinesis_spout.spark.process.exprs import Exprs
 from kinesis_spout.spark.process.runner import SparkRunner
 from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor, input_record
 from kinesis_spout.spark.read.keys import JobKeys
-from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.recorded import RecordTo
 from kinesis_spout.spark.read.rows import RowSpace, split_tasks
 from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, PLAN, ReadEmitter, frame_reader
@@ -183,10 +183,10 @@ class FrameJobs:
         """Whether each shard read sat at its tip with nothing read; a shard not in this
         micro-batch (its backoff kept it out) keeps what its last read said."""
         for r in results:
-            if r.position is None:
+            if r.end is None:
                 continue  # a retry plan says nothing of the shard's tip
-            key = (r.stream, r.shard_id)
-            if r.caught_up and not len(r) and not r.ended:
+            key = r.key
+            if r.end.caught_up and not len(r) and not r.end.ended:
                 self._caught_up.add(key)
             else:
                 self._caught_up.discard(key)

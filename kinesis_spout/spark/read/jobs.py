@@ -1,28 +1,26 @@
 """Running a micro-batch's read plans on Spark, and isolating what fails them.
 
 One Spark job per call: an RDD of
-:class:`~kinesis_spout.spark.read.plan.ReadPlan` s in :meth:`ReadJobs.tasks_for`
+:class:`~kinesis_spout.spark.plan.ReadPlan` s in :meth:`ReadJobs.tasks_for`
 partitions (``shards_per_task`` plans each, or one task per core), each task
 reading and processing its shards on an executor, ``collect`` of the
-:class:`~kinesis_spout.spark.read.plan.ReadResult` s. Spark
+:class:`~kinesis_spout.spark.plan.ReadResult` s. Spark
 keeps one result per partition, so a task it ran again (a lost executor) is
 counted once. With ``process_partitions`` the records read are spread onto
 that many processing partitions (:mod:`kinesis_spout.spark.read.shuffle`).
 
 A job that fails as a whole (a task failing ``spark.task.maxFailures`` times:
 a function that kills its Python worker, a Kinesis error that needs a human)
-is isolated by the logic both reading modes share
-(:mod:`kinesis_spout.spark.isolation`); what is this mode's own is
-:data:`PLANS`, how a job of read plans is cut: run again plan by plan (a job
+is isolated (:mod:`kinesis_spout.spark.isolation`); :data:`PLANS` is how a job of read
+plans is cut: run again plan by plan (a job
 per shard); a read plan that fails alone is run again with half its limit
 (and, when that half reads ok, the rest of its limit from where the half
 stopped, halved in turn if it fails: a binary search), a retry plan with half
-its records, down to one record. Who fails alone is then judged as in driver
-mode: poison (failed: retried, then dead-lettered) when something else ran,
-else a systematic error that stops the job with nothing failed. A read plan
-of one record that fails alone has its record read by the driver, on a thread of
-its own, to fail it
-(:meth:`~kinesis_spout.spark.read.planner.ExecutorReadPlanner.fail_alone`).
+its records, down to one record. Who fails alone is then judged: poison (failed:
+retried, then dead-lettered) when something else ran, else a systematic error that
+stops the job with nothing failed. A read plan of one record that fails alone has its
+shard quarantined: its next plan fetches that record and fails it
+(:mod:`~kinesis_spout.spark.quarantine`).
 """
 
 from __future__ import annotations
@@ -43,13 +41,12 @@ from kinesis_spout.spark.isolation import (
     run_split,
     split_budget,
 )
+from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.processing import RecordFunction
 from kinesis_spout.spark.read.followup import follow_up
-from kinesis_spout.spark.read.lone import poison_id
-from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.read.shuffle import shuffled_results
-from kinesis_spout.spark.read.task import task_function
+from kinesis_spout.spark.task import task_function
 
 if TYPE_CHECKING:
     from kinesis_spout.spark.read.frames import FrameJobs
@@ -182,7 +179,7 @@ class ReadJobs:
         isolate them all. When nothing ran before (one shard, the record at its head, as after
         a restart), a probe job of the same task function with nothing to read tells whether
         Spark runs Python tasks now."""
-        ids = [poison_id(r) for plan, _ in iso.alone for r in plan.retries]
+        ids = [r.stream_message_id for plan, _ in iso.alone for r in plan.retries]
         self.poison_judge.judge(batch_id, iso, ids, probe=functools.partial(self._probe, batch_id))
         self.poison_judge.raise_if_exhausted(batch_id, iso)
 
@@ -219,7 +216,7 @@ class ReadJobs:
 
     def _probe(self, batch_id: int, plan: ReadPlan) -> bool:
         """Whether Spark runs this job's task function now (on a task with nothing to read)."""
-        probe = ReadPlan(plan.task, plan.shard_id, None)
+        probe = ReadPlan(plan.task, plan.stream, plan.shard_id, None)
         self.jobs_run += 1
         try:
             self.spark.sparkContext.parallelize([probe], 1).mapPartitions(
@@ -241,10 +238,12 @@ def _rest(plans: list[ReadPlan], done: list[ReadResult]) -> ReadPlan | None:
     the limit, not with its square."""
     if len(plans) != 1 or plans[0].is_retry or not done:
         return None
-    plan, last = plans[0], done[-1]
+    plan, last = plans[0], done[-1].end
     left = plan.limit - sum(len(r) for r in done)
-    if not 0 < left < plan.limit or last.position is None or last.ended or last.caught_up:
+    if not 0 < left < plan.limit or last is None or last.position is None:
         return None  # nothing left, or nothing read (throttled): no progress to build on
+    if last.ended or last.caught_up or last.failure is not None:
+        return None
     return dataclasses.replace(plan, position=last.position, limit=left)
 
 

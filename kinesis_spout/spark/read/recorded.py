@@ -35,9 +35,9 @@ from kinesis_spout.checkpoint.batch_ends import (
 from kinesis_spout.checkpoint.factory import open_batch_ends
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.processinfo import reader_id
-from kinesis_spout.records import Record, ShardPosition, StartPosition
-from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.read.shards import Read, read_each_shard, read_shards
+from kinesis_spout.records import ReadEnd, Record, ShardPosition, StartPosition
+from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.task import Read, fail_unprocessed, read_each_shard, read_shards
 
 REPLAY_ATTEMPTS = 5
 """Reads of a recorded range (each within the read deadline) before the task fails."""
@@ -65,9 +65,7 @@ class RecordTo:
 
     def of(self, plan: ReadPlan) -> RecordTo:
         """Where ``plan``'s end is recorded: under its stream (a job may read several)."""
-        if not plan.stream or plan.stream == self.stream:
-            return self
-        return replace(self, stream=plan.stream)
+        return self if plan.stream == self.stream else replace(self, stream=plan.stream)
 
 
 _STORES: dict[tuple[str, str, str, str | None], BatchEndStore] = {}
@@ -99,23 +97,24 @@ def planned_from(plan: ReadPlan, run: str) -> PlannedFrom:
 
 def end_of(res: ReadResult, planned: PlannedFrom) -> BatchEnd:
     """Where a read stopped, as a batch-end record."""
+    end = res.end or ReadEnd()
     position = None
     if len(res):
-        last = res.key(len(res) - 1)
-        whole = res.position is None or res.position.after_whole
+        last = res.record_key(len(res) - 1)
+        whole = end.position is None or end.position.after_whole
         position = ShardPosition(
             str(last.sequence),
             last.sub_sequence,
-            partial=not whole and not res.ended,
-            ended=res.ended,
+            partial=not whole and not end.ended,
+            ended=end.ended,
             count=len(res),
         )
-    elif res.ended:
+    elif end.ended:
         position = ShardPosition(None, ended=True)
     return BatchEnd(
         position,
-        caught_up=res.caught_up,
-        throttled=res.throttled > 0,
+        caught_up=end.caught_up,
+        throttled=bool(end.errors) and not end.events,
         at=time.time(),
         reader=reader_id(),
         planned=planned,
@@ -127,9 +126,7 @@ def _keeper(res: ReadResult, kept: list[Record]) -> Callable[[list[Record]], Non
 
     def keep(records: list[Record]) -> None:
         kept.extend(records)
-        res.seqs.extend(r.sequence_number for r in records)
-        res.subs.extend(r.sub_sequence_number for r in records)
-        res.ok.extend(bytes(len(records)))
+        res.add(records)
 
     return keep
 
@@ -155,6 +152,9 @@ def read_recorded(
             _keeper(res, kept)(list(plan.retries))
             res.seconds = time.monotonic() - t0
             yield res, kept
+        elif plan.fetch is not None:  # its records are not processed: none are kept
+            reads.append((plan, fail_unprocessed(res, plan.fetch), res))
+            kept_of.append(kept)
         else:
             reads.append((plan, _keeper(res, kept), res))
             kept_of.append(kept)
@@ -178,6 +178,8 @@ def _settle(
     """Record this read's end; if another attempt recorded first, read its range."""
     planned = planned_from(plan, to.run)
     end = end_of(mine[0], planned)
+    if mine[0].end is not None and mine[0].end.failure is not None:
+        return mine  # a read that failed as a read: nothing to record, nothing read
     recorded = store.record(to.run, to.key, plan.shard_id, end)
     where = store.where(to.run, to.key, plan.shard_id)
     check_planned(recorded, planned, where)
@@ -189,7 +191,7 @@ def _settle(
 
 
 def _last_key(res: ReadResult) -> object:
-    return res.key(len(res) - 1) if len(res) else None
+    return res.record_key(len(res) - 1) if len(res) else None
 
 
 def _replay(plan: ReadPlan, recorded: BatchEnd, settings: ReadSettings, where: str) -> KeptRead:
@@ -198,14 +200,13 @@ def _replay(plan: ReadPlan, recorded: BatchEnd, settings: ReadSettings, where: s
     bounded = replace(plan, limit=want)
     res, kept = _fresh(plan)
     if want == 0:
-        res.ended = recorded.position is not None and recorded.position.ended
-        res.position = plan.position
+        ended = recorded.position is not None and recorded.position.ended
+        res.end = ReadEnd(plan.position, ended=ended, caught_up=recorded.caught_up)
         return res, kept
     for _ in range(REPLAY_ATTEMPTS):
         part, part_kept = _fresh(plan)
-        start = (
-            bounded if not kept else replace(bounded, position=res.position, limit=want - len(kept))
-        )
+        position = res.end.position if res.end is not None else plan.position
+        start = bounded if not kept else replace(bounded, position=position, limit=want - len(kept))
         read_shards([(start, _keeper(part, part_kept), part)], settings)
         _merge(res, part, kept, part_kept)
         if len(kept) >= want:
@@ -220,12 +221,14 @@ def _replay(plan: ReadPlan, recorded: BatchEnd, settings: ReadSettings, where: s
 
 
 def _merge(res: ReadResult, part: ReadResult, kept: list[Record], part_kept: list[Record]) -> None:
+    """A replay's part read into the replay: its records, and its end after the last."""
     kept.extend(part_kept)
     res.seqs.extend(part.seqs)
     res.subs.extend(part.subs)
     res.ok.extend(part.ok)
-    res.position, res.ended, res.behind = part.position, part.ended, part.behind
-    res.caught_up, res.child_shards = part.caught_up, part.child_shards or res.child_shards
-    res.calls += part.calls
-    res.throttled += part.throttled
-    res.call_seconds.extend(part.call_seconds)
+    if part.end is None:
+        return
+    if res.end is None:
+        res.end = part.end
+    else:
+        res.end.then(part.end)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from kinesis_spout.spark.plan import ReadPlan, ReadResult
 from kinesis_spout.spark.process.arrow import ROW
-from kinesis_spout.spark.read.plan import ReadPlan, ReadResult
 
 
 class RowSpace:

@@ -4,7 +4,7 @@ The read tasks (their shards grouped as in any micro-batch) only read; their
 records go through a Spark shuffle to ``process_partitions`` processing tasks
 (record ``i`` of plan ``t`` to partition ``(t + i) % P``), which run the function and return one
 status row per record (the payload only of a failed one). Each read task
-also sends its end (a :class:`~kinesis_spout.spark.read.plan.ReadResult`
+also sends its end (a :class:`~kinesis_spout.spark.plan.ReadResult`
 without statuses, and its record count) through the shuffle. Nothing goes
 to the driver but statuses and those ends.
 
@@ -25,11 +25,10 @@ from typing import Any
 
 from kinesis_spout.processinfo import reader_id
 from kinesis_spout.records import Record
+from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.processing import RecordFunction
-from kinesis_spout.spark.read.plan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.read.shards import Read, read_shards
-from kinesis_spout.spark.read.task import write_rows
+from kinesis_spout.spark.task import Read, fail_unprocessed, read_shards, write_rows
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +50,9 @@ def _read_stage(
             res = ReadResult.for_plan(plan, reader_id(), os.getpid())
             records: list[Record] = list(plan.retries)
             taken.append((plan, res, records))
-            if not plan.is_retry:
+            if plan.fetch is not None:  # failed unprocessed: its result is whole already
+                reads.append((plan, fail_unprocessed(res, plan.fetch), res))
+            elif not plan.is_retry:
                 reads.append((plan, records.extend, res))
         read_shards(reads, settings)  # the task's shards, within one deadline
         for plan, res, records in taken:

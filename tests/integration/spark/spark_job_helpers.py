@@ -431,8 +431,9 @@ def frame_jobs(
     """The :class:`FrameJobs` of ``processor`` (a transform or a fan-out) on ``stream`` as
     the job builds them (read ends in ``cfg``'s checkpoint store; ``wrap``, if given,
     wraps the driver's store), and the read settings."""
-    from kinesis_spout.spark.read.frames import FrameJobs
     from kinesis_spout.spark.read.plan import ReadSettings
+
+    from kinesis_spout.spark.read.frames import FrameJobs
     from kinesis_spout.spark.read.recorded import RecordTo
 
     def ends(run: str, key: int) -> RecordTo:

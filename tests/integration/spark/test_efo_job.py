@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kinesis_spout.spark.executor_driver import ExecutorDriver
 from spark_job_helpers import POISON, log_deliveries, read_deliveries
 from test_executor_reads import checkpoints, last_per_shard, spy_results
 
 from devkit.localstack import LocalStackServer
 from kinesis_spout.deadletter import read_dead_letters
-from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.launch.build import build_driver
 from kinesis_spout.testing.streams import create_stream, emulator_client, make_payloads, put_records
 

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from kinesis_spout.spark.executor_driver import ExecutorDriver
+from kinesis_spout.spark.read.plan import ReadPlan, ReadSettings
 from spark_job_helpers import (
     POISON,
     failing_word_sink,
@@ -38,13 +40,11 @@ from kinesis_spout.examples.wordcount import (
     split_sentence,
 )
 from kinesis_spout.records import GetterPosition
-from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.launch.build import build_driver
 from kinesis_spout.spark.process.fanout import derived_ids, to_signed
 from kinesis_spout.spark.process.runner import CACHE_COMPRESSED, uncompressed_caches
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import dataframe_transform, fan_out
-from kinesis_spout.spark.read.plan import ReadPlan, ReadSettings
 from kinesis_spout.spark.read.recorded import RecordTo
 from kinesis_spout.spark.read.rows import RowSpace
 from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, frame_reader

@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 import spark_job_helpers
+from kinesis_spout.spark.executor_driver import ExecutorDriver
 from spark_job_helpers import POISON, last_per_shard, sink_rows, submit_and_kill
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config.load import load_config
 from kinesis_spout.deadletter import read_dead_letters
-from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.launch.build import build_driver, run_job
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import dataframe_transform
