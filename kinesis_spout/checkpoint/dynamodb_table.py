@@ -14,7 +14,7 @@ Every item of the store, the job lease and the batch-end records goes through
 
 The table is made on first use when it is missing (:meth:`DynamoTable.ensure`: on-demand
 billing, waited for until ACTIVE). Clients come from :func:`dynamodb_client`, one per
-region, profile and endpoint in a process; the endpoint is boto3's own resolution
+region, profile, endpoint and credentials in a process; the endpoint is boto3's own resolution
 (``AWS_ENDPOINT_URL_DYNAMODB``, ``AWS_ENDPOINT_URL``), as for S3 dead letters.
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -68,6 +69,8 @@ DENIED = frozenset(
         "InvalidClientTokenId",
     }
 )
+_PERFORM = re.compile(r"perform: (dynamodb:\w+)")
+"""The action an IAM refusal names ("... is not authorized to perform: dynamodb:PutItem")."""
 ATTEMPTS = 6
 """Calls of one operation while it is throttled, before the caller hears "unavailable"."""
 DEADLINE = 10.0
@@ -114,7 +117,7 @@ class _Transient(CheckpointStoreUnavailableError):
     """Throttled, a 5xx answer, a dropped connection: worth another try."""
 
 
-_CLIENTS: dict[tuple[str, str | None, str | None], Any] = {}
+_CLIENTS: dict[tuple[str, str | None, str | None, str | None], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 _READY: set[tuple[str, str]] = set()
 """Tables known to exist and be ACTIVE in this process, by (client endpoint, name)."""
@@ -127,14 +130,15 @@ def endpoint_override() -> str | None:
 
 def dynamodb_client(region: str | None = None, profile: str | None = None) -> Any:
     """The DynamoDB client of ``region`` (None: as boto3 resolves it) and ``profile``, one
-    per process (boto3 clients are thread-safe), with short timeouts and botocore's own
-    retries off (:meth:`DynamoTable.call` backs off itself)."""
+    per process for each endpoint and access key in the environment (boto3 clients are
+    thread-safe), with short timeouts and botocore's own retries off
+    (:meth:`DynamoTable.call` backs off itself)."""
     from botocore.config import Config
 
     from kinesis_spout.aws import boto_session, resolve_region
 
     region = region or resolve_region(profile)
-    key = (region, profile, endpoint_override())
+    key = (region, profile, endpoint_override(), os.environ.get("AWS_ACCESS_KEY_ID"))
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
         if client is None:
@@ -232,8 +236,7 @@ class DynamoTable:
         if not isinstance(exc, ClientError):
             return exc
         err = exc.response.get("Error") or {}
-        code = str(err.get("Code") or "")
-        message = str(err.get("Message") or exc)
+        code, message = _one_line(str(err.get("Code") or ""), str(err.get("Message") or exc))
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
         if code == "ConditionalCheckFailedException":
             return ConditionFailed(f"{table}: {operation}", exc.response.get("Item"))
@@ -245,8 +248,9 @@ class DynamoTable:
             return TransactionCancelled(f"{table}: {operation}", reasons)
         if code in THROTTLED or status >= 500:
             return _Transient(f"{table}: {operation} throttled or failed ({code}: {message})")
-        if code in DENIED:
-            actions = " and ".join(iam_action(operation, params))
+        if code in DENIED or status == 403:
+            named = _PERFORM.search(message)
+            actions = named.group(1) if named else " and ".join(iam_action(operation, params))
             return AccessDeniedError(self.name, f"{actions} ({code}: {message})")
         if code == "ResourceNotFoundException":
             return TableMissingError(f"{table} does not exist ({message})")
@@ -315,6 +319,16 @@ class DynamoTable:
                 "a string partition key 'pk' and a string sort key 'sk' (docs/checkpoints.md); "
                 "name another table"
             )
+
+
+def _one_line(code: str, message: str) -> tuple[str, str]:
+    """An error's code and message on one line (an XML error body: its code and message)."""
+    if "<Message>" in message:
+        xml_code = re.search(r"<Code>(.*?)</Code>", message, re.S)
+        xml_message = re.search(r"<Message>(.*?)</Message>", message, re.S)
+        code = xml_code.group(1) if xml_code else code
+        message = xml_message.group(1) if xml_message else message
+    return code, " ".join(message.split())
 
 
 def _snake(operation: str) -> str:
