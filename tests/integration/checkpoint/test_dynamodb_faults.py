@@ -86,12 +86,10 @@ def test_a_reader_keeps_a_throttled_round_and_saves_it_once_the_table_lets_it(
         empty_shard_backoff=0.05,
     )
     metrics = InMemoryMetrics()
-    reader = open_store(url, "reader")
+    reader = open_store(url, "billing")  # this process holds no lease: it only reads
 
     def stored() -> dict[str, str | None]:
-        return {
-            s: c.sequence_number for s, c in open_store(url, "billing").load(unique_name).items()
-        }
+        return {s: c.sequence_number for s, c in reader.load(unique_name).items()}
 
     with KinesisSpout(cfg, metrics=metrics) as spout:
         proxy.throttle = 1.0  # from now on every checkpoint write is throttled
