@@ -17,6 +17,7 @@ so the reader keeps the position and saves it at the next round.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -27,7 +28,12 @@ from kinesis_spout.checkpoint.dynamodb_items import CheckpointItems
 from kinesis_spout.checkpoint.dynamodb_layout import DynamoUrl, JobKeys, check_name
 from kinesis_spout.checkpoint.dynamodb_lease import held_lease
 from kinesis_spout.checkpoint.dynamodb_round import Build, Round, VersionCache
-from kinesis_spout.checkpoint.dynamodb_table import ConditionFailed, DynamoTable, dynamodb_client
+from kinesis_spout.checkpoint.dynamodb_table import (
+    ConditionFailed,
+    DynamoTable,
+    TableMissingError,
+    dynamodb_client,
+)
 from kinesis_spout.checkpoint.resets import ResetFence, reset_value
 from kinesis_spout.errors import CheckpointError
 from kinesis_spout.records import Checkpoint
@@ -68,10 +74,9 @@ class DynamoDbCheckpointStore:
         self._cache = VersionCache()
         self._resets = ResetFence()
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         self._closed = False
         if not table.ensure(create=create_table):
-            from kinesis_spout.checkpoint.dynamodb_table import TableMissingError
-
             raise TableMissingError(f"DynamoDB table {table.name!r} does not exist")
 
     @classmethod
@@ -170,9 +175,10 @@ class DynamoDbCheckpointStore:
         if self._closed:
             return
         self._closed = True
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     # -- internals -----------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -195,10 +201,14 @@ class DynamoDbCheckpointStore:
         self._check_open()
         if not todo:
             return []
-        if len(todo) > 1 and self._pool is None:
-            self._pool = ThreadPoolExecutor(ROUND_CALLS, thread_name_prefix="dynamodb-round")
+        pool = self._pool
+        if len(todo) > 1 and pool is None:
+            with self._pool_lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(ROUND_CALLS, thread_name_prefix="dynamodb")
+                pool = self._pool
         lease = held_lease(self.table, self.job_name)
-        return Round(self.items, self._cache, self._resets, lease, self._pool, todo).run()
+        return Round(self.items, self._cache, self._resets, lease, pool, todo).run()
 
 
 def _as_is(cp: Checkpoint) -> Build:

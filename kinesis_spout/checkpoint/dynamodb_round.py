@@ -46,7 +46,8 @@ Key = tuple[str, str]
 
 class VersionCache:
     """What this store last saw of each shard's item (thread-safe): the guess a write
-    is conditioned on."""
+    is conditioned on (the latest seen, whatever its version: a stream's items start
+    again at version 1 once moved aside)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -58,8 +59,7 @@ class VersionCache:
 
     def put(self, key: Key, stored: Stored) -> None:
         with self._lock:
-            if stored.version >= self._seen.get(key, Stored(None, 0)).version:
-                self._seen[key] = stored
+            self._seen[key] = stored
 
     def forget(self, stream: str) -> None:
         with self._lock:
