@@ -3,6 +3,9 @@ where a ``dynamodb://`` URL is accepted (config, streaming options, cluster depl
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
 import pytest
 
 from kinesis_spout.checkpoint.dynamodb_layout import (
@@ -89,3 +92,19 @@ def test_a_dynamodb_store_is_a_config_value_a_streaming_option_and_cluster_ready
     with pytest.raises(ConfigError) as info:
         parse_options({**options, "checkpointstore": "dynamodb://x"}, env={})
     assert info.value.field == "checkpointStore" and "table name" in str(info.value)
+
+
+def test_coordinated_workers_need_zookeeper_and_say_so_for_a_dynamodb_store(
+    tmp_path: Path,
+) -> None:
+    from kinesis_spout.coordination.worker import run_worker
+    from kinesis_spout.multilang.coordinated import require_shared_store
+
+    cfg = SpoutConfig(checkpoint_store="dynamodb://kinesis-spout")
+    with pytest.raises(ConfigError) as info:
+        run_worker(cfg, tmp_path, stop=threading.Event())
+    assert info.value.field == "checkpoint_store" and "ZooKeeper" in str(info.value)
+    assert "dynamodb:// store holds one reader per job" in str(info.value)
+    with pytest.raises(ConfigError, match="dynamodb:// store holds one reader per job"):
+        require_shared_store(cfg, 2, "kinesis")
+    require_shared_store(cfg, 1, "kinesis")  # one task: the job lease is enough
