@@ -202,7 +202,12 @@ class Round:
         lease = self.lease
         if lease is None or not self.no_ops:
             return
-        item = LeaseItem.read(lease.table, lease.keys)
+        try:
+            item = LeaseItem.read(lease.table, lease.keys)
+        except CheckpointStoreUnavailableError as exc:
+            for i in self.no_ops:
+                self.out[i] = exc
+            return
         if lease.lost or item is None or item.owner != lease.owner:
             what = f"checkpoint of {len(self.no_ops)} shard(s) of job {lease.job_name!r}"
             for i in self.no_ops:
