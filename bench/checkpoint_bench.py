@@ -1,6 +1,7 @@
 """Checkpoint write cost, and how many writes the spout makes.
 
-Starts a standalone ZooKeeper (from PySpark's jars) and a moto server, then:
+Starts a standalone ZooKeeper (from PySpark's jars) and a moto server (Kinesis, and
+DynamoDB over HTTP through ``AWS_ENDPOINT_URL_DYNAMODB``), then:
 
 (a) write latency: ``--writes`` checkpoint saves of one shard, each one
     further than the last, timed one by one, for
@@ -8,6 +9,9 @@ Starts a standalone ZooKeeper (from PySpark's jars) and a moto server, then:
     * the ZooKeeper store (read + compare-and-set ``setData``),
     * the ZooKeeper store fenced by a lease (read + transaction: check the
       lease epoch, ``setData``), as used by multi-worker runs;
+    * the DynamoDB store (one conditional PutItem on the version read), and the same
+      under the job's lease (a TransactWriteItems: the lease check and the put), as the
+      Spark job and the spout write;
     reported as p50 / p99 milliseconds;
 (b) writes per 100,000 records: the spout reads ``--records`` records from a
     4-shard stream with the default config (file store, checkpoint every
@@ -24,7 +28,13 @@ Starts a standalone ZooKeeper (from PySpark's jars) and a moto server, then:
     shard: one ``save_many`` (every read in flight together, then every write) against
     ``save`` each (a read and a write waited for per shard, as rounds were saved before),
     median of 3 (``zk_round_ms_<N>``, ``zk_round_one_by_one_ms_<N>``,
-    ``zk_round_speedup_<N>``).
+    ``zk_round_speedup_<N>``); and in the DynamoDB store, an item per shard, a table per
+    round: one ``save_many`` (a conditional PutItem per shard, in flight together) against
+    ``save`` each, median of 3 (``dynamodb_round_ms_<N>``,
+    ``dynamodb_round_one_by_one_ms_<N>``), and one ``save_many`` under the job's lease
+    (transactions of 99 shards and the lease check, in flight together;
+    ``dynamodb_fenced_round_ms_<N>``). moto's server answers these, not DynamoDB: its
+    figures are its own (a transaction copies the table it touches).
 
 With ``--json`` the last line is one JSON object; ``--plot FILE`` also draws the
 latencies as a PNG bar chart (the ``plots`` extra).
@@ -62,6 +72,8 @@ from devkit.plots import (  # noqa: E402
     finish_bench,
 )
 from kinesis_spout.checkpoint.base import CheckpointStore  # noqa: E402
+from kinesis_spout.checkpoint.dynamodb import DynamoDbCheckpointStore  # noqa: E402
+from kinesis_spout.checkpoint.dynamodb_lease import DynamoDbJobLease  # noqa: E402
 from kinesis_spout.checkpoint.file import FileCheckpointStore  # noqa: E402
 from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore  # noqa: E402
 from kinesis_spout.config import SpoutConfig  # noqa: E402
@@ -135,6 +147,54 @@ def time_store_rounds(
     return statistics.median(many), statistics.median(one_by_one)
 
 
+def time_fenced_rounds(shards: int, rounds: int = 3) -> float:
+    """Median milliseconds of a round of ``shards`` shards, one ``save_many`` in a DynamoDB
+    store under its job's lease (a table per round)."""
+    ids = [f"shardId-{i:012d}" for i in range(shards)]
+    out = []
+    for n in range(rounds):
+        url = f"dynamodb://bench-fenced-{shards}-{n}"
+        lease = DynamoDbJobLease.open(url, "bench")
+        lease.acquire()
+        store = DynamoDbCheckpointStore.from_url(url, "bench", owner="b")
+        try:
+            store.save_many([Checkpoint(STREAM, s, "1000") for s in ids])
+            t0 = time.perf_counter()
+            store.save_many([Checkpoint(STREAM, s, "1001") for s in ids])
+            out.append((time.perf_counter() - t0) * 1000.0)
+        finally:
+            store.close()
+            lease.release()
+    return statistics.median(out)
+
+
+def dynamodb_round_store(shards: int, n: int) -> CheckpointStore:
+    """A DynamoDB store of a table of its own, for round ``n`` of ``shards`` shards."""
+    return DynamoDbCheckpointStore.from_url(f"dynamodb://bench-rounds-{shards}-{n}", "bench")
+
+
+def dynamodb_figures(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, list[float]]:
+    """The DynamoDB store's write latencies (plain and under the job's lease) and rounds."""
+    store = DynamoDbCheckpointStore.from_url("dynamodb://bench-writes", "bench", owner="b")
+    lease = DynamoDbJobLease.open("dynamodb://bench-fenced-writes", "bench")
+    fenced = DynamoDbCheckpointStore.from_url("dynamodb://bench-fenced-writes", "bench")
+    try:
+        plain_ms = time_writes(store, args.writes)
+        lease.acquire()
+        fenced_ms = time_writes(fenced, args.writes)
+    finally:
+        lease.release()
+        store.close()
+        fenced.close()
+    for n in args.round_shards:
+        many, one_by_one = time_store_rounds(functools.partial(dynamodb_round_store, n), n, 3)
+        result[f"dynamodb_round_ms_{n}"] = round(many, 1)
+        result[f"dynamodb_round_one_by_one_ms_{n}"] = round(one_by_one, 1)
+        result[f"dynamodb_round_speedup_{n}"] = round(one_by_one / many, 1)
+        result[f"dynamodb_fenced_round_ms_{n}"] = round(time_fenced_rounds(n), 1)
+    return {"dynamodb_write_ms": plain_ms, "dynamodb_fenced_write_ms": fenced_ms}
+
+
 def zk_round_store(zk: ZooKeeperServer, shards: int, n: int) -> CheckpointStore:
     """A ZooKeeper store of a job of its own, for round ``n`` of ``shards`` shards."""
     return ZooKeeperCheckpointStore.from_url(zk.url("/bench"), f"rounds-{shards}-{n}", owner="b")
@@ -203,6 +263,8 @@ CHART = BarChart(
                 Bar("file store (fsync)", "file_write_ms"),
                 Bar("ZooKeeper (compare-and-set)", "zk_write_ms"),
                 Bar("ZooKeeper, lease-fenced", "zk_fenced_write_ms"),
+                Bar("DynamoDB (moto, conditional put)", "dynamodb_write_ms"),
+                Bar("DynamoDB (moto), lease-fenced", "dynamodb_fenced_write_ms"),
             ),
             (Series("p50", "{}_p50"), Series("p99", "{}_p99"), Series("mean", "{}_mean")),
             log=True,
@@ -215,7 +277,13 @@ CHART = BarChart(
 """The chart ``--plot FILE`` draws."""
 
 
-STATS = ("file_write_ms", "zk_write_ms", "zk_fenced_write_ms")
+STATS = (
+    "file_write_ms",
+    "zk_write_ms",
+    "zk_fenced_write_ms",
+    "dynamodb_write_ms",
+    "dynamodb_fenced_write_ms",
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -226,7 +294,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--round-shards",
         default="128,1000",
-        help="shard counts of the file store's checkpoint rounds (default 128,1000)",
+        help="shard counts of the stores' checkpoint rounds (default 128,1000)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     add_plot_argument(parser)
@@ -246,7 +314,7 @@ def say(result: dict[str, Any], args: argparse.Namespace, out: Callable[[str], N
     out(f"checkpoint writes, {args.writes} timed saves each (ms):")
     for name in STATS:
         out(
-            f"  {name[:-9]:<18} p50 {result[f'{name}_p50']:8.3f}   "
+            f"  {name[:-9]:<24} p50 {result[f'{name}_p50']:8.3f}   "
             f"p99 {result[f'{name}_p99']:8.3f}   mean {result[f'{name}_mean']:8.3f}"
         )
     for n in args.round_shards:
@@ -261,6 +329,13 @@ def say(result: dict[str, Any], args: argparse.Namespace, out: Callable[[str], N
             f"{result[f'zk_round_ms_{n}']:,.1f} ms with its calls in flight together, "
             f"{result[f'zk_round_one_by_one_ms_{n}']:,.1f} ms shard by shard "
             f"({result[f'zk_round_speedup_{n}']}x)"
+        )
+        out(
+            f"DynamoDB (moto), a checkpoint round of {n:,} shards: "
+            f"{result[f'dynamodb_round_ms_{n}']:,.1f} ms with its puts in flight together, "
+            f"{result[f'dynamodb_round_one_by_one_ms_{n}']:,.1f} ms shard by shard "
+            f"({result[f'dynamodb_round_speedup_{n}']}x); under the job's lease "
+            f"{result[f'dynamodb_fenced_round_ms_{n}']:,.1f} ms (transactions of 99)"
         )
     out(
         f"spout, default config ({SHARDS} shards, checkpoint every "
@@ -304,9 +379,14 @@ def main(argv: list[str] | None = None) -> int:
                 zk_store.close()
 
         with MotoServer(workdir=work / "moto") as moto:
+            os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = moto.endpoint_url
+            dynamodb_ms = dynamodb_figures(args, result)
             result.update(count_spout_writes(moto, args.records, work))
 
-    for name, samples in zip(STATS, (file_ms, zk_ms, fenced_ms), strict=True):
+    samples_of = {"file_write_ms": file_ms, "zk_write_ms": zk_ms, "zk_fenced_write_ms": fenced_ms}
+    samples_of.update(dynamodb_ms)
+    for name in STATS:
+        samples = samples_of[name]
         result[f"{name}_p50"] = round(percentile(samples, 0.50), 3)
         result[f"{name}_p99"] = round(percentile(samples, 0.99), 3)
         result[f"{name}_mean"] = round(statistics.fmean(samples), 3)

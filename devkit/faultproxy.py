@@ -14,8 +14,9 @@ the request untouched or injects one fault, with these probabilities (their
 sum must be <= 1; rates can be changed while it runs):
 
 * ``throttle``: a 400 ``ProvisionedThroughputExceededException`` (data-plane
-  calls: GetRecords, GetShardIterator, PutRecord(s)) or
-  ``LimitExceededException`` (every other call), without forwarding;
+  calls: GetRecords, GetShardIterator, PutRecord(s); DynamoDB's item calls, for a
+  proxy before a DynamoDB endpoint) or ``LimitExceededException`` (every other
+  call), without forwarding;
 * ``error``: a 500 ``InternalFailure``, without forwarding;
 * ``drop``: the connection is closed with no answer, either before the request
   is forwarded or after (the upstream did the work and the answer is lost);

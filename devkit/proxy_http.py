@@ -41,7 +41,12 @@ BEHIND_MS = 60_000
 """MillisBehindLatest of an injected ``empty`` page."""
 
 _JSON = "application/x-amz-json-1.1"
-_DATA_PLANE = frozenset({"GetRecords", "GetShardIterator", "PutRecord", "PutRecords"})
+_DATA_PLANE = frozenset(
+    {"GetRecords", "GetShardIterator", "PutRecord", "PutRecords"}
+    | {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "TransactWriteItems"}
+)
+"""Calls throttled with ProvisionedThroughputExceededException (Kinesis's, and DynamoDB's
+item calls when the proxy stands before a DynamoDB endpoint)."""
 _STREAMED = frozenset({"SubscribeToShard"})
 """Answers passed through as they come (an event stream), not read whole first."""
 _HOP_BY_HOP = frozenset(

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +40,43 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", " ".join(SHORT_JVM_FLAGS))
 def moto_server() -> Iterator[MotoServer]:
     with MotoServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def dynamodb(moto_server: MotoServer) -> Iterator[str]:
+    """moto's server as the DynamoDB endpoint (real HTTP, the same server as Kinesis):
+    ``AWS_ENDPOINT_URL_DYNAMODB`` is set for this process and every process it starts
+    from now on (the ``spark`` fixture asks for it first, so Spark's Python workers have
+    it too). Each test's ``dynamodb://`` store names a table of its own."""
+    before = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB")
+    os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = moto_server.endpoint_url
+    yield moto_server.endpoint_url
+    if before is None:
+        os.environ.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
+    else:
+        os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = before
+
+
+StoreUrl = Callable[[str], str]
+
+
+@pytest.fixture
+def store_url_of(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> StoreUrl:
+    """``store_url_of(kind)``: a checkpoint-store URL of this test for ``kind`` ("file",
+    "zk" or "dynamodb"), its backend started (a directory, a ZooKeeper root, a table)."""
+
+    def make(kind: str) -> str:
+        if kind == "file":
+            return f"file://{tmp_path / 'checkpoints'}"
+        if kind == "zk":
+            zookeeper: ZooKeeperServer = request.getfixturevalue("zookeeper")
+            return zookeeper.url(f"/tests/{unique_name}")
+        if kind == "dynamodb":
+            request.getfixturevalue("dynamodb")
+            return f"dynamodb://{unique_name}"
+        raise ValueError(f"no store kind {kind!r}")
+
+    return make
 
 
 @pytest.fixture(scope="session")
@@ -97,8 +135,9 @@ def unique_name(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """One local[2] SparkSession for the whole test session (starting one takes ~5 s)."""
+def spark(dynamodb: str) -> Iterator[Any]:
+    """One local[2] SparkSession for the whole test session (starting one takes ~5 s),
+    started after the DynamoDB endpoint is set (its Python workers inherit it)."""
     from devkit.spark import local_spark_session
 
     session = local_spark_session("kinesis-spout-tests")

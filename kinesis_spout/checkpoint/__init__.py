@@ -5,7 +5,8 @@ contract test suite (``tests/integration/checkpoint/test_checkpoint_contract.py`
 
 * ``memory://`` — :class:`MemoryCheckpointStore`, for tests and embedding;
 * ``file://DIR`` — the local-file store, the embedded default (one worker);
-* ``zk://host:port[,host:port]/root`` — the ZooKeeper store (kazoo).
+* ``zk://host:port[,host:port]/root`` — the ZooKeeper store (kazoo);
+* ``dynamodb://TABLE`` — the DynamoDB store (boto3), for jobs on AWS.
 
 Rules every store keeps:
 
@@ -15,9 +16,9 @@ Rules every store keeps:
 * a stored value that cannot be parsed, or that names another stream or job,
   raises :class:`CorruptCheckpointError` instead of being ignored.
 
-Beside the checkpoints, a ``file://`` or ``zk://`` store holds the batch-end records
-of the Spark reads (:mod:`~kinesis_spout.checkpoint.batch_ends`), opened by the same
-URL (:func:`~kinesis_spout.checkpoint.factory.open_batch_ends`).
+Beside the checkpoints, a ``file://``, ``zk://`` or ``dynamodb://`` store holds the
+batch-end records of the Spark reads (:mod:`~kinesis_spout.checkpoint.batch_ends`),
+opened by the same URL (:func:`~kinesis_spout.checkpoint.factory.open_batch_ends`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from kinesis_spout.checkpoint.factory import open_store
 from kinesis_spout.checkpoint.file import FileCheckpointStore
 
 # ZooKeeperCheckpointStore lives in kinesis_spout.checkpoint.zookeeper (needs kazoo,
-# the "zookeeper" extra), imported only when a zk:// URL is opened.
+# the "zookeeper" extra), imported only when a zk:// URL is opened; DynamoDbCheckpointStore
+# in kinesis_spout.checkpoint.dynamodb, when a dynamodb:// URL is.
 __all__ = [
     "CheckpointStore",
     "FileCheckpointStore",

@@ -3,9 +3,11 @@
 
 One parse of the URL (:func:`parse_store_url`) serves both, so a URL means the
 same place to each and a bad one gets the same error: ``file://DIR`` (the directory is
-the rest of the URL) and ``zk://host:port[,host:port]/root`` (parsed by
-:class:`~kinesis_spout.checkpoint.zk_layout.ZkUrl` when connecting); ``memory://``
-holds checkpoints only (batch-end records are written by other processes).
+the rest of the URL), ``zk://host:port[,host:port]/root`` (parsed by
+:class:`~kinesis_spout.checkpoint.zk_layout.ZkUrl` when connecting) and
+``dynamodb://TABLE`` (:class:`~kinesis_spout.checkpoint.dynamodb_layout.DynamoUrl`, in
+the config's ``region`` with its ``profile``); ``memory://`` holds checkpoints only
+(batch-end records are written by other processes).
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ _FORMS = {
     "memory": "memory://",
     "file": "file://DIR",
     "zk": "zk://host:port[,host:port]/root",
+    "dynamodb": "dynamodb://TABLE",
 }
 """Each scheme as the error for a bad URL spells it."""
 
 
 def parse_store_url(
-    url: str, schemes: tuple[str, ...] = ("memory", "file", "zk")
+    url: str, schemes: tuple[str, ...] = ("memory", "file", "zk", "dynamodb")
 ) -> tuple[str, str]:
     """The scheme of a checkpoint-store URL, one of ``schemes``, and the rest of it
     (``file://``: the directory); otherwise :class:`ConfigError` naming the URL and
@@ -48,8 +51,11 @@ def open_store(
     owner: str = "",
     zk_auth: str | None = None,
     zk_session_timeout: float = 10.0,
+    region: str | None = None,
+    profile: str | None = None,
 ) -> CheckpointStore:
-    """The store named by ``url``: ``memory://``, ``file://DIR``, ``zk://hosts/root``."""
+    """The store named by ``url``: ``memory://``, ``file://DIR``, ``zk://hosts/root``,
+    ``dynamodb://TABLE`` (in ``region`` with ``profile``; None: as boto3 resolves them)."""
     scheme, rest = parse_store_url(url)
     if scheme == "memory":
         return MemoryCheckpointStore(job_name, owner=owner)
@@ -57,6 +63,12 @@ def open_store(
         from kinesis_spout.checkpoint.file import FileCheckpointStore
 
         return FileCheckpointStore(rest, job_name, owner=owner)
+    if scheme == "dynamodb":
+        from kinesis_spout.checkpoint.dynamodb import DynamoDbCheckpointStore
+
+        return DynamoDbCheckpointStore.from_url(
+            url, job_name, owner=owner, region=region, profile=profile
+        )
     from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 
     return ZooKeeperCheckpointStore.from_url(
@@ -64,14 +76,27 @@ def open_store(
     )
 
 
-def open_batch_ends(url: str, job: str, stream: str, zk_auth: str | None = None) -> BatchEndStore:
-    """The batch-end records of ``stream`` in the checkpoint store ``url`` (``file://DIR``
-    or ``zk://hosts/root``) for job ``job``."""
-    scheme, rest = parse_store_url(url, ("file", "zk"))
+def open_batch_ends(
+    url: str,
+    job: str,
+    stream: str,
+    zk_auth: str | None = None,
+    *,
+    region: str | None = None,
+    profile: str | None = None,
+) -> BatchEndStore:
+    """The batch-end records of ``stream`` in the checkpoint store ``url`` (``file://DIR``,
+    ``zk://hosts/root`` or ``dynamodb://TABLE`` in ``region`` with ``profile``) for job
+    ``job``."""
+    scheme, rest = parse_store_url(url, ("file", "zk", "dynamodb"))
     if scheme == "file":
         from kinesis_spout.checkpoint.file_batch_ends import FileBatchEnds
 
         return FileBatchEnds(rest, job, stream)
+    if scheme == "dynamodb":
+        from kinesis_spout.checkpoint.dynamodb_batch_ends import DynamoDbBatchEnds
+
+        return DynamoDbBatchEnds(url, job, stream, region=region, profile=profile)
     from kinesis_spout.checkpoint.zk_batch_ends import ZkBatchEnds
 
     return ZkBatchEnds(url, job, stream, zk_auth)
@@ -79,11 +104,13 @@ def open_batch_ends(url: str, job: str, stream: str, zk_auth: str | None = None)
 
 def open_config_store(cfg: SpoutConfig) -> CheckpointStore:
     """The store of a config: its URL and job, owned by its worker id, with its
-    ZooKeeper auth and session timeout."""
+    ZooKeeper auth and session timeout, its AWS region and profile."""
     return open_store(
         cfg.checkpoint_store,
         cfg.job_name,
         owner=cfg.worker_id,
         zk_auth=cfg.zk_auth,
         zk_session_timeout=cfg.zk_session_timeout,
+        region=cfg.region,
+        profile=cfg.profile,
     )

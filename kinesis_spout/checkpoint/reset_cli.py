@@ -130,7 +130,14 @@ def job_stopped(cfg: SpoutConfig, store: CheckpointStore) -> Iterator[None]:
     :class:`ResetRefusedError` naming who reads otherwise."""
     from kinesis_spout.coordination.joblease import JobLeaseHeldError, open_job_lease
 
-    lease = open_job_lease(cfg.checkpoint_store, cfg.job_name, zk_auth=cfg.zk_auth, reader=READER)
+    lease = open_job_lease(
+        cfg.checkpoint_store,
+        cfg.job_name,
+        zk_auth=cfg.zk_auth,
+        reader=READER,
+        region=cfg.region,
+        profile=cfg.profile,
+    )
     try:
         lease.acquire(wait=False)
     except JobLeaseHeldError as exc:
@@ -145,6 +152,8 @@ def job_stopped(cfg: SpoutConfig, store: CheckpointStore) -> Iterator[None]:
 
 
 def _check_no_workers(cfg: SpoutConfig, store: CheckpointStore) -> None:
+    if not cfg.checkpoint_store.startswith("zk://"):
+        return  # coordination workers need ZooKeeper (and kazoo, which may not be installed)
     from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 
     if not isinstance(store, ZooKeeperCheckpointStore):

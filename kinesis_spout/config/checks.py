@@ -243,13 +243,17 @@ def check_zookeeper(url: str) -> None:
 def check_targets(c: CheckedConfig) -> None:
     """Where checkpoints, dead letters and rows go, and who this worker is."""
     check(
-        c.checkpoint_store.startswith(("file://", "zk://", "memory://")),
+        c.checkpoint_store.startswith(("file://", "zk://", "dynamodb://", "memory://")),
         "checkpoint_store",
         c.checkpoint_store,
-        "a URL: file://DIR or zk://host:port[,host:port]/root",
+        "a URL: file://DIR, zk://host:port[,host:port]/root or dynamodb://TABLE",
     )
     if c.checkpoint_store.startswith("zk://"):
         check_zookeeper(c.checkpoint_store)
+    if c.checkpoint_store.startswith("dynamodb://"):
+        from kinesis_spout.checkpoint.dynamodb_layout import DynamoUrl
+
+        DynamoUrl.parse(c.checkpoint_store)  # the table name and parameters
     if c.zk_auth is not None:
         check(":" in c.zk_auth, "zk_auth", "***", "user:password")
     check(

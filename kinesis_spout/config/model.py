@@ -124,7 +124,8 @@ class SpoutConfig:
     checkpoint_interval: float = 5.0
     """Seconds between checkpoint writes (also written on close and before a shard is released)."""
     checkpoint_store: str = "file://./checkpoints"
-    """``file://DIR`` (default, one worker) or ``zk://host:port[,host:port]/root``."""
+    """``file://DIR`` (default, one host), ``zk://host:port[,host:port]/root`` or
+    ``dynamodb://TABLE``."""
     zk_auth: str | None = None
     """Optional ``user:password`` for digest ACLs on the ZooKeeper nodes."""
     zk_session_timeout: float = 10.0

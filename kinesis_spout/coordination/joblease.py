@@ -11,16 +11,20 @@ leases instead:
   released by the kernel when the process dies, even by ``kill -9``;
 * ``zk://`` stores: an ephemeral node ``<root>/<job>/@job-lease``, gone when the
   driver's ZooKeeper session ends;
+* ``dynamodb://`` stores: an item with an owner, a counter and an expiry that a
+  heartbeat renews (:mod:`~kinesis_spout.checkpoint.dynamodb_lease`), free once it
+  expires;
 * ``memory://`` stores live in one process: nothing to share, no lease.
 
-Both record who holds them (host, pid, start time, and what reads: ``kinesis-spout
+Each records who holds it (host, pid, start time, and what reads: ``kinesis-spout
 run``, ``KinesisSpout (loop.py)``), so a second reader fails
 with :class:`JobLeaseHeldError` naming the job and the holder, or, asked to
 wait, logs that it waits and takes the lease when the holder goes.
 
 Lease states (:class:`JobLease`): ``new -> held`` (``acquire``), ``held ->
-released`` (``release``), ``held -> lost`` (ZooKeeper session expired: another
-driver may now start; the job is told through ``lost`` and stops).
+released`` (``release``), ``held -> lost`` (ZooKeeper session expired, DynamoDB lease
+not renewed in time or taken over: another driver may now start; the job is told
+through ``lost`` and stops).
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ class JobLease(Protocol):
         ...
 
     on_lost: Callable[[], None] | None
-    """Called when a held lease is lost (ZooKeeper only), e.g. to stop the job."""
+    """Called when a held lease is lost (ZooKeeper, DynamoDB), e.g. to stop the job."""
 
     def release(self) -> None: ...
 
@@ -133,8 +137,9 @@ def held_error(job_name: str, holder: str, where: str) -> JobLeaseHeldError:
     )
 
 
-class _Waiter:
-    """Polls ``try_once`` until it succeeds or ``timeout`` passes, logging progress."""
+class LeaseWaiter:
+    """Polls ``try_once`` (None: taken; else who holds it) until it succeeds or ``timeout``
+    passes, logging progress; every store's lease takes itself with it."""
 
     def __init__(
         self,
@@ -196,7 +201,7 @@ class FileJobLease:
         return None
 
     def acquire(self, wait: bool = False, timeout: float | None = None) -> None:
-        _Waiter(self._try_once).run(self.job_name, str(self.path), wait, timeout)
+        LeaseWaiter(self._try_once).run(self.job_name, str(self.path), wait, timeout)
 
     on_lost: Callable[[], None] | None = None  # never called: the lock lasts as the process
 
@@ -268,7 +273,7 @@ class ZooKeeperJobLease:
         return "a process that just left"
 
     def acquire(self, wait: bool = False, timeout: float | None = None) -> None:
-        _Waiter(self._try_once).run(self.job_name, self.path, wait, timeout)
+        LeaseWaiter(self._try_once).run(self.job_name, self.path, wait, timeout)
 
     @property
     def lost(self) -> bool:
@@ -299,16 +304,31 @@ class _NoLease:
 
 
 def open_job_lease(
-    store_url: str, job_name: str, *, zk_auth: str | None = None, reader: str | None = None
+    store_url: str,
+    job_name: str,
+    *,
+    zk_auth: str | None = None,
+    reader: str | None = None,
+    region: str | None = None,
+    profile: str | None = None,
 ) -> JobLease:
     """The job lease for a checkpoint store URL (not yet acquired); ``reader`` says what
-    reads, for the holder's record (``status`` and the error of a second reader show it)."""
+    reads, for the holder's record (``status`` and the error of a second reader show it);
+    ``region`` and ``profile``: a ``dynamodb://`` table's (None: as boto3 resolves them)."""
     if store_url.startswith("file://"):
         return FileJobLease(store_url[len("file://") :], job_name, reader)
     if store_url.startswith("zk://"):
         return ZooKeeperJobLease(store_url, job_name, auth=zk_auth, reader=reader)
+    if store_url.startswith("dynamodb://"):
+        from kinesis_spout.checkpoint.dynamodb_lease import DynamoDbJobLease
+
+        return DynamoDbJobLease.open(
+            store_url, job_name, region=region, profile=profile, reader=reader
+        )
     if store_url.startswith("memory://"):
         return _NoLease()
     raise ConfigError(
-        "checkpoint_store", store_url, "a URL: memory://, file://DIR or zk://host:port/root"
+        "checkpoint_store",
+        store_url,
+        "a URL: memory://, file://DIR, zk://host:port/root or dynamodb://TABLE",
     )

@@ -100,7 +100,8 @@ def run_worker(
         raise ConfigError(
             "checkpoint_store",
             config.checkpoint_store,
-            "a zk:// URL: several workers coordinate through ZooKeeper",
+            "a zk:// URL: several workers coordinate through ZooKeeper (their shard leases "
+            "are ZooKeeper's; a dynamodb:// store holds one reader per job)",
         )
     endpoint = MetricsEndpoint.of(config, "worker")
     metrics = endpoint.start().metrics if endpoint is not None else NoopMetrics()

@@ -9,9 +9,9 @@ or waits with ``wait_for_lease``. Readers fenced otherwise opt out with
 several tasks (ZooKeeper shard leases), and the Spark job's driver (which
 took the lease before Spark started). ``memory://`` stores take none.
 
-States: ``idle -> held`` (``take``) ``-> released`` (``release``); ``held ->
-lost`` (ZooKeeper session expired): ``check`` then raises, so the spout stops
-handing out records another reader may now read.
+States: ``idle -> held`` (``take``) ``-> released`` (``release``); ``held -> lost``
+(ZooKeeper session expired, DynamoDB lease expired): ``check`` then raises, so the
+spout stops handing out records another reader may now read.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from kinesis_spout.errors import KinesisSpoutError
 
 
 class JobLeaseLostError(KinesisSpoutError):
-    """The reader's job lease is gone (its ZooKeeper session expired)."""
+    """The reader's job lease is gone (its ZooKeeper session or DynamoDB lease expired)."""
 
 
 def reader_label(kind: str) -> str:
@@ -55,7 +55,12 @@ class ReaderLease:
             return
         cfg = self.config
         lease = open_job_lease(
-            cfg.checkpoint_store, cfg.job_name, zk_auth=cfg.zk_auth, reader=self.reader
+            cfg.checkpoint_store,
+            cfg.job_name,
+            zk_auth=cfg.zk_auth,
+            reader=self.reader,
+            region=cfg.region,
+            profile=cfg.profile,
         )
         try:
             lease.acquire(wait=cfg.wait_for_lease)
@@ -73,7 +78,8 @@ class ReaderLease:
         if self._lease is not None and self._lease.lost:
             raise JobLeaseLostError(
                 f"job {self.config.job_name!r}: the job lease was lost (ZooKeeper session "
-                "expired); another reader may be running: this one stops"
+                "expired, or DynamoDB lease not renewed in time); another reader may be "
+                "running: this one stops"
             )
 
     def release(self) -> None:

@@ -45,7 +45,8 @@ def require_shared_store(config: SpoutConfig, parallelism: int, component: str |
             "checkpoint_store",
             config.checkpoint_store,
             f"a zk:// URL: Storm runs component {component!r} as {parallelism} tasks, which "
-            "share the stream's shards through ZooKeeper leases",
+            "share the stream's shards through ZooKeeper leases (a dynamodb:// store holds "
+            "one reader per job)",
         )
 
 

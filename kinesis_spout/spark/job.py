@@ -181,7 +181,12 @@ def run_tied_to_launcher(
 def take_job_lease(config: SpoutConfig) -> JobLease:
     """The job lease of ``config``'s job, taken before Spark starts (see joblease)."""
     lease = open_job_lease(
-        config.checkpoint_store, config.job_name, zk_auth=config.zk_auth, reader=JOB_READER
+        config.checkpoint_store,
+        config.job_name,
+        zk_auth=config.zk_auth,
+        reader=JOB_READER,
+        region=config.region,
+        profile=config.profile,
     )
     try:
         lease.acquire(wait=config.wait_for_lease)

@@ -3,7 +3,8 @@ lag and dead letters, and the job lease; a table, or one JSON document with ``--
 A job of several streams (``streams``): one table per stream, and the document's
 ``streams`` list; ``--stream NAME`` shows that one.
 
-Read only: it creates no file, directory or ZooKeeper node, takes no lease and
+Read only: it creates no file, directory, ZooKeeper node or DynamoDB table or item, takes
+no lease and
 writes no checkpoint. Exit status: 0 when the report was printed (what could not
 be read, such as one shard's lag probe, is listed under ``problems``; a store
 that does not exist yet is one with no checkpoints, said in a note); 1 when the
@@ -68,6 +69,8 @@ def gather(
         # A short session: a ZooKeeper that does not answer is given up within the timeout.
         zk_session_timeout=min(config.zk_session_timeout, timeout),
         timeout=timeout,
+        region=config.region,
+        profile=config.profile,
     )
     client = client if client is not None else _client(config, timeout)
     stream, calls = read_stream(client, config)

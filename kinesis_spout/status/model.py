@@ -59,14 +59,15 @@ class JobLeaseStatus:
 
     state: LeaseState
     where: str
-    """The lock file or ZooKeeper node of the lease."""
+    """The lock file, ZooKeeper node or DynamoDB item of the lease."""
     holder: str | None = None
     """``host:pid`` of the holder, when held (as the holder recorded it)."""
     since: datetime | None = None
     """When the holder took the lease."""
     holder_gone: bool = False
-    """ZooKeeper only: the holder ran on this host and has died; its session has not
-    expired yet, so the node is still there (the next driver takes it over)."""
+    """ZooKeeper and DynamoDB: the holder ran on this host and has died; its session or
+    lease has not expired yet, so the node or item is still there (the next driver takes
+    it over)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
-"""Reading leases without taking them: the job lease (file lock or ZooKeeper node),
-the ZooKeeper shard leases and the live workers.
+"""Reading leases without taking them: the job lease (file lock, ZooKeeper node or
+DynamoDB item), the ZooKeeper shard leases and the live workers.
 
 Nothing here creates a file, a directory or a node, and nothing takes a lease:
 
@@ -9,7 +9,8 @@ Nothing here creates a file, a directory or a node, and nothing takes a lease:
   exclusive lock refuses it) from a killed one. A driver starting in that same
   microsecond would see the lease as held and stop (exit 3), as it would for a
   running job; nothing else is affected;
-* ZooKeeper nodes are only read (``get``, ``get_children``, ``exists``).
+* ZooKeeper nodes are only read (``get``, ``get_children``, ``exists``);
+* the DynamoDB lease item is only read (``GetItem``): held while its expiry is ahead.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from kinesis_spout.status.model import (
 )
 
 if TYPE_CHECKING:
+    from kinesis_spout.checkpoint.dynamodb import DynamoDbCheckpointStore
     from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 
 
@@ -116,6 +118,28 @@ def zk_job_lease(store: ZooKeeperCheckpointStore) -> JobLeaseStatus:
         holder=_holder(info),
         since=_time(info.get("since")) or _zk_time(stat.ctime),
         holder_gone=holder_is_gone(data),
+    )
+
+
+def dynamodb_job_lease(store: DynamoDbCheckpointStore) -> JobLeaseStatus:
+    """The ``@job-lease`` item of the store's job, read only: held while its expiry is
+    ahead (an expired one is free: the next reader takes it)."""
+    import time
+
+    from kinesis_spout.checkpoint.dynamodb_layout import item_where
+    from kinesis_spout.checkpoint.dynamodb_lease import LeaseItem
+
+    where = item_where(store.table.name, store.keys.lease())
+    item = LeaseItem.read(store.table, store.keys)
+    if item is None or item.expires_at <= time.time():
+        return JobLeaseStatus(LeaseState.FREE, where)
+    info = _info(item.holder)
+    return JobLeaseStatus(
+        LeaseState.HELD,
+        where,
+        holder=_holder(info),
+        since=_time(info.get("since")),
+        holder_gone=holder_is_gone(item.holder),
     )
 
 

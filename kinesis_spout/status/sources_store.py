@@ -1,8 +1,8 @@
 """Reading the checkpoint store for ``status``: checkpoints, job lease, shard leases.
 
-Read only: ``status`` never creates a directory or a node. A ``file://``
-directory or a ZooKeeper root node that does not exist yet is a store with no
-checkpoints (the job's stores create them on their first write): every shard is
+Read only: ``status`` never creates a directory, a node or a table. A ``file://``
+directory, a ZooKeeper root node or a DynamoDB table that does not exist yet is a store
+with no checkpoints (the job's stores create them on their first write): every shard is
 listed with none, and a note names the missing directory or node (a typo in
 ``checkpoint_store`` shows there). A ``file://`` path that is not a directory is
 an error naming it.
@@ -24,6 +24,7 @@ from kinesis_spout.status.model import (
     WorkerInfo,
 )
 from kinesis_spout.status.sources_leases import (
+    dynamodb_job_lease,
     file_job_lease,
     zk_job_lease,
     zk_shard_leases,
@@ -38,7 +39,7 @@ class StoreView:
     checkpoints: dict[str, Checkpoint]
     job_lease: JobLeaseStatus
     leases: dict[str, ShardLease] | None
-    """None for ``file://`` (no shard leases)."""
+    """None for ``file://`` and ``dynamodb://`` (no shard leases)."""
     workers: tuple[WorkerInfo, ...] | None
     missing: str | None = None
     """Set when the store does not exist yet: what is missing, for a note."""
@@ -52,17 +53,23 @@ def read_store(
     zk_auth: str | None = None,
     zk_session_timeout: float = 10.0,
     timeout: float = 10.0,
+    region: str | None = None,
+    profile: str | None = None,
 ) -> StoreView:
     """The store's view of ``job`` on ``stream``; :class:`StatusError` naming the URL
-    when the store does not exist or cannot be reached within ``timeout`` seconds."""
+    when the store does not exist or cannot be reached within ``timeout`` seconds
+    (``region``, ``profile``: a ``dynamodb://`` table's)."""
     if url.startswith("file://"):
         return _read_file(url, url[len("file://") :], job, stream)
     if url.startswith("zk://"):
         return _read_zk(url, job, stream, zk_auth, zk_session_timeout, timeout)
+    if url.startswith("dynamodb://"):
+        return _read_dynamodb(url, job, stream, region, profile)
     raise ConfigError(
         "checkpoint_store",
         url,
-        "file://DIR or zk://host:port[,host:port]/root (memory:// lives in one process only)",
+        "file://DIR, zk://host:port[,host:port]/root or dynamodb://TABLE (memory:// lives "
+        "in one process only)",
     )
 
 
@@ -112,7 +119,13 @@ def _read_zk(
 
 
 def held_job_lease(
-    url: str, job: str, *, zk_auth: str | None = None, timeout: float = 5.0
+    url: str,
+    job: str,
+    *,
+    zk_auth: str | None = None,
+    timeout: float = 5.0,
+    region: str | None = None,
+    profile: str | None = None,
 ) -> JobLeaseStatus | None:
     """The job lease of ``job`` when a live reader holds it, else None; read only (what
     ``kinesis-spout run`` asks when the metrics port is taken: most often by a copy of
@@ -129,6 +142,40 @@ def held_job_lease(
             lease = zk_job_lease(store)
         finally:
             store.close()
+    elif url.startswith("dynamodb://"):
+        from kinesis_spout.checkpoint.dynamodb import DynamoDbCheckpointStore
+        from kinesis_spout.checkpoint.dynamodb_table import TableMissingError
+
+        try:
+            dyn = DynamoDbCheckpointStore.from_url(
+                url, job, region=region, profile=profile, create_table=False
+            )
+        except TableMissingError:
+            return None
+        try:
+            lease = dynamodb_job_lease(dyn)
+        finally:
+            dyn.close()
     else:
         return None
     return lease if lease.state is LeaseState.HELD and not lease.holder_gone else None
+
+
+def _read_dynamodb(
+    url: str, job: str, stream: str, region: str | None, profile: str | None
+) -> StoreView:
+    from kinesis_spout.checkpoint.dynamodb import DynamoDbCheckpointStore
+    from kinesis_spout.checkpoint.dynamodb_table import TableMissingError
+
+    try:
+        store = DynamoDbCheckpointStore.from_url(
+            url, job, region=region, profile=profile, create_table=False
+        )
+    except TableMissingError:
+        lease = JobLeaseStatus(LeaseState.FREE, url)
+        missing = f"checkpoint store {url}: DynamoDB table does not exist yet"
+        return StoreView({}, lease, None, None, missing)
+    try:
+        return StoreView(store.load(stream), dynamodb_job_lease(store), None, None)
+    finally:
+        store.close()

@@ -101,7 +101,7 @@ def _job_lease(lease: JobLeaseStatus, report: StatusReport) -> str:
     if lease.since is not None:
         held = duration(age(report.generated_at, lease.since))
         since = f" since {lease.since.isoformat(timespec='seconds')} ({held})"
-    gone = "; its process is gone, the session not yet expired" if lease.holder_gone else ""
+    gone = "; its process is gone, its lease not yet expired" if lease.holder_gone else ""
     return f"job lease: held by {lease.holder}{since}{gone} [{lease.where}]"
 
 

@@ -50,7 +50,8 @@ OPTIONS: dict[str, str] = {
     "maxRecordsPerTrigger": "most records one batch reads over all shards (default: no limit)",
     "maxRecordsPerFetch": f"GetRecords Limit, 1..{MAX_RECORDS_PER_CALL} "
     f"(default {MAX_RECORDS_PER_CALL})",
-    "checkpointStore": "file://DIR or zk://host:port[,host:port]/root (required): the "
+    "checkpointStore": "file://DIR, zk://host:port[,host:port]/root or dynamodb://TABLE "
+    "(in the source's region; required): the "
     "executors record where each batch's read of each shard stopped, and commit() writes "
     "per-shard checkpoints there",
     "jobName": "job name of those checkpoints (default: spark-<stream>[-<stream>...])",
@@ -82,8 +83,9 @@ _SPELLED = {k.lower(): k for k in OPTIONS} | {
 _CONSUMER_VALUES = {"getrecords": "polling", "subscribetoshard": "efo"}
 """The AWS connector's ``kinesis.consumerType`` values."""
 _STORE_NEEDED = (
-    "file://DIR (local mode, or a file system every executor shares) or "
-    "zk://host:port[,host:port]/root: each batch's tasks record there where they stopped, "
+    "file://DIR (local mode, or a file system every executor shares), "
+    "zk://host:port[,host:port]/root or dynamodb://TABLE: each batch's tasks record there "
+    "where they stopped, "
     "and commit() writes the shards' checkpoints"
 )
 
@@ -359,12 +361,19 @@ def _store(
 ) -> tuple[str | None, str, str | None]:
     """The checkpoint store URL, the job name and the ZooKeeper auth."""
     store = given.get("checkpointStore") or None
-    if store is not None and not store.startswith(("file://", "zk://")):
+    if store is not None and not store.startswith(("file://", "zk://", "dynamodb://")):
         raise ConfigError(
             "checkpointStore",
             store,
             _STORE_NEEDED + " (memory:// cannot work: they run in separate processes)",
         )
+    if store is not None and store.startswith("dynamodb://"):
+        from kinesis_spout.checkpoint.dynamodb_layout import DynamoUrl
+
+        try:
+            DynamoUrl.parse(store)
+        except ConfigError as exc:
+            raise ConfigError("checkpointStore", store, exc.allowed) from None
     job = given.get("jobName") or _default_job(streams)
     if "/" in job or job in (".", ".."):
         raise ConfigError("jobName", job, "a non-empty name without '/'")

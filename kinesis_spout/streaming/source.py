@@ -116,10 +116,10 @@ def check_dependencies() -> None:
 
 
 @lru_cache(maxsize=64)
-def _batch_ends(url: str, job: str, stream: str, zk_auth: str | None) -> BatchEndStore:
+def _batch_ends(url: str, job: str, stream: str, zk_auth: str | None, region: str) -> BatchEndStore:
     """One batch-end store per stream and Python worker process (a query reading more
     streams than this cache holds reopens a store when its stream's turn comes)."""
-    return open_batch_ends(url, job, stream, zk_auth)
+    return open_batch_ends(url, job, stream, zk_auth, region=region)
 
 
 class BatchShardPartition(InputPartition):
@@ -263,7 +263,9 @@ class KinesisStreamReader(DataSourceStreamReader):
         assert opts.checkpoint_store is not None
         p = partition
         api = KinesisApi(process_client(opts.endpoint_url, opts.region), p.stream, p.arn)
-        store = _batch_ends(opts.checkpoint_store, opts.job_name, p.stream, opts.zk_auth)
+        store = _batch_ends(
+            opts.checkpoint_store, opts.job_name, p.stream, opts.zk_auth, opts.region
+        )
         for page in read_batch_shard(
             api,
             store,

@@ -95,7 +95,11 @@ class StoreMirror:
             opts = self.options
             assert opts.checkpoint_store is not None
             self._store = open_store(
-                opts.checkpoint_store, opts.job_name, owner=opts.owner, zk_auth=opts.zk_auth
+                opts.checkpoint_store,
+                opts.job_name,
+                owner=opts.owner,
+                zk_auth=opts.zk_auth,
+                region=opts.region,
             )
         return self._store
 

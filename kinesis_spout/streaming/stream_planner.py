@@ -91,7 +91,7 @@ class StreamPlanner:
             opts = self.options
             assert opts.checkpoint_store is not None
             self._store = open_batch_ends(
-                opts.checkpoint_store, opts.job_name, self.name, opts.zk_auth
+                opts.checkpoint_store, opts.job_name, self.name, opts.zk_auth, region=opts.region
             )
         return self._store
 

@@ -15,8 +15,8 @@ def check_deploy_mode(config: SpoutConfig, deploy_mode: str) -> None:
         raise ConfigError(
             "checkpoint_store",
             config.checkpoint_store,
-            "a zk:// store in deploy mode cluster (the driver can move; a file:// store "
-            "would stay behind on the old machine)",
+            "a zk:// or dynamodb:// store in deploy mode cluster (the driver can move; a "
+            "file:// store would stay behind on the old machine)",
         )
     if config.dead_letter != "none" and not config.dead_letter.startswith("s3://"):
         raise ConfigError(

@@ -238,7 +238,13 @@ def check_metrics_port(config: SpoutConfig) -> None:
         from kinesis_spout.status.sources_store import held_job_lease
 
         try:
-            held = held_job_lease(config.checkpoint_store, config.job_name, zk_auth=config.zk_auth)
+            held = held_job_lease(
+                config.checkpoint_store,
+                config.job_name,
+                zk_auth=config.zk_auth,
+                region=config.region,
+                profile=config.profile,
+            )
         except KinesisSpoutError:
             held = None  # the store cannot say: the port is the error
         if held is not None:

@@ -51,7 +51,7 @@ class RecordTo:
     """Where a job's read ends are recorded (shipped with its tasks)."""
 
     url: str
-    """The checkpoint store (``file://DIR`` or ``zk://...``)."""
+    """The checkpoint store (``file://DIR``, ``zk://...`` or ``dynamodb://TABLE``)."""
     job: str
     stream: str
     run: str
@@ -59,21 +59,26 @@ class RecordTo:
     key: int
     """The Spark job the plans belong to (unique within the run)."""
     zk_auth: str | None = None
+    region: str | None = None
+    """A ``dynamodb://`` store's region and profile (None: as boto3 resolves them)."""
+    profile: str | None = None
 
     def open(self) -> BatchEndStore:
-        return open_batch_ends(self.url, self.job, self.stream, self.zk_auth)
+        return open_batch_ends(
+            self.url, self.job, self.stream, self.zk_auth, region=self.region, profile=self.profile
+        )
 
     def of(self, plan: ReadPlan) -> RecordTo:
         """Where ``plan``'s end is recorded: under its stream (a job may read several)."""
         return self if plan.stream == self.stream else replace(self, stream=plan.stream)
 
 
-_STORES: dict[tuple[str, str, str, str | None], BatchEndStore] = {}
+_STORES: dict[tuple[str, str, str, str | None, str | None, str | None], BatchEndStore] = {}
 """Batch-end stores of this executor process (a ZooKeeper session each)."""
 
 
 def _store(to: RecordTo) -> BatchEndStore:
-    k = (to.url, to.job, to.stream, to.zk_auth)
+    k = (to.url, to.job, to.stream, to.zk_auth, to.region, to.profile)
     store = _STORES.get(k)
     if store is None:
         store = _STORES[k] = to.open()

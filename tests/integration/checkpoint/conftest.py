@@ -1,20 +1,21 @@
 """Fixtures of the checkpoint-store and coordination tests.
 
-``store_factory`` builds stores of one kind ("file" or "zk") that share one
-backing place (a directory, or a ZooKeeper root unique to the test), so a test
-can open a second store to play a restart or a concurrent writer.
+``store_factory`` builds stores of one kind ("file", "zk", "dynamodb" or
+"dynamodb-fenced") that share one backing place (a directory, a ZooKeeper root or a
+DynamoDB table unique to the test), so a test can open a second store to play a
+restart or a concurrent writer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
 from kinesis_spout.checkpoint import CheckpointStore, open_store
 from kinesis_spout.checkpoint.zk_layout import ZkUrl
+from kinesis_spout.coordination.joblease import JobLease, open_job_lease
 from kinesis_spout.testing.servers import ZooKeeperServer
 
 StoreFactory = Callable[..., CheckpointStore]
@@ -37,28 +38,35 @@ def raw_zk(zk_url: str) -> Iterator[KazooClient]:
     client.close()
 
 
-@pytest.fixture(params=["file", "zk"])
+@pytest.fixture(params=["file", "zk", "dynamodb"])
 def store_kind(request: pytest.FixtureRequest) -> str:
+    """Each store. The contract suite adds "dynamodb-fenced": the DynamoDB store while this
+    process holds the job's lease (its writes are transactions with a check of the lease)."""
     return str(request.param)
 
 
 @pytest.fixture
-def store_url(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if store_kind == "file":
-        return f"file://{tmp_path / 'checkpoints'}"
-    return str(request.getfixturevalue("zk_url"))
+def store_url(store_kind: str, store_url_of: Callable[[str], str]) -> str:
+    return store_url_of(store_kind.removesuffix("-fenced"))
 
 
 @pytest.fixture
-def store_factory(store_url: str, unique_name: str) -> Iterator[StoreFactory]:
+def store_factory(store_url: str, store_kind: str, unique_name: str) -> Iterator[StoreFactory]:
     """``make(job=None, owner="w1")``: a new store on the shared backing place."""
     stores: list[CheckpointStore] = []
+    leases: dict[str, JobLease] = {}
 
     def make(job: str | None = None, owner: str = "w1") -> CheckpointStore:
-        store = open_store(store_url, job or f"job-{unique_name}", owner=owner)
+        job = job or f"job-{unique_name}"
+        if store_kind.endswith("-fenced") and job not in leases:
+            leases[job] = open_job_lease(store_url, job)
+            leases[job].acquire()
+        store = open_store(store_url, job, owner=owner)
         stores.append(store)
         return store
 
     yield make
     for s in stores:
         s.close()
+    for lease in leases.values():
+        lease.release()

@@ -1,6 +1,8 @@
-"""One contract, every real store: the file store and the ZooKeeper store.
+"""One contract, every real store: the file, ZooKeeper and DynamoDB stores.
 
-Each test runs once per store kind (``store_kind`` = "file" or "zk").
+Each test runs once per store kind (``store_kind``: "file", "zk", "dynamodb", and
+"dynamodb-fenced", the DynamoDB store under its job's lease); DynamoDB is moto's
+server over HTTP.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ StoreFactory = Callable[..., CheckpointStore]
 pytestmark = pytest.mark.integration
 
 STREAM = "orders"
+
+
+@pytest.fixture(params=["file", "zk", "dynamodb", "dynamodb-fenced"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 BIG = "49590338271490256608559692538361571095921575989136588898"  # a real 56-digit sequence
 
 

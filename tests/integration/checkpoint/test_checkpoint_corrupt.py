@@ -1,11 +1,14 @@
-"""A corrupt or foreign checkpoint is a clear error, never a silent restart."""
+"""A corrupt or foreign checkpoint is a clear error, never a silent restart (file,
+ZooKeeper and DynamoDB stores)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
 from kazoo.client import KazooClient
 
@@ -113,3 +116,57 @@ def test_file_write_is_atomic_and_leaves_no_temp_files(tmp_path: Path) -> None:
     assert names == [".orders.lock", "orders.json"]
     doc = json.loads(store.path("orders").read_text())
     assert doc["shards"][SHARD]["sequence"] == "29"
+
+
+# --- DynamoDB (moto's server over HTTP) ---------------------------------------------------
+
+
+def raw_dynamodb(endpoint: str) -> Any:
+    """A plain DynamoDB client, to play an operator editing items behind the store's back."""
+    return boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")
+
+
+def test_dynamodb_item_that_is_not_json_even_with_its_version_kept(
+    dynamodb: str, unique_name: str
+) -> None:
+    url = f"dynamodb://{unique_name}"
+    store = open_store(url, "billing", owner="w1")
+    try:
+        store.save(Checkpoint("orders", SHARD, "5"))
+        raw = raw_dynamodb(dynamodb)
+        key = {"pk": {"S": "billing/orders"}, "sk": {"S": SHARD}}
+        # Edited by hand, the version left as it was.
+        raw.update_item(
+            TableName=unique_name,
+            Key=key,
+            UpdateExpression="SET #c = :c",
+            ExpressionAttributeNames={"#c": "checkpoint"},
+            ExpressionAttributeValues={":c": {"S": "\x00garbage{"}},
+        )
+        where = f"dynamodb://{unique_name}/billing/orders/{SHARD}"
+        with pytest.raises(CorruptCheckpointError, match="not valid JSON") as info:
+            open_store(url, "billing").load("orders")
+        assert where in str(info.value)
+        # The store that saved before must not paper over it with its next write.
+        with pytest.raises(CorruptCheckpointError, match=where):
+            store.save(Checkpoint("orders", SHARD, "6"))
+        item = raw.get_item(TableName=unique_name, Key=key, ConsistentRead=True)["Item"]
+        assert item["checkpoint"]["S"] == "\x00garbage{"
+    finally:
+        store.close()
+
+
+def test_dynamodb_item_of_another_stream(dynamodb: str, unique_name: str) -> None:
+    url = f"dynamodb://{unique_name}"
+    store = open_store(url, "billing")
+    try:
+        store.save(Checkpoint("payments", SHARD, "9000"))
+        raw = raw_dynamodb(dynamodb)
+        item = raw.get_item(
+            TableName=unique_name, Key={"pk": {"S": "billing/payments"}, "sk": {"S": SHARD}}
+        )["Item"]
+        raw.put_item(TableName=unique_name, Item={**item, "pk": {"S": "billing/orders"}})
+        with pytest.raises(CorruptCheckpointError, match="stream 'payments', not 'orders'"):
+            store.load("orders")
+    finally:
+        store.close()

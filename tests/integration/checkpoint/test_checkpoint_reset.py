@@ -1,8 +1,8 @@
 """``kinesis-spout checkpoints reset`` (issue 26): refused while the job's lease is held
-(naming the holder), then a spout resumes from the reset position; on the file store
-and a real ZooKeeper, against the moto server. And the store rule behind it: a reset
-moves a checkpoint backwards, and a reader that loaded the shard before the reset can
-no longer overwrite it."""
+(naming the holder), then a spout resumes from the reset position; on the file store, a
+real ZooKeeper and DynamoDB (moto's server), against the moto server. And the store rule
+behind it: a reset moves a checkpoint backwards, and a reader that loaded the shard
+before the reset can no longer overwrite it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The job lease (hole 4): one driver per job name, on real files and a real ZooKeeper."""
+"""The job lease (hole 4): one driver per job name, on real files, a real ZooKeeper and
+DynamoDB (moto's server)."""
 
 from __future__ import annotations
 
@@ -7,23 +8,18 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from devkit.holders import start_lease_holder
 from kinesis_spout.coordination.joblease import JobLease, JobLeaseHeldError, open_job_lease
-from kinesis_spout.testing.servers import ZooKeeperServer
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["file", "zk"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> str:
-    if request.param == "file":
-        return f"file://{tmp_path / 'checkpoints'}"
-    zk: ZooKeeperServer = request.getfixturevalue("zookeeper")
-    return zk.url(f"/tests/{unique_name}")
+@pytest.fixture(params=["file", "zk", "dynamodb"])
+def store_url(request: pytest.FixtureRequest, store_url_of: Callable[[str], str]) -> str:
+    return store_url_of(str(request.param))
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Every reader of a job takes the job lease, not only ``kinesis-spout run`` (issue 26,
 hole 2): a second ``KinesisSpout`` of the same job name and checkpoint store fails
 naming the holder, ``status`` says who is reading, and the lease is free again once
-the first closes. File and ZooKeeper stores, on the moto server."""
+the first closes. File, ZooKeeper and DynamoDB stores, on the moto server."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,20 +19,16 @@ from kinesis_spout.coordination.joblease import JobLeaseHeldError
 from kinesis_spout.spout import KinesisSpout
 from kinesis_spout.status.command import gather
 from kinesis_spout.status.model import LeaseState
-from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer
+from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, emulator_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-def store_url(kind: str, tmp_path: Path, zookeeper: ZooKeeperServer, name: str) -> str:
-    return f"file://{tmp_path / 'checkpoints'}" if kind == "file" else zookeeper.url(f"/{name}")
-
-
-@pytest.mark.parametrize("kind", ["file", "zk"])
+@pytest.mark.parametrize("kind", ["file", "zk", "dynamodb"])
 def test_a_second_spout_of_the_same_job_is_refused_naming_the_first(
     moto_server: MotoServer,
-    zookeeper: ZooKeeperServer,
+    store_url_of: Callable[[str], str],
     unique_name: str,
     tmp_path: Path,
     kind: str,
@@ -41,7 +38,7 @@ def test_a_second_spout_of_the_same_job_is_refused_naming_the_first(
         stream_name=unique_name,
         job_name="billing",
         endpoint_url=moto_server.endpoint_url,
-        checkpoint_store=store_url(kind, tmp_path, zookeeper, unique_name),
+        checkpoint_store=store_url_of(kind),
         dead_letter=str(tmp_path / "dead"),
     )
     me = f"{socket.gethostname()}:{os.getpid()}"

@@ -1,8 +1,10 @@
-"""SIGKILL mid-stream with spark-submit, then a restart: nothing lost, replays bounded."""
+"""SIGKILL mid-stream with spark-submit, then a restart: nothing lost, replays bounded; with
+ZooKeeper and DynamoDB (moto's server) checkpoints and job lease."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ from kinesis_spout.checkpoint import open_store
 from kinesis_spout.config.load import load_config
 from kinesis_spout.spark.launch.build import run_job
 from kinesis_spout.spark.process.sinks import read_parquet_dir
-from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer
+from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(400)]
@@ -24,13 +26,15 @@ RECORDS = 2400
 MAX_IN_FLIGHT = 50
 
 
+@pytest.mark.parametrize("kind", ["zk", "dynamodb"])
 def test_a_job_killed_with_sigkill_resumes_without_loss_and_replays_at_most_max_in_flight(
     spark: Any,
     moto_server: MotoServer,
     moto_client: Any,
-    zookeeper: ZooKeeperServer,
+    store_url_of: Callable[[str], str],
     unique_name: str,
     tmp_path: Path,
+    kind: str,
 ) -> None:
     create_stream(moto_client, unique_name, SHARDS)
     put = put_records(moto_client, unique_name, make_payloads(RECORDS, 200))
@@ -39,7 +43,7 @@ def test_a_job_killed_with_sigkill_resumes_without_loss_and_replays_at_most_max_
         "stream-name": unique_name,
         "job-name": unique_name,
         "endpoint-url": moto_server.endpoint_url,
-        "checkpoint-store": zookeeper.url(f"/{unique_name}"),
+        "checkpoint-store": store_url_of(kind),
         "dead-letter": str(tmp_path / "dead-letter"),
         "sink": f"parquet://{rows_dir}",
         "batch-size": "200",

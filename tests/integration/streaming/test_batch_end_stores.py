@@ -1,18 +1,15 @@
-"""The batch-end stores' contract, on both backends (a file directory, a real ZooKeeper):
-first writer wins per (run, batch, shard), runs are kept apart, and a leftover attempt
-of a batch whose records were removed records nothing."""
+"""The batch-end stores' contract, on every backend (a file directory, a real ZooKeeper,
+DynamoDB on moto's server): first writer wins per (run, batch, shard), runs are kept
+apart, and a leftover attempt of a batch whose records were removed records nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from kinesis_spout.checkpoint.batch_ends import BatchEnd, BatchEndError, BatchEndStore
-from kinesis_spout.checkpoint.file_batch_ends import FileBatchEnds
-from kinesis_spout.checkpoint.zk_batch_ends import ZkBatchEnds
+from kinesis_spout.checkpoint.factory import open_batch_ends
 from kinesis_spout.records import ShardPosition
 
 pytestmark = pytest.mark.integration
@@ -20,16 +17,11 @@ pytestmark = pytest.mark.integration
 A = "shardId-000000000000"
 
 
-@pytest.fixture(params=["file", "zk"])
+@pytest.fixture(params=["file", "zk", "dynamodb"])
 def store(
-    request: pytest.FixtureRequest, tmp_path: Path, unique_name: str
+    request: pytest.FixtureRequest, store_url_of: Callable[[str], str]
 ) -> Iterator[BatchEndStore]:
-    made: BatchEndStore
-    if request.param == "file":
-        made = FileBatchEnds(str(tmp_path), "job", "orders")
-    else:
-        zookeeper: Any = request.getfixturevalue("zookeeper")
-        made = ZkBatchEnds(zookeeper.url(f"/tests/{unique_name}"), "job", "orders")
+    made = open_batch_ends(store_url_of(str(request.param)), "job", "orders")
     yield made
     made.close()
 

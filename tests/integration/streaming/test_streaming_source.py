@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from streaming_helpers import (
 )
 
 from kinesis_spout.checkpoint import open_store
-from kinesis_spout.testing.servers import KinesisMock, MotoServer, ZooKeeperServer
+from kinesis_spout.testing.servers import KinesisMock, MotoServer
 from kinesis_spout.testing.streams import create_stream, emulator_client, wait_split
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -103,18 +104,21 @@ def test_every_record_once_per_batch_and_commits_reach_the_file_store(
     assert stored in (mirrored(batches, last - 1), mirrored(batches, last - 2))
 
 
+@pytest.mark.parametrize("kind", ["zk", "dynamodb"])
 def test_crash_mid_batch_then_restart_replays_that_batch_exactly(
     kinesis_spark: Any,
     moto_server: MotoServer,
     moto_client: Any,
     stream: str,
-    zookeeper: ZooKeeperServer,
-    unique_name: str,
+    store_url_of: Callable[[str], str],
     tmp_path: Path,
+    kind: str,
 ) -> None:
+    """The batch ends the executors record (ZooKeeper, DynamoDB) make the batch re-run
+    after the crash read the same records; commits reach the store."""
     first = fill(moto_client, stream, 500, "a", aggregates=10, per_aggregate=4)
-    zk_url = zookeeper.url(f"/tests/{unique_name}")
-    options = {"maxRecordsPerTrigger": 120, "checkpointStore": zk_url, "jobName": "orders"}
+    store_url = store_url_of(kind)
+    options = {"maxRecordsPerTrigger": 120, "checkpointStore": store_url, "jobName": "orders"}
     sink = BatchSink(tmp_path / "sink", fail_in_batch=2)
     q = start_query(
         kinesis_spark, stream, moto_server.endpoint_url, sink, tmp_path / "ck", **options
@@ -140,7 +144,7 @@ def test_crash_mid_batch_then_restart_replays_that_batch_exactly(
     assert_exactly_once(resumed.rows(), first + second)
     assert_shard_order(batches)
 
-    store = open_store(zk_url, "orders")
+    store = open_store(store_url, "orders")
     try:
         stored = store.load(stream)
     finally:
