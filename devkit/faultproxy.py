@@ -26,6 +26,10 @@ sum must be <= 1; rates can be changed while it runs):
   ``MillisBehindLatest`` 60000, the same iterator back), without forwarding:
   what real Kinesis answers over a gap in a shard or while reading old data.
 
+:meth:`FaultProxy.deny` answers every call naming one stream with an error (a 400
+``AccessDeniedException`` by default, or a ``KMSDisabledException`` ...): an IAM
+policy or a KMS key that refuses that stream only, until :meth:`FaultProxy.allow`.
+
 ``operations`` limits injection to those API calls (names such as
 ``"GetRecords"``); others are always forwarded. ``SubscribeToShard`` answers
 (event streams) are passed through as they come; :meth:`FaultProxy.cut_streams`
@@ -37,6 +41,8 @@ are in :attr:`FaultProxy.injected`.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import logging
 import random
@@ -130,6 +136,7 @@ class FaultProxy:
         self._bodies: list[tuple[str, bytes]] = []
         self._in_flight: Counter[str] = Counter()
         self._most_in_flight: Counter[str] = Counter()
+        self._denied: dict[str, str] = {}
         self._port = port
         self._server: ProxyServer | None = None
         self._thread: threading.Thread | None = None
@@ -197,6 +204,31 @@ class FaultProxy:
     @expire.setter
     def expire(self, value: float) -> None:
         self.set_rates(expire=value)
+
+    def deny(self, stream: str, code: str = "AccessDeniedException") -> None:
+        """Answer every call that names ``stream`` (by ``StreamName``, an ARN ending in
+        ``/<stream>``, or a moto shard iterator) with a 400 ``code``, from now on."""
+        with self._lock:
+            self._denied[stream] = code
+
+    def allow(self, stream: str) -> None:
+        """Stop denying ``stream``."""
+        with self._lock:
+            self._denied.pop(stream, None)
+
+    def _denial(self, body: bytes) -> str | None:
+        """The error code for a call naming a denied stream (None: not denied)."""
+        with self._lock:
+            denied = dict(self._denied)
+        if not denied:
+            return None
+        named = _streams_named(body)
+        for stream, code in denied.items():
+            if stream in named:
+                with self._lock:
+                    self._counts["denied"] += 1
+                return code
+        return None
 
     def clear_faults(self) -> None:
         """Set every rate to 0: forward everything from now on."""
@@ -348,3 +380,26 @@ class FaultProxy:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _streams_named(body: bytes) -> set[str]:
+    """The stream names a request body names: ``StreamName``, the last part of
+    ``StreamARN`` (or a consumer ARN's stream), and a moto shard iterator's stream."""
+    try:
+        doc = json.loads(body or b"{}")
+    except ValueError:
+        return set()
+    if not isinstance(doc, dict):
+        return set()
+    names = set()
+    if isinstance(doc.get("StreamName"), str):
+        names.add(doc["StreamName"])
+    for key in ("StreamARN", "ConsumerARN"):
+        arn = doc.get(key)
+        if isinstance(arn, str) and ":stream/" in arn:
+            names.add(arn.split(":stream/", 1)[1].split("/", 1)[0])
+    iterator = doc.get("ShardIterator")
+    if isinstance(iterator, str):
+        with contextlib.suppress(ValueError):  # UnicodeDecodeError is one
+            names.add(base64.b64decode(iterator).decode().split(":", 1)[0])
+    return names

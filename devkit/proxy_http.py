@@ -26,6 +26,8 @@ class FaultPlan(Protocol):
 
     def _decide(self, operation: str) -> str: ...
 
+    def _denial(self, body: bytes) -> str | None: ...
+
     def _count(self, what: str, n: int = 1) -> None: ...
 
     def _record(self, operation: str, body: bytes) -> None: ...
@@ -89,6 +91,10 @@ class ProxyHandler(BaseHTTPRequestHandler):
             proxy._leave(operation)
 
     def _handle(self, proxy: FaultPlan, operation: str, body: bytes) -> None:
+        denied = proxy._denial(body)
+        if denied is not None:
+            self._answer(400, denied, f"{operation} refused (injected by the fault proxy)")
+            return
         fault = proxy._decide(operation)
         if fault == "throttle":
             code = (

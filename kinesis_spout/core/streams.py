@@ -7,10 +7,10 @@ claimed, its checkpoints loaded and its shards adopted), finds a shard by
 go when it is deleted or created again under its name: a WARNING, the ``streams_gone``
 metric, nothing saved (its positions belong to no stream now), the other streams go on.
 
-A reader of one stream raises what its stream raises, as ever. A reader of several lets
-a stream go instead, and is an error only when none is left. At the open, a missing
-stream that has checkpoints (it was read before, then deleted) is let go; one without
-any (most likely a typo in ``streams``) is an error naming it.
+A stream let go is an error only when no stream is left (a reader of one stream stops,
+naming why, and saves nothing of it). At the open, a missing stream of several that has
+checkpoints (it was read before, then deleted) is let go; one without any (most likely a
+typo in ``streams``) is an error naming it.
 """
 
 from __future__ import annotations
@@ -139,22 +139,22 @@ class ReaderStreams:
 
     # ------------------------------------------------------------------ a stream gone
     def failed(self, stream: str, exc: Exception) -> None:
-        """Reading ``stream`` raised ``exc``: with several streams a stream found deleted or
-        created again is let go (another error is checked against the stream's identity
-        first: a gone stream can answer with another error); anything else is raised."""
+        """Reading ``stream`` raised ``exc``. A stream found deleted or created again is let
+        go (another error is checked against the stream's identity first: a gone stream
+        can answer with another error), which is an error only when no stream is left;
+        anything else is raised."""
         st = self.sets.get(stream)
-        if not self.several or st is None:
+        if st is None:
             raise exc
-        if isinstance(exc, StreamNotFoundError):
-            self.let_go(stream, gone_why(exc))
-            return
-        if isinstance(exc, KinesisSpoutError) and st.api is not None:
+        gone = exc if isinstance(exc, StreamNotFoundError) else None
+        if gone is None and isinstance(exc, KinesisSpoutError) and st.api is not None:
             try:
                 st.api.check_identity()
-            except StreamNotFoundError as gone:
-                self.let_go(stream, gone_why(gone))
-                return
-        raise exc
+            except StreamNotFoundError as found:
+                gone = found
+        if gone is None:
+            raise exc
+        self.let_go(stream, gone_why(gone))
 
     def let_go(self, stream: str, why: str) -> None:
         """Stop reading ``stream`` (``why``: deleted, created again); the others go on.
@@ -163,7 +163,7 @@ class ReaderStreams:
         st = self.sets.pop(stream, None)
         if st is None:
             return
-        log.warning("stream %s %s: it is no longer read; the other streams go on", stream, why)
+        log.warning("stream %s %s: it is no longer read", stream, why)
         self._metrics.increment(STREAMS_GONE, stream=stream)
         self.gone[stream] = why
         try:

@@ -146,7 +146,7 @@ _SESSION_LOCK = threading.Lock()
 _SESSIONS: dict[str | None, boto3.session.Session] = {}
 
 
-_PROCESS_CLIENTS: dict[tuple[str | None, str, str | None, int], Any] = {}
+_PROCESS_CLIENTS: dict[tuple[str | None, str, str | None, int, int], Any] = {}
 _PROCESS_CLIENTS_LOCK = threading.Lock()
 
 
@@ -163,7 +163,7 @@ def process_client(
     thread-safe and costly to build (credentials, endpoint resolution, connection
     pool), so every read task of a process (the Spark job's polled and subscribed
     reads, the streaming source's) shares one per endpoint."""
-    key = (endpoint_url, region, profile, max_pool_connections)
+    key = (endpoint_url, region, profile, max_pool_connections, os.getpid())  # not a parent's
     client = _PROCESS_CLIENTS.get(key)
     if client is None:
         with _PROCESS_CLIENTS_LOCK:

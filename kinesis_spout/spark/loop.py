@@ -98,13 +98,23 @@ class MicroBatchLoop:
         """What each running job's ``task_timeout`` (and :meth:`_may_start`) counts from."""
         self._busy: dict[ShardKey, set[int]] = {}  # (stream, shard) -> the running jobs of it
         self._clocks = TaskClocks(self.jobs.task_counts)
-        self._deadline = config.task_timeout or None
+        self._deadline = self._job_deadline(config)
         self.abandoned = 0
         """Jobs given up past their deadline."""
         self._stats: Any = None
         """The reader's stats at the last progress line (dead letters, expiries since)."""
         self._last_line: float | None = None
         self.last_report: BatchReport | None = None
+
+    def _job_deadline(self, config: SpoutConfig) -> float | None:
+        """How long a job may run after its tasks started (None: no limit). The
+        per-record style's sandbox fails a record that runs past ``task_timeout`` alone,
+        inside its task: for it, this is only a backstop."""
+        if not config.task_timeout:
+            return None
+        if self.jobs.sandboxed:
+            return 2 * config.task_timeout + self.jobs.settings.read_seconds
+        return config.task_timeout
 
     # ------------------------------------------------------------------ stopping
     def request_stop(self, reason: str = "stop requested") -> None:

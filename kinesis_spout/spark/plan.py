@@ -76,6 +76,9 @@ class ReadSettings:
     """GetRecords calls a task keeps in flight at once (one per shard at most)."""
     streams: tuple[StreamTarget, ...] = ()
     """Each stream's name, ARN and consumer (a plan says its stream)."""
+    record_timeout: float = 0.0
+    """``task_timeout``: the longest one record's call may run in the per-record style's
+    sandbox before it is failed alone (0: no limit)."""
 
     @property
     def subscribes(self) -> bool:
@@ -106,6 +109,7 @@ class ReadSettings:
             streams=tuple(
                 StreamTarget(one.stream_name, one.stream_arn) for one in config.per_stream()
             ),
+            record_timeout=config.task_timeout,
         )
 
 
@@ -160,6 +164,9 @@ class ReadResult:
     delivery (fast retries count)."""
     retried: int = 0
     """Extra deliveries made by fast retries."""
+    poisoned: str | None = None
+    """The record right after this read's end failed the task alone, with this error
+    (it killed or hung the sandbox's child): its shard is quarantined."""
     executor: str = ""
     pid: int = 0
     seconds: float = 0.0
@@ -388,6 +395,8 @@ class Planner:
         if sh.skip_tail is not None:
             sh.pass_skipped(now)
         self.quarantine.read(sh.key, n, end.caught_up)
+        if res.poisoned is not None:
+            self.quarantine.quarantine(sh.key, res.poisoned)
         return n - len(fails), len(fails)
 
     # ------------------------------------------------------------------ quarantine

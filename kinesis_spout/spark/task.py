@@ -23,6 +23,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from typing import Protocol
 
 from kinesis_spout.kinesis.bounded import BoundedRead, Take, read_each, read_until
 from kinesis_spout.kinesis.efo_read import EfoTarget, subscribed_getter
@@ -187,29 +188,57 @@ def fail_unprocessed(res: ReadResult, error: str) -> Consume:
     return fail
 
 
+class Journal(Protocol):
+    """How a task in the sandbox reports its progress as it goes
+    (:class:`kinesis_spout.spark.sandbox.Journal`)."""
+
+    def consumer(self, plan: int, fn: RecordFunction, fast: FastRetry) -> Consume: ...
+
+    def unprocessed(self, plan: int, error: str) -> Consume: ...
+
+    def ended(self, plan: int, end: ReadEnd | None) -> None: ...
+
+
 def run_plans(
-    plans: list[ReadPlan], settings: ReadSettings, fn: RecordFunction, batch_id: int
+    plans: list[ReadPlan],
+    settings: ReadSettings,
+    fn: RecordFunction,
+    batch_id: int,
+    journal: Journal | None = None,
 ) -> list[ReadResult]:
     """One task: its retry plans processed, its read plans read (interleaved, within one
     deadline) and processed as each read ends; the ok rows written to the sink before
-    the statuses go back."""
+    the statuses go back. With a ``journal`` (the sandbox's child) each plan's progress
+    goes there instead of into the results."""
     t0 = time.monotonic()
     keep: list[Record] | None = [] if settings.sink != "none" else None
     results: list[ReadResult] = []
     reads: list[Read] = []
-    for plan in plans:
+    read_plan: list[int] = []
+    for i, plan in enumerate(plans):
         res = ReadResult.for_plan(plan, reader_id(), os.getpid())
         results.append(res)
         if plan.fetch is not None:
-            reads.append((plan, fail_unprocessed(res, plan.fetch), res))
+            fail = fail_unprocessed(res, plan.fetch)
+            if journal is not None:
+                fail = journal.unprocessed(i, plan.fetch)
+            reads.append((plan, fail, res))
+            read_plan.append(i)
             continue
-        consume = process_records(fn, res, keep, settings.fast)
+        if journal is None:
+            consume = process_records(fn, res, keep, settings.fast)
+        else:
+            consume = journal.consumer(i, fn, settings.fast)
         if plan.is_retry:
             consume(list(plan.retries))
+            if journal is not None:
+                journal.ended(i, None)
         else:
             reads.append((plan, consume, res))
-    if reads:
-        read_shards(reads, settings)
+            read_plan.append(i)
+    for j in read_each_shard(reads, settings):
+        if journal is not None:
+            journal.ended(read_plan[j], reads[j][2].end)
     if keep:
         write_rows(settings.sink, batch_id, keep)
     seconds = time.monotonic() - t0
@@ -224,14 +253,3 @@ def write_rows(sink_target: str, batch_id: int, rows: list[Record]) -> None:
     from kinesis_spout.spark.process.sinks import write_task_rows
 
     write_task_rows(sink_target, batch_id, [records_to_arrow(rows).drop_columns(["_row"])])
-
-
-def task_function(
-    settings: ReadSettings, fn: RecordFunction, batch_id: int
-) -> Callable[[Iterator[ReadPlan]], Iterator[ReadResult]]:
-    """The ``mapPartitions`` body: the plans of the partition, run as one task."""
-
-    def run(plans: Iterator[ReadPlan]) -> Iterator[ReadResult]:
-        yield from run_plans(list(plans), settings, fn, batch_id)
-
-    return run

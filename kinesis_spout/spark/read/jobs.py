@@ -46,7 +46,7 @@ from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.processing import RecordFunction
 from kinesis_spout.spark.read.followup import follow_up
 from kinesis_spout.spark.read.shuffle import shuffled_results
-from kinesis_spout.spark.task import task_function
+from kinesis_spout.spark.sandbox import task_function
 
 if TYPE_CHECKING:
     from kinesis_spout.spark.read.frames import FrameJobs
@@ -111,6 +111,12 @@ class ReadJobs:
             cancelled=lambda: batch_id in self.cancelled,
         )
         return results, iso
+
+    @property
+    def sandboxed(self) -> bool:
+        """The per-record style, read and processed in one task: its records run in the
+        worker's sandbox (:mod:`~kinesis_spout.spark.sandbox`)."""
+        return self.frames is None and not self.process_partitions
 
     @property
     def healthy(self) -> bool:

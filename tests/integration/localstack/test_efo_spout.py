@@ -214,7 +214,8 @@ def test_a_full_window_pauses_the_subscription(
     put = put_records(client, unique_name, make_payloads(40, 80, prefix="a"))
     held = read_until(spout, lambda g: len(g) >= 30, ack=False)
     assert len(held) == 30  # the window is full: nothing more is handed out
-    getter = spout.shard_set.shards["shardId-000000000000"].reader.getter  # type: ignore[union-attr]
+    shards = spout.streams.sets[unique_name].shards
+    getter = shards["shardId-000000000000"].reader.getter  # type: ignore[union-attr]
     assert isinstance(getter, EfoShardGetter)
     pump = getter.pump
     deadline = time.monotonic() + 90
@@ -295,7 +296,6 @@ def test_two_streams_one_by_enhanced_fan_out_one_polled(
 ) -> None:
     """Issue 24: a per-stream ``consumer``: one stream subscribed (its consumer registered
     on it), the other polled, in one reader; each record read once, with its stream."""
-    from kinesis_spout.multistream import MultiStreamSpout
 
     client = emulator_client(localstack.endpoint_url)
     pushed, polled = f"{unique_name}-efo", f"{unique_name}-poll"
@@ -311,7 +311,7 @@ def test_two_streams_one_by_enhanced_fan_out_one_polled(
         consumer_name="multi",
         streams=[{"stream": pushed, "consumer": "efo"}, polled],
     )
-    with MultiStreamSpout(cfg) as spout:
+    with KinesisSpout(cfg) as spout:
         got = read_until(spout, lambda g: len(g) >= 160)  # type: ignore[arg-type]
         assert efo_threads()  # the efo stream's shards are subscribed
         assert consumers(client, pushed) == ["multi"] and consumers(client, polled) == []

@@ -1,4 +1,4 @@
-"""Several streams in one reader (issue 24): :class:`MultiStreamSpout` on moto and
+"""Several streams in one reader (issue 24): :class:`KinesisSpout` on moto and
 kinesis-mock.
 
 * Three streams of 1, 2 and 4 shards, each with poison records, read by a real
@@ -34,10 +34,9 @@ from kinesis_spout.config import SpoutConfig
 from kinesis_spout.deadletter.jsonl import read_dead_letters
 from kinesis_spout.errors import StreamNotFoundError
 from kinesis_spout.metrics import InMemoryMetrics
-from kinesis_spout.multistream import MultiStreamSpout, open_reader
 from kinesis_spout.observability.prometheus import PrometheusMetrics
 from kinesis_spout.records import Record
-from kinesis_spout.spout import KinesisSpout
+from kinesis_spout.spout import KinesisSpout, open_reader
 from kinesis_spout.testing.servers import KinesisEmulator
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
@@ -173,9 +172,7 @@ def _config(
     return SpoutConfig(**values)
 
 
-def _read(
-    spout: KinesisSpout | MultiStreamSpout, until: int, timeout: float = 60.0
-) -> list[Record]:
+def _read(spout: KinesisSpout, until: int, timeout: float = 60.0) -> list[Record]:
     out: list[Record] = []
     deadline = time.monotonic() + timeout
     while len(out) < until:
@@ -202,7 +199,7 @@ def test_a_stream_by_arn_and_one_by_name_route_by_stream(
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry, stream="unused", job="job")
     with open_reader(_config(emulator, tmp_path, [a, arn]), metrics=metrics) as spout:
-        assert isinstance(spout, MultiStreamSpout)
+        assert isinstance(spout, KinesisSpout)
         got = _read(spout, 70)
         deadline = time.monotonic() + 30
         while not spout.is_idle:  # each shard answers once more with nothing
@@ -214,17 +211,17 @@ def test_a_stream_by_arn_and_one_by_name_route_by_stream(
         for r in got:
             by_stream[r.stream].add(rid(r.data))
         assert by_stream == sent
-        assert MultiStreamSpout.message_id(got[0]).startswith(f"{got[0].stream}/shardId-")
+        assert got[0].stream_message_id.startswith(f"{got[0].stream}/shardId-")
         with pytest.raises(Exception, match="names no stream"):
             spout.ack(got[0].message_id)
-        assert set(spout.stream_stats()) == {a, b}
+        assert set(spout.streams.sets) == {a, b}
         for name, n in ((a, 30), (b, 40)):  # each stream's series carry its name
             read = [
                 registry.get_sample_value(
                     "kinesis_spout_records_read_total", {"stream": name, "job": "job", "shard": s}
                 )
                 or 0
-                for s in spout.spouts[name].shards
+                for s in spout.streams.sets[name].shards
             ]
             assert sum(read) == n, (name, read)
         assert {k.split("/")[0] for k in spout.shard_states()} == {a, b}
@@ -240,7 +237,7 @@ def test_an_unknown_stream_is_an_error_naming_it_and_leaves_nothing_open(
 ) -> None:
     a = f"{unique_name}-a"
     fill(emulator_kinesis, a, 5, shards=1)
-    spout = MultiStreamSpout(_config(emulator, tmp_path, [a, f"{unique_name}-nope"]))
+    spout = KinesisSpout(_config(emulator, tmp_path, [a, f"{unique_name}-nope"]))
     with pytest.raises(StreamNotFoundError, match=f"{unique_name}-nope"):
         spout.open()
     # the job lease was let go: another reader of the job opens
@@ -259,12 +256,12 @@ def test_a_deleted_stream_stops_being_read_and_the_others_go_on(
     fill(emulator_kinesis, a, 20, shards=1, prefix="a")
     fill(emulator_kinesis, b, 20, shards=1, prefix="b")
     metrics = InMemoryMetrics()
-    with MultiStreamSpout(_config(emulator, tmp_path, [a, b]), metrics=metrics) as spout:
+    with KinesisSpout(_config(emulator, tmp_path, [a, b]), metrics=metrics) as spout:
         _read(spout, 40)
         emulator_kinesis.delete_stream(StreamName=b)
         deadline = time.monotonic() + 30
-        with caplog.at_level(logging.WARNING, logger="kinesis_spout.multistream"):
-            while b in spout.spouts:
+        with caplog.at_level(logging.WARNING, logger="kinesis_spout.core.streams"):
+            while b in spout.streams.sets:
                 assert time.monotonic() < deadline, "the deleted stream is still read"
                 spout.next_batch(100)
                 time.sleep(0.05)
@@ -282,7 +279,7 @@ def test_a_one_shard_stream_is_read_as_often_as_a_stream_of_eight(
     small, big = f"{unique_name}-small", f"{unique_name}-big"
     fill(emulator_kinesis, small, 300, shards=1, prefix="s", size=40)
     fill(emulator_kinesis, big, 2400, shards=8, prefix="b", size=40)
-    with MultiStreamSpout(_config(emulator, tmp_path, [big, small])) as spout:
+    with KinesisSpout(_config(emulator, tmp_path, [big, small])) as spout:
         first = _read(spout, 400)[:400]
     share = sum(r.stream == small for r in first) / len(first)
     # by shards it would get 1/9 of the reads (0.11); by records put 300/2700 (0.11)
@@ -301,7 +298,7 @@ def test_a_single_stream_job_resumes_unchanged_after_upgrading_to_a_streams_list
         first = _read(spout, 60)
     assert sorted(rid(r.data) for r in first) == sorted(sent_a)
     put_records(emulator_kinesis, a, make_payloads(15, 40, "late"))
-    with MultiStreamSpout(_config(emulator, tmp_path, [a, b])) as spout:
+    with KinesisSpout(_config(emulator, tmp_path, [a, b])) as spout:
         rest = _read(spout, 40)
         deadline = time.monotonic() + 30
         while not spout.is_idle:
@@ -353,12 +350,12 @@ def test_a_stream_created_again_while_read_is_let_go_and_the_others_go_on(
     fill(emulator_kinesis, b, 10, shards=1, prefix="b")
     metrics = InMemoryMetrics()
     cfg = _config(emulator, tmp_path, [a, b], shard_refresh_interval=0.2)
-    with MultiStreamSpout(cfg, metrics=metrics) as spout:
+    with KinesisSpout(cfg, metrics=metrics) as spout:
         _read(spout, 20)
         _recreate(emulator_kinesis, b, 1)
         put(emulator_kinesis, b, 5, prefix="new")
         deadline = time.monotonic() + 30
-        while b in spout.spouts:
+        while b in spout.streams.sets:
             assert time.monotonic() < deadline, "the recreated stream is still read"
             assert all(r.stream == a for r in spout.next_batch(100))
             time.sleep(0.05)

@@ -224,6 +224,22 @@ def log_deliveries(
     return process
 
 
+def log_stream_records(directory: str) -> Callable[[InputRecord], None]:
+    """A per-record function leaving one file per delivery, named by the record's
+    stream, shard, sequence number and a unique suffix (streams may share shard ids)."""
+
+    def process(record: InputRecord) -> None:
+        name = f"{record.stream_name} {record.shard_id} {record.sequence_number} {uuid.uuid4().hex}"
+        (Path(directory) / name).touch()
+
+    return process
+
+
+def read_stream_records(directory: str | Path) -> list[tuple[str, str, str]]:
+    """``(stream, shard, sequence)`` of each delivery :func:`log_stream_records` left."""
+    return [tuple(p.name.split(" ")[:3]) for p in Path(directory).iterdir()]  # type: ignore[misc]
+
+
 def read_deliveries(directory: str | Path) -> list[Delivery]:
     """Every delivery logged by :func:`log_deliveries`, by time."""
     out = []
@@ -277,11 +293,13 @@ def _logged(config: SpoutConfig) -> Callable[[InputRecord], None]:
     return log_deliveries(directory, sleep_ms=slow, peers=peers)
 
 
-@processor_factory
-def logged_transform_job(config: SpoutConfig) -> TransformProcessor:
-    """:func:`logged_job` as a DataFrame transform (a ``mapInArrow`` of the same function,
-    its ``ok`` as ``status``), keeping ``shardId`` and ``sequenceNumber`` for the sink."""
-    fn = _logged(config)
+def per_record_transform(
+    fn: Callable[[InputRecord], None], name: str = "per_record", *, keys: bool = False
+) -> TransformProcessor:
+    """A DataFrame transform that runs ``fn`` on each record (a ``mapInArrow``; a record
+    is ok unless ``fn`` raises): the transform style's user code on the executors, as a
+    test makes it fail or hang. ``keys``: joined back to ``shardId`` and
+    ``sequenceNumber`` (for a sink)."""
 
     def statuses(batches: Any) -> Any:
         import pyarrow as pa
@@ -307,10 +325,17 @@ def logged_transform_job(config: SpoutConfig) -> TransformProcessor:
 
     def transform(df: Any) -> Any:
         back = df.mapInArrow(statuses, "_row long, status boolean, error string")
-        keys = df.select("_row", "shardId", "sequenceNumber")
-        return back.join(keys, "_row")
+        if not keys:
+            return back
+        return back.join(df.select("_row", "shardId", "sequenceNumber"), "_row")
 
-    return dataframe_transform(transform, name="logged_transform")
+    return dataframe_transform(transform, name=name)
+
+
+@processor_factory
+def logged_transform_job(config: SpoutConfig) -> TransformProcessor:
+    """:func:`logged_job` as a DataFrame transform (:func:`per_record_transform`)."""
+    return per_record_transform(_logged(config), "logged_transform", keys=True)
 
 
 @processor_factory
@@ -343,7 +368,7 @@ def last_per_shard(put: list[tuple[str, str]]) -> dict[str, str]:
 
 
 def spy_results(driver: Any) -> list[Any]:
-    """Every ``ReadResult`` an ``ExecutorDriver`` applies, collected as it applies them."""
+    """Every ``ReadResult`` an ``MicroBatchLoop`` applies, collected as it applies them."""
     seen: list[Any] = []
     apply = driver.planner.apply
 
@@ -431,8 +456,7 @@ def frame_jobs(
     """The :class:`FrameJobs` of ``processor`` (a transform or a fan-out) on ``stream`` as
     the job builds them (read ends in ``cfg``'s checkpoint store; ``wrap``, if given,
     wraps the driver's store), and the read settings."""
-    from kinesis_spout.spark.read.plan import ReadSettings
-
+    from kinesis_spout.spark.plan import ReadSettings
     from kinesis_spout.spark.read.frames import FrameJobs
     from kinesis_spout.spark.read.recorded import RecordTo
 

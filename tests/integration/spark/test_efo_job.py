@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kinesis_spout.spark.executor_driver import ExecutorDriver
 from spark_job_helpers import POISON, log_deliveries, read_deliveries
 from test_executor_reads import checkpoints, last_per_shard, spy_results
 
 from devkit.localstack import LocalStackServer
 from kinesis_spout.deadletter import read_dead_letters
 from kinesis_spout.spark.launch.build import build_driver
+from kinesis_spout.spark.loop import MicroBatchLoop
 from kinesis_spout.testing.streams import create_stream, emulator_client, make_payloads, put_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
@@ -59,7 +59,7 @@ def test_switching_polling_efo_polling_resumes_with_nothing_lost_or_repeated(
         put_all += put
         cfg = job_config(**base, **overrides)
         driver = build_driver(cfg, fn, spark=spark, progress=None)
-        results = spy_results(driver) if isinstance(driver, ExecutorDriver) else None
+        results = spy_results(driver) if isinstance(driver, MicroBatchLoop) else None
         summary = driver.run()
 
         assert summary.ok + summary.dead_lettered == 160, name
@@ -68,10 +68,11 @@ def test_switching_polling_efo_polling_resumes_with_nothing_lost_or_repeated(
         stored = checkpoints(cfg.checkpoint_store, unique_name, unique_name)
         assert {s: seq for s, (seq, _) in stored.items()} == last_per_shard(put_all), name
         if results is not None and name == "efo executors":
-            assert isinstance(driver, ExecutorDriver)
+            assert isinstance(driver, MicroBatchLoop)
             assert all(pid != os.getpid() for _, pid in driver.planner.readers)  # executors
-            assert all(r.position is None or r.position.iterator is None for r in results)
-            assert sum(len(r) for r in results if r.position is not None) == 160
+            ends = [r.end for r in results if r.end is not None]
+            assert all(e.position is None or e.position.iterator is None for e in ends)
+            assert sum(len(r) for r in results if r.end is not None) == 160
     dead = read_dead_letters(str(tmp_path / "dead-letter"))
     assert sorted(d["message_id"] for d in dead) == sorted(poison_ids)
     arn = client.describe_stream_summary(StreamName=unique_name)["StreamDescriptionSummary"]

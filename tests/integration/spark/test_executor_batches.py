@@ -12,11 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_job_helpers import HANG, hang_once, last_per_shard, log_deliveries, read_deliveries
+from spark_job_helpers import (
+    HANG,
+    hang_once,
+    last_per_shard,
+    log_deliveries,
+    per_record_transform,
+    read_deliveries,
+)
 
 from kinesis_spout.checkpoint import open_store
-from kinesis_spout.spark.executor_driver import ExecutorDriver
 from kinesis_spout.spark.launch.build import build_driver
+from kinesis_spout.spark.loop import MicroBatchLoop
 from kinesis_spout.testing.streams import create_stream, put_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
@@ -35,7 +42,7 @@ def stored_checkpoints(cfg: Any, stream: str) -> dict[str, str | None]:
         store.close()
 
 
-def tasks_of_job(spark: Any, driver: ExecutorDriver, job: int) -> list[int]:
+def tasks_of_job(spark: Any, driver: MicroBatchLoop, job: int) -> list[int]:
     """The task counts of the stages of micro-batch job ``job`` (its Spark job group)."""
     tracker = spark.sparkContext.statusTracker()
     counts = []
@@ -48,9 +55,9 @@ def tasks_of_job(spark: Any, driver: ExecutorDriver, job: int) -> list[int]:
     return counts
 
 
-def run_driver(cfg: Any, fn: Any, spark: Any) -> tuple[ExecutorDriver, Any]:
+def run_driver(cfg: Any, fn: Any, spark: Any) -> tuple[MicroBatchLoop, Any]:
     driver = build_driver(cfg, fn, spark=spark, progress=None)
-    assert isinstance(driver, ExecutorDriver)
+    assert isinstance(driver, MicroBatchLoop)
     return driver, driver.run()
 
 
@@ -114,8 +121,9 @@ def test_128_shards_are_read_and_each_checkpointed_at_its_last_record(
 def test_a_job_of_several_shards_past_its_deadline_runs_again_one_job_per_shard(
     spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
 ) -> None:
-    """A function that hangs in one shard of a grouped task: the job is given up and
-    each of its shards runs again alone, so the others are not held and nothing is lost."""
+    """A transform that hangs in one shard of a grouped task: the job is given up and
+    each of its shards runs again alone, so the others are not held and nothing is lost.
+    (The per-record style fails a hanging record alone inside its task instead.)"""
     create_stream(moto_client, unique_name, 3)
     items = spread_items(90)
     items[40] = (items[40][0], HANG + b"-40")
@@ -123,7 +131,7 @@ def test_a_job_of_several_shards_past_its_deadline_runs_again_one_job_per_shard(
     deliveries = tmp_path / "deliveries"
     deliveries.mkdir()
     marker = tmp_path / "hung"
-    fn = hang_once(str(marker), log_deliveries(str(deliveries)))
+    fn = per_record_transform(hang_once(str(marker), log_deliveries(str(deliveries))))
     cfg = job_config(task_timeout=5.0, shards_per_task=3, batch_size=1000)
     driver, summary = run_driver(cfg, fn, spark)
 
@@ -159,10 +167,12 @@ def test_a_task_that_starts_after_others_of_its_job_end_has_its_whole_task_timeo
     spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
 ) -> None:
     """A micro-batch of eight one-record tasks on local[2]'s two task slots runs in four
-    waves of 2 s. Its ``task_timeout`` of 3.5 s counts from its tasks' latest start or
-    end that Spark's status tracker shows, so no wave is given up. The old code counted
-    from the job's first task seen started, and gave the job up during its third wave
-    (every shard then ran again, a job of its own, and records were delivered twice).
+    waves of 2 s. Its deadline (``task_timeout`` 3.5 s: a backstop of 2 x 3.5 s + the
+    1 s read deadline, as the per-record style's sandbox times each record) counts from
+    its tasks' latest start or end that Spark's status tracker shows, so no wave is given
+    up. The old code counted from the job's first task seen started, and gave the job up
+    during its last wave (every shard then ran again, a job of its own, and records were
+    delivered twice).
 
     A job on another stream warms the Python workers first: a cold worker's start
     (seconds: its imports, its client) counts in its task's time."""
@@ -179,7 +189,8 @@ def test_a_task_that_starts_after_others_of_its_job_end_has_its_whole_task_timeo
     deliveries = tmp_path / "deliveries"
     deliveries.mkdir()
     cfg = job_config(task_timeout=3.5, shards_per_task=1, stop_when_idle=2.0)
-    driver, summary = run_driver(cfg, log_deliveries(str(deliveries), sleep_ms=2000), spark)
+    fn = log_deliveries(str(deliveries), sleep_ms=2000)
+    driver, summary = run_driver(cfg, fn, spark)
 
     assert tasks_of_job(spark, driver, 1) == [8]  # one job, a task per shard
     assert driver.abandoned == 0
@@ -272,7 +283,7 @@ def test_a_shard_due_while_no_micro_batch_may_start_does_not_spin_the_driver(
         batch_size=2, batch_max_wait=1.0, checkpoint_interval=1.0, shard_refresh_interval=0.3
     )
     driver = build_driver(cfg, slow, spark=spark, progress=None)
-    assert isinstance(driver, ExecutorDriver)
+    assert isinstance(driver, MicroBatchLoop)
     step = driver._step
     blocked = 0  # steps taken while a micro-batch ran and no other could start
 
@@ -336,7 +347,7 @@ def test_a_micro_batch_waiting_for_busy_executors_counts_that_wait_in_its_second
     reports: list[Any] = []
     cfg = job_config(batch_size=1000, task_timeout=60.0, stop_when_idle=1.0)
     driver = build_driver(cfg, lambda record: None, spark=spark, progress=reports.append)
-    assert isinstance(driver, ExecutorDriver)
+    assert isinstance(driver, MicroBatchLoop)
     summary = driver.run()
     blocker.join(60)
 

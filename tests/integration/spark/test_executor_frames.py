@@ -16,8 +16,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from kinesis_spout.spark.executor_driver import ExecutorDriver
-from kinesis_spout.spark.read.plan import ReadPlan, ReadSettings
 from spark_job_helpers import (
     POISON,
     failing_word_sink,
@@ -41,6 +39,8 @@ from kinesis_spout.examples.wordcount import (
 )
 from kinesis_spout.records import GetterPosition
 from kinesis_spout.spark.launch.build import build_driver
+from kinesis_spout.spark.loop import MicroBatchLoop
+from kinesis_spout.spark.plan import ReadPlan, ReadSettings
 from kinesis_spout.spark.process.fanout import derived_ids, to_signed
 from kinesis_spout.spark.process.runner import CACHE_COMPRESSED, uncompressed_caches
 from kinesis_spout.spark.process.sinks import read_parquet_dir
@@ -91,7 +91,7 @@ def test_a_transform_reads_on_the_executors_and_they_write_its_sink(
     out = tmp_path / "rows"
     cfg = job_config(retry_limit=1, batch_size=300, sink=f"parquet://{out}")
     driver = build_driver(cfg, dataframe_transform(not_poison), spark=spark, progress=None)
-    assert isinstance(driver, ExecutorDriver)
+    assert isinstance(driver, MicroBatchLoop)
     results = spy_results(driver)
     summary = driver.run()
 
@@ -131,7 +131,7 @@ def test_the_word_count_fan_out_reads_on_the_executors(
     session = spark.newSession()  # its own SQL settings: the job sets one
     assert session.conf.get(CACHE_COMPRESSED, None) is None
     driver = build_driver(cfg, process, spark=session, progress=None)
-    assert isinstance(driver, ExecutorDriver)
+    assert isinstance(driver, MicroBatchLoop)
     summary = driver.run()
 
     assert session.conf.get(CACHE_COMPRESSED) == "false"  # its caches are not compressed
@@ -198,7 +198,7 @@ def test_a_per_record_job_leaves_the_session_s_sql_settings_alone(
     put_records(moto_client, unique_name, make_payloads(40))
     session = spark.newSession()
     driver = build_driver(job_config(), lambda record: None, spark=session, progress=None)
-    assert isinstance(driver, ExecutorDriver)
+    assert isinstance(driver, MicroBatchLoop)
     summary = driver.run()
 
     assert summary.ok == 40
@@ -244,7 +244,7 @@ def test_a_read_computed_again_returns_the_same_records(
     cfg = job_config()
     shards = [s["ShardId"] for s in moto_client.list_shards(StreamName=unique_name)["Shards"]]
     start = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
-    plans = [ReadPlan(i, s, start, limit=500) for i, s in enumerate(shards)]
+    plans = [ReadPlan(i, unique_name, s, start, limit=500) for i, s in enumerate(shards)]
     to = RecordTo(cfg.checkpoint_store, cfg.job_name, unique_name, "run1", 1)
     reader = frame_reader([[p] for p in plans], ReadSettings.of(cfg), to, RowSpace(plans).bases)
     n = len(plans)
@@ -284,7 +284,7 @@ def test_a_shard_idle_at_its_tip_is_polled_without_the_transform_after_a_batch_w
 
     create_stream(moto_client, unique_name, 2)
     put_records(moto_client, unique_name, make_payloads(40, 50))
-    cfg = job_config()
+    cfg = job_config(batch_max_wait=10.0)  # a read's deadline: a loaded machine reaches the tip
     idle, busy = [s["ShardId"] for s in moto_client.list_shards(StreamName=unique_name)["Shards"]]
     calls: list[int] = []
 
@@ -294,13 +294,17 @@ def test_a_shard_idle_at_its_tip_is_polled_without_the_transform_after_a_batch_w
 
     frames, settings = frame_jobs(spark, cfg, unique_name, dataframe_transform(passes))
     try:
-        (at_tip,), _ = frames.collect([ReadPlan(1, idle, LATEST, 500)], 1, settings, "r", 1)
-        assert len(at_tip) == 0 and at_tip.caught_up  # a first read is read and processed
-        (read,), _ = frames.collect([ReadPlan(2, busy, OLDEST, 500)], 1, settings, "r", 2)
+        (at_tip,), _ = frames.collect(
+            [ReadPlan(1, unique_name, idle, LATEST, 500)], 1, settings, "r", 1
+        )
+        assert len(at_tip) == 0 and at_tip.end.caught_up  # a first read is read and processed
+        (read,), _ = frames.collect(
+            [ReadPlan(2, unique_name, busy, OLDEST, 500)], 1, settings, "r", 2
+        )
         assert len(read) > 0 and len(calls) == 2  # the other shard's batch: transformed
-        again = ReadPlan(3, idle, at_tip.position, 500)
+        again = ReadPlan(3, unique_name, idle, at_tip.end.position, 500)
         (polled,), jobs = frames.collect([again], 1, settings, "r", 3)
-        assert len(polled) == 0 and polled.caught_up
+        assert len(polled) == 0 and polled.end.caught_up
         assert len(calls) == 2 and jobs == 1  # read first, nothing to transform
     finally:
         frames.close()
@@ -338,7 +342,7 @@ def test_a_given_up_transform_job_stops_holding_back_the_removal_of_batch_ends(
             released.set()
 
     driver = build_driver(cfg, dataframe_transform(hangs_first), spark=spark, progress=progress)
-    assert isinstance(driver, ExecutorDriver) and driver.jobs.frames is not None
+    assert isinstance(driver, MicroBatchLoop) and driver.jobs.frames is not None
     floor.append(functools.partial(driver.jobs.frames.stores[0].floor, driver.jobs.run_id))
     summary = driver.run()
 
@@ -378,31 +382,39 @@ def test_a_given_up_job_that_returns_late_does_not_change_how_the_next_poll_runs
     frames, settings = frame_jobs(spark, cfg, unique_name, dataframe_transform(passes))
     late: list[Any] = []
     try:
-        (tip,), _ = frames.collect([ReadPlan(1, shard, LATEST, 500)], 1, settings, "r", 1)
-        assert len(tip) == 0 and tip.caught_up
+        (tip,), _ = frames.collect(
+            [ReadPlan(1, unique_name, shard, LATEST, 500)], 1, settings, "r", 1
+        )
+        assert len(tip) == 0 and tip.end.caught_up
         put_records(moto_client, unique_name, make_payloads(20, 50))
         hang[0] = True
         hung = threading.Thread(
             target=lambda: late.append(
-                frames.collect([ReadPlan(2, shard, tip.position, 500)], 1, settings, "r", 2)
+                frames.collect(
+                    [ReadPlan(2, unique_name, shard, tip.end.position, 500)], 1, settings, "r", 2
+                )
             )
         )
         hung.start()
         assert entered.wait(120), "the transform of job 2 was never called"
         frames.give_up(2)  # as the driver does past its deadline
-        (again,), _ = frames.collect([ReadPlan(3, shard, tip.position, 500)], 1, settings, "r", 3)
+        (again,), _ = frames.collect(
+            [ReadPlan(3, unique_name, shard, tip.end.position, 500)], 1, settings, "r", 3
+        )
         assert len(again) == 20
-        (empty,), _ = frames.collect([ReadPlan(4, shard, again.position, 500)], 1, settings, "r", 4)
-        assert len(empty) == 0 and empty.caught_up
+        (empty,), _ = frames.collect(
+            [ReadPlan(4, unique_name, shard, again.end.position, 500)], 1, settings, "r", 4
+        )
+        assert len(empty) == 0 and empty.end.caught_up
         released.set()
         hung.join(120)
         (old,), _ = late[0]  # it read the same 20 records, and returned
         assert len(old) == 20 and not hung.is_alive()
         before = len(calls)
         (polled,), jobs = frames.collect(
-            [ReadPlan(5, shard, empty.position, 500)], 1, settings, "r", 5
+            [ReadPlan(5, unique_name, shard, empty.end.position, 500)], 1, settings, "r", 5
         )
-        assert len(polled) == 0 and polled.caught_up
+        assert len(polled) == 0 and polled.end.caught_up
         assert len(calls) == before and jobs == 1  # read first, nothing to transform
     finally:
         released.set()
@@ -440,7 +452,9 @@ def test_a_store_error_while_removing_batch_ends_does_not_fail_the_job(
     )
     try:
         with caplog.at_level(logging.WARNING):
-            (read,), _ = frames.collect([ReadPlan(1, shard, OLDEST, 500)], 1, settings, "r", 1)
+            (read,), _ = frames.collect(
+                [ReadPlan(1, unique_name, shard, OLDEST, 500)], 1, settings, "r", 1
+            )
         assert len(read) == 10 and all(read.ok)
         assert "removing batch ends of run r before job 2: store down" in caplog.text
     finally:
@@ -463,7 +477,7 @@ def test_a_micro_batch_that_fails_before_its_spark_job_ends_its_key(
     frames, settings = frame_jobs(spark, cfg, unique_name, words)
     try:
         with pytest.raises(ProcessingContractError, match="reserved names.*_root"):
-            frames.collect([ReadPlan(1, shard, OLDEST, 10)], 1, settings, "r", 1)
+            frames.collect([ReadPlan(1, unique_name, shard, OLDEST, 10)], 1, settings, "r", 1)
         assert frames.keys.floor() == 2  # key 1 ended: nothing runs
     finally:
         frames.close()

@@ -6,7 +6,7 @@ Spark: what is tested is the plan, the read and the tracking of its result).
 
 from __future__ import annotations
 
-import threading
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,10 +22,11 @@ from kinesis_spout.checkpoint.base import MemoryCheckpointStore
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.records import Record
-from kinesis_spout.spark.read import alone
-from kinesis_spout.spark.read.plan import ReadSettings
-from kinesis_spout.spark.read.planner import ExecutorReadPlanner, executor_read_spout
-from kinesis_spout.spark.read.task import run_plan, run_plans
+from kinesis_spout.spark.plan import Planner, ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.quarantine import Quarantine
+from kinesis_spout.spark.sandbox import Sandbox
+from kinesis_spout.spark.task import run_plans
+from kinesis_spout.spout import KinesisSpout
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, kpl_aggregate, put_records
 
@@ -38,9 +39,7 @@ def aggregate(prefix: str, n: int) -> tuple[str, bytes]:
     return kpl_aggregate((f"{prefix}-{u}", f"{prefix}.{u}|x".encode()) for u in range(n))
 
 
-def reader(
-    endpoint: str, stream: str, tmp_path: Path, store: Any, **kw: Any
-) -> ExecutorReadPlanner:
+def reader(endpoint: str, stream: str, tmp_path: Path, store: Any, **kw: Any) -> Planner:
     spout_kw = {k: kw.pop(k) for k in ("clock",) if k in kw}
     values: dict[str, Any] = dict(
         stream_name=stream,
@@ -54,17 +53,34 @@ def reader(
         message_timeout=0.0,
     )
     cfg = SpoutConfig(**{**values, **kw})
-    sp = ExecutorReadPlanner(
-        executor_read_spout(cfg, store=store, client=make_client(endpoint), **spout_kw)
+    spout = KinesisSpout(
+        cfg,
+        store=store,
+        client=make_client(endpoint),
+        read_here=False,
+        job_lease=False,
+        **spout_kw,
     )
-    sp.spout.open()
+    sp = Planner(spout, Quarantine())
+    spout.open()
     return sp
+
+
+def settings_of(sp: Planner, **kw: Any) -> ReadSettings:
+    """The read tasks' settings of a planner's job (its streams' targets included)."""
+    return sp.settings(replace(ReadSettings.of(sp.spout.config), **kw))
+
+
+def run_plan(plan: ReadPlan, settings: ReadSettings, fn: Any, batch_id: int) -> ReadResult:
+    """One plan as a task of its own."""
+    (res,) = run_plans([plan], settings, fn, batch_id)
+    return res
 
 
 @contextmanager
 def one_shard_walk(
     moto_server: MotoServer, moto_client: Any, stream: str, tmp_path: Path, *, seed: int
-) -> Iterator[tuple[FaultProxy, ExecutorReadPlanner, Any]]:
+) -> Iterator[tuple[FaultProxy, Planner, Any]]:
     """A stream of one shard holding 3 records, read through a fault proxy on GetRecords
     (``seed``): the proxy, an open planner (``retry_limit`` 0, memory checkpoints) and the
     shard's first read plan, for a record that fails a task alone."""
@@ -130,55 +146,44 @@ def test_an_empty_page_that_is_behind_is_not_the_tip(
         )
         plans = sp.plan(10_000)
         assert len(plans) == 1 and plans[0].limit >= 60
-        res = run_plan(plans[0], ReadSettings.of(sp.config), lambda r: None, batch_id=1)
+        res = run_plan(plans[0], settings_of(sp), lambda r: None, batch_id=1)
         assert px.injected.empty > 0
         sp.apply([res])
         sp.spout.close()
-    assert len(res) == 60
-    assert not res.caught_up or res.behind == 0
+    assert len(res) == 60 and res.end is not None
+    assert not res.end.caught_up or res.end.behind == 0
 
 
-def test_the_record_that_fails_alone_is_read_past_an_expired_iterator(
-    moto_server: MotoServer,
-    moto_client: Any,
-    unique_name: str,
-    tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
+def test_the_record_that_fails_alone_is_fetched_past_an_expired_iterator(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
 ) -> None:
-    """A read task of one record killed its worker: the driver reads that record to fail
-    it. Its iterator expired (a halving cycle outlasted it): re-opened and read; when
-    no read works, the error is shown, the shard's expired iterator is dropped, and the
-    driver reads on to the record at its next step (no task of the shard meanwhile)."""
+    """A read plan of one record killed its worker: its shard is quarantined, and its next
+    plan fetches that record and fails it unprocessed. The fetch's iterator expired (a
+    halving cycle outlasted it): re-opened and read. A fetch no read of which works
+    leaves the shard in quarantine, its next plan fetching again."""
     with one_shard_walk(moto_server, moto_client, unique_name, tmp_path, seed=1) as (px, sp, plan):
         px.expire = 0.5  # seed 1: the first GetRecords expires, the second is answered
         assert sp.fail_alone(replace(plan, limit=1), "worker died") == []
-        failed = walk_read(sp)
+        failed = fetch_read(sp)
         assert px.injected.expire == 1
         assert len(failed) == 1 and failed[0].startswith(f"{unique_name}/{SHARD}")
         (plan,) = sp.plan(10_000)  # the shard reads on after it
-        assert plan.position is not None and plan.position.after is not None
+        assert plan.fetch is None and plan.position is not None
+        assert plan.position.after is not None
         px.expire = 1.0
         assert sp.fail_alone(replace(plan, limit=1), "worker died") == []
-        with caplog.at_level("WARNING"):
-            assert walk_read(sp) == []
-        assert f"shard {SHARD}: the record that fails alone could not be read" in caplog.text
-        assert sp.plan(10_000) == []
-        shard = sp.spout.shard_set.shards[SHARD]
-        assert shard.reader is not None and shard.reader.getter.position.iterator is None
+        assert fetch_read(sp) == []  # nothing reached: still in quarantine
         px.expire = 0.0
-        (rid,) = walk_read(sp)  # re-opened after the last key read
+        (rid,) = fetch_read(sp)  # re-opened after the last key read
         assert rid.startswith(f"{unique_name}/{SHARD}") and rid != failed[0]
         sp.spout.close()
 
 
-def test_a_record_that_failed_a_task_alone_is_read_on_a_thread_while_other_shards_plan(
+def test_a_record_that_failed_a_task_alone_is_fetched_in_the_next_micro_batch(
     moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
 ) -> None:
-    """A read task of one record killed its worker: ``fail_alone`` reads nothing in the
-    loop's thread (a read of it may take up to 15 s); the shard walks to the record on a
-    thread of its own, with no task meanwhile, while the other shard is planned as usual.
-    Before the fix ``fail_alone`` read the record itself: the micro-batch loop, hence
-    every other shard, waited for that read."""
+    """``fail_alone`` reads nothing in the loop's thread; the shard's next plan is a
+    fetch of its record, in the same micro-batch as the other shard's read."""
     create_stream(moto_client, unique_name, 2)
     put_records(moto_client, unique_name, [(f"k{i}", f"r{i}|x".encode()) for i in range(40)])
     store = MemoryCheckpointStore("job")
@@ -190,115 +195,90 @@ def test_a_record_that_failed_a_task_alone_is_read_on_a_thread_while_other_shard
         before = px.requests.get("GetRecords", 0)
         assert sp.fail_alone(replace(lone, limit=1), "worker died") == []
         assert px.requests.get("GetRecords", 0) == before  # nothing read in this thread
-        assert [p.shard_id for p in sp.plan(10_000)] == [other.shard_id]
-        (rid,) = walk_read(sp)
-        assert rid.startswith(f"{unique_name}/{lone.shard_id}")
-        assert sorted(p.shard_id for p in sp.plan(10_000)) == sorted(
-            [lone.shard_id, other.shard_id]
-        )
+        fetch, read = sp.plan(10_000)
+        assert (fetch.shard_id, fetch.fetch, fetch.limit) == (lone.shard_id, "worker died", 1)
+        assert read.shard_id == other.shard_id and read.fetch is None
+        results = run_plans([fetch, read], settings_of(sp), lambda r: None, 1)
+        sp.apply(results)
+        (res,) = [r for r in results if r.shard_id == lone.shard_id]
+        assert len(res) == 1 and res.errors == {0: "worker died"}
+        (again,) = [p for p in next_plans(sp) if p.shard_id == lone.shard_id]
+        assert again.fetch is None and again.limit > 1  # it reads on at full size
         sp.spout.close()
     assert sp.spout.stats().dead_lettered == 1  # retry_limit 0: failed once, dead-lettered
 
 
-def test_the_record_that_fails_alone_is_read_behind_more_empty_pages_than_five(
+def killer(r: Record) -> None:
+    if r.data.startswith(b"kill"):
+        os._exit(9)
+
+
+def test_a_record_that_kills_the_sandbox_is_fetched_next_and_the_rest_read_on(
     moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path
 ) -> None:
-    """The record a task of one record died on sits behind empty pages (real Kinesis
-    answers them over a gap in time): the driver walks them to read and fail it. Before
-    the fix it gave up after 5 answers, so the record was never failed and each cycle
-    killed a worker on it again."""
-    with one_shard_walk(moto_server, moto_client, unique_name, tmp_path, seed=0) as (px, sp, plan):
-        px.set_rates(empty=0.9)  # seed 0: 10 empty pages, then the record
-        assert sp.fail_alone(replace(plan, limit=1), "worker died") == []
-        failed = walk_read(sp)
-        empties = px.injected.empty
-        px.clear_faults()
-        assert empties > 5
-        assert len(failed) == 1 and failed[0].startswith(f"{unique_name}/{SHARD}")
-        (plan,) = sp.plan(10_000)  # the shard reads on after it
-        res = run_plan(plan, ReadSettings.of(sp.config), lambda r: None, batch_id=1)
+    """The per-record style's sandbox ends a read just before a record that killed its
+    child; the planner applies the records before it, quarantines the shard, fetches the
+    record (failed: retry_limit 0, dead-lettered) and reads on after it."""
+    create_stream(moto_client, unique_name, 1)
+    items = [(f"k{i}", b"kill|x" if i == 4 else f"r{i}|x".encode()) for i in range(10)]
+    put = put_records(moto_client, unique_name, items)
+    store = MemoryCheckpointStore("job")
+    sp = reader(moto_server.endpoint_url, unique_name, tmp_path, store, retry_limit=0)
+    settings = settings_of(sp)
+    box = Sandbox()
+    try:
+        (plan,) = sp.plan(10_000)
+        (res,) = box.run([plan], settings, killer, 1)
+        assert res.seqs == [seq for _, seq in put[:4]] and res.poisoned is not None
         sp.apply([res])
+        (fetch,) = next_plans(sp)
+        assert fetch.fetch == res.poisoned and fetch.limit == 1
+        (fetched,) = box.run([fetch], settings, killer, 2)
+        assert [r.sequence_number for r in fetched.failed.values()] == [put[4][1]]
+        sp.apply([fetched])
+        (rest,) = next_plans(sp)
+        assert rest.fetch is None and rest.limit > 1
+        (after,) = box.run([rest], settings, killer, 3)
+        assert after.seqs == [seq for _, seq in put[5:]] and all(after.ok)
+        sp.apply([after])
+    finally:
+        box._forget([])
         sp.spout.close()
-    assert [r.partition_key for r in res.failed.values()] == []
-    assert len(res) == 2
+    assert sp.spout.stats().dead_lettered == 1  # retry_limit 0: failed once, dead-lettered
+    assert store.load(unique_name)[put[0][0]].sequence_number == put[-1][1]
 
 
 @pytest.mark.parametrize("how", ["killed its worker", "hung"])
-def test_a_record_that_fails_alone_behind_more_empty_pages_than_one_read_walks_is_walked_to(
-    moto_server: MotoServer,
-    moto_client: Any,
-    unique_name: str,
-    tmp_path: Path,
-    how: str,
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_record_that_fails_alone_behind_empty_pages_is_fetched_over_several_reads(
+    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path, how: str
 ) -> None:
-    """The record a task of one record failed on sits behind more empty pages than one
-    driver read walks (``MAX_EMPTY_BEHIND``, 5 here: at 5 calls a second, 50 take 10 s).
-    Its shard gets no task meanwhile: the driver reads on from where it stopped at its
-    next step (``walk``) and fails the record. Before the fix the shard's next task was
-    of that record again: for a record that hangs, ``task_timeout`` later, when the
-    iterator the read reached had expired, so the driver walked the same pages again and
-    never reached it."""
-    monkeypatch.setattr(alone, "MAX_EMPTY_BEHIND", 5)
+    """The record a plan of one record failed on sits behind empty pages (real Kinesis
+    answers them over a gap in time): each fetch reads on from where the last one
+    stopped until it reaches the record, and fails it; the shard then reads at full
+    size. Only fetches are planned for the shard meanwhile."""
     with one_shard_walk(moto_server, moto_client, unique_name, tmp_path, seed=0) as (px, sp, plan):
         px.set_rates(empty=1.0)
         one = replace(plan, limit=1)
         failed = sp.hung(one, how) if how == "hung" else sp.fail_alone(one, how)
         assert failed == [] and px.injected.empty == 0  # nothing read yet
-        assert sp.plan(10_000) == []  # no task would fail or hang on the record again
-        assert sp.wake_in() == 0.0
-        assert walk_read(sp) == [] and px.injected.empty == 5  # 5 pages, all empty
-        assert sp.plan(10_000) == []
-        assert sp.walk(busy={SHARD}) == []  # not while a retry task of the shard runs
-        assert not sp.lone.reading
-        assert sp.walk() == []  # its read starts, and the loop does not wait for it:
-        assert sp.lone.reading and not sp.lone.walking()  # 5 calls at 5 a second run on
-        wait_for_walk_read(sp)
-        assert sp.walk(busy={SHARD}) == [] and sp.lone.reading  # applied once not busy
-        assert not sp.lone.walking(busy={SHARD})
-        assert finish_walk_read(sp) == []  # 5 pages further on, still empty
-        assert px.injected.empty == 10
-        shard = sp.spout.shard_set.shards[SHARD]
-        shard.releasing = True  # a shard being let go reads nothing, nor walks
-        assert sp.walk() == [] and not sp.lone.reading and px.injected.empty == 10
-        shard.releasing = False
+        assert fetch_read(sp) == [] and px.injected.empty > 0  # all empty: still quarantined
+        reached = px.injected.empty
+        assert fetch_read(sp) == [] and px.injected.empty > reached  # read on, not again
         px.set_rates(empty=0.9)  # seed 0: a few more empty pages, then the record
-        (rid,) = walk_read(sp)
+        rids = fetch_read(sp)
+        deadline = time.monotonic() + 60
+        while not rids:
+            assert time.monotonic() < deadline, "the record was not reached within 60 s"
+            rids = fetch_read(sp)
         px.clear_faults()
-        assert rid.startswith(f"{unique_name}/{SHARD}")
-        assert sp.walk() == []
+        assert len(rids) == 1 and rids[0].startswith(f"{unique_name}/{SHARD}")
         (plan,) = sp.plan(10_000)  # the shard reads on after it, at full size
-        assert plan.limit > 1
-        res = run_plan(plan, ReadSettings.of(sp.config), lambda r: None, batch_id=1)
+        assert plan.limit > 1 and plan.fetch is None
+        res = run_plan(plan, settings_of(sp), lambda r: None, batch_id=1)
         sp.apply([res])
         sp.spout.close()
     assert len(res) == 2
     assert sp.spout.stats().dead_lettered == 1  # retry_limit 0: failed once, dead-lettered
-
-
-@pytest.mark.parametrize("stop", ["deactivate", "close"])
-def test_a_walks_read_makes_no_call_past_the_one_in_flight_once_the_spout_stops(
-    moto_server: MotoServer, moto_client: Any, unique_name: str, tmp_path: Path, stop: str
-) -> None:
-    """A walk's read runs on a daemon thread, here over empty pages (one read walks up
-    to 50 of them, for up to 15 s). Once the spout stops emitting (the job stops) or is
-    closed, the read ends at its next call: at most the call in flight is answered
-    after. Before the fix it read on for up to 15 s after the job had ended."""
-    with one_shard_walk(moto_server, moto_client, unique_name, tmp_path, seed=0) as (px, sp, plan):
-        px.set_rates(empty=1.0)
-        assert sp.fail_alone(replace(plan, limit=1), "worker died") == []
-        assert sp.walk() == [] and sp.lone.reading
-        (thread,) = [t for t in threading.enumerate() if t.name.endswith(f"walk-{SHARD}")]
-        deadline = time.monotonic() + 60
-        while px.injected.empty < 2:  # the read walks empty pages
-            assert time.monotonic() < deadline, "the walk read no empty page within 60 s"
-            time.sleep(0.01)
-        getattr(sp.spout, stop)()
-        at_stop = px.injected.empty
-        thread.join(60)
-        assert not thread.is_alive()
-        assert px.injected.empty <= at_stop + 1  # the call in flight, if one was
-        sp.spout.close()
 
 
 def test_a_running_retry_task_keeps_its_records_past_the_message_timeout(
@@ -320,7 +300,7 @@ def test_a_running_retry_task_keeps_its_records_past_the_message_timeout(
         message_timeout=5.0,
         clock=lambda: now[0],
     )
-    settings = ReadSettings.of(sp.config)
+    settings = settings_of(sp)
 
     def fail_r0(r: Record) -> None:
         if r.data.startswith(b"r0|"):
@@ -331,7 +311,7 @@ def test_a_running_retry_task_keeps_its_records_past_the_message_timeout(
     (retry,) = sp.plan(100)
     assert retry.is_retry and [r.data[:2] for r in retry.retries] == [b"r0"]
     now[0] += 60.0  # the retry task runs long
-    sp.plan(100, busy={SHARD})
+    sp.plan(100, busy={(unique_name, SHARD)})
     assert sp.spout.stats().dead_lettered == 0 and sp.spout.stats().failed == 1
     sp.apply([run_plan(retry, settings, lambda r: None, batch_id=2)])
     sp.spout.checkpoint(force=True)
@@ -352,14 +332,14 @@ def test_a_shard_in_a_running_job_does_not_wake_the_driver(
         plans = sp.plan(100)
         assert [p.shard_id for p in plans] == [SHARD]
         assert sp.wake_in() == 0.0  # due: planned but not back
-        assert sp.wake_in(busy={SHARD}) >= 0.4  # the next checkpoint, not the busy shard
+        assert sp.wake_in(busy={(unique_name, SHARD)}) >= 0.4  # the checkpoint, not the shard
     finally:
         sp.spout.close()
 
 
 def backing_off_reader(
     moto_server: MotoServer, stream: str, tmp_path: Path, now: list[float]
-) -> ExecutorReadPlanner:
+) -> Planner:
     """A planner on ``now[0]`` as its clock whose idle shards wait 1 s, doubling to 4 s."""
     return reader(
         moto_server.endpoint_url,
@@ -383,7 +363,7 @@ def test_idle_shards_are_polled_less_often_and_poll_together(
     create_stream(moto_client, unique_name, 2)
     now = [100.0]
     sp = backing_off_reader(moto_server, unique_name, tmp_path, now)
-    settings = ReadSettings.of(sp.config)
+    settings = settings_of(sp)
 
     def read(plans: list[Any]) -> None:
         sp.apply([run_plan(p, settings, lambda r: None, batch_id=1) for p in plans])
@@ -418,7 +398,7 @@ def test_records_read_up_to_a_limit_reset_an_idle_shards_backoff(
     create_stream(moto_client, unique_name, 1)
     now = [100.0]
     sp = backing_off_reader(moto_server, unique_name, tmp_path, now)
-    settings = ReadSettings.of(sp.config)
+    settings = settings_of(sp)
 
     def read(limit: int) -> Any:
         (plan,) = sp.plan(limit)
@@ -436,9 +416,9 @@ def test_records_read_up_to_a_limit_reset_an_idle_shards_backoff(
         put_records(moto_client, unique_name, [(f"k{i}", b"x") for i in range(20)])
         full = [read(10), read(10)]
         assert [len(r) for r in full] == [10, 10]
-        assert not any(r.caught_up for r in full)  # each stopped at its limit
+        assert not any(r.end.caught_up for r in full)  # each stopped at its limit
         empty = read(10)
-        assert len(empty) == 0 and empty.caught_up
+        assert len(empty) == 0 and empty.end.caught_up
         assert sp.wake_in() == pytest.approx(1.0, abs=0.01)  # not 4: records reset it
     finally:
         sp.spout.close()
@@ -460,7 +440,7 @@ def test_a_task_keeps_up_to_poll_threads_calls_in_flight_and_each_shard_in_order
         plans = sp.plan(10_000)
         assert len(plans) == 6
         seen: dict[str, list[int]] = {}
-        settings = replace(ReadSettings.of(sp.config), read_seconds=30.0)
+        settings = replace(settings_of(sp), read_seconds=30.0)
         results = run_plans(
             plans,
             settings,
@@ -475,24 +455,23 @@ def test_a_task_keeps_up_to_poll_threads_calls_in_flight_and_each_shard_in_order
     for shard, seq in put:
         by_shard.setdefault(shard, []).append(int(seq))
     assert seen == by_shard
-    assert all(r.caught_up and len(r) == len(by_shard[r.shard_id]) for r in results)
+    assert all(r.end and r.end.caught_up and len(r) == len(by_shard[r.shard_id]) for r in results)
 
 
-def walk_read(sp: Any) -> list[str]:
-    """One read of a walk: started, waited for, applied; the message ids it failed."""
-    assert sp.walk() == []  # it starts
-    return finish_walk_read(sp)
+def next_plans(sp: Planner, timeout: float = 30.0) -> list[ReadPlan]:
+    """The next micro-batch's plans, once a shard is due (a read that found nothing, or
+    only errors, waits its backoff)."""
+    deadline = time.monotonic() + timeout
+    while not (plans := sp.plan(10_000)):
+        assert time.monotonic() < deadline, "no shard due"
+        time.sleep(min(sp.wake_in(), 0.05))
+    return plans
 
 
-def finish_walk_read(sp: Any) -> list[str]:
-    """The walk's read that runs, waited for and applied."""
-    wait_for_walk_read(sp)
-    return list(sp.walk())
-
-
-def wait_for_walk_read(sp: Any) -> None:
-    """Until the walk's read that runs ends (a deadline of 60 s)."""
-    deadline = time.monotonic() + 60
-    while not sp.lone.walking():
-        assert time.monotonic() < deadline, "the walk's read did not end within 60 s"
-        time.sleep(0.01)
+def fetch_read(sp: Planner) -> list[str]:
+    """The quarantined shard's fetch plan, read and applied; the message ids it failed."""
+    (plan,) = next_plans(sp)
+    assert plan.fetch is not None and plan.limit == 1
+    res = run_plan(plan, settings_of(sp), lambda r: None, batch_id=1)
+    sp.apply([res])
+    return [r.stream_message_id for r in res.failed.values()]

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 import spark_job_helpers
-from kinesis_spout.spark.executor_driver import ExecutorDriver
 from spark_job_helpers import POISON, last_per_shard, sink_rows, submit_and_kill
 
 from kinesis_spout.checkpoint import open_store
@@ -29,6 +28,7 @@ from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config.load import load_config
 from kinesis_spout.deadletter import read_dead_letters
 from kinesis_spout.spark.launch.build import build_driver, run_job
+from kinesis_spout.spark.loop import MicroBatchLoop
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.spark.processing import dataframe_transform
 from kinesis_spout.testing.servers import KinesisEmulator
@@ -174,7 +174,7 @@ def test_a_transform_over_three_streams_runs_on_the_executors_and_routes_by_stre
         stop_when_idle=1.5,
     )
     driver = build_driver(cfg, dataframe_transform(by_stream), spark=spark, progress=None)
-    assert isinstance(driver, ExecutorDriver)
+    assert isinstance(driver, MicroBatchLoop)
     driver.run()
     assert driver.spark_jobs >= 1 and all(pid != os.getpid() for _, pid in driver.planner.readers)
 
@@ -218,7 +218,7 @@ def test_a_stream_deleted_while_the_job_reads_is_let_go_and_the_others_go_on(
         stop_when_idle=3.0,
     )
     driver = build_driver(cfg, spark_job_helpers.accept, spark=spark, progress=None)
-    assert isinstance(driver, ExecutorDriver)
+    assert isinstance(driver, MicroBatchLoop)
     outcome: list[BaseException | None] = []
     runner = threading.Thread(target=lambda: outcome.append(_run(driver)), daemon=True)
     runner.start()
@@ -230,7 +230,7 @@ def test_a_stream_deleted_while_the_job_reads_is_let_go_and_the_others_go_on(
     late = put_records(moto_client, a, make_payloads(100, 50, prefix="late-"))
     runner.join(timeout=180)
     assert not runner.is_alive() and outcome == [None], outcome
-    assert b in driver.spout.gone and a in driver.spout.spouts  # type: ignore[union-attr]
+    assert b in driver.spout.gone and a in driver.spout.streams.sets  # type: ignore[union-attr]
     store = open_store(cfg.checkpoint_store, unique_name)
     try:
         stored = {s: cp.sequence_number for s, cp in store.load(a).items()}
@@ -240,7 +240,7 @@ def test_a_stream_deleted_while_the_job_reads_is_let_go_and_the_others_go_on(
         assert stored[shard] == seq  # the stream left read on to its last record
 
 
-def _run(driver: ExecutorDriver) -> BaseException | None:
+def _run(driver: MicroBatchLoop) -> BaseException | None:
     try:
         driver.run()
     except BaseException as exc:  # the test thread reports it

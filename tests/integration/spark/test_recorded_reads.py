@@ -18,7 +18,7 @@ import pytest
 from devkit.faultproxy import FaultProxy
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.records import GetterPosition
-from kinesis_spout.spark.read.plan import ReadPlan, ReadSettings
+from kinesis_spout.spark.plan import ReadPlan, ReadSettings
 from kinesis_spout.spark.read.recorded import RecordTo, read_recorded
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, put_records
@@ -59,7 +59,7 @@ def test_a_task_hands_on_a_shards_records_while_it_reads_its_next_shard(
     with FaultProxy(moto_server.endpoint_url) as px:
         cfg = job_config(endpoint_url=px.endpoint_url, poll_threads=1)
         settings = replace(ReadSettings.of(cfg), read_seconds=60.0)
-        plans = [ReadPlan(i, s, START, limit=500) for i, s in enumerate(sorted(want))]
+        plans = [ReadPlan(i, unique_name, s, START, limit=500) for i, s in enumerate(sorted(want))]
         to = RecordTo(cfg.checkpoint_store, cfg.job_name, unique_name, "run1", 1)
         ends = to.open()
         try:

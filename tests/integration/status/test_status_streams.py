@@ -10,7 +10,7 @@ import pytest
 
 from devkit.status import run_status, status_json
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.multistream import MultiStreamSpout
+from kinesis_spout.spout import KinesisSpout
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, emulator_client, make_payloads, put_records
 
@@ -34,7 +34,7 @@ def test_one_table_per_stream_and_a_streams_list(
         dead_letter=str(tmp_path / "dead-letter"),
         empty_shard_backoff=0.05,
     )
-    with MultiStreamSpout(cfg) as spout:  # every record done and checkpointed
+    with KinesisSpout(cfg) as spout:  # every record done and checkpointed
         deadline = time.monotonic() + 30
         while not spout.is_idle:
             assert time.monotonic() < deadline, spout.stats()
