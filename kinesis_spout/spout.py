@@ -187,7 +187,9 @@ class KinesisSpout:
         opened, shards adopted."""
         self._lease.take()  # first: a second reader of the job reads nothing
         if self._client is None:
-            self._client = make_client(cfg.endpoint_url, cfg.region, profile=cfg.profile)
+            self._client = make_client(
+                cfg.endpoint_url, cfg.region, profile=cfg.profile, role=cfg.assumed_role
+            )
         self.api = KinesisApi(self._client, cfg.stream_name, cfg.stream_arn)
         self.shard_set.api = self.api
         endpoint = getattr(getattr(self._client, "meta", None), "endpoint_url", cfg.endpoint_url)

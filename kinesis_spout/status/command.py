@@ -83,7 +83,11 @@ def gather(
         lags, probe_calls = probe_lags(client, config.stream_name, starts)
         calls += probe_calls
     dead, dead_problem = count_dead_letters(
-        config.dead_letter, config.job_name, config.stream_name, profile=config.profile
+        config.dead_letter,
+        config.job_name,
+        config.stream_name,
+        profile=config.profile,
+        role=config.assumed_role,
     )
     problems = [f"{shard}: lag not known: {p.error}" for shard, p in lags.items() if p.error]
     if dead_problem:
@@ -117,6 +121,7 @@ def _client(config: SpoutConfig, timeout: float) -> Any:
         config.endpoint_url,
         config.region,
         profile=config.profile,
+        role=config.assumed_role,
         connect_timeout=timeout,
         read_timeout=timeout,
         one_shot=True,
