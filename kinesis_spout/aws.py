@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 FALLBACK_REGION = "us-east-1"
 
-CALL_LOG_ENV = "KINESIS_SPOUT_CALL_LOG"
+CALL_LOG_ENV = "KSPOUT_CALL_LOG"
 """A file: when set, every AWS call of this process's sessions is appended to it as a
 ``service:Operation`` line (the Spark job's executors too, if it is set there)."""
 

@@ -117,7 +117,6 @@ def test_a_spout_with_role_arn_reads_another_accounts_stream_signing_with_the_ro
     arn = f"arn:aws:kinesis:us-east-1:{OTHER_ACCOUNT}:stream/{unique_name}"
     cfg = SpoutConfig(
         streams=(arn,),  # type: ignore[arg-type]
-
         job_name=unique_name,
         endpoint_url=moto_sts.endpoint_url,
         checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
