@@ -78,7 +78,7 @@ def find_spark_submit(explicit: str | None = None) -> str:
         return found
     raise SparkSubmitNotFoundError(
         "spark-submit not found next to this Python or on PATH: "
-        "pip install 'kinesis-spout[spark]' (or give --spark-submit PATH)"
+        "install the spark extra (pip install pyspark), or give --spark-submit PATH"
     )
 
 
