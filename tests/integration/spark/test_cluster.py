@@ -3,8 +3,9 @@ loopback, from PySpark's jars), submitted with ``kinesis-spout run --master spar
 
 The session's cluster runs its executors' Python from a bare virtualenv (no kinesis_spout,
 as a cluster where nothing was installed): a job stops at once with one line saying to
-pass ``--ship-env``, and with it this (editable) virtualenv is packed and shipped, and the
-executors read and process from their unpacked copy."""
+pass ``--ship-env``; with it, a job's virtualenv (kinesis-spout installed editable, with its
+``spark`` and ``ship`` extras: :func:`~devkit.jobenv.job_virtualenv`) is packed and
+shipped, and the executors read and process from their unpacked copy."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import spark_job_helpers
 from spark_job_helpers import POISON, last_per_shard, read_deliveries
 
 from devkit.cluster import StandaloneCluster, cluster_spark_conf
+from devkit.jobenv import job_virtualenv
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.deadletter import read_dead_letters
 from kinesis_spout.spark.launch.shipenv import ALIAS
@@ -48,6 +50,13 @@ def bare_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(python)
 
 
+@pytest.fixture(scope="module")
+def job_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``kinesis-spout`` program of a job's own virtualenv (kinesis-spout editable)."""
+    python = job_virtualenv(tmp_path_factory.mktemp("job-env") / "venv")
+    return python.with_name("kinesis-spout")
+
+
 def start_job(
     cluster: StandaloneCluster,
     moto: MotoServer,
@@ -58,6 +67,7 @@ def start_job(
     process: str = "logged_job",
     peers: int = 0,
     workers_python: str | None = None,
+    launcher: Path | None = None,
 ) -> subprocess.Popen[str]:
     """``kinesis-spout run`` on ``cluster``; ``workers_python``: the executors start that
     Python (as ``PYSPARK_PYTHON``), not this one, unless the job ships its own."""
@@ -66,7 +76,7 @@ def start_job(
         f"--spark-conf={k}={v}" for k, v in cluster_spark_conf(cluster).items() if k not in left_out
     ]
     cmd = [
-        str(Path(sys.executable).with_name("kinesis-spout")),
+        str(launcher or Path(sys.executable).with_name("kinesis-spout")),
         "run",
         "--master",
         cluster.master_url,
@@ -175,6 +185,7 @@ def test_with_ship_env_bare_workers_read_in_two_executors_and_every_record_is_do
     unique_name: str,
     tmp_path: Path,
     bare_python: str,
+    job_env: Path,
 ) -> None:
     create_stream(moto_client, unique_name, 4)
     bad = {5, 333, 777}
@@ -193,6 +204,7 @@ def test_with_ship_env_bare_workers_read_in_two_executors_and_every_record_is_do
         slow_ms=1,
         peers=2,
         workers_python=bare_python,
+        launcher=job_env,
     )
     out, _ = proc.communicate(timeout=500)
     assert proc.returncode == 0, out
