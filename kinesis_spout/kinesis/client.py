@@ -149,7 +149,7 @@ def process_client(
     return client
 
 
-def _session(profile: str | None, role: AssumedRole | None) -> boto3.session.Session:
+def _session(profile: str | None, role: AssumedRole | None = None) -> boto3.session.Session:
     """One boto3 session per profile and role for this module's clients (loading the
     service model costs ~0.1 s per session), with the UTC timestamp parser."""
     session = _SESSIONS.get((profile, role))
