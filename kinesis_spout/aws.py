@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 FALLBACK_REGION = "us-east-1"
 
 CALL_LOG_ENV = "KSPOUT_CALL_LOG"
-"""A file: when set, every AWS call of this process's sessions is appended to it as a
-``service:Operation`` line (the Spark job's executors too, if it is set there)."""
+"""A file: when set, every AWS call this process's sessions make with the job's credentials
+is appended to it as a ``service:Operation`` line (the executors' too, if it is set there):
+what the job's IAM policy must allow. The AssumeRole calls of ``role_arn``, made with the
+credentials it starts from, are not among them."""
 
 ROLE_SECONDS = 3600
 """How long an assumed role's credentials last (STS' default); botocore refreshes them
