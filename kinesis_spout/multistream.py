@@ -114,7 +114,9 @@ class MultiStreamSpout:
         try:
             self._lease.take()
             if self._client is None:
-                self._client = make_client(cfg.endpoint_url, cfg.region, profile=cfg.profile)
+                self._client = make_client(
+                    cfg.endpoint_url, cfg.region, profile=cfg.profile, role=cfg.assumed_role
+                )
             if self._store is None:
                 self._store = open_config_store(cfg)
             if self._dead is None:

@@ -188,7 +188,9 @@ class KinesisSpout:
         """The stream described, the store and the dead-letter sink opened, shards
         adopted (the job lease is taken already)."""
         if self._client is None:
-            self._client = make_client(cfg.endpoint_url, cfg.region, profile=cfg.profile)
+            self._client = make_client(
+                cfg.endpoint_url, cfg.region, profile=cfg.profile, role=cfg.assumed_role
+            )
         self.api = KinesisApi(self._client, cfg.stream_name, cfg.stream_arn)
         self.shard_set.api = self.api
         endpoint = getattr(getattr(self._client, "meta", None), "endpoint_url", cfg.endpoint_url)

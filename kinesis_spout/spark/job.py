@@ -349,7 +349,9 @@ def warm_client(config: SpoutConfig) -> None:
     then finds loaded, so opening the stream does not wait for it."""
     from kinesis_spout.kinesis.client import make_client
 
-    make_client(config.endpoint_url, config.region, profile=config.profile)
+    make_client(
+        config.endpoint_url, config.region, profile=config.profile, role=config.assumed_role
+    )
 
 
 DRIVER_MODULES = ("kinesis_spout.spark.launch.deploy", "kinesis_spout.kinesis.client", "boto3")

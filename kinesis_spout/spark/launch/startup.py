@@ -125,7 +125,9 @@ def _warm(settings: ReadSettings, modules: tuple[str, ...]) -> Callable[[Iterabl
             importlib.import_module(name)
         from kinesis_spout.kinesis.client import process_client
 
-        process_client(settings.endpoint_url, settings.region, profile=settings.profile)
+        process_client(
+            settings.endpoint_url, settings.region, profile=settings.profile, role=settings.role
+        )
 
     return run
 

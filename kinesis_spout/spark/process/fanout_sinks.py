@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from kinesis_spout.spark.arrowframes import to_arrow
 from kinesis_spout.spark.process.arrow import ROOT
 from kinesis_spout.spark.process.contract import ProcessingContractError, ok_and_error
 from kinesis_spout.spark.process.exprs import Exprs
@@ -52,7 +53,7 @@ class _RowSinkBranch:
         self.batch_id = batch_id
 
     def __call__(self, derived: Any) -> None:
-        self.sink.write(self.batch_id, derived.drop(ROOT, ID).toArrow())
+        self.sink.write(self.batch_id, to_arrow(derived.drop(ROOT, ID)))
 
 
 class _ExecutorRowSinkBranch:
@@ -99,10 +100,10 @@ def sink_statuses(
     for i, (name, sink) in enumerate(sinks):
         frame = sink_frame(name, sink, derived, exprs)
         if frame is not None:
-            results.append(SinkStatuses.from_arrow(i, name, frame.toArrow()))
+            results.append(SinkStatuses.from_arrow(i, name, to_arrow(frame)))
             continue
         if ids_table is None:
-            ids_table = derived.select(ROOT, ID).toArrow()
+            ids_table = to_arrow(derived.select(ROOT, ID))
         results.append(
             SinkStatuses.all_ok(
                 i,

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from kinesis_spout.spark.arrowframes import arrow_schema, ddl_struct, from_arrow, to_arrow
 from kinesis_spout.spark.process.arrow import (
     RECORD_STATUS_DDL,
     ROOT,
@@ -113,7 +114,7 @@ class _Rows:
         self.stop = stop
 
     def __call__(self, frame: Any) -> tuple[pa.Table, int, int]:
-        return frame.toArrow(), self.start, self.stop
+        return to_arrow(frame), self.start, self.stop
 
 
 class BatchRunner(Protocol):
@@ -212,9 +213,9 @@ class SparkRunner:
             self.spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(per_slice))
             self._arrow_batch = per_slice
         if rows <= per_slice:
-            return self.spark.createDataFrame(part)
+            return from_arrow(self.spark, part)
         slices = range(0, rows, per_slice)
-        frames = [self.spark.createDataFrame(part.slice(at, per_slice)) for at in slices]
+        frames = [from_arrow(self.spark, part.slice(at, per_slice)) for at in slices]
         df = frames[0]
         for other in frames[1:]:
             df = df.union(other)
@@ -227,7 +228,7 @@ class SparkRunner:
     ) -> BatchOutcome:
         df = self._to_dataframe(part)
         back = df.mapInArrow(record_function_mapper(p.fn, self.fast), RECORD_STATUS_DDL)
-        back = back.toArrow()
+        back = to_arrow(back)
         statuses = statuses_from_arrow(back, start, stop)
         processed = None
         if not isinstance(self.row_sink, NullSink):
@@ -271,7 +272,7 @@ class SparkRunner:
         try:
             derived = self._derived(stage, derived_schema)
             ok, error = F.col("_ok").alias("ok"), F.col("_error").alias("error")
-            back = stage.select(ROW, ok, error, "_ack_val").toArrow()
+            back = to_arrow(stage.select(ROW, ok, error, "_ack_val"))
             statuses = statuses_from_arrow(back, start, stop, missing_error="emit lost the record")
             ack_vals = np.zeros(stop - start, dtype=np.int64)
             rows = back.column(ROW).to_numpy(zero_copy_only=False)
@@ -343,14 +344,14 @@ class SparkRunner:
 
     def _fan_out_schemas(self, p: FanOutProcessor) -> tuple[pa.Schema, Any]:
         if self._derived_arrow is None:
-            from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+            from pyspark.sql.pandas.types import from_arrow_schema
             from pyspark.sql.types import StructType
 
             schema = p.schema
             if isinstance(schema, str):
-                schema = StructType.fromDDL(schema)
+                schema = ddl_struct(schema)
             if isinstance(schema, StructType):
-                schema = to_arrow_schema(schema, timezone="UTC")
+                schema = arrow_schema(schema)
             if not isinstance(schema, pa.Schema):
                 raise ProcessingContractError(
                     f"fan-out schema {p.schema!r}: expected a DDL string, StructType or "

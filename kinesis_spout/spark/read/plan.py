@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from kinesis_spout.aws import AssumedRole
 from kinesis_spout.records import GetterPosition, Record, ShardInfo
 from kinesis_spout.spark.process.fastretry import FastRetry
 from tracker import SequenceKey
@@ -55,6 +56,8 @@ class ReadSettings:
     registered it)."""
     profile: str | None = None
     """The AWS profile of the tasks' clients (None: ``AWS_PROFILE`` or the default chain)."""
+    role: AssumedRole | None = None
+    """The IAM role the tasks' clients assume (None: the profile's own credentials)."""
     poll_threads: int = 1
     """GetRecords calls a task keeps in flight at once (one per shard at most)."""
     stream_arn: str | None = None
@@ -97,6 +100,7 @@ class ReadSettings:
             sink=config.sink,
             fast=FastRetry.of(config),
             profile=config.profile,
+            role=config.assumed_role,
             poll_threads=config.poll_threads,
             stream_arn=config.stream_arn,
         )

@@ -110,7 +110,12 @@ def _polling_getter(plan: ReadPlan, settings: ReadSettings) -> KinesisShardGette
     settings = settings.for_plan(plan)
     return KinesisShardGetter(
         KinesisApi(
-            process_client(settings.endpoint_url, settings.region, profile=settings.profile),
+            process_client(
+                settings.endpoint_url,
+                settings.region,
+                profile=settings.profile,
+                role=settings.role,
+            ),
             settings.stream_name,
             settings.stream_arn,
         ),
@@ -151,6 +156,7 @@ def read_subscribed(
         settings.throttle_backoff,
         settings.throttle_backoff_max,
         settings.profile,
+        settings.role,
     )
     getter = subscribed_getter(
         target,

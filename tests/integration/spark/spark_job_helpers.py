@@ -88,6 +88,9 @@ KILLER = b"KILLER"
 
 
 class Delivery(NamedTuple):
+    """One delivery :func:`log_deliveries` logged (its file holds where the Python worker
+    imported kinesis_spout from)."""
+
     shard: str
     seq: str
     attempt: int
@@ -213,7 +216,9 @@ def log_deliveries(
             f"{record.shard_id}.{record.sequence_number}.{record.sub_sequence_number}."
             f"{record.attempt}.{part}.{os.getppid()}.{time.time_ns()}.{uuid.uuid4().hex[:8]}"
         )
-        Path(directory, name).touch()
+        import kinesis_spout  # where this worker has it from: the file's text
+
+        Path(directory, name).write_text(kinesis_spout.__file__ or "")
         if peers:
             _wait_for_peers(directory, peers)
         if record.data.startswith(kill):
