@@ -137,6 +137,7 @@ def job_stopped(cfg: SpoutConfig, store: CheckpointStore) -> Iterator[None]:
         reader=READER,
         region=cfg.region,
         profile=cfg.profile,
+        role=cfg.assumed_role,
     )
     try:
         lease.acquire(wait=False)

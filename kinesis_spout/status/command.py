@@ -71,6 +71,7 @@ def gather(
         timeout=timeout,
         region=config.region,
         profile=config.profile,
+        role=config.assumed_role,
     )
     client = client if client is not None else _client(config, timeout)
     stream, calls = read_stream(client, config)

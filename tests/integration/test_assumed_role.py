@@ -12,10 +12,14 @@ signed each Kinesis and S3 call.
   each account's streams apart, by the account of the key that signs), signing every
   Kinesis call and its S3 dead letter with the role's credentials; a profile with its
   own ``role_arn`` still works.
+* A ``dynamodb://`` checkpoint store is reached with the role too: every DynamoDB call of
+  the spout (table, job lease, checkpoints), of ``status``, ``checkpoints`` and
+  ``checkpoints reset``, and each role has a client of its own.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,7 +36,10 @@ from kinesis_spout.aws import (
     assume_role_refresher,
     assumed_role_credentials,
 )
+from kinesis_spout.checkpoint.dynamodb_table import dynamodb_client
+from kinesis_spout.cli import main as cli_main
 from kinesis_spout.config import SpoutConfig
+from kinesis_spout.config.load import to_toml
 from kinesis_spout.spout import KinesisSpout
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
@@ -178,3 +185,82 @@ def test_a_profile_with_its_own_role_arn_keeps_working(
     assert {caller_arn(moto_sts.endpoint_url, str(k)) for k in keys} == {session}
     (assume,) = [r for r in requests if r.operation == "AssumeRole"]
     assert assume.access_key == "base-key"  # the source profile's credentials assumed it
+
+
+def signed_by(endpoint: str, requests: list[RecordedRequest]) -> set[str]:
+    """Who signed ``requests``: the caller ARN of each access key."""
+    return {caller_arn(endpoint, str(r.access_key)) for r in requests}
+
+
+def test_a_dynamodb_store_is_reached_with_the_role_by_the_spout_status_and_checkpoints(
+    moto_sts: MotoServer,
+    dynamodb: str,
+    unique_name: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    endpoint = moto_sts.endpoint_url
+    owner = client_as_role(endpoint, ROLE)
+    create_stream(owner, unique_name, 2)
+    put_records(owner, unique_name, make_payloads(20, 50))
+    arn = f"arn:aws:kinesis:us-east-1:{OTHER_ACCOUNT}:stream/{unique_name}"
+    cfg = SpoutConfig(
+        streams=(arn,),  # type: ignore[arg-type]
+        job_name=unique_name,
+        endpoint_url=endpoint,
+        checkpoint_store=f"dynamodb://{unique_name}",
+        dead_letter=str(tmp_path / "dead-letter"),
+        empty_shard_backoff=0.05,
+        role_arn=ROLE,
+        role_session_name="store-writer",
+    )
+    config_file = tmp_path / "job.toml"
+    config_file.write_text(to_toml(cfg))
+
+    calls: dict[str, list[RecordedRequest]] = {}
+    with MotoRequests(endpoint) as recorder:
+        assert read_all(cfg, 20) == 20
+    calls["spout"] = signed(recorder.requests(), "dynamodb")
+    commands = {
+        "status": ["status"],
+        "checkpoints": ["checkpoints"],
+        "checkpoints reset": ["checkpoints", "reset", "--all", "--to-trim-horizon"],
+    }
+    printed: dict[str, str] = {}
+    for name, args in commands.items():
+        capsys.readouterr()
+        with MotoRequests(endpoint) as recorder:
+            assert cli_main([*args, f"--config={config_file}"]) == 0
+        calls[name] = signed(recorder.requests(), "dynamodb")
+        printed[name] = capsys.readouterr().out
+
+    session = f"arn:aws:sts::{OTHER_ACCOUNT}:assumed-role/stream-reader/store-writer"
+    made = {"CreateTable", "GetItem", "PutItem", "Query"}  # the table, the lease, the checkpoints
+    for name, ops in (
+        ("spout", made),
+        ("status", {"GetItem", "Query"}),
+        ("checkpoints", {"Query"}),
+        ("checkpoints reset", {"GetItem", "PutItem", "Query"}),  # the job lease, the reset
+    ):
+        assert ops <= {r.operation for r in calls[name]}, name
+        assert signed_by(endpoint, calls[name]) == {session}, name
+        assert os.environ["AWS_ACCESS_KEY_ID"] not in {r.access_key for r in calls[name]}
+    # The table, in the role's account, holds what the spout saved.
+    assert f"2 checkpoints of job {unique_name!r}" in printed["checkpoints"]
+    assert f"reset 2 checkpoints of job {unique_name!r}" in printed["checkpoints reset"]
+
+
+def test_each_role_has_a_dynamodb_client_of_its_own(moto_sts: MotoServer, dynamodb: str) -> None:
+    first = AssumedRole(ROLE, "first", None, "us-east-1")
+    second = AssumedRole(f"arn:aws:iam::{OTHER_ACCOUNT}:role/auditor", "second")
+    clients = [dynamodb_client("us-east-1", None, role) for role in (first, second, None)]
+    assert dynamodb_client("us-east-1", None, first) is clients[0]
+    with MotoRequests(moto_sts.endpoint_url) as recorder:
+        for client in clients:
+            client.list_tables()
+    calls = signed(recorder.requests(), "dynamodb")
+    assert [caller_arn(moto_sts.endpoint_url, str(r.access_key)) for r in calls] == [
+        f"arn:aws:sts::{OTHER_ACCOUNT}:assumed-role/stream-reader/first",
+        f"arn:aws:sts::{OTHER_ACCOUNT}:assumed-role/auditor/second",
+        "arn:aws:sts::123456789012:user/moto",
+    ]

@@ -258,6 +258,7 @@ def check_metrics_port(config: SpoutConfig) -> None:
                 zk_auth=config.zk_auth,
                 region=config.region,
                 profile=config.profile,
+                role=config.assumed_role,
             )
         except KinesisSpoutError:
             held = None  # the store cannot say: the port is the error

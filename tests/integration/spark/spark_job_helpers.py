@@ -44,6 +44,20 @@ def record_deliveries(directory: str) -> Callable[[InputRecord], None]:
     return process
 
 
+def not_poison(df: Any) -> Any:
+    """A transform: a record whose data starts with POISON fails, the others pass."""
+    from pyspark.sql import functions as F
+
+    bad = F.col("data").cast("string").startswith(POISON.decode())
+    return df.select(
+        "_row",
+        "shardId",
+        "sequenceNumber",
+        (~bad).alias("status"),
+        F.when(bad, F.lit("poison record")).alias("error"),
+    )
+
+
 def slow_ok(record: InputRecord) -> None:
     """Every record is fine, at ~2 ms each (so a kill lands mid-stream)."""
     time.sleep(0.002)

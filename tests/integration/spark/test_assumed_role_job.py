@@ -1,7 +1,9 @@
 """The Spark job with ``role_arn`` reading another account's stream by its ARN, on moto's
-server (Kinesis, S3 and STS): the driver and each executor assume the role themselves,
-and every Kinesis call (the driver's, the executors' reads) and the S3 dead letters are
-signed with the role's credentials, as moto's request recorder shows."""
+server (Kinesis, S3, DynamoDB and STS): the driver and each executor assume the role
+themselves, and every Kinesis call (the driver's, the executors' reads), the S3 dead
+letters and the calls of a ``dynamodb://`` store (the driver's job lease and checkpoints,
+the executors' batch ends) are signed with the role's credentials, as moto's request
+recorder shows."""
 
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ from typing import Any
 
 import boto3
 import pytest
-from spark_job_helpers import POISON, record_deliveries
+from spark_job_helpers import POISON, not_poison, record_deliveries
 
 from devkit.awscalls import MotoRequests, caller_arn, client_as_role, executor_env
 from kinesis_spout.spark.launch.build import run_job
+from kinesis_spout.spark.processing import dataframe_transform
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
@@ -79,3 +82,41 @@ def test_the_driver_and_the_executors_sign_every_call_with_the_assumed_role(
     assert readers and driver and not readers & driver
     assumed = [r.params for r in requests if r.operation == "AssumeRole"]
     assert {(p["RoleArn"], p["ExternalId"]) for p in assumed} == {(ROLE, "ext-0042")}
+
+
+def test_a_dynamodb_store_is_reached_with_the_role_by_the_driver_and_the_executors(
+    spark: Any,
+    moto_server: MotoServer,
+    dynamodb: str,
+    job_config: Any,
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    endpoint = moto_server.endpoint_url
+    owner = client_as_role(endpoint, ROLE)
+    create_stream(owner, unique_name, 2)
+    items = make_payloads(120, 60)
+    items[7] = (items[7][0], POISON + b"-7")
+    put_records(owner, unique_name, items)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_STS", endpoint)
+    cfg = job_config(
+        streams=(f"arn:aws:kinesis:us-east-1:{OTHER_ACCOUNT}:stream/{unique_name}",),
+        checkpoint_store=f"dynamodb://{unique_name}",
+        retry_limit=0,
+        role_arn=ROLE,
+        role_session_name="billing-job",
+    )
+    with executor_env(spark, AWS_ENDPOINT_URL_STS=endpoint), MotoRequests(endpoint) as recorder:
+        summary = run_job(cfg, dataframe_transform(not_poison), spark=spark)
+    assert summary.ok == 119 and summary.dead_lettered == 1
+    dynamodb_calls = [r for r in recorder.requests() if r.service == "dynamodb"]
+
+    session = f"arn:aws:sts::{OTHER_ACCOUNT}:assumed-role/job-reader/billing-job"
+    keys = {str(r.access_key) for r in dynamodb_calls}
+    assert {caller_arn(endpoint, k) for k in keys} == {session}
+    # The driver writes the checkpoints under the job lease (a transaction); the executors
+    # record the ends of their reads (PutItem) with credentials they assumed themselves.
+    driver = {r.access_key for r in dynamodb_calls if r.operation == "TransactWriteItems"}
+    executors = {r.access_key for r in dynamodb_calls} - driver
+    assert driver and executors
+    assert "PutItem" in {r.operation for r in dynamodb_calls if r.access_key in executors}

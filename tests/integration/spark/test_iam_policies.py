@@ -22,13 +22,14 @@ from typing import Any
 
 import boto3
 import pytest
-from spark_job_helpers import POISON, record_deliveries
+from spark_job_helpers import POISON, not_poison, record_deliveries
 
 from devkit.awscalls import executor_env, read_call_log
 from devkit.localstack import LocalStackServer
 from kinesis_spout.aws import CALL_LOG_ENV
 from kinesis_spout.cli import main as cli_main
 from kinesis_spout.spark.launch.build import run_job
+from kinesis_spout.spark.processing import dataframe_transform
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import (
     create_stream,
@@ -53,11 +54,19 @@ S3_ACTIONS = {
 }
 """IAM actions of S3 operations (named apart); Kinesis operations are their own actions."""
 
+DYNAMODB_TRANSACTION = {"dynamodb:ConditionCheckItem", "dynamodb:PutItem"}
+"""The actions of the DynamoDB store's one transaction, checkpoints written under the job
+lease (a ConditionCheck of the lease's item and a Put per checkpoint): the call log names
+the operation only; test_dynamodb_iam.py finds each transaction's actions from its items.
+Other DynamoDB operations are their own actions."""
 
-def iam_action(call: str) -> str:
-    """The IAM action a ``service:Operation`` call needs."""
+
+def iam_actions(call: str) -> set[str]:
+    """The IAM actions a ``service:Operation`` call needs."""
     service, _, operation = call.partition(":")
-    return S3_ACTIONS[operation] if service == "s3" else call
+    if service == "s3":
+        return {S3_ACTIONS[operation]}
+    return DYNAMODB_TRANSACTION if call == "dynamodb:TransactWriteItems" else {call}
 
 
 def allowed_actions(policy: dict[str, Any], service: str) -> set[str]:
@@ -105,11 +114,14 @@ class Scene:
     def calls(self) -> set[str]:
         return read_call_log(self.tmp / "calls.log")
 
-    def run_job(self, cfg: Any) -> Any:
-        """The Spark job of ``cfg``, with a per-record function failing POISON records."""
-        deliveries = self.tmp / "deliveries"
-        deliveries.mkdir(exist_ok=True)
-        return run_job(cfg, record_deliveries(str(deliveries)), spark=self.spark)
+    def run_job(self, cfg: Any, process: Any = None) -> Any:
+        """The Spark job of ``cfg`` with ``process``, by default a per-record function
+        failing POISON records."""
+        if process is None:
+            deliveries = self.tmp / "deliveries"
+            deliveries.mkdir(exist_ok=True)
+            process = record_deliveries(str(deliveries))
+        return run_job(cfg, process, spark=self.spark)
 
     def cli(self, *args: str) -> None:
         assert cli_main(list(args)) == 0, args
@@ -192,6 +204,24 @@ def redrive(scene: Scene) -> None:
         )
 
 
+def dynamodb_store(scene: Scene) -> None:
+    """The Spark job with a ``dynamodb://`` store (the table made on first use): its job
+    lease, its checkpoints, the batch ends of a DataFrame transform's reads; then
+    ``status`` and ``checkpoints``."""
+    scene.stream(emulator_client(scene.moto.endpoint_url))
+    url = f"dynamodb://{scene.name}"
+    cfg = scene.job_config(retry_limit=0, checkpoint_store=url)
+    common = (
+        f"--stream-name={scene.name}",
+        f"--job-name={scene.name}",
+        f"--checkpoint-store={url}",
+    )
+    with scene.logged():
+        assert scene.run_job(cfg, dataframe_transform(not_poison)).dead_lettered == 2
+        scene.cli("status", *common, f"--endpoint-url={scene.moto.endpoint_url}")
+        scene.cli("checkpoints", *common)
+
+
 @dataclass(frozen=True)
 class Mode:
     policy: str
@@ -206,6 +236,7 @@ MODES = {
     "enhanced fan-out": Mode("enhanced-fan-out.json", "kinesis", enhanced_fan_out),
     "re-drive": Mode("redrive.json", "kinesis", redrive),
     "S3 dead letters": Mode("s3-dead-letters.json", "s3", s3_dead_letters),
+    "DynamoDB store": Mode("dynamodb-store.json", "dynamodb", dynamodb_store),
 }
 
 
@@ -226,6 +257,6 @@ def test_each_policy_allows_exactly_the_calls_its_mode_makes(scene: Scene, mode:
     m = MODES[mode]
     m.run(scene)
     calls = scene.calls()
-    made = {iam_action(c) for c in calls if c.startswith(f"{m.service}:")}
+    made = {a for c in calls if c.startswith(f"{m.service}:") for a in iam_actions(c)}
     policy = json.loads((IAM_DIR / m.policy).read_text())
     assert made == allowed_actions(policy, m.service)
