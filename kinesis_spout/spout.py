@@ -141,7 +141,9 @@ class KinesisSpout:
             if self._endpoint is not None:  # then the port, before anything is read
                 self._endpoint.start()
             if self._client is None:
-                self._client = make_client(cfg.endpoint_url, cfg.region, profile=cfg.profile)
+                self._client = make_client(
+                    cfg.endpoint_url, cfg.region, profile=cfg.profile, role=cfg.assumed_role
+                )
             if self._store is None:
                 self._store = open_config_store(cfg)
             self._committer.store = self._store

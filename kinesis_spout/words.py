@@ -9,9 +9,10 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
     return f"{n} {noun if n == 1 else (nouns or noun + 's')}"
 
 
-def one_line(text: str, limit: int = 300) -> str:
+def one_line(text: str, limit: int = 1000) -> str:
     """A message as one line: its first non-blank line (the rest of an HTML error page,
-    a traceback, a server's body cut off), at most ``limit`` characters."""
+    a traceback, a server's body cut off), at most ``limit`` characters (long enough for
+    an error of ours naming a path and what to do, which comes last)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     first = lines[0] if lines else text.strip()
     return first if len(first) <= limit else first[: limit - 1] + "…"

@@ -30,17 +30,19 @@ ensure_system_packages() {  # $@: what is needed: java, node (default: both)
   fi
 }
 
-ensure_venv() {  # $1: extras, e.g. "test" or "spark"
+ensure_venv() {  # $1: extras, e.g. "test" or "spark"; more arguments: pip requirements too
+  local pip_log=.cache/pip.log
+  [[ "$VENV" == .venv ]] || pip_log=".cache/pip-$(basename "$VENV").log"
   if [[ ! -x "$VENV/bin/python" ]]; then
     log "creating virtualenv $VENV"
     "$PYTHON" -m venv "$VENV"
   fi
-  log "installing kinesis-spout[$1] into $VENV"
+  log "installing kinesis-spout[$1] ${*:2} into $VENV"
   mkdir -p .cache
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >.cache/pip.log 2>&1 \
-    || { tail -40 .cache/pip.log >&2; exit 1; }
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[$1]" >>.cache/pip.log 2>&1 \
-    || { grep -v "is ignored" .cache/pip.log | tail -40 >&2; exit 1; }
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >"$pip_log" 2>&1 \
+    || { tail -40 "$pip_log" >&2; exit 1; }
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[$1]" "${@:2}" >>"$pip_log" 2>&1 \
+    || { grep -v "is ignored" "$pip_log" | tail -40 >&2; exit 1; }
   "$VENV/bin/python" -c "import kinesis_spout, tracker" || { echo "install of kinesis-spout[$1] failed" >&2; exit 1; }
   if [[ "$1" == *test* || "$1" == *dev* ]]; then
     # devkit/ (the chaos runner, plots, fault proxy, cluster and LocalStack fixtures) is not in
@@ -52,6 +54,17 @@ Path(sysconfig.get_paths()["purelib"], "kinesis_spout_devkit.pth").write_text(sy
 PY
     "$VENV/bin/python" -c "import devkit" || { echo "devkit/ is not importable from $VENV" >&2; exit 1; }
   fi
+}
+
+# The Spark job's end-to-end tests (marker spark35) run a second time on the newest PySpark
+# 3.5 (EMR 7 and many Databricks runtimes), in a virtualenv of their own.
+SPARK35_VENV=.cache/spark35-venv
+SPARK35_PYSPARK="pyspark>=3.5,<3.6"
+
+ensure_spark35_venv() {
+  VENV="$SPARK35_VENV" ensure_venv test "$SPARK35_PYSPARK"
+  "$SPARK35_VENV/bin/python" -c 'import pyspark, sys; sys.exit(not pyspark.__version__.startswith("3.5."))' \
+    || { echo "$SPARK35_VENV does not hold PySpark 3.5" >&2; exit 1; }
 }
 
 ensure_kinesis_mock() {

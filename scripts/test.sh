@@ -3,7 +3,9 @@
 #   ruff, mypy --strict, pytest (unit + integration against real servers).
 # Installs: a virtualenv in .venv with the project and its test extras (PyPI),
 # kinesis-mock from npm into .cache/, and Java/Node from Debian if missing.
-# Extra arguments go to pytest, e.g. `scripts/test.sh tests/unit -x`.
+# Without arguments it then runs the Spark job's end-to-end tests (marker spark35) again on
+# PySpark 3.5, from .cache/spark35-venv. Extra arguments go to pytest and run only those,
+# e.g. `scripts/test.sh tests/unit -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-common.sh
@@ -12,6 +14,7 @@ ensure_system_packages java node
 ensure_venv test
 ensure_kinesis_mock
 ensure_localstack
+(($#)) || ensure_spark35_venv  # the whole suite: the Spark job on PySpark 3.5 as well
 
 echo "== ruff"
 "$VENV/bin/ruff" check .
@@ -23,4 +26,12 @@ echo "== mypy --strict"
 echo "== pytest"
 # Two processes (pytest-xdist), a test file's tests in one of them: most tests wait on JVMs
 # and emulators, so two take about 2/3 of the time of one on two cores. `-n 0`: one process.
-exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=30 -n 2 --dist loadfile "$@"
+status=0
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=30 -n 2 --dist loadfile "$@" \
+  || status=$?
+if ((!$#)); then
+  echo "== pytest on PySpark 3.5: the Spark job's end-to-end tests (-m spark35)"
+  "$SPARK35_VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=10 -n 2 \
+    --dist loadfile -m spark35 || status=$?
+fi
+exit "$status"

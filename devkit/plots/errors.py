@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kinesis_spout.errors import KinesisSpoutError
 
-PLOTS_EXTRA = "pip install 'kinesis-spout[plots]'"
+PLOTS_EXTRA = "pip install -e '.[plots]'"
 """How to get matplotlib: the project's ``plots`` extra."""
 
 

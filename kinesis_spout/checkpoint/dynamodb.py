@@ -2,8 +2,8 @@
 
 One table holds the checkpoints, the job lease, the stream identities and the
 batch-end records of every job that names it (item layout: :mod:`.dynamodb_layout`;
-the table, its client and its errors: :mod:`.dynamodb_table`). Region and profile
-are the config's; the endpoint is boto3's (``AWS_ENDPOINT_URL_DYNAMODB``).
+the table, its client and its errors: :mod:`.dynamodb_table`). Region, profile and
+assumed role are the config's; the endpoint is boto3's (``AWS_ENDPOINT_URL_DYNAMODB``).
 
 A save is compare-and-set on the item's ``version`` and never moves a checkpoint
 backwards (:mod:`.dynamodb_round`: a round of shards in one go, one write per shard
@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from kinesis_spout.checkpoint.dynamodb_identity import claim_identity
 from kinesis_spout.checkpoint.dynamodb_items import CheckpointItems
@@ -37,6 +38,9 @@ from kinesis_spout.checkpoint.dynamodb_table import (
 from kinesis_spout.checkpoint.resets import ResetFence, reset_value
 from kinesis_spout.errors import CheckpointError
 from kinesis_spout.records import Checkpoint
+
+if TYPE_CHECKING:
+    from kinesis_spout.aws import AssumedRole
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +92,13 @@ class DynamoDbCheckpointStore:
         owner: str = "",
         region: str | None = None,
         profile: str | None = None,
+        role: AssumedRole | None = None,
         create_table: bool = True,
     ) -> DynamoDbCheckpointStore:
         """The store of ``dynamodb://TABLE`` in ``region`` with ``profile`` (None: as boto3
-        resolves them)."""
-        table = DynamoTable(DynamoUrl.parse(url).table, dynamodb_client(region, profile))
+        resolves them), assuming ``role`` when given."""
+        client = dynamodb_client(region, profile, role)
+        table = DynamoTable(DynamoUrl.parse(url).table, client)
         return cls(table, job_name, owner=owner, create_table=create_table)
 
     def __repr__(self) -> str:

@@ -14,7 +14,7 @@ it are found with one Query (their sort keys sort by batch) and deleted.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.checkpoint.batch_ends import (
     BatchEnd,
@@ -40,9 +40,13 @@ from kinesis_spout.checkpoint.dynamodb_table import (
     s,
 )
 
+if TYPE_CHECKING:
+    from kinesis_spout.aws import AssumedRole
+
 
 class DynamoDbBatchEnds:
-    """``dynamodb://TABLE``: one item per record, put only if absent (first writer wins)."""
+    """``dynamodb://TABLE``: one item per record, put only if absent (first writer wins);
+    the table reached in ``region`` with ``profile``, assuming ``role`` when given."""
 
     def __init__(
         self,
@@ -52,9 +56,10 @@ class DynamoDbBatchEnds:
         *,
         region: str | None = None,
         profile: str | None = None,
+        role: AssumedRole | None = None,
     ) -> None:
         parsed = DynamoUrl.parse(url)
-        self.table = DynamoTable(parsed.table, dynamodb_client(region, profile))
+        self.table = DynamoTable(parsed.table, dynamodb_client(region, profile, role))
         self.keys = JobKeys(job)
         self.stream = stream
         self.keys.stream(stream)  # checks the name

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.checkpoint.dynamodb_layout import DynamoUrl, JobKeys, item_where
 from kinesis_spout.checkpoint.dynamodb_table import (
@@ -53,6 +53,9 @@ from kinesis_spout.coordination.joblease import (
     holder_is_gone,
 )
 from kinesis_spout.errors import CheckpointError, StaleCheckpointError
+
+if TYPE_CHECKING:
+    from kinesis_spout.aws import AssumedRole
 
 log = logging.getLogger(__name__)
 
@@ -134,11 +137,13 @@ class DynamoDbJobLease:
         *,
         region: str | None = None,
         profile: str | None = None,
+        role: AssumedRole | None = None,
         reader: str | None = None,
     ) -> DynamoDbJobLease:
-        """The lease of ``job_name`` in the table of ``url`` (not yet acquired)."""
+        """The lease of ``job_name`` in the table of ``url`` (not yet acquired), reached in
+        ``region`` with ``profile``, assuming ``role`` when given."""
         parsed = DynamoUrl.parse(url)
-        table = DynamoTable(parsed.table, dynamodb_client(region, profile))
+        table = DynamoTable(parsed.table, dynamodb_client(region, profile, role))
         return cls(table, job_name, lease_seconds=parsed.lease_seconds, reader=reader)
 
     # -- taking it ----------------------------------------------------------------------

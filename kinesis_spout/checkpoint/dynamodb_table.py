@@ -14,8 +14,9 @@ Every item of the store, the job lease and the batch-end records goes through
 
 The table is made on first use when it is missing (:meth:`DynamoTable.ensure`: on-demand
 billing, waited for until ACTIVE). Clients come from :func:`dynamodb_client`, one per
-region, profile, endpoint and credentials in a process; the endpoint is boto3's own resolution
-(``AWS_ENDPOINT_URL_DYNAMODB``, ``AWS_ENDPOINT_URL``), as for S3 dead letters.
+region, profile, assumed role, endpoint and credentials in a process, with the credentials
+of the Kinesis clients (:func:`~kinesis_spout.aws.boto_session`); the endpoint is boto3's
+own resolution (``AWS_ENDPOINT_URL_DYNAMODB``, ``AWS_ENDPOINT_URL``), as for S3 dead letters.
 """
 
 from __future__ import annotations
@@ -27,11 +28,14 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.errors import CheckpointError, CheckpointStoreUnavailableError
 from kinesis_spout.retrying import retrying
 from tracker import Backoff, ExponentialBackoff, JitteredBackoff
+
+if TYPE_CHECKING:
+    from kinesis_spout.aws import AssumedRole
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +121,7 @@ class _Transient(CheckpointStoreUnavailableError):
     """Throttled, a 5xx answer, a dropped connection: worth another try."""
 
 
-_CLIENTS: dict[tuple[str, str | None, str | None, str | None], Any] = {}
+_CLIENTS: dict[tuple[str, str | None, AssumedRole | None, str | None, str | None], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 _READY: set[tuple[str, str]] = set()
 """Tables known to exist and be ACTIVE in this process, by (client endpoint, name)."""
@@ -128,17 +132,20 @@ def endpoint_override() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or os.environ.get("AWS_ENDPOINT_URL")
 
 
-def dynamodb_client(region: str | None = None, profile: str | None = None) -> Any:
-    """The DynamoDB client of ``region`` (None: as boto3 resolves it) and ``profile``, one
-    per process for each endpoint and access key in the environment (boto3 clients are
-    thread-safe), with short timeouts and botocore's own retries off
-    (:meth:`DynamoTable.call` backs off itself)."""
+def dynamodb_client(
+    region: str | None = None, profile: str | None = None, role: AssumedRole | None = None
+) -> Any:
+    """The DynamoDB client of ``region`` (None: as boto3 resolves it), ``profile`` and
+    ``role`` (the config's assumed role, None: the profile's own credentials), one per
+    process for each endpoint and access key in the environment (boto3 clients are
+    thread-safe; two roles never share one), with short timeouts and botocore's own
+    retries off (:meth:`DynamoTable.call` backs off itself)."""
     from botocore.config import Config
 
     from kinesis_spout.aws import boto_session, resolve_region
 
     region = region or resolve_region(profile)
-    key = (region, profile, endpoint_override(), os.environ.get("AWS_ACCESS_KEY_ID"))
+    key = (region, profile, role, endpoint_override(), os.environ.get("AWS_ACCESS_KEY_ID"))
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
         if client is None:
@@ -148,7 +155,8 @@ def dynamodb_client(region: str | None = None, profile: str | None = None) -> An
                 retries={"total_max_attempts": 1, "mode": "standard"},
                 max_pool_connections=32,
             )
-            client = boto_session(profile).client("dynamodb", region_name=region, config=config)
+            session = boto_session(profile, role)
+            client = session.client("dynamodb", region_name=region, config=config)
             _CLIENTS[key] = client
     return client
 

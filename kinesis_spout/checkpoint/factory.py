@@ -6,8 +6,8 @@ same place to each and a bad one gets the same error: ``file://DIR`` (the direct
 the rest of the URL), ``zk://host:port[,host:port]/root`` (parsed by
 :class:`~kinesis_spout.checkpoint.zk_layout.ZkUrl` when connecting) and
 ``dynamodb://TABLE`` (:class:`~kinesis_spout.checkpoint.dynamodb_layout.DynamoUrl`, in
-the config's ``region`` with its ``profile``); ``memory://`` holds checkpoints only
-(batch-end records are written by other processes).
+the config's ``region`` with its ``profile`` and assumed role); ``memory://`` holds
+checkpoints only (batch-end records are written by other processes).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from kinesis_spout.checkpoint.base import CheckpointStore, MemoryCheckpointStore
 from kinesis_spout.errors import ConfigError
 
 if TYPE_CHECKING:
+    from kinesis_spout.aws import AssumedRole
     from kinesis_spout.checkpoint.batch_ends import BatchEndStore
     from kinesis_spout.config import SpoutConfig
 
@@ -53,9 +54,11 @@ def open_store(
     zk_session_timeout: float = 10.0,
     region: str | None = None,
     profile: str | None = None,
+    role: AssumedRole | None = None,
 ) -> CheckpointStore:
     """The store named by ``url``: ``memory://``, ``file://DIR``, ``zk://hosts/root``,
-    ``dynamodb://TABLE`` (in ``region`` with ``profile``; None: as boto3 resolves them)."""
+    ``dynamodb://TABLE`` (in ``region`` with ``profile``, None: as boto3 resolves them;
+    assuming ``role`` when given)."""
     scheme, rest = parse_store_url(url)
     if scheme == "memory":
         return MemoryCheckpointStore(job_name, owner=owner)
@@ -67,7 +70,7 @@ def open_store(
         from kinesis_spout.checkpoint.dynamodb import DynamoDbCheckpointStore
 
         return DynamoDbCheckpointStore.from_url(
-            url, job_name, owner=owner, region=region, profile=profile
+            url, job_name, owner=owner, region=region, profile=profile, role=role
         )
     from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 
@@ -84,10 +87,11 @@ def open_batch_ends(
     *,
     region: str | None = None,
     profile: str | None = None,
+    role: AssumedRole | None = None,
 ) -> BatchEndStore:
     """The batch-end records of ``stream`` in the checkpoint store ``url`` (``file://DIR``,
-    ``zk://hosts/root`` or ``dynamodb://TABLE`` in ``region`` with ``profile``) for job
-    ``job``."""
+    ``zk://hosts/root`` or ``dynamodb://TABLE`` in ``region`` with ``profile``, assuming
+    ``role`` when given) for job ``job``."""
     scheme, rest = parse_store_url(url, ("file", "zk", "dynamodb"))
     if scheme == "file":
         from kinesis_spout.checkpoint.file_batch_ends import FileBatchEnds
@@ -96,7 +100,7 @@ def open_batch_ends(
     if scheme == "dynamodb":
         from kinesis_spout.checkpoint.dynamodb_batch_ends import DynamoDbBatchEnds
 
-        return DynamoDbBatchEnds(url, job, stream, region=region, profile=profile)
+        return DynamoDbBatchEnds(url, job, stream, region=region, profile=profile, role=role)
     from kinesis_spout.checkpoint.zk_batch_ends import ZkBatchEnds
 
     return ZkBatchEnds(url, job, stream, zk_auth)
@@ -104,7 +108,7 @@ def open_batch_ends(
 
 def open_config_store(cfg: SpoutConfig) -> CheckpointStore:
     """The store of a config: its URL and job, owned by its worker id, with its
-    ZooKeeper auth and session timeout, its AWS region and profile."""
+    ZooKeeper auth and session timeout, its AWS region, profile and assumed role."""
     return open_store(
         cfg.checkpoint_store,
         cfg.job_name,
@@ -113,4 +117,5 @@ def open_config_store(cfg: SpoutConfig) -> CheckpointStore:
         zk_session_timeout=cfg.zk_session_timeout,
         region=cfg.region,
         profile=cfg.profile,
+        role=cfg.assumed_role,
     )

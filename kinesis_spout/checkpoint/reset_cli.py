@@ -137,6 +137,7 @@ def job_stopped(cfg: SpoutConfig, store: CheckpointStore) -> Iterator[None]:
         reader=READER,
         region=cfg.region,
         profile=cfg.profile,
+        role=cfg.assumed_role,
     )
     try:
         lease.acquire(wait=False)
@@ -174,7 +175,9 @@ def _listed_shards(cfg: SpoutConfig) -> list[str]:
     from kinesis_spout.kinesis.api import KinesisApi
     from kinesis_spout.kinesis.client import make_client
 
-    client = make_client(cfg.endpoint_url, cfg.region, profile=cfg.profile, one_shot=True)
+    client = make_client(
+        cfg.endpoint_url, cfg.region, profile=cfg.profile, role=cfg.assumed_role, one_shot=True
+    )
     return [s.shard_id for s in KinesisApi(client, cfg.stream_name).list_shards()]
 
 

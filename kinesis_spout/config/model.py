@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from kinesis_spout.aws import AssumedRole
 from kinesis_spout.config.checks import check as _check
 from kinesis_spout.config.checks import (
     check_consumer,
@@ -31,6 +32,7 @@ from kinesis_spout.config.checks import (
     check_targets,
 )
 from kinesis_spout.config.coerce import allowed_text, to_type
+from kinesis_spout.config.role import check_role, default_session_name
 from kinesis_spout.config.streams import StreamSpec, check_streams, parse_streams
 from kinesis_spout.config.values import MAX_RECORDS_PER_CALL, InitialPosition
 from kinesis_spout.errors import ConfigError
@@ -71,6 +73,15 @@ class SpoutConfig:
     profile: str | None = None
     """AWS profile (``~/.aws/config``) of every boto3 client. Unset: ``AWS_PROFILE``,
     else the default credentials chain, as the AWS CLI does."""
+    role_arn: str | None = None
+    """An IAM role every AWS client assumes (``arn:aws:iam::ACCOUNT:role/NAME``). On the
+    driver and the executors, with the credentials ``profile`` gives, refreshed before they
+    expire; another account's stream: that account's role and the stream's ARN."""
+    role_session_name: str | None = None
+    """The assumed role's session name. CloudTrail shows it; unset:
+    ``kinesis-spout-<job_name>``."""
+    external_id: str | None = None
+    """The external ID of the role's trust policy. Only with ``role_arn``."""
     endpoint_url: str | None = None
     """Kinesis endpoint (an emulator). Unset: boto3's own resolution, which
     honours ``AWS_ENDPOINT_URL_KINESIS`` and ``AWS_ENDPOINT_URL``."""
@@ -232,6 +243,14 @@ class SpoutConfig:
         return out
 
     @property
+    def assumed_role(self) -> AssumedRole | None:
+        """The role every client assumes (``role_arn``), or None."""
+        if self.role_arn is None:
+            return None
+        name = self.role_session_name or default_session_name(self.job_name)
+        return AssumedRole(self.role_arn, name, self.external_id, self.region)
+
+    @property
     def efo_consumer_name(self) -> str:
         """The enhanced fan-out consumer's name: ``consumer_name``, else ``job_name``."""
         return self.consumer_name or self.job_name
@@ -317,6 +336,7 @@ def _validate(c: SpoutConfig) -> None:
         object.__setattr__(c, "region", resolve_region(c.profile))
     _align_streams(c)
     check_names(c)
+    check_role(c.role_arn, c.role_session_name, c.external_id)
     check_numbers(c)
     check_executor_reads(c)
     check_consumer(c)

@@ -39,9 +39,12 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
+
+if TYPE_CHECKING:
+    from kinesis_spout.aws import AssumedRole
 
 log = logging.getLogger(__name__)
 
@@ -311,10 +314,12 @@ def open_job_lease(
     reader: str | None = None,
     region: str | None = None,
     profile: str | None = None,
+    role: AssumedRole | None = None,
 ) -> JobLease:
     """The job lease for a checkpoint store URL (not yet acquired); ``reader`` says what
     reads, for the holder's record (``status`` and the error of a second reader show it);
-    ``region`` and ``profile``: a ``dynamodb://`` table's (None: as boto3 resolves them)."""
+    ``region``, ``profile`` and ``role``: a ``dynamodb://`` table's (None: as boto3
+    resolves them; no role assumed)."""
     if store_url.startswith("file://"):
         return FileJobLease(store_url[len("file://") :], job_name, reader)
     if store_url.startswith("zk://"):
@@ -323,7 +328,7 @@ def open_job_lease(
         from kinesis_spout.checkpoint.dynamodb_lease import DynamoDbJobLease
 
         return DynamoDbJobLease.open(
-            store_url, job_name, region=region, profile=profile, reader=reader
+            store_url, job_name, region=region, profile=profile, role=role, reader=reader
         )
     if store_url.startswith("memory://"):
         return _NoLease()

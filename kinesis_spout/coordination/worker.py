@@ -129,7 +129,9 @@ def _run(
         auth=config.zk_auth,
         session_timeout=config.zk_session_timeout,
     )
-    client = make_client(config.endpoint_url, config.region, profile=config.profile)
+    client = make_client(
+        config.endpoint_url, config.region, profile=config.profile, role=config.assumed_role
+    )
     # Shard leases fence the workers sharing the streams: no job lease.
     reader = KinesisSpout(config, store=store, client=client, metrics=metrics, job_lease=False)
     out_path = output_dir / f"{config.worker_id}.records"

@@ -61,6 +61,7 @@ class ReaderLease:
             reader=self.reader,
             region=cfg.region,
             profile=cfg.profile,
+            role=cfg.assumed_role,
         )
         try:
             lease.acquire(wait=cfg.wait_for_lease)

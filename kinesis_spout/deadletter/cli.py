@@ -106,7 +106,7 @@ def load_sources(cfg: SpoutConfig) -> list[Source]:
         from kinesis_spout.deadletter.s3 import s3_client as make
 
         bucket, prefix = parse_s3_url(target)
-        client = make(region=cfg.region, profile=cfg.profile)
+        client = make(region=cfg.region, profile=cfg.profile, role=cfg.assumed_role)
         base = key_prefix(prefix, cfg.job_name, cfg.stream_name)
         return [
             Source(f"s3://{bucket}/{k}", read_s3_object(client, bucket, k))
@@ -214,7 +214,9 @@ def _progress(done: int, total: int) -> None:
 def _kinesis_client(cfg: SpoutConfig) -> Any:
     from kinesis_spout.kinesis.client import make_client
 
-    return make_client(cfg.endpoint_url, cfg.region, profile=cfg.profile, one_shot=True)
+    return make_client(
+        cfg.endpoint_url, cfg.region, profile=cfg.profile, role=cfg.assumed_role, one_shot=True
+    )
 
 
 def _s3(cfg: SpoutConfig) -> Any:
@@ -222,7 +224,7 @@ def _s3(cfg: SpoutConfig) -> Any:
         return None
     from kinesis_spout.deadletter.s3 import s3_client
 
-    return s3_client(one_shot=True, region=cfg.region, profile=cfg.profile)
+    return s3_client(one_shot=True, region=cfg.region, profile=cfg.profile, role=cfg.assumed_role)
 
 
 def redrive(

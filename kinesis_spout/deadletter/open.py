@@ -15,6 +15,7 @@ from kinesis_spout.deadletter.base import (
 from kinesis_spout.deadletter.jsonl import JsonlDeadLetterSink
 
 if TYPE_CHECKING:
+    from kinesis_spout.aws import AssumedRole
     from kinesis_spout.config import SpoutConfig
 
 
@@ -25,17 +26,20 @@ def open_dead_letter_sink(
     *,
     region: str | None = None,
     profile: str | None = None,
+    role: AssumedRole | None = None,
 ) -> DeadLetterSink:
     """The sink named by the ``dead_letter`` config value (``s3://``, a directory,
     or ``none``), filtered by ``dead_letter_on``; an S3 sink's client has the
-    config's ``region`` and ``profile``."""
+    config's ``region``, ``profile`` and ``role``."""
     sink: DeadLetterSink
     if target.lower() == "none":
         return LoggingDeadLetterSink()
     if target.startswith("s3://"):
         from kinesis_spout.deadletter.s3 import S3DeadLetterSink, s3_client
 
-        sink = S3DeadLetterSink(target, job_name, s3_client(region=region, profile=profile))
+        sink = S3DeadLetterSink(
+            target, job_name, s3_client(region=region, profile=profile, role=role)
+        )
     else:
         sink = JsonlDeadLetterSink(target, job_name)
     on = frozenset(on)
@@ -44,11 +48,12 @@ def open_dead_letter_sink(
 
 def open_config_sink(cfg: SpoutConfig) -> DeadLetterSink:
     """The dead-letter sink of a config: its target and job, the reasons of
-    ``dead_letter_on``, an S3 client of its region and profile."""
+    ``dead_letter_on``, an S3 client of its region, profile and role."""
     return open_dead_letter_sink(
         cfg.dead_letter,
         cfg.job_name,
         cfg.dead_letter_reasons,
         region=cfg.region,
         profile=cfg.profile,
+        role=cfg.assumed_role,
     )

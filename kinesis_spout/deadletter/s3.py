@@ -27,10 +27,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.deadletter.base import DeadLetter, dead_letter_entry
 from kinesis_spout.errors import KinesisSpoutError
+
+if TYPE_CHECKING:
+    from kinesis_spout.aws import AssumedRole
 
 # The logger the S3 sink had before the dead-letter modules became a package.
 log = logging.getLogger("kinesis_spout.deadletter_s3")
@@ -57,11 +60,15 @@ def key_prefix(prefix: str, *parts: str) -> str:
 
 
 def s3_client(
-    one_shot: bool = False, *, region: str | None = None, profile: str | None = None
+    one_shot: bool = False,
+    *,
+    region: str | None = None,
+    profile: str | None = None,
+    role: AssumedRole | None = None,
 ) -> Any:
     """An S3 client with short timeouts and few retries (a failed write is tried
     again before each checkpoint save anyway); ``one_shot`` (the CLI): botocore's
-    standard retry mode. ``region`` and ``profile`` as the config resolves them
+    standard retry mode. ``region``, ``profile`` and ``role`` as the config resolves them
     (:mod:`kinesis_spout.aws`)."""
     from botocore.config import Config
 
@@ -72,7 +79,7 @@ def s3_client(
     if one_shot:
         retries = {"mode": "standard", "total_max_attempts": 3}
     config = Config(connect_timeout=5, read_timeout=30, retries=retries)
-    return boto_session(profile).client("s3", region_name=region, config=config)
+    return boto_session(profile, role).client("s3", region_name=region, config=config)
 
 
 def describe_error(exc: BaseException) -> str:

@@ -78,9 +78,10 @@ class WordCountSink:
         self.directory = Path(directory)
 
     def __call__(self, words: Any) -> None:
+        from kinesis_spout.spark.arrowframes import to_arrow
         from kinesis_spout.spark.process.sinks import write_parquet_file
 
-        counts = words.groupBy("word").count().toArrow()
+        counts = to_arrow(words.groupBy("word").count())
         if counts.num_rows:
             write_parquet_file(counts, self.directory, "counts")
 

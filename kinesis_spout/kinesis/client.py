@@ -30,13 +30,16 @@ import os
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config as BotoConfig
 from botocore.eventstream import EventStream, EventStreamBuffer
 from botocore.parsers import ResponseParserFactory
 from botocore.utils import parse_timestamp
+
+if TYPE_CHECKING:
+    from kinesis_spout.aws import AssumedRole
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,7 @@ def make_client(
     region: str = "us-east-1",
     *,
     profile: str | None = None,
+    role: AssumedRole | None = None,
     connect_timeout: float = 5.0,
     read_timeout: float = 30.0,
     max_pool_connections: int = 16,
@@ -86,9 +90,10 @@ def make_client(
     (:data:`ONE_SHOT_RETRIES`): a throttled or 5xx answer is tried again there.
     ``endpoint_url=None`` keeps boto3's resolution, which
     honours ``AWS_ENDPOINT_URL_KINESIS`` / ``AWS_ENDPOINT_URL``. ``profile``: an AWS
-    profile (None: ``AWS_PROFILE`` or the default chain, :mod:`kinesis_spout.aws`).
-    The clients of a profile share a botocore session of their own, so the UTC
-    timestamp parser changes nothing for other boto3 clients in the process.
+    profile (None: ``AWS_PROFILE`` or the default chain, :mod:`kinesis_spout.aws`);
+    ``role``: an IAM role assumed with its credentials (the config's ``role_arn``).
+    The clients of a profile and role share a botocore session of their own, so the
+    UTC timestamp parser changes nothing for other boto3 clients in the process.
     """
     cfg = BotoConfig(
         region_name=region,
@@ -108,7 +113,7 @@ def make_client(
     if not effective_endpoint:
         check_region(region)
     with _SESSION_LOCK:  # sessions are not thread-safe; the clients they make are
-        session = _session(profile)
+        session = _session(profile, role)
         if effective_endpoint and not _has_credentials(session):
             kwargs.update(DUMMY_CREDENTIALS)
         return session.client("kinesis", **kwargs)
@@ -143,10 +148,10 @@ def check_region(region: str) -> None:
 
 
 _SESSION_LOCK = threading.Lock()
-_SESSIONS: dict[str | None, boto3.session.Session] = {}
+_SESSIONS: dict[tuple[str | None, AssumedRole | None], boto3.session.Session] = {}
 
 
-_PROCESS_CLIENTS: dict[tuple[str | None, str, str | None, int, int], Any] = {}
+_PROCESS_CLIENTS: dict[tuple[str | None, str, str | None, AssumedRole | None, int, int], Any] = {}
 _PROCESS_CLIENTS_LOCK = threading.Lock()
 
 
@@ -155,15 +160,17 @@ def process_client(
     region: str,
     *,
     profile: str | None = None,
+    role: AssumedRole | None = None,
     max_pool_connections: int = 16,
 ) -> Any:
-    """The boto3 client of this process for an endpoint, region and profile, made once.
+    """The boto3 client of this process for an endpoint, region, profile and role, made
+    once.
 
     Executor tasks use it: a Python worker is reused across tasks, and a client is
     thread-safe and costly to build (credentials, endpoint resolution, connection
     pool), so every read task of a process (the Spark job's polled and subscribed
     reads, the streaming source's) shares one per endpoint."""
-    key = (endpoint_url, region, profile, max_pool_connections, os.getpid())  # not a parent's
+    key = (endpoint_url, region, profile, role, max_pool_connections, os.getpid())  # per fork
     client = _PROCESS_CLIENTS.get(key)
     if client is None:
         with _PROCESS_CLIENTS_LOCK:
@@ -173,23 +180,24 @@ def process_client(
                     endpoint_url,
                     region,
                     profile=profile,
+                    role=role,
                     max_pool_connections=max_pool_connections,
                 )
     return client
 
 
-def _session(profile: str | None) -> boto3.session.Session:
-    """One boto3 session per profile for this module's clients (loading the service
-    model costs ~0.1 s per session), with the UTC timestamp parser."""
-    session = _SESSIONS.get(profile)
+def _session(profile: str | None, role: AssumedRole | None = None) -> boto3.session.Session:
+    """One boto3 session per profile and role for this module's clients (loading the
+    service model costs ~0.1 s per session), with the UTC timestamp parser."""
+    session = _SESSIONS.get((profile, role))
     if session is None:
         from kinesis_spout.aws import botocore_session
 
-        core = botocore_session(profile)
+        core = botocore_session(profile, role)
         factory = _FastParsers()
         factory.set_parser_defaults(timestamp_parser=utc_timestamp)
         core.register_component("response_parser_factory", factory)
-        session = _SESSIONS[profile] = boto3.session.Session(botocore_session=core)
+        session = _SESSIONS[profile, role] = boto3.session.Session(botocore_session=core)
     return session
 
 

@@ -21,27 +21,34 @@ import random
 from dataclasses import dataclass
 from datetime import datetime
 
+from kinesis_spout.aws import AssumedRole
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.efo_api import FanOutApi
 from kinesis_spout.kinesis.efo_getter import EfoShardGetter
 from tracker import ExponentialBackoff, JitteredBackoff, SequenceKey
 
-_FANOUT: dict[tuple[str | None, str, str, str | None], FanOutApi] = {}
-"""Enhanced fan-out APIs of this process, per (endpoint, region, stream, profile): each
+_FANOUT: dict[tuple[str | None, str, str, str | None, AssumedRole | None], FanOutApi] = {}
+"""Enhanced fan-out APIs of this process, per (endpoint, region, stream, profile, role): each
 looks its stream's ARN up once. Their boto3 client is the process's
 (:func:`~kinesis_spout.kinesis.client.process_client`)."""
 
 
 def _fanout(
-    endpoint_url: str | None, region: str, stream: str, profile: str | None = None
+    endpoint_url: str | None,
+    region: str,
+    stream: str,
+    profile: str | None = None,
+    role: AssumedRole | None = None,
 ) -> FanOutApi:
     from kinesis_spout.kinesis.client import process_client
 
-    key = (endpoint_url, region, stream, profile)
+    key = (endpoint_url, region, stream, profile, role)
     api = _FANOUT.get(key)
     if api is None:
-        client = process_client(endpoint_url, region, profile=profile, max_pool_connections=64)
+        client = process_client(
+            endpoint_url, region, profile=profile, role=role, max_pool_connections=64
+        )
         api = _FANOUT[key] = FanOutApi(KinesisApi(client, stream))
     return api
 
@@ -58,6 +65,8 @@ class EfoTarget:
     throttle_backoff_max: float = 10.0
     profile: str | None = None
     """The AWS profile of the client (None: ``AWS_PROFILE`` or the default chain)."""
+    role: AssumedRole | None = None
+    """The IAM role the client assumes (None: the profile's own credentials)."""
 
 
 def subscribed_getter(
@@ -77,7 +86,9 @@ def subscribed_getter(
         random.Random(),
     )
     return EfoShardGetter(
-        _fanout(target.endpoint_url, target.region, target.stream_name, target.profile),
+        _fanout(
+            target.endpoint_url, target.region, target.stream_name, target.profile, target.role
+        ),
         target.consumer_arn,
         shard_id,
         backoff=backoff,

@@ -77,7 +77,9 @@ class CoordinatedSpout:
             if self.endpoint is not None:
                 self.endpoint.close()
             raise
-        client = make_client(config.endpoint_url, config.region, profile=config.profile)
+        client = make_client(
+            config.endpoint_url, config.region, profile=config.profile, role=config.assumed_role
+        )
         api = KinesisApi(client, config.stream_name)
         # The tasks share the stream through shard leases: no job lease.
         self.spout = KinesisSpout(

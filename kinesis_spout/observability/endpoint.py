@@ -100,7 +100,8 @@ class MetricsEndpoint:
             raise ConfigError(
                 FIELD,
                 port,
-                f"needs prometheus_client ({exc}): pip install 'kinesis-spout[metrics]'",
+                f"needs prometheus_client ({exc}): the metrics extra "
+                "(pip install prometheus_client)",
             ) from None
         self.host = host
         self.requested_port = port

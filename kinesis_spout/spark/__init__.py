@@ -1,6 +1,6 @@
 """The PySpark job: spout micro-batches processed on Spark executors.
 
-Needs the ``spark`` extra (``pip install 'kinesis-spout[spark]'``). The pieces:
+Needs the ``spark`` extra (PySpark 3.5 or 4.x, pyarrow, pandas). The pieces:
 
 * :mod:`~kinesis_spout.spark.job`: the ``spark-submit`` entry point;
 * :mod:`~kinesis_spout.spark.processing`: the user's processing styles

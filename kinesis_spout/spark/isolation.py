@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from kinesis_spout.errors import KinesisSpoutError
+from kinesis_spout.spark.launch.shipenv import missing_on_executors
 from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.process.contract import ProcessingContractError
 
@@ -132,6 +133,9 @@ class _Splitter(Generic[G, R, L]):
         except ProcessingContractError:
             raise
         except Exception as exc:
+            missing = missing_on_executors(exc)  # no part of the batch would run either
+            if missing is not None:
+                raise missing from None
             return self._after_failure(group, format_error(exc))
         self.iso.succeeded = True
         return done

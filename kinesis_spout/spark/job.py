@@ -187,6 +187,7 @@ def take_job_lease(config: SpoutConfig) -> JobLease:
         reader=JOB_READER,
         region=config.region,
         profile=config.profile,
+        role=config.assumed_role,
     )
     try:
         lease.acquire(wait=config.wait_for_lease)

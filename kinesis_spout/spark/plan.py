@@ -29,6 +29,7 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from kinesis_spout.aws import AssumedRole
 from kinesis_spout.core.partition import ShardPartition
 from kinesis_spout.core.shardset import ShardSet
 from kinesis_spout.errors import InvalidPositionError, StreamNotFoundError
@@ -72,6 +73,8 @@ class ReadSettings:
     """Fast retries of failing records inside the task."""
     profile: str | None = None
     """The AWS profile of the tasks' clients (None: ``AWS_PROFILE`` or the default chain)."""
+    role: AssumedRole | None = None
+    """The IAM role the tasks' clients assume (None: the profile's own credentials)."""
     poll_threads: int = 1
     """GetRecords calls a task keeps in flight at once (one per shard at most)."""
     streams: tuple[StreamTarget, ...] = ()
@@ -105,6 +108,7 @@ class ReadSettings:
             sink=config.sink,
             fast=FastRetry.of(config),
             profile=config.profile,
+            role=config.assumed_role,
             poll_threads=config.poll_threads,
             streams=tuple(
                 StreamTarget(one.stream_name, one.stream_arn) for one in config.per_stream()

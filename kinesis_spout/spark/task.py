@@ -95,7 +95,9 @@ def polling_getter(plan: ReadPlan, settings: ReadSettings) -> KinesisShardGetter
     pos = plan.position
     assert pos is not None
     target = settings.target(plan.stream)
-    client = process_client(settings.endpoint_url, settings.region, profile=settings.profile)
+    client = process_client(
+        settings.endpoint_url, settings.region, profile=settings.profile, role=settings.role
+    )
     return KinesisShardGetter(
         KinesisApi(client, target.name, target.arn),
         plan.shard_id,
@@ -130,6 +132,7 @@ def read_subscribed(
         settings.throttle_backoff,
         settings.throttle_backoff_max,
         settings.profile,
+        settings.role,
     )
     getter = subscribed_getter(
         efo,

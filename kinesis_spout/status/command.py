@@ -71,6 +71,7 @@ def gather(
         timeout=timeout,
         region=config.region,
         profile=config.profile,
+        role=config.assumed_role,
     )
     client = client if client is not None else _client(config, timeout)
     stream, calls = read_stream(client, config)
@@ -84,9 +85,7 @@ def gather(
         )
         lags, probe_calls = probe_lags(client, config.stream_name, starts)
         calls += probe_calls
-    dead, dead_problem = count_dead_letters(
-        config.dead_letter, config.job_name, config.stream_name, profile=config.profile
-    )
+    dead, dead_problem = _dead_letters(config)
     problems = [f"{shard}: lag not known: {p.error}" for shard, p in lags.items() if p.error]
     if dead_problem:
         problems.append(dead_problem)
@@ -111,6 +110,17 @@ def gather(
     return collect(inputs, now or datetime.now(UTC))
 
 
+def _dead_letters(config: SpoutConfig) -> tuple[dict[str, int] | None, str | None]:
+    """The dead letters per shard of the config's target (or why not known)."""
+    return count_dead_letters(
+        config.dead_letter,
+        config.job_name,
+        config.stream_name,
+        profile=config.profile,
+        role=config.assumed_role,
+    )
+
+
 def _client(config: SpoutConfig, timeout: float) -> Any:
     """A Kinesis client for status's one-shot calls (botocore's standard retries)."""
     from kinesis_spout.kinesis.client import make_client
@@ -119,6 +129,7 @@ def _client(config: SpoutConfig, timeout: float) -> Any:
         config.endpoint_url,
         config.region,
         profile=config.profile,
+        role=config.assumed_role,
         connect_timeout=timeout,
         read_timeout=timeout,
         one_shot=True,

@@ -12,9 +12,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kinesis_spout.deadletter import entry_ids
 from kinesis_spout.errors import KinesisSpoutError
+
+if TYPE_CHECKING:
+    from kinesis_spout.aws import AssumedRole
 
 
 def count_directory(directory: Path, job: str, stream: str) -> dict[str, int]:
@@ -30,7 +34,13 @@ def count_directory(directory: Path, job: str, stream: str) -> dict[str, int]:
 
 
 def count_s3(
-    target: str, job: str, stream: str, client: object = None, *, profile: str | None = None
+    target: str,
+    job: str,
+    stream: str,
+    client: object = None,
+    *,
+    profile: str | None = None,
+    role: AssumedRole | None = None,
 ) -> dict[str, int]:
     """``{shard: entries}`` of an ``s3://bucket/prefix`` dead-letter target."""
     from kinesis_spout.deadletter.s3 import (
@@ -42,7 +52,7 @@ def count_s3(
     )
 
     bucket, prefix = parse_s3_url(target)
-    s3 = client if client is not None else s3_client(profile=profile)
+    s3 = client if client is not None else s3_client(profile=profile, role=role)
     base = key_prefix(prefix, job, stream)
     ids: dict[str, set[str]] = {}
     for key in iter_s3_keys(s3, bucket, base):
@@ -53,7 +63,12 @@ def count_s3(
 
 
 def count_dead_letters(
-    target: str, job: str, stream: str, *, profile: str | None = None
+    target: str,
+    job: str,
+    stream: str,
+    *,
+    profile: str | None = None,
+    role: AssumedRole | None = None,
 ) -> tuple[dict[str, int] | None, str | None]:
     """``(counts per shard, problem)``: counts are None when the target keeps none
     (``none``) or could not be read (then ``problem`` says why)."""
@@ -61,7 +76,7 @@ def count_dead_letters(
         return None, None
     try:
         if target.startswith("s3://"):
-            return count_s3(target, job, stream, profile=profile), None
+            return count_s3(target, job, stream, profile=profile, role=role), None
         return count_directory(Path(target), job, stream), None
     except (KinesisSpoutError, OSError, ValueError) as exc:
         return None, f"dead letters in {target} not counted: {exc}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kinesis_spout.coordination.joblease import LOCK_FILE, ZK_LEASE_NODE
 from kinesis_spout.errors import ConfigError
@@ -30,6 +31,9 @@ from kinesis_spout.status.sources_leases import (
     zk_shard_leases,
     zk_workers,
 )
+
+if TYPE_CHECKING:
+    from kinesis_spout.aws import AssumedRole
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,16 +59,17 @@ def read_store(
     timeout: float = 10.0,
     region: str | None = None,
     profile: str | None = None,
+    role: AssumedRole | None = None,
 ) -> StoreView:
     """The store's view of ``job`` on ``stream``; :class:`StatusError` naming the URL
     when the store does not exist or cannot be reached within ``timeout`` seconds
-    (``region``, ``profile``: a ``dynamodb://`` table's)."""
+    (``region``, ``profile``, ``role``: a ``dynamodb://`` table's)."""
     if url.startswith("file://"):
         return _read_file(url, url[len("file://") :], job, stream)
     if url.startswith("zk://"):
         return _read_zk(url, job, stream, zk_auth, zk_session_timeout, timeout)
     if url.startswith("dynamodb://"):
-        return _read_dynamodb(url, job, stream, region, profile)
+        return _read_dynamodb(url, job, stream, region, profile, role)
     raise ConfigError(
         "checkpoint_store",
         url,
@@ -126,10 +131,12 @@ def held_job_lease(
     timeout: float = 5.0,
     region: str | None = None,
     profile: str | None = None,
+    role: AssumedRole | None = None,
 ) -> JobLeaseStatus | None:
     """The job lease of ``job`` when a live reader holds it, else None; read only (what
     ``kinesis-spout run`` asks when the metrics port is taken: most often by a copy of
-    the same job, which the lease names)."""
+    the same job, which the lease names; ``region``, ``profile``, ``role``: a
+    ``dynamodb://`` table's)."""
     if url.startswith("file://"):
         lease = file_job_lease(Path(url[len("file://") :]) / job / LOCK_FILE)
     elif url.startswith("zk://"):
@@ -148,7 +155,7 @@ def held_job_lease(
 
         try:
             dyn = DynamoDbCheckpointStore.from_url(
-                url, job, region=region, profile=profile, create_table=False
+                url, job, region=region, profile=profile, role=role, create_table=False
             )
         except TableMissingError:
             return None
@@ -162,14 +169,19 @@ def held_job_lease(
 
 
 def _read_dynamodb(
-    url: str, job: str, stream: str, region: str | None, profile: str | None
+    url: str,
+    job: str,
+    stream: str,
+    region: str | None,
+    profile: str | None,
+    role: AssumedRole | None,
 ) -> StoreView:
     from kinesis_spout.checkpoint.dynamodb import DynamoDbCheckpointStore
     from kinesis_spout.checkpoint.dynamodb_table import TableMissingError
 
     try:
         store = DynamoDbCheckpointStore.from_url(
-            url, job, region=region, profile=profile, create_table=False
+            url, job, region=region, profile=profile, role=role, create_table=False
         )
     except TableMissingError:
         lease = JobLeaseStatus(LeaseState.FREE, url)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kinesis_spout.errors import KinesisSpoutError, OffsetError
 
-__all__ = ["DataLossError", "MissingDependencyError", "OffsetError"]
+__all__ = ["DataLossError", "MissingDependencyError", "OffsetError", "spark_too_old"]
 """``OffsetError`` is :class:`kinesis_spout.errors.OffsetError` (the batch-end records of
 the checkpoint store raise it too), named here as well for the source's users."""
 
@@ -19,3 +19,12 @@ class DataLossError(KinesisSpoutError):
 
 class MissingDependencyError(KinesisSpoutError):
     """PySpark, pyarrow or pandas is missing or too old for the source."""
+
+
+def spark_too_old(version: str) -> MissingDependencyError:
+    """The one-line error of the source on a PySpark before 4.0 (no Python Data Source API)."""
+    return MissingDependencyError(
+        f"the kinesis streaming source needs Spark 4.0 or newer (its Python Data Source API), "
+        f"this is PySpark {version}: run it on Spark 4, or run the Spark job "
+        "(kinesis-spout run), which runs on Spark 3.5 as well"
+    )

@@ -39,7 +39,7 @@ from kinesis_spout.kinesis.client import process_client
 from kinesis_spout.kinesis.efo_read import EfoTarget
 from kinesis_spout.records import StartPosition
 from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan, StreamsOffset
-from kinesis_spout.streaming.errors import MissingDependencyError
+from kinesis_spout.streaming.errors import MissingDependencyError, spark_too_old
 from kinesis_spout.streaming.executor_read import read_batch_shard
 from kinesis_spout.streaming.options import SourceOptions, parse_options
 from kinesis_spout.streaming.planner import Planner
@@ -47,6 +47,10 @@ from kinesis_spout.streaming.rows import arrow_schema, to_arrow
 from kinesis_spout.streaming.stream_planner import StreamPlanner
 
 try:
+    import pyspark as _pyspark
+
+    if int(_pyspark.__version__.split(".")[0]) < 4:
+        raise spark_too_old(_pyspark.__version__)
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
     from pyspark.sql.types import (
         BinaryType,
@@ -59,7 +63,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the installation
     raise MissingDependencyError(
         "the kinesis streaming source needs PySpark 4.0 or newer with its Python Data Source "
-        f"API ({_exc}): pip install 'kinesis-spout[spark]'"
+        f"API ({_exc}): install kinesis-spout's spark extra with pyspark>=4.0"
     ) from None
 
 try:  # PySpark 4.2+: read limits and Trigger.AvailableNow
@@ -101,17 +105,13 @@ def check_dependencies() -> None:
     pandas are importable (Spark moves Python data source rows as Arrow)."""
     import pyspark
 
-    major = int(pyspark.__version__.split(".")[0])
-    if major < 4:
-        raise MissingDependencyError(
-            f"the kinesis streaming source needs PySpark 4.0 or newer, found "
-            f"{pyspark.__version__}: pip install 'kinesis-spout[spark]'"
-        )
+    if int(pyspark.__version__.split(".")[0]) < 4:
+        raise spark_too_old(pyspark.__version__)
     for module in ("pyarrow", "pandas"):
         if importlib.util.find_spec(module) is None:
             raise MissingDependencyError(
                 f"the kinesis streaming source needs {module} (PySpark moves the rows of "
-                f"Python data sources as Arrow): pip install 'kinesis-spout[spark]'"
+                f"Python data sources as Arrow): install the kinesis-spout[spark] extra"
             )
 
 

@@ -28,7 +28,7 @@ def pyspark_jars() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise BackendUnavailableError(
             "ZooKeeper is started from PySpark's jars: install the 'spark' extra "
-            "(pip install 'kinesis-spout[spark]')"
+            "(pip install pyspark)"
         )
     jars = Path(next(iter(spec.submodule_search_locations))) / "jars"
     if not any(jars.glob("zookeeper-*.jar")):

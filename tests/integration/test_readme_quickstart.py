@@ -1,15 +1,17 @@
 """The README's quickstart, run as written from a clean virtualenv.
 
 The code blocks of the README's "Quickstart" section are read from the README itself (so
-the two cannot drift) and run in order in an empty directory: the shell block that
-creates a virtualenv, installs ``kinesis-spout[demo]`` (from this checkout, not PyPI) and
-starts moto's server; ``job.toml``; the block that creates the stream and puts the
-records; ``loop.py``, run until it prints the line the README promises, then stopped with
-SIGTERM (exit 0); ``kinesis-spout status`` and ``kinesis-spout dead-letters list``.
+the two cannot drift) and run in order in a directory that holds nothing but a checkout of
+this repository as ``./kinesis-spout`` (a copy of this one), as the README says: the shell
+block that creates a virtualenv, installs ``./kinesis-spout[demo]`` (the documented line,
+verbatim) and starts moto's server; ``job.toml``; the block that creates the stream and
+puts the records; ``loop.py``, run until it prints the line the README promises, then
+stopped with SIGTERM (exit 0); ``kinesis-spout status`` and ``kinesis-spout dead-letters
+list``.
 
-Two substitutions only: the emulator's port (the README's ``4567``) becomes a free one,
-and the package spec points at a copy of this checkout. Nothing from the project's own
-virtualenv is on ``PATH``: every command runs from the new virtualenv.
+One substitution only: the emulator's port (the README's ``4567``) becomes a free one.
+Nothing from the project's own virtualenv is on ``PATH``: every command runs from the new
+virtualenv.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 PORT_PLACEHOLDER = "4567"
-PACKAGE = "'kinesis-spout[demo]'"
+INSTALL = "pip install './kinesis-spout[demo]'"
+"""The README's install line, run as written: ``./kinesis-spout`` is the checkout."""
 STATE = "quickstart-env.sh"
 """The exported environment after the first block (the activated virtualenv, the
 credentials), sourced by the later blocks as the reader's shell would keep it."""
@@ -81,9 +84,10 @@ def shell_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def checkout_copy(tmp_path: Path) -> Path:
-    """What a wheel of this checkout is built from, copied (the build writes beside it)."""
-    dest = tmp_path / "kinesis-spout-src"
+def checkout_copy(work: Path) -> Path:
+    """``work/kinesis-spout``: what a wheel of this checkout is built from, copied (the
+    build writes beside it), where the README's install line takes the checkout."""
+    dest = work / "kinesis-spout"
     dest.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, dest / name)
@@ -120,9 +124,9 @@ def wait_for_port(port: int, deadline: float) -> None:
 def first_block(block: Block, cwd: Path, env: dict[str, str], port: int) -> Iterator[None]:
     """Run the set-up block (virtualenv, install, emulator in the background); stop the
     emulator (the block's process group) when done."""
-    assert block.text.count(PACKAGE) == 1, block.text
-    script = block.text.replace(PACKAGE, f"'{checkout_copy(cwd.parent)}[demo]'")
-    script = f"set -e\n{script}\nexport -p > {STATE}\n"
+    assert block.text.count(INSTALL) == 1, block.text
+    checkout_copy(cwd)
+    script = f"set -e\n{block.text}\nexport -p > {STATE}\n"
     proc = subprocess.Popen(
         ["bash", "-c", script],
         cwd=cwd,

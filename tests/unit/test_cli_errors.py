@@ -170,3 +170,13 @@ def test_an_html_error_body_is_cut_to_its_first_line() -> None:
     out = translate(exc, "DescribeStreamSummary orders")
     assert isinstance(out, TransientKinesisError)
     assert str(out) == "DescribeStreamSummary orders: 500: <!doctype html>"
+
+
+def test_a_long_error_keeps_what_to_do_at_its_end() -> None:
+    """An error of ours names a path (a lease file under a deep folder) and ends with
+    what to do; the one-line form of 300 characters cut that off."""
+    from kinesis_spout.words import one_line
+
+    msg = f"job 'x' is already running (lease /tmp/{'d' * 300}/.job.lock); stop it, or wait"
+    assert one_line(msg) == msg
+    assert one_line("x" * 5000 + "\n<html>").endswith("…")

@@ -73,6 +73,10 @@ def test_every_field_has_a_doc() -> None:
         ("job_name", "a/b", "without '/'"),
         ("region", " ", "region"),
         ("endpoint_url", "localhost:4566", "http:// or https://"),
+        ("role_arn", "arn:aws:iam::12345:role/r", "arn:aws:iam::ACCOUNT:role/NAME"),
+        ("role_arn", "arn:aws:iam::123456789012:user/u", "an IAM role ARN"),
+        ("role_session_name", "x", "set only with role_arn"),
+        ("external_id", "ext-1", "set only with role_arn"),
         ("initial_position", "YESTERDAY", "TRIM_HORIZON, LATEST, AT_TIMESTAMP"),
         ("initial_timestamp", "not a time", "ISO 8601"),
         ("records_per_call", 0, "between 1 and 10000"),
@@ -174,3 +178,17 @@ def test_toml_round_trip_and_redaction(tmp_path: Path) -> None:
     f.write_text(to_toml(c))
     assert load_config(f, env={}) == c
     assert c.redacted()["zk_auth"] == "***" and "secret" not in str(c.redacted())
+
+
+def test_an_assumed_role_has_a_session_name_sts_takes_and_the_external_id() -> None:
+    from kinesis_spout.aws import AssumedRole
+
+    arn = "arn:aws:iam::123456789012:role/reader"
+    role = SpoutConfig(role_arn=arn, job_name="billing job", region="eu-west-1").assumed_role
+    assert role == AssumedRole(arn, "kinesis-spout-billing-job", None, "eu-west-1")
+    named = SpoutConfig(role_arn=arn, role_session_name="nightly", external_id="x-9")
+    assert named.assumed_role is not None
+    assert (named.assumed_role.session_name, named.assumed_role.external_id) == ("nightly", "x-9")
+    assert SpoutConfig().assumed_role is None
+    with pytest.raises(ConfigError, match="role_session_name='a b'"):
+        SpoutConfig(role_arn=arn, role_session_name="a b")

@@ -31,7 +31,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     def install(*scripts: Any, probes: list[SubscriptionEvent] | None = None) -> FakeFanOut:
         fanout = FakeFanOut(*scripts, probes=probes)
-        monkeypatch.setitem(efo_read._FANOUT, ("http://fake", "us-east-1", "s", None), fanout)
+        monkeypatch.setitem(efo_read._FANOUT, ("http://fake", "us-east-1", "s", None, None), fanout)
         return fanout
 
     return install

@@ -123,10 +123,10 @@ def _frame_jobs(
     if url.startswith("file://"):
         url = "file://" + os.path.abspath(url[len("file://") :])
     job, stream, auth = config.job_name, config.stream_name, config.zk_auth
-    region, profile = config.region, config.profile  # a dynamodb:// store's
+    region, profile, role = config.region, config.profile, config.assumed_role  # dynamodb:// only
 
     def ends(run: str, key: int) -> RecordTo:  # each plan's stream: RecordTo.of
-        return RecordTo(url, job, stream, run, key, auth, region=region, profile=profile)
+        return RecordTo(url, job, stream, run, key, auth, region=region, profile=profile, role=role)
 
     stores = [replace(ends("", 0), stream=name).open() for name in config.stream_names]
     return FrameJobs(spark, processor, config.sink, ends, stores)

@@ -39,6 +39,7 @@ from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.observability.endpoint import MetricsPortInUseError, check_port_free
 from kinesis_spout.spark.launch.deploy import check_deploy_mode
 from kinesis_spout.spark.launch.launcher import LAUNCHER_ENV, PIDFILE_ENV, launcher_token
+from kinesis_spout.spark.launch.shipenv import PACK_NOW, shipped_env
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def find_spark_submit(explicit: str | None = None) -> str:
         return found
     raise SparkSubmitNotFoundError(
         "spark-submit not found next to this Python or on PATH: "
-        "pip install 'kinesis-spout[spark]' (or give --spark-submit PATH)"
+        "install the spark extra (pip install pyspark), or give --spark-submit PATH"
     )
 
 
@@ -106,6 +107,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--spark-submit", metavar="PATH", help="the spark-submit program")
     parser.add_argument(
+        "--ship-env",
+        nargs="?",
+        const=PACK_NOW,
+        metavar="ARCHIVE",
+        help="ship this virtualenv to the executors (packed with venv-pack, the 'ship' "
+        "extra; or ARCHIVE, packed beforehand): they need only Java and this Python",
+    )
+    parser.add_argument(
         "--dry-run", action="store_true", help="print the spark-submit command and exit"
     )
 
@@ -115,10 +124,14 @@ def _flag_value(value: object) -> str:
 
 
 def build_command(
-    args: argparse.Namespace, spark_submit: str, process: str | None = None
+    args: argparse.Namespace,
+    spark_submit: str,
+    process: str | None = None,
+    extra: Sequence[str] = (),
 ) -> list[str]:
     """The ``spark-submit`` command line for ``args`` (parsed by the ``run``
-    parser); ``process`` (resolved from the flags or the file) is passed on."""
+    parser); ``process`` (resolved from the flags or the file) is passed on; ``extra``
+    spark-submit arguments go before the job file (``--ship-env``'s)."""
     conf = dict(DEFAULT_CONF)
     for item in args.spark_conf:
         key, sep, value = item.partition("=")
@@ -130,6 +143,7 @@ def build_command(
         cmd += ["--deploy-mode", args.deploy_mode]
     for key, value in conf.items():
         cmd += ["--conf", f"{key}={value}"]
+    cmd += extra
     cmd.append(str(job_file()))
     if getattr(args, "config", None):
         cmd += ["--config", str(Path(args.config).resolve())]
@@ -244,6 +258,7 @@ def check_metrics_port(config: SpoutConfig) -> None:
                 zk_auth=config.zk_auth,
                 region=config.region,
                 profile=config.profile,
+                role=config.assumed_role,
             )
         except KinesisSpoutError:
             held = None  # the store cannot say: the port is the error
@@ -266,9 +281,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_deploy_mode(config, deploy_mode)
     if deploy_mode == "client":  # the driver's endpoint will listen here
         check_metrics_port(config)
-    cmd = build_command(args, find_spark_submit(args.spark_submit), process)
-    if args.dry_run:
-        print(" ".join(cmd))
-        return 0
-    log.info("job %s: %s", config.job_name, " ".join(cmd))
-    return supervise(cmd, job_environment(master=args.master))
+    spark_submit = find_spark_submit(args.spark_submit)
+    ship = getattr(args, "ship_env", None)
+    with shipped_env(ship, deploy_mode, dry_run=args.dry_run) as extra:
+        cmd = build_command(args, spark_submit, process, extra)
+        if args.dry_run:
+            print(" ".join(cmd))
+            return 0
+        log.info("job %s: %s", config.job_name, " ".join(cmd))
+        return supervise(cmd, job_environment(master=args.master))

@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from kinesis_spout.spark.arrowframes import arrow_schema, ddl_struct
 from kinesis_spout.spark.process.arrow import (
     ROOT,
     ROW,
@@ -134,14 +135,14 @@ class SparkRunner:
 
     def _fan_out_schemas(self, p: FanOutProcessor) -> tuple[pa.Schema, Any]:
         if self._derived_arrow is None:
-            from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+            from pyspark.sql.pandas.types import from_arrow_schema
             from pyspark.sql.types import StructType
 
             schema = p.schema
             if isinstance(schema, str):
-                schema = StructType.fromDDL(schema)
+                schema = ddl_struct(schema)
             if isinstance(schema, StructType):
-                schema = to_arrow_schema(schema, timezone="UTC")
+                schema = arrow_schema(schema)
             if not isinstance(schema, pa.Schema):
                 raise ProcessingContractError(
                     f"fan-out schema {p.schema!r}: expected a DDL string, StructType or "

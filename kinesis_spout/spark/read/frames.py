@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 
 from kinesis_spout.checkpoint.batch_ends import BatchEndStore
 from kinesis_spout.records import Record
+from kinesis_spout.spark.arrowframes import to_arrow
 from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.process.arrow import DATA_COLUMNS, ROW, Statuses
 from kinesis_spout.spark.process.exprs import Exprs
@@ -77,12 +78,12 @@ class _Collect:
     def __call__(self, frame: Any) -> tuple[pa.Table, int, int]:
         self.jobs = 1
         if self.ends is None:
-            table = frame.toArrow()
+            table = to_arrow(frame)
         else:
             from pyspark.sql import functions as F
 
             marked = self.ends().withColumn(_END, self.exprs.get(_END, lambda: F.lit(True)))
-            both = frame.unionByName(marked, allowMissingColumns=True).toArrow()
+            both = to_arrow(frame.unionByName(marked, allowMissingColumns=True))
             is_end = pc.is_valid(both.column(_END))
             metas = both.filter(is_end).column(META).to_pylist()
             self.results = [pickle.loads(b) for b in metas]
@@ -200,7 +201,7 @@ class FrameJobs:
 
     def _in_two(self, stage: Any, key: int, got: _Collect) -> tuple[list[ReadResult], int]:
         """The read ends first; the processing only if something was read."""
-        ends = self._ends(stage).toArrow()
+        ends = to_arrow(self._ends(stage))
         results = [pickle.loads(b) for b in ends.column(META).to_pylist()]
         if not any(len(res) for res in results):
             return results, 1
@@ -301,7 +302,7 @@ def _failed_rows(
     from pyspark.sql import functions as F
 
     rows = sorted(bases[task] + i for task, indexes in failed.items() for i in indexes)
-    table = stage.where(F.col(META).isNull() & F.col(ROW).isin(rows)).toArrow()
+    table = to_arrow(stage.where(F.col(META).isNull() & F.col(ROW).isin(rows)))
     out = []
     for values in table.to_pylist():
         record = input_record(*(values[name] for name in DATA_COLUMNS))

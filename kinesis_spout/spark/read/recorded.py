@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
+from kinesis_spout.aws import AssumedRole
 from kinesis_spout.checkpoint.batch_ends import (
     BatchEnd,
     BatchEndError,
@@ -62,10 +63,19 @@ class RecordTo:
     region: str | None = None
     """A ``dynamodb://`` store's region and profile (None: as boto3 resolves them)."""
     profile: str | None = None
+    role: AssumedRole | None = None
+    """The role a ``dynamodb://`` store's client assumes (None: the profile's own
+    credentials)."""
 
     def open(self) -> BatchEndStore:
         return open_batch_ends(
-            self.url, self.job, self.stream, self.zk_auth, region=self.region, profile=self.profile
+            self.url,
+            self.job,
+            self.stream,
+            self.zk_auth,
+            region=self.region,
+            profile=self.profile,
+            role=self.role,
         )
 
     def of(self, plan: ReadPlan) -> RecordTo:
@@ -73,12 +83,13 @@ class RecordTo:
         return self if plan.stream == self.stream else replace(self, stream=plan.stream)
 
 
-_STORES: dict[tuple[str, str, str, str | None, str | None, str | None], BatchEndStore] = {}
-"""Batch-end stores of this executor process (a ZooKeeper session each)."""
+_STORES: dict[RecordTo, BatchEndStore] = {}
+"""Batch-end stores of this executor process (a ZooKeeper session each), by where they
+record: every field of a :class:`RecordTo` but its run and Spark job."""
 
 
 def _store(to: RecordTo) -> BatchEndStore:
-    k = (to.url, to.job, to.stream, to.zk_auth, to.region, to.profile)
+    k = replace(to, run="", key=0)
     store = _STORES.get(k)
     if store is None:
         store = _STORES[k] = to.open()

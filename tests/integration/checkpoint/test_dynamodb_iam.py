@@ -1,12 +1,12 @@
-"""The IAM actions docs/checkpoints.md lists for a ``dynamodb://`` store are exactly those
-its calls need: a run of everything the store, the job lease, the batch-end records and
-``status`` do, on moto's server, with each DynamoDB call recorded by a botocore event
-hook on the client they share (a transaction needs the actions of what it holds)."""
+"""The IAM actions of a ``dynamodb://`` store's policy (docs/iam/dynamodb-store.json, which
+docs/checkpoints.md links and docs/deploy.md shows) are exactly those its calls need: a run
+of everything the store, the job lease, the batch-end records and ``status`` do, on moto's
+server, with each DynamoDB call recorded by a botocore event hook on the client they share
+(a transaction needs the actions of what it holds)."""
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -24,17 +24,13 @@ from kinesis_spout.status.sources_store import read_store
 
 pytestmark = pytest.mark.integration
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "checkpoints.md"
+POLICY = Path(__file__).resolve().parents[3] / "docs" / "iam" / "dynamodb-store.json"
 STREAM = "orders"
 
 
 def documented_actions() -> set[str]:
-    """The ``Action`` list of the IAM policy in docs/checkpoints.md."""
-    text = DOC.read_text()
-    section = text[text.index("### IAM permissions") :]
-    policy = re.search(r"```json\n(.*?)```", section, re.S)
-    assert policy is not None, "no JSON policy under '### IAM permissions'"
-    statements = json.loads(policy.group(1))["Statement"]
+    """The actions the store's IAM policy allows."""
+    statements = json.loads(POLICY.read_text())["Statement"]
     return {action for s in statements for action in s["Action"]}
 
 

@@ -44,6 +44,20 @@ def record_deliveries(directory: str) -> Callable[[InputRecord], None]:
     return process
 
 
+def not_poison(df: Any) -> Any:
+    """A transform: a record whose data starts with POISON fails, the others pass."""
+    from pyspark.sql import functions as F
+
+    bad = F.col("data").cast("string").startswith(POISON.decode())
+    return df.select(
+        "_row",
+        "shardId",
+        "sequenceNumber",
+        (~bad).alias("status"),
+        F.when(bad, F.lit("poison record")).alias("error"),
+    )
+
+
 def slow_ok(record: InputRecord) -> None:
     """Every record is fine, at ~2 ms each (so a kill lands mid-stream)."""
     time.sleep(0.002)
@@ -88,6 +102,9 @@ KILLER = b"KILLER"
 
 
 class Delivery(NamedTuple):
+    """One delivery :func:`log_deliveries` logged (its file holds where the Python worker
+    imported kinesis_spout from)."""
+
     shard: str
     seq: str
     attempt: int
@@ -213,7 +230,9 @@ def log_deliveries(
             f"{record.shard_id}.{record.sequence_number}.{record.sub_sequence_number}."
             f"{record.attempt}.{part}.{os.getppid()}.{time.time_ns()}.{uuid.uuid4().hex[:8]}"
         )
-        Path(directory, name).touch()
+        import kinesis_spout  # where this worker has it from: the file's text
+
+        Path(directory, name).write_text(kinesis_spout.__file__ or "")
         if peers:
             _wait_for_peers(directory, peers)
         if record.data.startswith(kill):

@@ -1,5 +1,11 @@
 """Executor reads on a real Spark standalone cluster (master + two 1-core workers on
-loopback, from PySpark's jars), submitted with ``kinesis-spout run --master spark://``."""
+loopback, from PySpark's jars), submitted with ``kinesis-spout run --master spark://``.
+
+The session's cluster runs its executors' Python from a bare virtualenv (no kinesis_spout,
+as a cluster where nothing was installed): a job stops at once with one line saying to
+pass ``--ship-env``; with it, a job's virtualenv (kinesis-spout installed editable, with its
+``spark`` and ``ship`` extras: :func:`~devkit.jobenv.job_virtualenv`) is packed and
+shipped, and the executors read and process from their unpacked copy."""
 
 from __future__ import annotations
 
@@ -17,13 +23,38 @@ import spark_job_helpers
 from spark_job_helpers import POISON, last_per_shard, read_deliveries
 
 from devkit.cluster import StandaloneCluster, cluster_spark_conf
+from devkit.jobenv import job_virtualenv
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.deadletter import read_dead_letters
+from kinesis_spout.spark.launch.shipenv import ALIAS
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(400)]
+
+OWN_PYTHON = ("spark.master", "spark.pyspark.python", "spark.executorEnv.PYSPARK_PYTHON")
+"""The cluster conf left out when the executors start the workers' own Python."""
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A cluster's default Python where nothing was installed: a bare virtualenv's."""
+    venv = tmp_path_factory.mktemp("bare") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    probe = subprocess.run(
+        [str(python), "-c", "import kinesis_spout"], cwd=venv, capture_output=True, check=False
+    )
+    assert probe.returncode != 0, "the bare virtualenv imports kinesis_spout"
+    return str(python)
+
+
+@pytest.fixture(scope="module")
+def job_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``kinesis-spout`` program of a job's own virtualenv (kinesis-spout editable)."""
+    python = job_virtualenv(tmp_path_factory.mktemp("job-env") / "venv")
+    return python.with_name("kinesis-spout")
 
 
 def start_job(
@@ -35,14 +66,17 @@ def start_job(
     slow_ms: float = 0.0,
     process: str = "logged_job",
     peers: int = 0,
+    workers_python: str | None = None,
+    launcher: Path | None = None,
 ) -> subprocess.Popen[str]:
+    """``kinesis-spout run`` on ``cluster``; ``workers_python``: the executors start that
+    Python (as ``PYSPARK_PYTHON``), not this one, unless the job ships its own."""
+    left_out = OWN_PYTHON if workers_python else OWN_PYTHON[:1]
     conf = [
-        f"--spark-conf={k}={v}"
-        for k, v in cluster_spark_conf(cluster).items()
-        if k != "spark.master"
+        f"--spark-conf={k}={v}" for k, v in cluster_spark_conf(cluster).items() if k not in left_out
     ]
     cmd = [
-        str(Path(sys.executable).with_name("kinesis-spout")),
+        str(launcher or Path(sys.executable).with_name("kinesis-spout")),
         "run",
         "--master",
         cluster.master_url,
@@ -78,6 +112,8 @@ def start_job(
         "KSPOUT_TEST_SLOW_MS": str(slow_ms),
         "KSPOUT_TEST_PEERS": str(peers),
     }
+    if workers_python:
+        env["PYSPARK_PYTHON"] = workers_python
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
@@ -117,12 +153,39 @@ class CheckpointWatch:
         return self.seen
 
 
-def test_records_are_read_in_two_executors_and_every_one_is_done(
+def test_without_ship_env_a_job_on_bare_workers_stops_with_one_line_saying_to_pass_it(
     spark_cluster: StandaloneCluster,
     moto_server: MotoServer,
     moto_client: Any,
     unique_name: str,
     tmp_path: Path,
+    bare_python: str,
+) -> None:
+    create_stream(moto_client, unique_name, 2)
+    put_records(moto_client, unique_name, make_payloads(100, 80))
+    proc = start_job(spark_cluster, moto_server, unique_name, tmp_path, workers_python=bare_python)
+    out, _ = proc.communicate(timeout=300)
+
+    assert proc.returncode == 1, out[-3000:]
+    said = [line for line in out.splitlines() if line.startswith("kinesis-spout job:")]
+    assert said == [
+        f"kinesis-spout job: failed: the executors' Python ({bare_python}) cannot import "
+        "kinesis_spout: pass --ship-env to kinesis-spout run (it ships this virtualenv), "
+        "or install kinesis-spout there (docs/deploy.md)"
+    ], out[-3000:]
+    assert not any("split" in line for line in out.splitlines()), "the batch was split"
+    assert os.listdir(tmp_path / "deliveries") == []
+
+
+@pytest.mark.timeout(600)
+def test_with_ship_env_bare_workers_read_in_two_executors_and_every_record_is_done(
+    spark_cluster: StandaloneCluster,
+    moto_server: MotoServer,
+    moto_client: Any,
+    unique_name: str,
+    tmp_path: Path,
+    bare_python: str,
+    job_env: Path,
 ) -> None:
     create_stream(moto_client, unique_name, 4)
     bad = {5, 333, 777}
@@ -137,15 +200,23 @@ def test_records_are_read_in_two_executors_and_every_one_is_done(
         tmp_path,
         "--retry-limit",
         "1",
+        "--ship-env",
         slow_ms=1,
         peers=2,
+        workers_python=bare_python,
+        launcher=job_env,
     )
-    out, _ = proc.communicate(timeout=300)
+    out, _ = proc.communicate(timeout=500)
     assert proc.returncode == 0, out
 
     seen = read_deliveries(tmp_path / "deliveries")
     assert {(d.shard, d.seq) for d in seen} == set(put)
     assert len({d.executor for d in seen}) >= 2  # two executor processes read and processed
+    # ... importing kinesis_spout from their unpacked copy of the shipped virtualenv
+    where = {p.read_text() for p in (tmp_path / "deliveries").iterdir()}
+    workers = spark_cluster.root.resolve()
+    assert all(Path(w).resolve().is_relative_to(workers) for w in where), where
+    assert all(f"/{ALIAS}/lib/" in w and "/site-packages/kinesis_spout/" in w for w in where)
     poison_ids = {f"{put[i][0]}:{put[i][1]}" for i in bad}
     dead = read_dead_letters(str(tmp_path / "dead-letter"))
     assert sorted(d["message_id"] for d in dead) == sorted(poison_ids)

@@ -21,6 +21,7 @@ from spark_job_helpers import (
     failing_word_sink,
     frame_jobs,
     last_per_shard,
+    not_poison,
     spy_results,
     words_and_places,
     words_with_a_bad_one,
@@ -51,20 +52,6 @@ from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, frame_reader
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
-
-
-def not_poison(df: Any) -> Any:
-    """A transform: a record whose data starts with POISON fails, the others pass."""
-    from pyspark.sql import functions as F
-
-    bad = F.col("data").cast("string").startswith(POISON.decode())
-    return df.select(
-        "_row",
-        "shardId",
-        "sequenceNumber",
-        (~bad).alias("status"),
-        F.when(bad, F.lit("poison record")).alias("error"),
-    )
 
 
 LATEST = GetterPosition(None, None, True, InitialPosition.LATEST, None)

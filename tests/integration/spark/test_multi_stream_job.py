@@ -151,6 +151,7 @@ def by_stream(df: Any) -> Any:
     )
 
 
+@pytest.mark.spark35  # on PySpark 3.5 as well (scripts/test.sh)
 def test_a_transform_over_three_streams_runs_on_the_executors_and_routes_by_stream(
     spark: Any, moto_server: Any, moto_client: Any, unique_name: str, tmp_path: Path
 ) -> None:

@@ -19,7 +19,13 @@ from kinesis_spout.spark.reports import BatchReport
 from kinesis_spout.testing.servers import ZooKeeperServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
+# spark35: scripts/test.sh runs these on PySpark 3.5 as well.
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.spark,
+    pytest.mark.spark35,
+    pytest.mark.timeout(300),
+]
 
 
 def last_sequence_per_shard(put: list[tuple[str, str]]) -> dict[str, str]:

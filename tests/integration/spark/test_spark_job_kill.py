@@ -19,7 +19,13 @@ from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(400)]
+# spark35: scripts/test.sh runs this on PySpark 3.5 as well.
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.spark,
+    pytest.mark.spark35,
+    pytest.mark.timeout(400),
+]
 
 SHARDS = 4
 RECORDS = 2400

@@ -106,4 +106,4 @@ def test_status_and_dead_letters_on_a_dynamodb_store(
         timeout=60,
     )
     assert listed.returncode == 0, listed.stderr
-    assert "not an order" in listed.stdout and "1 dead letters in " in listed.stdout, listed.stdout
+    assert "not an order" in listed.stdout and "1 dead letter in " in listed.stdout, listed.stdout
