@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -25,9 +23,46 @@ from kinesis_spout.spark.read.rows import RowSpace
 from kinesis_spout.spark.read.shuffle import LOST, assemble
 from tracker import InflightRecordTracker, SequenceKey
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from isolation_bench import START as _START  # noqa: E402
-from isolation_bench import SimulatedShardJobs  # noqa: E402
+_START = GetterPosition(None, None, True, InitialPosition.TRIM_HORIZON, None)
+"""A plan's position at the shard's start."""
+
+
+def _after(last: int) -> GetterPosition:
+    """The position after record ``last`` (1-based; 0: the shard's start)."""
+    return dataclasses.replace(_START, after=SequenceKey(last, 0) if last else None)
+
+
+class _SimulatedSpark:
+    class sparkContext:  # noqa: N801 - the attribute PySpark's session has
+        defaultParallelism = 2
+
+
+class SimulatedShardJobs(ReadJobs):
+    """:class:`ReadJobs` over a simulated shard of records 1..n: a job whose read would
+    take a record in ``killers`` fails as a whole (as a record that fails every task
+    that reads it, in a DataFrame style); ``failed_jobs`` counts them."""
+
+    def __init__(self, n: int, killers: set[int]) -> None:
+        settings = ReadSettings("r", None, 100, 5.0, 0.1, 1.0, 1.0)
+        super().__init__(_SimulatedSpark(), lambda r: None, settings)
+        self.n, self.killers, self.failed_jobs = n, killers, 0
+
+    def collect(self, batch_id: int, plans: list[ReadPlan]) -> list[ReadResult]:
+        out = []
+        for plan in plans:
+            assert plan.position is not None
+            after = plan.position.after
+            start = after.sequence if after is not None else 0
+            keys = list(range(start + 1, min(start + plan.limit, self.n) + 1))
+            if self.killers & set(keys):
+                self.failed_jobs += 1
+                raise RuntimeError("Python worker exited unexpectedly (crashed)")
+            res = ReadResult(plan.task, plan.stream, plan.shard_id, seqs=[str(k) for k in keys])
+            res.subs, res.ok = [0] * len(keys), bytearray([1] * len(keys))
+            last = keys[-1] if keys else start
+            res.end = ReadEnd(_after(last), taken=len(keys), caught_up=last >= self.n)
+            out.append(res)
+        return out
 
 reads = st.lists(st.lists(st.booleans(), min_size=0, max_size=12), min_size=1, max_size=5)
 
