@@ -158,15 +158,3 @@ def check_streams(streams: tuple[StreamSpec, ...], region: str) -> None:
                 f"an ARN in the config's region {region!r} (it names {s.arn_region!r}); "
                 "set region, or read that stream from a job of its region",
             )
-
-
-def require_one_stream(streams: tuple[StreamSpec, ...], what: str) -> None:
-    """A :class:`ConfigError` naming ``streams`` when ``what`` is given several: it reads
-    one stream in this release."""
-    if len(streams) > 1:
-        raise ConfigError(
-            "streams",
-            ",".join(s.stream for s in streams),
-            f"one stream for {what} in this release (several streams are read by the spout "
-            "in your loop: KinesisSpout); run one per stream",
-        )

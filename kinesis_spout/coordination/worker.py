@@ -21,8 +21,8 @@ A worker of several streams writes the stream first: ``<stream> <shard_id> ...``
 **Several streams** (``streams`` in the config): one
 :class:`~kinesis_spout.spout.KinesisSpout` (no job lease: the shard leases fence the
 workers) and one :class:`ShardCoordinator` per stream, each steering its stream's shards
-(:meth:`~kinesis_spout.spout.KinesisSpout.stream`); the leases and worker groups are each
-stream's, as with one stream.
+(:meth:`~kinesis_spout.spout.KinesisSpout.stream`; :mod:`kinesis_spout.coordination.group`
+steps them together); the leases and worker groups are each stream's, as with one stream.
 Each stream's assignment is rotated past the extra shards of the streams before it
 (:func:`~kinesis_spout.coordination.assignment.stream_rotations`), so the streams'
 shards are balanced over the workers as a whole: every worker of a job must list the
@@ -42,18 +42,16 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TextIO
 
 from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config.load import add_config_arguments, config_from_args
-from kinesis_spout.coordination.assignment import stream_rotations
-from kinesis_spout.coordination.coordinator import ShardCoordinator
+from kinesis_spout.coordination.group import StreamCoordinators
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
-from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.metrics import MetricsCollector, NoopMetrics
 from kinesis_spout.observability.endpoint import MetricsEndpoint
@@ -137,12 +135,11 @@ def _run(
     out_path = output_dir / f"{config.worker_id}.records"
     streams = ", ".join(config.stream_names)
     log.info("worker %s starting on %s: %s", config.worker_id, streams, config.redacted())
-    group = _Group(reader, [])
+    coordinators = StreamCoordinators(reader, [])
     try:
         reader.open()
-        group.coordinators = _coordinators(config, reader, store, client, metrics, drain_timeout)
-        for coordinator in group.coordinators:
-            coordinator.start()
+        coordinators = StreamCoordinators.start(reader, store, client, metrics, drain_timeout)
+        group = _Group(reader, coordinators)
         with out_path.open("a", encoding="utf-8") as out:
             group.run(
                 out,
@@ -152,8 +149,7 @@ def _run(
                 shutdown_timeout=drain_timeout + config.zk_session_timeout,
             )
     finally:
-        for coordinator in group.coordinators:
-            coordinator.close()
+        coordinators.close()
         try:
             reader.close()
         finally:
@@ -161,53 +157,13 @@ def _run(
     log.info("worker %s stopped: %s", config.worker_id, reader.stats())
 
 
-def _coordinators(
-    config: SpoutConfig,
-    reader: KinesisSpout,
-    store: ZooKeeperCheckpointStore,
-    client: Any,
-    metrics: MetricsCollector,
-    drain_timeout: float,
-) -> list[ShardCoordinator]:
-    """One coordinator per stream still read, in the config's order, each steering its
-    stream's shards (several streams: rotated, and its metrics labelled with its stream)."""
-    several = len(config.stream_names) > 1
-    labelled = getattr(metrics, "for_stream", None) if several else None
-    return [
-        ShardCoordinator(
-            store,
-            one.stream_name,
-            reader.stream(one.stream_name),
-            worker_id=config.worker_id,
-            list_shards=_lister(KinesisApi(client, one.stream_name, one.stream_arn)),
-            shard_refresh_interval=config.shard_refresh_interval,
-            drain_timeout=drain_timeout,
-            metrics=labelled(one.stream_name) if labelled is not None else metrics,
-            rotation=0 if several else None,
-        )
-        for one in config.per_stream()
-        if one.stream_name not in reader.gone
-    ]
-
-
-def _lister(api: KinesisApi) -> Callable[[], list[str]]:
-    """The stream's shard ids, listed anew at each call (bound here, not in a loop)."""
-    return lambda: [s.shard_id for s in api.list_shards()]
-
-
 class _Group:
-    """The reader and its streams' coordinators, stepped together by the worker's loop.
+    """The reader and its streams' coordinators (:mod:`kinesis_spout.coordination.group`),
+    stepped together by the worker's loop."""
 
-    The coordinators are polled in the config's order, each after its rotation is set
-    from the splits of the streams before it (just polled): a change there rebalances
-    it in the same step. A stream the reader lets go (deleted, created again) loses its
-    coordinator (:meth:`ShardCoordinator.abandon`); with no stream left, an error.
-    """
-
-    def __init__(self, reader: KinesisSpout, coordinators: list[ShardCoordinator]) -> None:
+    def __init__(self, reader: KinesisSpout, coordinators: StreamCoordinators) -> None:
         self.reader = reader
         self.coordinators = coordinators
-        self.several = len(reader.config.stream_names) > 1
 
     def run(
         self,
@@ -219,13 +175,13 @@ class _Group:
     ) -> None:
         """Read, process and ack until ``stop``, then leave every group (or time out)."""
         leave_by: float | None = None
+        several = self.coordinators.several
         while True:
             if stop.is_set() and leave_by is None:
-                for coordinator in self.coordinators:
-                    coordinator.begin_shutdown()
+                self.coordinators.begin_shutdown()
                 leave_by = time.monotonic() + shutdown_timeout
-            self.poll()
-            if all(c.done for c in self.coordinators):
+            self.coordinators.poll()
+            if self.coordinators.done:
                 return
             if leave_by is not None and time.monotonic() > leave_by:
                 # ZooKeeper unreachable: closing the session removes the leases anyway.
@@ -233,22 +189,11 @@ class _Group:
                 return
             batch = self.read(batch_size)
             if batch:
-                process(batch, out, process_delay, self.several)
+                process(batch, out, process_delay, several)
                 self.reader.ack_many(batch)
                 continue
-            delay = min(
-                self.reader.poll_delay(),
-                *(c.poll_delay() for c in self.coordinators),
-                _MAX_IDLE_SLEEP,
-            )
+            delay = min(self.reader.poll_delay(), self.coordinators.poll_delay(), _MAX_IDLE_SLEEP)
             stop.wait(max(delay, 0.001))
-
-    def poll(self) -> None:
-        """Poll each coordinator, rotated past the streams before it when several."""
-        for i, coordinator in enumerate(self.coordinators):
-            if self.several:
-                coordinator.set_rotation(stream_rotations(c.split for c in self.coordinators)[i])
-            coordinator.poll()
 
     def read(self, batch_size: int) -> list[Record]:
         """The next batch (none while reading is paused); streams let go are left."""
@@ -259,15 +204,8 @@ class _Group:
                 raise
             log.warning("reading paused: %s", exc)
             batch = []
-        self._leave_gone(self.reader.gone)
+        self.coordinators.leave_gone()
         return batch
-
-    def _leave_gone(self, gone: Mapping[str, str]) -> None:
-        for coordinator in [c for c in self.coordinators if c.stream_name in gone]:
-            coordinator.abandon()
-            self.coordinators.remove(coordinator)
-        if not self.coordinators:
-            raise KinesisSpoutError(f"no stream left to read: {gone}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,6 +22,7 @@ from kinesis_spout.multilang.adapter import (
     StormLogHandler,
     decode_data,
     encode_tuple,
+    output_fields,
 )
 from kinesis_spout.multilang.protocol import MessageReader, MessageWriter, ProtocolError, frame
 
@@ -39,4 +40,5 @@ __all__ = [
     "decode_data",
     "encode_tuple",
     "frame",
+    "output_fields",
 ]

@@ -9,7 +9,9 @@
 2. build the spout from the Storm conf (a callback), ``open()`` it;
 3. loop: read one command (``next``, ``ack``, ``fail``, ``activate``,
    ``deactivate``), reply with zero or more ``emit``/``log`` messages and then
-   exactly one ``{"command": "sync"}``. After an emit that asks for task ids
+   exactly one ``{"command": "sync"}``. An emit's id is the spout's message id
+   of the record (:func:`~kinesis_spout.multilang.tuples.tuple_id`: it names the
+   stream when the spout reads several). After an emit that asks for task ids
    the parent's JSON list is read before anything else;
 4. at the end of input: checkpoint and close the spout, exit status 0.
 
@@ -46,6 +48,8 @@ from kinesis_spout.multilang.tuples import (
     SpoutRecord,
     decode_data,
     encode_tuple,
+    output_fields,
+    tuple_id,
 )
 
 log = logging.getLogger(__name__)
@@ -84,6 +88,7 @@ class ShellSpoutAdapter:
         self.options = MultilangOptions()
         self.storm: StormContext | None = None
         self._pending: set[str] = set()
+        self._several_streams = False
         self._reading = False
         self._stop_requested = False
         # counters (also useful in tests)
@@ -102,14 +107,9 @@ class ShellSpoutAdapter:
             self.spout, self.options = self.configure(self.storm)
             if self.log_handler is not None:
                 self.log_handler.setLevel(self.options.log_level)
-            log.info(
-                "ShellSpout child pid %d for component %s task %s: stream %r, emits per next %d",
-                self.pid,
-                self.storm.component_id,
-                self.storm.task_id,
-                self.options.output_stream,
-                self.options.emits_per_next,
-            )
+            streams = self.spout.config.stream_names
+            self._several_streams = len(streams) > 1
+            self._log_start(streams)
             self.spout.open()
             self._opened = True
         except (ProtocolError, ConfigError) as exc:
@@ -142,6 +142,20 @@ class ShellSpoutAdapter:
             self.spout_errors,
         )
         return int(code)
+
+    def _log_start(self, streams: tuple[str, ...]) -> None:
+        assert self.storm is not None
+        log.info(
+            "ShellSpout child pid %d for component %s task %s: reads %s, emits to Storm "
+            "stream %r with fields %s, %d per next",
+            self.pid,
+            self.storm.component_id,
+            self.storm.task_id,
+            ", ".join(streams),
+            self.options.output_stream,
+            ", ".join(output_fields(self.options.include_stream_name)),
+            self.options.emits_per_next,
+        )
 
     def request_stop(self) -> None:
         """For a SIGTERM handler: stop after the current command, or at once
@@ -236,12 +250,14 @@ class ShellSpoutAdapter:
                 self.sleep(delay)
 
     def _emit(self, record: SpoutRecord) -> None:
-        mid = record.message_id
+        mid = tuple_id(record, self._several_streams)
         msg: dict[str, Any] = {
             "command": "emit",
             "id": mid,
             "stream": self.options.output_stream,
-            "tuple": encode_tuple(record, self.options.data_encoding),
+            "tuple": encode_tuple(
+                record, self.options.data_encoding, self.options.include_stream_name
+            ),
         }
         if not self.options.need_task_ids:
             msg["need_task_ids"] = False
@@ -365,4 +381,5 @@ __all__ = [
     "StormLogHandler",
     "decode_data",
     "encode_tuple",
+    "output_fields",
 ]

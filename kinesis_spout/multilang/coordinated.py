@@ -1,13 +1,14 @@
-"""Several Storm tasks of one spout component on one stream: ZooKeeper shard leases.
+"""Several Storm tasks of one spout component: ZooKeeper shard leases.
 
 When Storm runs the component with parallelism N > 1, each task is a separate
 child process. They must not all read every shard: :class:`CoordinatedSpout`
-wraps a :class:`~kinesis_spout.spout.KinesisSpout` with a
-:class:`~kinesis_spout.coordination.coordinator.ShardCoordinator`, so each
-task reads only the shards whose leases it holds (the checkpoint store must be
+wraps a :class:`~kinesis_spout.spout.KinesisSpout` of the config's streams (one or
+several) with a :class:`~kinesis_spout.coordination.coordinator.ShardCoordinator` per
+stream (:mod:`kinesis_spout.coordination.group`), so each task reads only the shards
+whose leases it holds, as the coordination worker does (the checkpoint store must be
 ``zk://``; each task's ``worker_id`` is unique by default: host and pid).
 
-Storm's ``deactivate`` stops emitting on top of what the coordinator decides.
+Storm's ``deactivate`` stops emitting on top of what the coordinators decide.
 At the end (end of input, SIGTERM) no ack can arrive any more, so there is
 nothing to drain: the spout writes its checkpoints (still fenced by the
 leases), then the ZooKeeper session is closed, which deletes this task's
@@ -18,13 +19,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.errors import ConfigError
+from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.metrics import NoopMetrics
 from kinesis_spout.observability.endpoint import MetricsEndpoint
 from kinesis_spout.records import Record
+
+if TYPE_CHECKING:
+    from kinesis_spout.coordination.group import StreamCoordinators
 
 log = logging.getLogger(__name__)
 
@@ -45,26 +49,28 @@ def require_shared_store(config: SpoutConfig, parallelism: int, component: str |
             "checkpoint_store",
             config.checkpoint_store,
             f"a zk:// URL: Storm runs component {component!r} as {parallelism} tasks, which "
-            "share the stream's shards through ZooKeeper leases (a dynamodb:// store holds "
-            "one reader per job)",
+            "share the shards of its streams through ZooKeeper leases (a dynamodb:// store "
+            "holds one reader per job)",
         )
 
 
 class CoordinatedSpout:
-    """A spout that reads only the shards this task holds leases for."""
+    """A spout that reads only the shards this task holds leases for, in each of its
+    streams."""
 
     def __init__(self, config: SpoutConfig, *, drain_timeout: float = 10.0) -> None:
         from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
-        from kinesis_spout.coordination.coordinator import ShardCoordinator
-        from kinesis_spout.kinesis.api import KinesisApi
         from kinesis_spout.kinesis.client import make_client
         from kinesis_spout.spout import KinesisSpout
 
         require_shared_store(config, 2, None)
         self.config = config
+        self._drain_timeout = drain_timeout
         # First: a taken metrics port fails before ZooKeeper is even connected.
         self.endpoint = MetricsEndpoint.of(config, "worker")
-        metrics = self.endpoint.start().metrics if self.endpoint is not None else NoopMetrics()
+        self._metrics = (
+            self.endpoint.start().metrics if self.endpoint is not None else NoopMetrics()
+        )
         try:  # a bad zk_auth, an unreachable ZooKeeper: the port is let go
             self.store = ZooKeeperCheckpointStore.from_url(
                 config.checkpoint_store,
@@ -77,39 +83,42 @@ class CoordinatedSpout:
             if self.endpoint is not None:
                 self.endpoint.close()
             raise
-        client = make_client(
+        self._client = make_client(
             config.endpoint_url, config.region, profile=config.profile, role=config.assumed_role
         )
-        api = KinesisApi(client, config.stream_name)
-        # The tasks share the stream through shard leases: no job lease.
+        # The tasks share the streams through shard leases: no job lease.
         self.spout = KinesisSpout(
-            config, store=self.store, client=client, metrics=metrics, job_lease=False
+            config, store=self.store, client=self._client, metrics=self._metrics, job_lease=False
         )
-        self.coordinator = ShardCoordinator(
-            self.store,
-            config.stream_name,
-            self.spout,
-            worker_id=config.worker_id,
-            list_shards=lambda: [s.shard_id for s in api.list_shards()],
-            shard_refresh_interval=config.shard_refresh_interval,
-            drain_timeout=drain_timeout,
-            metrics=metrics,
-        )
+        self.coordinators: StreamCoordinators | None = None
+        """One coordinator per stream, from :meth:`open` on."""
         self._storm_active = True
         self._closed = False
 
     def open(self) -> None:
+        from kinesis_spout.coordination.group import StreamCoordinators
+
         self.spout.open()
-        self.coordinator.start()
+        self.coordinators = StreamCoordinators.start(
+            self.spout, self.store, self._client, self._metrics, self._drain_timeout
+        )
+
+    def _group(self) -> StreamCoordinators:
+        if self.coordinators is None:
+            raise KinesisSpoutError("CoordinatedSpout: call open() first")
+        return self.coordinators
 
     def next_batch(self, max_records: int) -> list[Record]:
-        self.coordinator.poll()
+        group = self._group()
+        group.poll()
         if not self._storm_active:
             return []
-        return self.spout.next_batch(max_records)
+        batch = self.spout.next_batch(max_records)
+        group.leave_gone()  # a stream of several deleted or created again
+        return batch
 
     def poll_delay(self) -> float:
-        return min(self.spout.poll_delay(), self.coordinator.poll_delay())
+        return min(self.spout.poll_delay(), self._group().poll_delay())
 
     def ack(self, message_id: str) -> None:
         self.spout.ack(message_id)
@@ -118,7 +127,7 @@ class CoordinatedSpout:
         self.spout.fail(message_id, error)
 
     def checkpoint(self, force: bool = False) -> None:
-        self.coordinator.poll()
+        self._group().poll()
         self.spout.checkpoint(force)
 
     def activate(self) -> None:
@@ -134,11 +143,13 @@ class CoordinatedSpout:
         try:
             self.spout.close()
         finally:
-            self.coordinator.close()
+            if self.coordinators is not None:
+                self.coordinators.close()
             self.store.close()
             if self.endpoint is not None:
                 self.endpoint.close()
-        log.info("left the worker group of %s", self.config.stream_name)
+        log.info("left the worker groups of %s", ", ".join(self.config.stream_names))
 
-    def owned_shards(self) -> frozenset[str]:
-        return self.coordinator.owned_shards
+    def owned_shards(self) -> dict[str, frozenset[str]]:
+        """The shards whose lease this task holds, by stream."""
+        return self._group().owned_shards()

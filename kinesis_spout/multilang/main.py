@@ -51,6 +51,8 @@ MAX_PENDING_KEY = "topology.max.spout.pending"
 MESSAGE_TIMEOUT_GRACE = 5.0
 """Seconds added to twice Storm's timeout for the spout's own timer."""
 
+_STREAM_KEYS = ("stream_name", "streams")
+
 _OPTION_FLAGS = {
     "output_stream": "--output-stream",
     "need_task_ids": "--need-task-ids",
@@ -58,6 +60,7 @@ _OPTION_FLAGS = {
     "emits_per_next": "--emits-per-next",
     "idle_sleep": "--idle-sleep",
     "log_level": "--log-level",
+    "include_stream_name": "--include-stream-name",
 }
 
 
@@ -82,6 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--emits-per-next", dest="ml_emits_per_next", metavar="N")
     group.add_argument("--idle-sleep", dest="ml_idle_sleep", metavar="SECONDS")
     group.add_argument("--log-level", dest="ml_log_level", choices=LOG_LEVELS)
+    group.add_argument(
+        "--include-stream-name",
+        dest="ml_include_stream_name",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="append the record's stream name to each tuple as a last field, stream_name "
+        "(default: no, the tuple layout stays as declared)",
+    )
     return parser
 
 
@@ -141,6 +152,8 @@ def resolve_settings(
         timeout = message_timeout_from_storm(storm.conf)
         if timeout is not None:
             spout_values["message_timeout"] = timeout
+    if any(k in cli_spout for k in _STREAM_KEYS):  # a flag naming streams replaces the conf's
+        spout_values = {k: v for k, v in spout_values.items() if k not in _STREAM_KEYS}
     config = load_config(getattr(args, "config", None), env=env, overrides=spout_values | cli_spout)
 
     cli_options = {
@@ -162,21 +175,24 @@ def resolve_settings(
 
 
 def make_spout(config: SpoutConfig, storm: StormContext) -> SpoutLike:
-    """The spout for this task: a plain :class:`~kinesis_spout.spout.KinesisSpout` when
-    the component runs as one Storm task, else one that shares the shards with the
-    other tasks through ZooKeeper leases (:mod:`kinesis_spout.multilang.coordinated`)."""
-    from kinesis_spout.config.streams import require_one_stream
+    """The spout for this task, of every stream of the config: a plain
+    :class:`~kinesis_spout.spout.KinesisSpout` when the component runs as one Storm task,
+    else one that shares the shards with the other tasks through ZooKeeper leases
+    (:mod:`kinesis_spout.multilang.coordinated`)."""
     from kinesis_spout.multilang.coordinated import (
         CoordinatedSpout,
         require_shared_store,
         storm_parallelism,
     )
 
-    require_one_stream(config.streams, "the multilang spout")
     parallelism = storm_parallelism(storm.context)
     require_shared_store(config, parallelism, storm.component_id)
     if parallelism > 1:
-        log.info("%d tasks share the stream through ZooKeeper leases", parallelism)
+        log.info(
+            "%d tasks share the shards of %s through ZooKeeper leases",
+            parallelism,
+            ", ".join(config.stream_names),
+        )
         return CoordinatedSpout(config)
     from kinesis_spout.spout import KinesisSpout
 

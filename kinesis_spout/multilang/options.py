@@ -48,6 +48,9 @@ class MultilangOptions:
     (0..1 s); the spout's own ``poll_delay()`` is used when shorter."""
     log_level: str = "INFO"
     """Lowest level of log records sent to Storm as ``log`` messages."""
+    include_stream_name: bool = False
+    """Append the record's stream name to each tuple as a last field, ``stream_name``
+    (off: the tuple layout of a topology declared before stays as it was)."""
 
     def __post_init__(self) -> None:
         def check(ok: bool, name: str, value: Any, allowed: str) -> None:
@@ -60,7 +63,8 @@ class MultilangOptions:
             self.output_stream,
             "a non-empty Storm stream id",
         )
-        check(isinstance(self.need_task_ids, bool), "need_task_ids", self.need_task_ids, "a bool")
+        for name in ("need_task_ids", "include_stream_name"):
+            check(isinstance(getattr(self, name), bool), name, getattr(self, name), "a bool")
         check(
             self.data_encoding in DATA_ENCODINGS,
             "data_encoding",

@@ -20,6 +20,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kinesis_spout.config import SpoutConfig
+from kinesis_spout.config.load import load_config
 from kinesis_spout.errors import (
     CheckpointStoreUnavailableError,
     ConfigError,
@@ -38,6 +40,7 @@ from kinesis_spout.multilang.adapter import (
     StormLogHandler,
     decode_data,
     encode_tuple,
+    output_fields,
 )
 from kinesis_spout.multilang.protocol import MessageReader, MessageWriter, frame
 
@@ -51,10 +54,23 @@ class FakeRecord:
     sub_sequence_number: int = 0
     attempt: int = 1
     approximate_arrival: datetime | None = None
+    stream_name: str = "orders"
 
     @property
     def message_id(self) -> str:
         return f"{self.shard_id}:{self.sequence_number}"
+
+    @property
+    def stream_message_id(self) -> str:
+        return f"{self.stream_name}/{self.message_id}"
+
+
+def one_stream_config() -> SpoutConfig:
+    return load_config(None, env={}, overrides={"stream_name": "orders"})
+
+
+def two_streams_config() -> SpoutConfig:
+    return load_config(None, env={}, overrides={"streams": ["orders", "payments"]})
 
 
 @dataclass
@@ -66,6 +82,7 @@ class FakeSpout:
     next_error: KinesisSpoutError | None = None
     ack_error: KinesisSpoutError | None = None
     checkpoint_error: KinesisSpoutError | None = None
+    config: SpoutConfig = field(default_factory=lambda: one_stream_config())
     calls: list[tuple[str, Any]] = field(default_factory=list)
     _retry: list[FakeRecord] = field(default_factory=list)
     _by_id: dict[str, FakeRecord] = field(default_factory=dict)
@@ -81,7 +98,7 @@ class FakeSpout:
         out: list[FakeRecord] = []
         while (self._retry or self.records) and len(out) < max_records:
             r = self._retry.pop(0) if self._retry else self.records.pop(0)
-            self._by_id[r.message_id] = r
+            self._by_id[r.message_id] = self._by_id[r.stream_message_id] = r
             out.append(r)
         return out
 
@@ -290,6 +307,91 @@ def test_ack_and_fail_reach_the_spout_and_failed_records_come_back(tmp_path: Pat
     assert retry["id"] == "shardId-000000000000:101"
     assert dict(zip(OUTPUT_FIELDS, retry["tuple"], strict=True))["attempt"] == 2
     assert r.adapter.acked == 1 and r.adapter.failed == 1
+
+
+TWO_STREAMS = [
+    FakeRecord("shardId-000000000000", "100", b"an order", stream_name="orders"),
+    FakeRecord("shardId-000000000000", "100", b"a payment", stream_name="payments"),
+]
+
+
+def test_a_spout_of_several_streams_emits_ids_naming_the_stream_and_takes_them_back(
+    tmp_path: Path,
+) -> None:
+    spout = FakeSpout(list(TWO_STREAMS), config=two_streams_config())
+    msgs = [
+        handshake(tmp_path),
+        {"command": "next"},
+        {"command": "ack", "id": "orders/shardId-000000000000:100"},
+        {"command": "fail", "id": "payments/shardId-000000000000:100"},
+        {"command": "ack", "id": "shardId-000000000000:100"},  # names no stream: not emitted
+        {"command": "next"},
+    ]
+    r = run(msgs, tmp_path, spout=spout, options=MultilangOptions(need_task_ids=False))
+    assert r.code == ExitCode.OK
+    emits = [m for m in r.out if m.get("command") == "emit"]
+    assert [e["id"] for e in emits] == [
+        "orders/shardId-000000000000:100",
+        "payments/shardId-000000000000:100",
+        "payments/shardId-000000000000:100",  # the retry, under the same id
+    ]
+    assert ("ack", "orders/shardId-000000000000:100") in spout.calls
+    assert ("fail", "payments/shardId-000000000000:100") in spout.calls
+    assert r.adapter.unknown_ids == 1
+    # the default layout: no stream field, the same eight values as a one-stream spout's
+    assert emits[0]["tuple"] == [
+        "an order",
+        "utf-8",
+        "pk",
+        "shardId-000000000000",
+        "100",
+        0,
+        1,
+        None,
+    ]
+    assert emits[2]["tuple"][6] == 2  # attempt
+
+
+def test_a_spout_of_one_stream_keeps_its_ids_and_tuple(tmp_path: Path) -> None:
+    r = run(
+        [handshake(tmp_path), {"command": "next"}],
+        tmp_path,
+        options=MultilangOptions(need_task_ids=False, emits_per_next=1),
+    )
+    (emit,) = [m for m in r.out if m.get("command") == "emit"]
+    assert emit["id"] == "shardId-000000000000:100"
+    assert emit["tuple"] == ["hello", "utf-8", "pk", "shardId-000000000000", "100", 0, 1, None]
+
+
+@pytest.mark.parametrize("config", [one_stream_config, two_streams_config])
+def test_include_stream_name_appends_the_stream_as_a_last_field(
+    tmp_path: Path, config: Any
+) -> None:
+    spout = FakeSpout(list(TWO_STREAMS), config=config())
+    opts = MultilangOptions(need_task_ids=False, include_stream_name=True)
+    r = run([handshake(tmp_path), {"command": "next"}], tmp_path, spout=spout, options=opts)
+    emits = [m for m in r.out if m.get("command") == "emit"]
+    assert [e["tuple"] for e in emits] == [
+        ["an order", "utf-8", "pk", "shardId-000000000000", "100", 0, 1, None, "orders"],
+        ["a payment", "utf-8", "pk", "shardId-000000000000", "100", 0, 1, None, "payments"],
+    ]
+    fields = output_fields(include_stream_name=True)
+    assert dict(zip(fields, emits[1]["tuple"], strict=True))["stream_name"] == "payments"
+
+
+def test_output_fields_are_the_declared_layout_with_stream_name_opt_in() -> None:
+    assert output_fields() == OUTPUT_FIELDS
+    assert OUTPUT_FIELDS == (
+        "data",
+        "encoding",
+        "partition_key",
+        "shard_id",
+        "sequence_number",
+        "sub_sequence_number",
+        "attempt",
+        "approximate_arrival_ms",
+    )
+    assert output_fields(include_stream_name=True) == (*OUTPUT_FIELDS, "stream_name")
 
 
 def test_unknown_id_is_logged_not_fatal(tmp_path: Path) -> None:
@@ -555,6 +657,13 @@ def test_options_validation_names_the_option() -> None:
     assert opts == MultilangOptions(
         need_task_ids=False, emits_per_next=7, idle_sleep=0.0, log_level="DEBUG"
     )
+    assert MultilangOptions().include_stream_name is False  # the tuple layout unchanged
+    assert MultilangOptions.from_values({"include_stream_name": "yes"}).include_stream_name
+    assert not MultilangOptions.from_values({"include_stream_name": False}).include_stream_name
+    with pytest.raises(ConfigError, match=r"multilang\.include_stream_name='sometimes'"):
+        MultilangOptions.from_values({"include_stream_name": "sometimes"})
+    with pytest.raises(ConfigError, match=r"multilang\.include_stream_name=1: a bool"):
+        MultilangOptions(include_stream_name=1)  # type: ignore[arg-type]
 
 
 def test_encode_tuple_fields() -> None:
@@ -562,6 +671,9 @@ def test_encode_tuple_fields() -> None:
     rec = FakeRecord("shardId-1", "9", b"{}", "key", 2, 3, arrival)
     assert encode_tuple(rec) == ["{}", "utf-8", "key", "shardId-1", "9", 2, 3, 1767323045678]
     assert len(OUTPUT_FIELDS) == len(encode_tuple(rec))
+    with_stream = encode_tuple(rec, "auto", include_stream_name=True)
+    assert with_stream == [*encode_tuple(rec), "orders"]
+    assert len(output_fields(include_stream_name=True)) == len(with_stream)
 
 
 @given(st.binary(max_size=64), st.sampled_from(["auto", "base64"]))

@@ -126,3 +126,40 @@ def test_parallelism_from_the_topology_context() -> None:
         require_shared_store(cfg, 2, "kinesis")
     zk, _ = resolve(["--checkpoint-store", "zk://127.0.0.1:2181/ks"], {})
     require_shared_store(zk, 2, "kinesis")
+
+
+def test_include_stream_name_from_the_storm_conf_and_flags() -> None:
+    _, opts = resolve([], {})
+    assert opts.include_stream_name is False  # existing topologies keep their layout
+    key = "kinesis.spout.multilang.include_stream_name"
+    _, opts = resolve([], {key: True})
+    assert opts.include_stream_name is True
+    _, opts = resolve(["--include-stream-name"], {})
+    assert opts.include_stream_name is True
+    _, opts = resolve(["--no-include-stream-name"], {key: True})
+    assert opts.include_stream_name is False  # flags win
+    with pytest.raises(ConfigError, match=r"multilang\.include_stream_name='often'"):
+        resolve([], {key: "often"})
+
+
+def test_the_streams_read_from_the_file_the_storm_conf_or_the_flags(tmp_path: Path) -> None:
+    toml = tmp_path / "job.toml"
+    toml.write_text('streams = ["orders", "payments"]\ncheckpoint_store = "memory://"\n')
+    cfg, _ = resolve(["--config", str(toml)], {})
+    assert cfg.stream_names == ("orders", "payments")
+    cfg, _ = resolve(["--config", str(toml)], {"kinesis.spout.streams": ["clicks", "views"]})
+    assert cfg.stream_names == ("clicks", "views")
+    cfg, _ = resolve(["--config", str(toml)], {"kinesis.spout.stream_name": "clicks"})
+    assert cfg.stream_names == ("clicks",)  # the conf's stream replaces the file's streams
+    # a flag naming streams replaces whatever the conf named, stream_name or streams
+    cfg, _ = resolve(
+        ["--config", str(toml), "--stream", "a", "--stream", "b"],
+        {"kinesis.spout.stream_name": "clicks"},
+    )
+    assert cfg.stream_names == ("a", "b")
+    cfg, _ = resolve(
+        ["--config", str(toml), "--stream-name", "c"], {"kinesis.spout.streams": ["x"]}
+    )
+    assert cfg.stream_names == ("c",)
+    with pytest.raises(ConfigError, match="streams"):
+        resolve([], {"kinesis.spout.streams": ["orders", "no spaces please"]})

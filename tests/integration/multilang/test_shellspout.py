@@ -31,6 +31,7 @@ from kinesis_spout.testing.streams import create_stream, emulator_client, put_re
 pytestmark = pytest.mark.integration
 
 Spawn = Callable[..., ShellSpoutParent]
+WriteConfig = Callable[..., Path]
 RECORDS = 24
 STORM_CONF = {"topology.message.timeout.secs": 30}
 
@@ -68,27 +69,10 @@ class Job:
         return out
 
 
-def write_config(path: Path, stream: str, endpoint: str, tmp: Path, **extra: Any) -> Path:
-    lines = [
-        f'stream_name = "{stream}"',
-        f'job_name = "{stream}"',
-        f'endpoint_url = "{endpoint}"',
-        f'checkpoint_store = "file://{tmp / "checkpoints"}"',
-        f'dead_letter = "{tmp / "dead"}"',
-        "retry_limit = 2",
-        "checkpoint_interval = 0.2",
-        "empty_shard_backoff = 0.05",
-        "max_calls_per_second = 50.0",
-    ]
-    lines += [
-        f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"' for k, v in extra.items()
-    ]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 @pytest.fixture
-def job(moto_server: MotoServer, unique_name: str, tmp_path: Path) -> Job:
+def job(
+    moto_server: MotoServer, unique_name: str, tmp_path: Path, write_config: WriteConfig
+) -> Job:
     client = emulator_client(moto_server.endpoint_url)
     create_stream(client, unique_name, shards=2)
     payloads = [f"record-{i}".encode() for i in range(RECORDS - 2)]
@@ -348,7 +332,7 @@ def test_bad_handshake_error_and_exit(spawn: Spawn, tmp_path: Path) -> None:
 
 
 def test_unknown_stream_error_names_it(
-    moto_server: MotoServer, spawn: Spawn, pid_dir: Path, tmp_path: Path
+    moto_server: MotoServer, spawn: Spawn, pid_dir: Path, tmp_path: Path, write_config: WriteConfig
 ) -> None:
     config = write_config(tmp_path / "j.toml", "no-such-stream", moto_server.endpoint_url, tmp_path)
     child = spawn(config)

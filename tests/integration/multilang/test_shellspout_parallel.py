@@ -1,5 +1,6 @@
-"""A spout component with parallelism 2: two ShellSpout children share the
-stream's shards through ZooKeeper leases (moto server + a real ZooKeeper)."""
+"""A spout component with parallelism 2: two ShellSpout children share the shards of
+its stream, or of its two streams, through ZooKeeper leases (moto server + a real
+ZooKeeper)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from kinesis_spout.testing.streams import create_stream, emulator_client, put_re
 pytestmark = pytest.mark.integration
 
 Spawn = Callable[..., ShellSpoutParent]
+WriteConfig = Callable[..., Path]
 
 
 def context(task: int) -> dict[str, Any]:
@@ -119,3 +121,91 @@ def test_parallelism_without_zookeeper_is_refused(
     child.handshake(pid_dir, {}, context(1))
     assert "'kinesis' as 2 tasks" in child.read_error()
     assert child.wait() == 2
+
+
+def test_two_tasks_share_the_shards_of_two_streams(
+    moto_server: MotoServer,
+    zookeeper: ZooKeeperServer,
+    unique_name: str,
+    tmp_path: Path,
+    spawn: Spawn,
+    pid_dir: Path,
+    write_config: WriteConfig,
+) -> None:
+    client = emulator_client(moto_server.endpoint_url)
+    streams = [f"{unique_name}-a", f"{unique_name}-b"]
+    for stream in streams:
+        create_stream(client, stream, shards=2)
+    zk_url = zookeeper.url(f"/{unique_name}")
+    config = write_config(
+        tmp_path / "job.toml",
+        streams,
+        moto_server.endpoint_url,
+        tmp_path,
+        checkpoint_store=zk_url,
+        zk_session_timeout=4.0,
+    )
+    tasks = [spawn(config, "--no-need-task-ids"), spawn(config, "--no-need-task-ids")]
+    for i, task in enumerate(tasks, start=1):
+        task.handshake(pid_dir, {"topology.message.timeout.secs": 30}, context(i))
+
+    # Storm's loop runs while the two tasks agree on the leases of both streams' shards
+    shards = [
+        (stream, s["ShardId"])
+        for stream in streams
+        for s in client.list_shards(StreamName=stream)["Shards"]
+    ]
+    watcher = ZooKeeperCheckpointStore.from_url(zk_url, streams[0])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            holders: list[str | None] = []
+            for stream, shard in shards:
+                path = watcher.paths.lease_holder(stream, shard)
+                data = watcher.client.get(path)[0] if watcher.client.exists(path) else None
+                holders.append(json.loads(data)["owner"] if data else None)
+            if None not in holders and len(set(holders)) == 2:
+                break
+            assert time.monotonic() < deadline, holders
+            for task in tasks:
+                reply = task.next()
+                assert reply.errors == [] and reply.emits == []
+    finally:
+        watcher.close()
+
+    puts = {
+        stream: put_records(client, stream, [(f"pk-{i}", f"r{i}".encode()) for i in range(20)])
+        for stream in streams
+    }
+    expected = sorted(f"{stream}/{s}:{q}" for stream, done in puts.items() for s, q in done)
+    emitted: list[list[str]] = [[], []]
+    deadline = time.monotonic() + 20
+    while sum(len(e) for e in emitted) < len(expected):
+        assert time.monotonic() < deadline, emitted
+        for i, task in enumerate(tasks):
+            reply = task.next()
+            assert reply.errors == []
+            for e in reply.emits:
+                emitted[i].append(e["id"])
+                task.ack(e["id"])
+    for _ in range(10):  # nothing more, on either side
+        for task in tasks:
+            assert task.next().emits == []
+
+    assert sorted(emitted[0] + emitted[1]) == expected  # each exactly once, naming its stream
+    owned = [{mid.split(":")[0] for mid in e} for e in emitted]  # "<stream>/<shardId>"
+    assert owned[0] and owned[1] and not owned[0] & owned[1]
+
+    for task in tasks:
+        task.close_stdin()
+    assert [task.wait() for task in tasks] == [0, 0]
+    store = open_store(zk_url, streams[0])
+    try:
+        for stream, done in puts.items():
+            stored = {s: cp.sequence_number for s, cp in store.load(stream).items()}
+            last: dict[str, str] = {}
+            for shard, seq in done:
+                last[shard] = max(last.get(shard, seq), seq, key=int)
+            assert {s: q for s, q in stored.items() if s in last} == last, stream
+    finally:
+        store.close()
