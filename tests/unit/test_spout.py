@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from aws_kinesis_agg.aggregator import RecordAggregator
-from test_getter_fakes import FakeClock, FakeKinesis, client_error, unreachable
+from kit import FakeClock
+from test_getter_fakes import FakeKinesis, client_error, unreachable
 
 from kinesis_spout.checkpoint.base import MemoryCheckpointStore
 from kinesis_spout.config import InitialPosition, SpoutConfig
