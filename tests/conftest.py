@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit import FakeClock
 
 from devkit.localstack import LocalStackServer
 from kinesis_spout.testing.servers import (
@@ -125,6 +126,12 @@ def emulator_kinesis(emulator: KinesisEmulator) -> Any:
 def zookeeper() -> Iterator[ZooKeeperServer]:
     with ZooKeeperServer() as server:
         yield server
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    """A clock at 1000.0 s that only the test moves (``advance``, ``sleep``)."""
+    return FakeClock()
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from typing import Any
 import boto3
 import botocore.session
 import pytest
+from kit import spout_config
 
 from devkit.awscalls import MotoRequests, RecordedRequest, caller_arn, client_as_role
 from kinesis_spout.aws import (
@@ -122,14 +123,13 @@ def test_a_spout_with_role_arn_reads_another_accounts_stream_signing_with_the_ro
     create_stream(owner, unique_name, 2)
     put_records(owner, unique_name, make_payloads(40, 50))
     arn = f"arn:aws:kinesis:us-east-1:{OTHER_ACCOUNT}:stream/{unique_name}"
-    cfg = SpoutConfig(
-        streams=(arn,),  # type: ignore[arg-type]
+    cfg = spout_config(
+        under=tmp_path,
+        streams=(arn,),
         job_name=unique_name,
         endpoint_url=moto_sts.endpoint_url,
-        checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
         dead_letter=f"s3://{bucket}/dead",
         retry_limit=0,
-        empty_shard_backoff=0.05,
         role_arn=ROLE,
         role_session_name="orders-reader",
         external_id="ext-4711",
@@ -167,13 +167,11 @@ def test_a_profile_with_its_own_role_arn_keeps_working(
         monkeypatch.delenv(name, raising=False)
     create_stream(moto_client, unique_name, 1)
     put_records(moto_client, unique_name, make_payloads(10, 50))
-    cfg = SpoutConfig(
+    cfg = spout_config(
+        under=tmp_path,
         stream_name=unique_name,
         job_name=unique_name,
         endpoint_url=moto_sts.endpoint_url,
-        checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
-        dead_letter=str(tmp_path / "dead-letter"),
-        empty_shard_backoff=0.05,
         profile="reader",
     )
     with MotoRequests(moto_sts.endpoint_url) as recorder:
@@ -204,13 +202,12 @@ def test_a_dynamodb_store_is_reached_with_the_role_by_the_spout_status_and_check
     create_stream(owner, unique_name, 2)
     put_records(owner, unique_name, make_payloads(20, 50))
     arn = f"arn:aws:kinesis:us-east-1:{OTHER_ACCOUNT}:stream/{unique_name}"
-    cfg = SpoutConfig(
-        streams=(arn,),  # type: ignore[arg-type]
+    cfg = spout_config(
+        under=tmp_path,
+        streams=(arn,),
         job_name=unique_name,
         endpoint_url=endpoint,
         checkpoint_store=f"dynamodb://{unique_name}",
-        dead_letter=str(tmp_path / "dead-letter"),
-        empty_shard_backoff=0.05,
         role_arn=ROLE,
         role_session_name="store-writer",
     )

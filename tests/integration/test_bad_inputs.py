@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from kit import spout_config
 
 from devkit.chaos_process import make_payload, record_id
-from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import (
     CheckpointStoreUnavailableError,
     CorruptCheckpointError,
@@ -143,7 +143,7 @@ def test_out_of_range_values(ws: Workspace, line: str, message: str) -> None:
 
 
 def run_driver(ws: Workspace, spark: Any, **values: Any) -> None:
-    cfg = SpoutConfig(**{**ws.flags(), "stop_when_idle": 1.0, **values})
+    cfg = spout_config(**{**ws.flags(), "stop_when_idle": 1.0, **values})
     run_job(cfg, PROCESS, spark=spark, progress=None)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit import spout_config
 
 from devkit.holders import start_lease_holder
 from devkit.scrape import Scrape, scrape, wait_for_scrape
@@ -51,19 +52,16 @@ def url_of(port: int) -> str:
     return f"http://127.0.0.1:{port}/metrics"
 
 
-def spout_config(moto: MotoServer, stream: str, tmp_path: Path, **kw: Any) -> SpoutConfig:
+def config_on_moto(moto: MotoServer, stream: str, tmp_path: Path, **kw: Any) -> SpoutConfig:
+    """Job ``stream`` reading ``stream`` on ``moto``, files under ``tmp_path``."""
     values: dict[str, Any] = {
         "stream_name": stream,
         "job_name": stream,
         "endpoint_url": moto.endpoint_url,
-        "checkpoint_store": f"file://{tmp_path / 'checkpoints'}",
-        "dead_letter": str(tmp_path / "dead"),
-        "empty_shard_backoff": 0.05,
         "checkpoint_interval": 0.2,
         "retry_limit": 1,
-        **kw,
     }
-    return SpoutConfig(**values)
+    return spout_config(under=tmp_path, **{**values, **kw})
 
 
 def put_round(client: Any, stream: str, n: int, prefix: str, poison: int) -> dict[str, int]:
@@ -111,7 +109,7 @@ def test_the_spout_serves_its_metrics_from_open_to_close(
     create_stream(moto_client, unique_name, 2)
     first_put = put_round(moto_client, unique_name, 120, "a", poison=2)
     port = free_port()
-    cfg = spout_config(moto_server, unique_name, tmp_path, metrics_port=port)
+    cfg = config_on_moto(moto_server, unique_name, tmp_path, metrics_port=port)
     sp = KinesisSpout(cfg, client=make_client(moto_server.endpoint_url))
     sp.open()
     try:
@@ -190,7 +188,7 @@ def test_each_record_is_counted_once_under_one_outcome(
         time.sleep(0.1)
     put_round(moto_client, unique_name, 40, "a", poison=4)
     port = free_port()
-    cfg = spout_config(moto_server, unique_name, tmp_path, metrics_port=port, max_record_age=1)
+    cfg = config_on_moto(moto_server, unique_name, tmp_path, metrics_port=port, max_record_age=1)
     with KinesisSpout(cfg, client=make_client(moto_server.endpoint_url)) as sp:
         deliveries = read_counting(sp, 43)
         s = scrape(url_of(port))
@@ -207,7 +205,7 @@ def test_a_taken_port_fails_the_spout_before_it_reads_anything(
 ) -> None:
     with listening() as port:
         # The stream does not exist: the port is checked before the stream is.
-        cfg = spout_config(moto_server, unique_name, tmp_path, metrics_port=port)
+        cfg = config_on_moto(moto_server, unique_name, tmp_path, metrics_port=port)
         sp = KinesisSpout(cfg)
         with pytest.raises(MetricsPortInUseError) as info:
             sp.open()
@@ -225,7 +223,7 @@ def test_a_second_copy_of_a_running_spout_is_named_by_its_lease_not_its_port(
 ) -> None:
     """The first copy holds the job lease and the port: the second one's error is the
     lease's (it once was the port's, hiding the cause), naming the config key to wait."""
-    cfg = spout_config(moto_server, unique_name, tmp_path)
+    cfg = config_on_moto(moto_server, unique_name, tmp_path)
     holder = start_lease_holder(cfg.checkpoint_store, cfg.job_name)
     try:
         with listening() as port:
@@ -270,7 +268,7 @@ def test_a_storm_task_that_cannot_reach_zookeeper_lets_its_metrics_port_go(
     tmp_path: Path,
 ) -> None:
     port = free_port()
-    cfg = SpoutConfig(
+    cfg = spout_config(
         stream_name="orders",
         checkpoint_store="zk://127.0.0.1:1/kinesis-spout",
         zk_auth="user:",  # refused before any connection: no password
@@ -292,7 +290,7 @@ def test_the_coordination_worker_serves_the_spout_and_lease_metrics(
     create_stream(moto_client, unique_name, 2)
     put_round(moto_client, unique_name, 80, "a", poison=0)
     port = free_port()
-    cfg = spout_config(
+    cfg = config_on_moto(
         moto_server,
         unique_name,
         tmp_path,
@@ -452,7 +450,7 @@ def test_a_fresh_endpoint_has_a_sample_of_every_documented_series_and_no_created
     checkpoint age known), so ``rate()`` and ``absent()`` alerts work from the start."""
     create_stream(moto_client, unique_name, 2)
     port = free_port()
-    cfg = spout_config(moto_server, unique_name, tmp_path, metrics_port=port)
+    cfg = config_on_moto(moto_server, unique_name, tmp_path, metrics_port=port)
     with KinesisSpout(cfg) as sp:
         assert sp.next_batch(10) == []  # one GetRecords per shard: nothing there
         s = scrape(url_of(port))

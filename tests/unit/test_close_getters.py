@@ -8,33 +8,35 @@ stop first, then each is joined within what is left of one shared deadline.
 
 from __future__ import annotations
 
+from kit import FakeClock
+
 from kinesis_spout.kinesis.buffered import close_getters
 
 
 class StuckGetter:
     """A getter whose thread never ends: each join waits out the whole time given."""
 
-    def __init__(self, name: str, log: list[tuple[str, str, float]], clock: list[float]) -> None:
+    def __init__(self, name: str, log: list[tuple[str, str, float]], clock: FakeClock) -> None:
         self.name, self.log, self.clock = name, log, clock
 
     def stop_soon(self) -> None:
-        self.log.append(("stop_soon", self.name, self.clock[0]))
+        self.log.append(("stop_soon", self.name, self.clock()))
 
     def close(self, timeout: float = 10.0) -> None:
         self.log.append(("close", self.name, timeout))
-        self.clock[0] += timeout  # the join waited it all out
+        self.clock.advance(timeout)  # the join waited it all out
 
 
 def test_every_getter_is_told_to_stop_before_any_is_joined_within_one_deadline() -> None:
     log: list[tuple[str, str, float]] = []
-    clock = [100.0]
+    clock = FakeClock(100.0)
     getters = [StuckGetter(f"g{i}", log, clock) for i in range(5)]
-    close_getters(getters, timeout=10.0, clock=lambda: clock[0])
+    close_getters(getters, timeout=10.0, clock=clock)
     kinds = [kind for kind, _, _ in log]
     assert kinds == ["stop_soon"] * 5 + ["close"] * 5
     waited = [t for kind, _, t in log if kind == "close"]
     assert waited[0] == 10.0 and waited[1:] == [0.0] * 4
-    assert clock[0] - 100.0 == 10.0  # one timeout in all, not five
+    assert clock.now - 100.0 == 10.0  # one timeout in all, not five
 
 
 def test_polling_getters_close_at_once() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from kit import FakeClock
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import ConfigError, ResourceInUseError, ThrottledError
@@ -180,15 +181,15 @@ def test_a_lost_registration_race_and_a_deleting_consumer() -> None:
 
 
 def test_a_consumer_that_never_becomes_active_is_an_error() -> None:
-    t = [0.0]
+    clock = FakeClock(sleep_cost=0.1)
     fake = FakeConsumers(["CREATING"])
     with pytest.raises(ConsumerNotReadyError, match="not ACTIVE after 5s"):
         ensure_consumer(
             fake,
             "c",
             timeout=5,
-            sleep=lambda s: t.__setitem__(0, t[0] + s + 0.1),  # type: ignore[arg-type]
-            clock=lambda: t[0],
+            sleep=clock.sleep,
+            clock=clock,
         )
 
 

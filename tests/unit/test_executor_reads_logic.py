@@ -9,9 +9,10 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kit import spout_config
 
 from kinesis_spout.checkpoint.base import MemoryCheckpointStore
-from kinesis_spout.config import InitialPosition, SpoutConfig
+from kinesis_spout.config import InitialPosition
 from kinesis_spout.core.committer import Committer
 from kinesis_spout.core.partition import ReplayWindow, ShardPartition
 from kinesis_spout.metrics import InMemoryMetrics
@@ -63,6 +64,7 @@ class SimulatedShardJobs(ReadJobs):
             res.end = ReadEnd(_after(last), taken=len(keys), caught_up=last >= self.n)
             out.append(res)
         return out
+
 
 reads = st.lists(st.lists(st.booleans(), min_size=0, max_size=12), min_size=1, max_size=5)
 
@@ -214,7 +216,7 @@ def test_a_failed_job_runs_again_task_by_task_then_halved_down_to_one_record() -
 
 
 def _committer() -> Committer:
-    cfg = SpoutConfig(stream_name="s", job_name="job", checkpoint_store="memory://")
+    cfg = spout_config()
     committer = Committer(cfg, InMemoryMetrics())
     committer.store = MemoryCheckpointStore("job")
     return committer

@@ -2,7 +2,7 @@
 
 ``FakeKinesis`` mimics the four boto3 calls the adapter makes, raising real
 botocore ``ClientError`` objects so the adapter's error translation runs too;
-faults are scripted per operation. ``FakeClock`` is a settable clock. The
+faults are scripted per operation (the fake clock is ``kit.FakeClock``). The
 tests at the bottom check the fake itself, so the other tests can trust it.
 """
 
@@ -19,17 +19,6 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 AGG_MAGIC = b"\xf3\x89\x9a\xc2"
-
-
-class FakeClock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, dt: float) -> None:
-        self.t += dt
 
 
 def client_error(code: str, status: int = 400, op: str = "GetRecords") -> ClientError:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from kit import FakeClock
 from prometheus_client import CollectorRegistry
 
 from kinesis_spout.config import SpoutConfig
@@ -21,27 +22,14 @@ REPO = Path(__file__).resolve().parents[2]
 LABELS = {"stream": "orders", "job": "billing"}
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
 @pytest.fixture
 def reg() -> CollectorRegistry:
     return CollectorRegistry()
 
 
 @pytest.fixture
-def prom(reg: CollectorRegistry, clock: FakeClock) -> PrometheusMetrics:
-    return PrometheusMetrics(reg, stream="orders", job="billing", clock=clock)
+def prom(reg: CollectorRegistry, fake_clock: FakeClock) -> PrometheusMetrics:
+    return PrometheusMetrics(reg, stream="orders", job="billing", clock=fake_clock)
 
 
 def value(reg: CollectorRegistry, name: str, **labels: str) -> float | None:
@@ -128,7 +116,7 @@ def test_a_name_outside_the_mode_is_still_exported_from_its_first_report(
 
 
 def test_gauges_in_base_units_and_the_checkpoint_age_grows_until_scraped(
-    prom: PrometheusMetrics, reg: CollectorRegistry, clock: FakeClock
+    prom: PrometheusMetrics, reg: CollectorRegistry, fake_clock: FakeClock
 ) -> None:
     prom.gauge("millis_behind_latest", 2500, shard="s0")
     prom.gauge("in_flight", 42, shard="s0")
@@ -138,7 +126,7 @@ def test_gauges_in_base_units_and_the_checkpoint_age_grows_until_scraped(
     assert value(reg, "kinesis_spout_checkpoint_age_seconds") is None  # no checkpoint yet
     prom.gauge("checkpoint_age_seconds", 1.5)
     assert value(reg, "kinesis_spout_checkpoint_age_seconds") == 1.5
-    clock.now += 10  # no new report: the age at scrape time has grown
+    fake_clock.advance(10)  # no new report: the age at scrape time has grown
     assert value(reg, "kinesis_spout_checkpoint_age_seconds") == 11.5
     prom.gauge("checkpoint_age_seconds", 0.0)  # a checkpoint was just written
     assert value(reg, "kinesis_spout_checkpoint_age_seconds") == 0.0

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from kit import FakeClock
 
 from kinesis_spout.core.startup import STARTUP_ATTEMPTS, startup_call
 from kinesis_spout.deadletter.cli import PUT_ATTEMPTS, DeadLetterCommandError, put_entries
@@ -104,21 +105,8 @@ def test_the_predicate_decides_what_is_retried() -> None:
     assert got == "ok" and fn.calls == 3
 
 
-class Clock:
-    """Time that only ``sleep`` moves, by what it sleeps plus ``cost`` (a call's time)."""
-
-    def __init__(self, cost: float = 0.0) -> None:
-        self.now = 100.0
-        self.cost = cost
-        self.slept: list[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds + self.cost
-
-
 def test_a_deadline_ends_the_retries_and_cuts_the_last_wait() -> None:
-    clock = Clock(cost=0.1)
+    clock = FakeClock(sleep_cost=0.1)
     fn = Failing(*(ThrottledError(f"t{n}") for n in range(1, 100)))
     with pytest.raises(ThrottledError, match="t6"):
         retrying(
@@ -127,15 +115,14 @@ def test_a_deadline_ends_the_retries_and_cuts_the_last_wait() -> None:
             backoff=ExponentialBackoff(0.25, cap=5.0),
             deadline=clock.now + 5,
             sleep=clock.sleep,
-            clock=lambda: clock.now,
+            clock=clock,
         )
     # waits 0.25, 0.5, 1, 2 (each 0.1 more), then only what is left of the 5 s
     assert clock.slept == pytest.approx([0.25, 0.5, 1.0, 2.0, 0.85])
     assert fn.calls == 6
 
 
-def test_attempts_and_deadline_whichever_comes_first() -> None:
-    clock = Clock()
+def test_attempts_and_deadline_whichever_comes_first(fake_clock: FakeClock) -> None:
     fn = Failing(*(ThrottledError("t") for _ in range(100)))
     with pytest.raises(ThrottledError):
         retrying(
@@ -143,11 +130,11 @@ def test_attempts_and_deadline_whichever_comes_first() -> None:
             fn,
             backoff=ExponentialBackoff(1.0, factor=1.0),
             attempts=3,
-            deadline=clock.now + 60,
-            sleep=clock.sleep,
-            clock=lambda: clock.now,
+            deadline=fake_clock.now + 60,
+            sleep=fake_clock.sleep,
+            clock=fake_clock,
         )
-    assert fn.calls == 3 and clock.slept == [1.0, 1.0]
+    assert fn.calls == 3 and fake_clock.slept == [1.0, 1.0]
 
 
 def test_attempts_or_a_deadline_is_required() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit import spout_config
 
 from kinesis_spout.records import Record
 from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings
@@ -115,9 +116,7 @@ def test_a_record_that_raises_is_failed_and_the_child_is_kept_across_tasks(
 def test_fast_retries_count_and_a_failure_keeps_its_last_delivery(
     sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    from kinesis_spout.config import SpoutConfig
-
-    cfg = SpoutConfig(stream_name="st", fast_retries=True, retry_limit=3, retry_backoff=0.0)
+    cfg = spout_config(fast_retries=True, retry_limit=3, retry_backoff=0.0)
     results = sandbox.run(
         [retry_plan([record(1, b"fail"), record(2)])],
         settings(fast=FastRetry.of(cfg)),

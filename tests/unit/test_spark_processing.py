@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from kit import spout_config
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import ConfigError
@@ -130,7 +131,7 @@ def test_a_plain_function_is_the_per_record_style() -> None:
 
 
 def test_a_factory_gets_the_config() -> None:
-    p = load_processor(f"{__name__}:factory", SpoutConfig(job_name="billing"))
+    p = load_processor(f"{__name__}:factory", spout_config(job_name="billing"))
     assert isinstance(p, TransformProcessor) and p.name == "for billing"
 
 

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 from aws_kinesis_agg.aggregator import RecordAggregator
-from test_getter_fakes import FakeClock, FakeKinesis, client_error, unreachable
+from kit import FakeClock, spout_config
+from test_getter_fakes import FakeKinesis, client_error, unreachable
 
 from kinesis_spout.checkpoint.base import MemoryCheckpointStore
-from kinesis_spout.config import InitialPosition, SpoutConfig
+from kinesis_spout.config import InitialPosition
 from kinesis_spout.deadletter import DeadLetter
 from kinesis_spout.errors import (
     CredentialsError,
@@ -55,16 +56,12 @@ class Rig:
         self.sink = ListSink()
         self.metrics = InMemoryMetrics()
         base: dict[str, Any] = {
-            "stream_name": "s",
             "job_name": "j",
-            "checkpoint_store": "memory://",
-            "dead_letter": "none",
             "worker_id": "w1",
             "throttle_backoff": 0.5,
             "message_timeout": 0.0,
         }
-        base.update(cfg)
-        self.config = SpoutConfig(**base)
+        self.config = spout_config(fast=False, **{**base, **cfg})
         self.spout = KinesisSpout(
             self.config,
             store=self.store,

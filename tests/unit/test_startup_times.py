@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from kit import FakeClock
 
 from kinesis_spout.spark.launch.startup import StartupTimes
 
@@ -12,15 +13,15 @@ from kinesis_spout.spark.launch.startup import StartupTimes
 def test_phases_are_the_times_between_marks_and_the_line_is_said_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    now = [10.0]
-    times = StartupTimes(started=9.5, clock=lambda: now[0])
+    clock = FakeClock(10.0)
+    times = StartupTimes(started=9.5, clock=clock)
     times.mark("imports")
-    now[0] = 12.25
+    clock.now = 12.25
     times.mark("spark session")
-    now[0] = 12.5
+    clock.now = 12.5
     with caplog.at_level(logging.DEBUG, logger="kinesis_spout.spark.launch.startup"):
         times.finish("first micro-batch")
-        now[0] = 20.0
+        clock.now = 20.0
         times.finish("again")
         times.mark("later")
     assert times.phases == [("imports", 0.5), ("spark session", 2.25), ("first micro-batch", 0.25)]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit import FakeClock
 from test_streaming_read_logic import MemoryShard
 
 from kinesis_spout.checkpoint.batch_ends import BatchEnd, BatchEndError, PlannedFrom
@@ -137,21 +138,6 @@ def test_records_of_earlier_batches_are_removed(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ planning
 
 
-class FakeClock:
-    """Wall time that only :meth:`sleep` moves (records each wait)."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-        self.waits: list[float] = []
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        self.now += seconds
-
-
 class FakeApi:
     stream_name = "orders"
 
@@ -179,7 +165,7 @@ def planner(
         env={},
     )
     opts = dataclasses.replace(opts, shard_list_interval=0.0)
-    p = Planner(opts) if clock is None else Planner(opts, clock=clock.time, sleep=clock.sleep)
+    p = Planner(opts) if clock is None else Planner(opts, clock=clock, sleep=clock.sleep)
     p.parts["orders"]._api = FakeApi(shards)  # type: ignore[assignment]  # noqa: SLF001
     return p
 
@@ -456,7 +442,7 @@ def test_available_now_waits_out_a_rest_instead_of_ending_early(
     query (Spark takes it as "nothing more") with records before the cutoff unread."""
     from datetime import UTC, datetime
 
-    clock = FakeClock()
+    clock = FakeClock(time.time())  # wall time: the cutoff and the ends are datetimes
     p = planner(tmp_path, [ShardInfo(A), ShardInfo(B)], clock, maxRecordsPerShard="5")
     p.cutoff = datetime.fromtimestamp(clock.now, UTC)
     first = latest(p, initial(p).to_json(), None)
@@ -466,18 +452,18 @@ def test_available_now_waits_out_a_rest_instead_of_ending_early(
     second = latest(p, first.to_json(), None)
     assert second != first, "the query would end with records of A before the cutoff unread"
     assert set(second.reads) == {A} and second.shards[A].position == pos(3, 3)
-    assert clock.waits == [pytest.approx(rest - 0.01)]  # the rest, waited once
+    assert clock.slept == [pytest.approx(rest - 0.01)]  # the rest, waited once
     record(p, 2, A, end(5, 2, caught_up=True, at=clock.now))
     assert latest(p, second.to_json(), None) == second  # every shard at the cutoff: it ends
-    assert len(clock.waits) == 1
+    assert len(clock.slept) == 1
 
 
 def test_without_a_cutoff_a_resting_stream_gets_no_batch_and_no_wait(tmp_path: Path) -> None:
-    clock = FakeClock()
+    clock = FakeClock(time.time())  # wall time: the cutoff and the ends are datetimes
     p = planner(tmp_path, [ShardInfo(A)], clock)
     first = latest(p, initial(p).to_json(), None)
     record(p, 1, A, BatchEnd(None, throttled=True, at=clock.now))
-    assert latest(p, first.to_json(), None) == first and clock.waits == []
+    assert latest(p, first.to_json(), None) == first and clock.slept == []
 
 
 class GapShard(MemoryShard):

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from kit import FakeClock
 
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.errors import CredentialsError, ThrottledError
@@ -87,21 +88,6 @@ def read_ahead(*args: Any, **kwargs: Any) -> ReadAhead:
     return read_fresh(*args, **kwargs)[1]
 
 
-class FakeClock:
-    """A clock that only ``sleep`` moves."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
 def keys(records: list[Record]) -> list[tuple[int, int]]:
     return [(r.key.sequence, r.key.sub_sequence) for r in records]
 
@@ -167,11 +153,10 @@ def test_at_timestamp_start() -> None:
     assert ahead.position == ShardPosition("6", 0, count=3)
 
 
-def test_replay_retries_throttling_with_backoff() -> None:
+def test_replay_retries_throttling_with_backoff(fake_clock: FakeClock) -> None:
     shard = MemoryShard([1] * 6)
     rng = ShardRange("a", ShardPosition("1"), StartPosition(), ShardPosition("5", count=4))
     shard.fail_at = {1, 2}
-    clock = FakeClock()
     got = [
         r
         for page in read_range(
@@ -179,22 +164,23 @@ def test_replay_retries_throttling_with_backoff() -> None:
             rng,
             fetch=2,
             backoff=ExponentialBackoff(0.1, cap=1.0),
-            sleep=clock.sleep,
-            clock=clock,
+            sleep=fake_clock.sleep,
+            clock=fake_clock,
         )
         for r in page
     ]
     assert keys(got) == [(2, 0), (3, 0), (4, 0), (5, 0)]
-    assert clock.slept == pytest.approx([0.1, 0.2])
+    assert fake_clock.slept == pytest.approx([0.1, 0.2])
 
 
-def test_replay_gives_up_after_its_attempts_and_never_retries_permanent_errors() -> None:
+def test_replay_gives_up_after_its_attempts_and_never_retries_permanent_errors(
+    fake_clock: FakeClock,
+) -> None:
     rng = ShardRange("a", ShardPosition("1"), StartPosition(), ShardPosition("5", count=4))
     shard = MemoryShard([1] * 6)
     shard.fail_at = set(range(1, 100))
-    clock = FakeClock()
     with pytest.raises(ThrottledError):
-        list(read_range(shard, rng, fetch=2, attempts=3, sleep=clock.sleep, clock=clock))  # type: ignore[arg-type]
+        list(read_range(shard, rng, fetch=2, attempts=3, sleep=fake_clock.sleep, clock=fake_clock))  # type: ignore[arg-type]
     assert shard.calls == 3
 
     class Denied(MemoryShard):
@@ -204,5 +190,5 @@ def test_replay_gives_up_after_its_attempts_and_never_retries_permanent_errors()
 
     denied = Denied([1] * 6)
     with pytest.raises(CredentialsError):
-        list(read_range(denied, rng, fetch=2, attempts=3, sleep=clock.sleep, clock=clock))  # type: ignore[arg-type]
+        list(read_range(denied, rng, fetch=2, attempts=3, sleep=fake_clock.sleep, clock=fake_clock))  # type: ignore[arg-type]
     assert denied.calls == 1

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kit import spout_config
 
 from devkit.holders import start_lease_holder
 from kinesis_spout.checkpoint import CheckpointStore, open_store
@@ -75,12 +76,12 @@ def test_reset_is_refused_while_the_job_runs_then_a_spout_resumes_from_it(
     endpoint = moto_server.endpoint_url
     create_stream(emulator_client(endpoint), unique_name, 1)
     seqs = put(endpoint, unique_name, 0, 10)
-    cfg = SpoutConfig(
+    cfg = spout_config(
+        under=tmp_path,
         stream_name=unique_name,
         job_name="billing",
         endpoint_url=endpoint,
         checkpoint_store=store_url,
-        dead_letter=str(tmp_path / "dead"),
     )
     assert len(read_all(cfg)) == 10
 
@@ -115,7 +116,8 @@ def test_reset_names_a_bad_shard_and_a_bad_position(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     create_stream(emulator_client(moto_server.endpoint_url), unique_name, 1)
-    cfg = SpoutConfig(
+    cfg = spout_config(
+        under=tmp_path,
         stream_name=unique_name,
         job_name="j",
         endpoint_url=moto_server.endpoint_url,
@@ -200,12 +202,12 @@ def test_a_running_reader_that_adopts_split_children_still_cannot_overwrite_a_re
     client = emulator_client(moto_server.endpoint_url)
     create_stream(client, unique_name, 1)
     seqs = put(moto_server.endpoint_url, unique_name, 0, 10)
-    cfg = SpoutConfig(
+    cfg = spout_config(
+        under=tmp_path,
         stream_name=unique_name,
         job_name="billing",
         endpoint_url=moto_server.endpoint_url,
         checkpoint_store=store_url,
-        dead_letter=str(tmp_path / "dead"),
         shard_refresh_interval=0.2,
     )
     operator = open_store(store_url, "billing", owner="operator")

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from kit import spout_config
 
 from kinesis_spout.checkpoint.zookeeper import ZooKeeperCheckpointStore
-from kinesis_spout.config import SpoutConfig
 from kinesis_spout.coordination.coordinator import ShardCoordinator
 from kinesis_spout.coordination.leases import LeaseState
 from kinesis_spout.errors import CorruptCheckpointError
@@ -53,14 +53,13 @@ class Worker:
         log: list[Record] | None = None,
         **cfg: Any,
     ):
-        self.config = SpoutConfig(
+        self.config = spout_config(
+            under=tmp,
             stream_name=stream,
             endpoint_url=endpoint,
             checkpoint_store=url,
             job_name=JOB,
             worker_id=worker_id,
-            empty_shard_backoff=0.05,
-            dead_letter=str(tmp / "dead"),
             **cfg,
         )
         self.store = ZooKeeperCheckpointStore.from_url(

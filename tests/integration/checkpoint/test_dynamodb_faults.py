@@ -13,11 +13,11 @@ from typing import Any
 
 import boto3
 import pytest
+from kit import spout_config
 
 from devkit.faultproxy import FaultProxy
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.checkpoint.dynamodb_table import ATTEMPTS
-from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import CheckpointError, CheckpointStoreUnavailableError
 from kinesis_spout.metrics import InMemoryMetrics
 from kinesis_spout.records import Checkpoint
@@ -76,14 +76,12 @@ def test_a_reader_keeps_a_throttled_round_and_saves_it_once_the_table_lets_it(
     for shard, seq in placed:
         last[shard] = seq if int(seq) > int(last.get(shard, "0")) else last[shard]
     url = f"dynamodb://{unique_name}"
-    cfg = SpoutConfig(
+    cfg = spout_config(
         stream_name=unique_name,
         job_name="billing",
         endpoint_url=moto_server.endpoint_url,
         checkpoint_store=url,
-        dead_letter="none",
         checkpoint_interval=0.1,
-        empty_shard_backoff=0.05,
     )
     metrics = InMemoryMetrics()
     reader = open_store(url, "billing")  # this process holds no lease: it only reads

@@ -15,9 +15,9 @@ from typing import Any
 
 import boto3
 import pytest
+from kit import spout_config
 
 from kinesis_spout.cli import main
-from kinesis_spout.config import SpoutConfig
 from kinesis_spout.deadletter import DeadLetter, JsonlDeadLetterSink, read_dead_letters
 from kinesis_spout.deadletter.cli import load_sources
 from kinesis_spout.deadletter.s3 import S3DeadLetterSink
@@ -146,11 +146,8 @@ def test_a_redrive_that_failed_half_way_puts_no_entry_twice(
     dead = tmp_path / "dead"
     sink = JsonlDeadLetterSink(dead, "job")
     sink.write_many([letter(unique_name, s) for s in range(1, 11)])
-    cfg = SpoutConfig(
-        stream_name=unique_name,
-        job_name="job",
-        dead_letter=str(dead),
-        endpoint_url=moto_server.endpoint_url,
+    cfg = spout_config(
+        stream_name=unique_name, dead_letter=str(dead), endpoint_url=moto_server.endpoint_url
     )
 
     from kinesis_spout.deadletter.cli import redrive

@@ -18,6 +18,7 @@ from typing import Any
 
 import boto3
 import pytest
+from kit import spout_config
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.deadletter import DeadLetter
@@ -105,7 +106,7 @@ def test_one_object_per_write_with_full_entries_exactly_once_across_restarts(s3_
         {"shardId-000000000001": 3},
         None,
     )
-    cfg = SpoutConfig(stream_name="orders", job_name="job-a", dead_letter=f"s3://{BUCKET}/dl")
+    cfg = spout_config(stream_name="orders", job_name="job-a", dead_letter=f"s3://{BUCKET}/dl")
     assert [(s.name, len(s.entries)) for s in load_sources(cfg)] == [
         (f"s3://{BUCKET}/{prefix}{names[0]}", 2),
         (f"s3://{BUCKET}/{prefix}{names[1]}", 1),
@@ -215,15 +216,14 @@ def test_a_failing_bucket_holds_the_checkpoint_and_the_shard_recovers_with_s3(
         )
         create_stream(kinesis, unique_name, 1)
         put = put_records(kinesis, unique_name, [("k", b"ok-1"), ("k", b"POISON"), ("k", b"ok-2")])
-        cfg = SpoutConfig(
+        cfg = spout_config(
+            under=tmp_path,
             stream_name=unique_name,
             job_name="j",
             endpoint_url=endpoint,
-            checkpoint_store=f"file://{tmp_path / 'cp'}",
             dead_letter=f"s3://{BUCKET}/dl",
             retry_limit=0,
             message_timeout=0.0,
-            empty_shard_backoff=0.05,
         )
         metrics = InMemoryMetrics()
         spout = KinesisSpout(cfg, metrics=metrics, client=kinesis)

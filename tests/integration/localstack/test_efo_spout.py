@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from aws_kinesis_agg.aggregator import RecordAggregator
+from kit import spout_config
 
 from devkit.faultproxy import FaultProxy
 from devkit.localstack import LocalStackServer
@@ -48,15 +49,12 @@ def efo_config(endpoint: str, stream: str, tmp_path: Path, **overrides: Any) -> 
         "job_name": stream,
         "endpoint_url": endpoint,
         "consumer": "efo",
-        "checkpoint_store": f"file://{tmp_path / 'checkpoints'}",
-        "dead_letter": str(tmp_path / "dead"),
         "checkpoint_interval": 0.3,
         "throttle_backoff": 0.05,
         "throttle_backoff_max": 0.5,
         "shard_refresh_interval": 1.0,
     }
-    values.update(overrides)
-    return SpoutConfig(**values)
+    return spout_config(under=tmp_path, **{**values, **overrides})
 
 
 def read_until(

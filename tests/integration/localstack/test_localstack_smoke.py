@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kit import spout_config
 
 from devkit.localstack import (
     LOCALSTACK_KINESIS_MOCK_VERSION,
@@ -57,14 +58,13 @@ def test_kinesis_engine_is_the_preinstalled_one(localstack: LocalStackServer) ->
 
 
 def _config(localstack: LocalStackServer, stream: str, tmp_path: Path) -> SpoutConfig:
-    return SpoutConfig(
+    return spout_config(
+        under=tmp_path,
         stream_name=stream,
         job_name=stream,
         endpoint_url=localstack.endpoint_url,
-        checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
         dead_letter=str(tmp_path / "dead"),
         retry_limit=1,
-        empty_shard_backoff=0.05,
         max_calls_per_second=50.0,
         checkpoint_interval=0.5,
     )

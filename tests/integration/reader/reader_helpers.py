@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from kit import spout_config
+
 from kinesis_spout.checkpoint.base import CheckpointStore
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.kinesis.client import make_client
@@ -60,14 +62,13 @@ class ClockKinesisMock(KinesisMock):
         )
 
 
-FAST: dict[str, Any] = {
-    "empty_shard_backoff": 0.05,
-    "throttle_backoff": 0.02,
-    "throttle_backoff_max": 0.2,
+PACE: dict[str, Any] = {
     "checkpoint_interval": 0.5,
     "shard_refresh_interval": 1.0,
     "message_timeout": 0.0,
 }
+"""The reader tests' pace on top of the fast backoffs: checkpoints twice a second,
+reshards seen within a second, no message timeout."""
 
 
 def fill(
@@ -94,17 +95,15 @@ def ids(records: Iterable[Record]) -> list[str]:
 
 
 def config(endpoint: str | None, stream: str, tmp_path: Path, **kw: Any) -> SpoutConfig:
+    """The reader tests' config of ``stream``: checkpoints in memory, at their pace."""
     values: dict[str, Any] = {
         "stream_name": stream,
         "endpoint_url": endpoint,
-        "job_name": "job",
-        "checkpoint_store": "memory://",
         "dead_letter": str(tmp_path / "dead"),
         "worker_id": "worker-1",
-        **FAST,
+        **PACE,
     }
-    values.update(kw)
-    return SpoutConfig(**values)
+    return spout_config(**{**values, **kw})
 
 
 def spout(

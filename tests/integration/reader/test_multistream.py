@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit import spout_config
 from prometheus_client import CollectorRegistry
-from reader_helpers import FAST, fill, put, rid
+from reader_helpers import PACE, fill, put, rid
 
 from kinesis_spout.checkpoint.factory import open_store
 from kinesis_spout.config import SpoutConfig
@@ -163,13 +164,11 @@ def _config(
     values: dict[str, Any] = {
         "streams": streams,
         "endpoint_url": emulator.endpoint_url,
-        "job_name": "job",
         "checkpoint_store": f"file://{tmp_path / 'cp'}",
         "dead_letter": str(tmp_path / "dead"),
-        **FAST,
+        **PACE,
     }
-    values.update(kw)
-    return SpoutConfig(**values)
+    return spout_config(**{**values, **kw})
 
 
 def _read(spout: KinesisSpout, until: int, timeout: float = 60.0) -> list[Record]:

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from kit import spout_config
 
-from kinesis_spout.config import SpoutConfig
 from kinesis_spout.coordination.joblease import JobLeaseHeldError
 from kinesis_spout.spout import KinesisSpout
 from kinesis_spout.status.command import gather
@@ -34,12 +34,12 @@ def test_a_second_spout_of_the_same_job_is_refused_naming_the_first(
     kind: str,
 ) -> None:
     create_stream(emulator_client(moto_server.endpoint_url), unique_name, 2)
-    cfg = SpoutConfig(
+    cfg = spout_config(
+        under=tmp_path,
         stream_name=unique_name,
         job_name="billing",
         endpoint_url=moto_server.endpoint_url,
         checkpoint_store=store_url_of(kind),
-        dead_letter=str(tmp_path / "dead"),
     )
     me = f"{socket.gethostname()}:{os.getpid()}"
     with KinesisSpout(cfg) as first:
@@ -62,12 +62,11 @@ def test_wait_for_lease_takes_over_when_the_holder_closes(
     moto_server: MotoServer, unique_name: str, tmp_path: Path
 ) -> None:
     create_stream(emulator_client(moto_server.endpoint_url), unique_name, 1)
-    cfg = SpoutConfig(
+    cfg = spout_config(
+        under=tmp_path,
         stream_name=unique_name,
         job_name="billing",
         endpoint_url=moto_server.endpoint_url,
-        checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
-        dead_letter=str(tmp_path / "d"),
     )
     opened = threading.Event()
     first = KinesisSpout(cfg)
@@ -93,12 +92,11 @@ def test_shard_lease_readers_opt_out_and_the_default_is_safe(
     """``job_lease=False`` is for readers fenced otherwise (the coordination worker's
     shard leases, the Spark job's driver that holds the job lease itself)."""
     create_stream(emulator_client(moto_server.endpoint_url), unique_name, 1)
-    cfg = SpoutConfig(
+    cfg = spout_config(
+        under=tmp_path,
         stream_name=unique_name,
         job_name="billing",
         endpoint_url=moto_server.endpoint_url,
-        checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
-        dead_letter=str(tmp_path / "d"),
     )
     with KinesisSpout(cfg, job_lease=False), KinesisSpout(cfg, job_lease=False):
         started = time.monotonic()

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reader_helpers import FAST, fill, put, rid
+from kit import spout_config
+from reader_helpers import PACE, fill, put, rid
 
 from kinesis_spout.checkpoint import CheckpointStore, open_store
 from kinesis_spout.config import SpoutConfig
@@ -44,12 +45,11 @@ def _config(
     values: dict[str, Any] = {
         "streams": [stream],
         "endpoint_url": moto.endpoint_url,
-        "job_name": "job",
         "checkpoint_store": store_url,
         "dead_letter": str(tmp_path / "dead"),
-        **FAST,
+        **PACE,
     }
-    return SpoutConfig(**{**values, **kw})
+    return spout_config(**{**values, **kw})
 
 
 def _read(spout: KinesisSpout, until: int, timeout: float) -> list[Record]:

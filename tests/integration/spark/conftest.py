@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import spark_job_helpers
+from kit import spout_config
 
 from devkit.cluster import StandaloneCluster
 from kinesis_spout.config import SpoutConfig
@@ -30,15 +31,14 @@ JobConfig = Callable[..., SpoutConfig]
 
 @pytest.fixture
 def job_config(moto_server: MotoServer, unique_name: str, tmp_path: Path) -> JobConfig:
-    """A fast-polling job config for stream ``unique_name`` (overridable)."""
+    """A fast-polling job config for stream ``unique_name`` on the moto server, its
+    checkpoints and dead letters under ``tmp_path`` (overridable)."""
 
     def make(**overrides: Any) -> SpoutConfig:
         values: dict[str, Any] = {
             "stream_name": unique_name,
             "job_name": unique_name,
             "endpoint_url": moto_server.endpoint_url,
-            "checkpoint_store": f"file://{tmp_path / 'checkpoints'}",
-            "dead_letter": str(tmp_path / "dead-letter"),
             "empty_shard_backoff": 0.1,
             "batch_max_wait": 0.3,
             "checkpoint_interval": 0.5,
@@ -46,8 +46,7 @@ def job_config(moto_server: MotoServer, unique_name: str, tmp_path: Path) -> Job
             "retry_backoff": 0.05,
             "retry_backoff_max": 0.2,
         }
-        values.update(overrides)
-        return SpoutConfig(**values)
+        return spout_config(under=tmp_path, fast=False, **{**values, **overrides})
 
     return make
 

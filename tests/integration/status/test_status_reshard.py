@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit import spout_config
 
 from devkit.status import status_json
-from kinesis_spout.config import SpoutConfig
 from kinesis_spout.spout import KinesisSpout
 from kinesis_spout.testing.servers import KinesisMock
 from kinesis_spout.testing.streams import (
@@ -52,13 +52,11 @@ def test_states_of_a_split_stream(
     client = emulator_client(kinesis_mock.endpoint_url)
     create_stream(client, unique_name, 1)
     first = put_records(client, unique_name, make_payloads(30, 20))
-    cfg = SpoutConfig(
+    cfg = spout_config(
+        under=tmp_path,
         stream_name=unique_name,
         job_name="reshard",
         endpoint_url=kinesis_mock.endpoint_url,
-        checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
-        dead_letter=str(tmp_path / "dl"),
-        empty_shard_backoff=0.05,
         checkpoint_interval=0.1,
         shard_refresh_interval=0.5,
     )

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
+from kit import spout_config
 
 from devkit.status import run_status, status_json
-from kinesis_spout.config import SpoutConfig
 from kinesis_spout.spout import KinesisSpout
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, emulator_client, make_payloads, put_records
@@ -26,13 +26,12 @@ def test_one_table_per_stream_and_a_streams_list(
         create_stream(client, name, shards)
         put_records(client, name, make_payloads(12 * shards, 20))
     store = f"file://{tmp_path / 'checkpoints'}"
-    cfg = SpoutConfig(
+    cfg = spout_config(
+        under=tmp_path,
         streams=list(names),
         job_name="billing",
         endpoint_url=moto_server.endpoint_url,
         checkpoint_store=store,
-        dead_letter=str(tmp_path / "dead-letter"),
-        empty_shard_backoff=0.05,
     )
     with KinesisSpout(cfg) as spout:  # every record done and checkpointed
         deadline = time.monotonic() + 30

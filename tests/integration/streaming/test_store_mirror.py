@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit import spout_config
 from streaming_helpers import Row, fill, rid
 
 from kinesis_spout.checkpoint import open_store
-from kinesis_spout.config import SpoutConfig
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.records import ShardPosition, StartPosition
 from kinesis_spout.spout import KinesisSpout
@@ -54,14 +54,13 @@ def _mirror(endpoint: str, stream: str, store: str, *positions: ShardPosition) -
 
 def _resume(endpoint: str, stream: str, store_url: str, tmp_path: Path, n: int) -> list[str]:
     """What a spout resuming from the store delivers (``n`` records at most)."""
-    config = SpoutConfig(
+    config = spout_config(
+        under=tmp_path,
         stream_name=stream,
         endpoint_url=endpoint,
         job_name=f"spark-{stream}",
         checkpoint_store=store_url,
-        dead_letter=str(tmp_path / "dead"),
         worker_id="w1",
-        empty_shard_backoff=0.05,
     )
     store = open_store(store_url, config.job_name, owner="w1")
     spout = KinesisSpout(config, store=store, client=make_client(endpoint))

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from kit import spout_config
 
-from kinesis_spout.config import SpoutConfig
 from kinesis_spout.spark.job import describe
 from kinesis_spout.spark.reports import BatchReport, JobSummary
 
@@ -37,7 +37,7 @@ def test_the_figures_come_from_the_job_s_own_lines() -> None:
     run = _run(
         [
             (7.0, "INFO kinesis_spout.spout: opened stream s (ACTIVE) at x: 4 shards\n"),
-            (10.0, describe(SpoutConfig(stream_name="s"), "f.py:process") + "\n"),
+            (10.0, describe(spout_config(), "f.py:process") + "\n"),
             (12.0, _report(0, 1_000, 2.0)),
             (13.0, "WARN something else\n"),
             (14.0, _report(1, 4_000, 2.0)),
