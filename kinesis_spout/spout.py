@@ -19,7 +19,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -41,7 +41,7 @@ from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.metrics import MetricsCollector, NoopMetrics
 from kinesis_spout.observability.endpoint import MetricsEndpoint
-from kinesis_spout.records import Record, ShardInfo, ShardState
+from kinesis_spout.records import Record, ShardInfo, ShardKey, ShardState
 
 log = logging.getLogger(__name__)
 
@@ -298,11 +298,12 @@ class KinesisSpout:
             self.save(sh, now)
         return sh.room(self.config.max_in_flight)
 
-    def housekeep(self, now: float) -> None:
-        """Housekeeping on every call of the loop (and of the Spark planner): expiries,
-        each stream's shards, checkpoints, as due at ``now``."""
+    def housekeep(self, now: float, held: Collection[ShardKey] = ()) -> None:
+        """Housekeeping on every call of the loop (and of the Spark planner): expiries
+        (not of the shards ``held`` by running Spark tasks), each stream's shards,
+        checkpoints, as due at ``now``."""
         if self.config.message_timeout:
-            self.rotation.expire(now, self.acks.after_fail)
+            self.rotation.expire(now, self.acks.after_fail, held)
         self.streams.housekeep(now)
         if now >= self.next_checkpoint_at:
             self._write_checkpoints(now)

@@ -56,9 +56,6 @@ class RoundRobin:
         self.retried = 0
         self.pending_error: tuple[str, Exception] | None = None
         """An error a fetch raised, and the stream it read."""
-        self.held: Collection[ShardKey] = ()
-        """Shards whose deliveries a running Spark task holds: they do not expire here;
-        the task's own deadline covers them."""
 
     def partitions(self) -> list[ShardPartition]:
         """Every shard in rotation, stream by stream."""
@@ -185,11 +182,14 @@ class RoundRobin:
         return recs
 
     def expire(
-        self, now: float, on_fail: Callable[[ShardPartition, FailOutcome[Record]], None]
+        self,
+        now: float,
+        on_fail: Callable[[ShardPartition, FailOutcome[Record]], None],
+        held: Collection[ShardKey] = (),
     ) -> None:
         """Fail the deliveries older than the message timeout (``on_fail`` each outcome),
-        except those of the shards in :attr:`held`."""
-        held = self.held
+        except those of the shards ``held`` (a running Spark task holds them: its own
+        deadline covers them)."""
         for sh in self.partitions():
             tracker = sh.tracker
             if tracker is not None and tracker.in_flight and sh.key not in held:

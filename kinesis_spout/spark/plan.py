@@ -244,8 +244,7 @@ class Planner:
         spout = self.spout
         spout.check_open()
         now = spout.clock()
-        spout.rotation.held = busy  # a running task's records do not expire under it
-        spout.housekeep(now)
+        spout.housekeep(now, held=busy)  # a running task's records do not expire under it
         if not spout.is_active or max_records <= 0:
             return []
         plans = [

@@ -241,7 +241,7 @@ class Sandbox:
         self._forget([])
         ctx = multiprocessing.get_context("fork")
         mine, theirs = ctx.Pipe(duplex=True)
-        proc = ctx.Process(target=_child, args=(theirs, self.board), daemon=True)
+        proc = ctx.Process(target=_child, args=(theirs, self.board, os.getpid()), daemon=True)
         proc.start()
         theirs.close()
         self._proc, self._conn = proc, mine
@@ -350,9 +350,9 @@ def _take(runs: list[_PlanRun], msg: tuple[Any, ...]) -> bool:
     return False
 
 
-def _child(conn: Connection, board: ProgressBoard) -> None:
+def _child(conn: Connection, board: ProgressBoard, worker: int) -> None:
     """The child's loop: a task at a time, until the worker's end of the pipe closes."""
-    _die_with_parent()
+    _die_with_parent(worker)
     while True:
         try:
             fn, settings, plans, batch_id, rows, context = pickle.loads(conn.recv_bytes())
@@ -386,14 +386,16 @@ def _set_task_context(state: dict[str, Any] | None) -> None:
         vars(TaskContext._getOrCreate()).update(state)
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(worker: int) -> None:
     """The kernel kills this child when its worker dies (Linux; elsewhere the pipe's end
-    stops it once it is between records)."""
+    stops it once it is between records); a worker gone before that was set: now."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if os.getppid() != worker:
+        os._exit(0)
 
 
 _SANDBOX: Sandbox | None = None

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit import spout_config
 from read_helpers import run_tasks
 
 from devkit.faultproxy import FaultProxy
 from kinesis_spout.checkpoint.base import MemoryCheckpointStore
-from kinesis_spout.config import SpoutConfig
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.records import Record
 from kinesis_spout.spark.plan import Planner, ReadPlan, ReadResult, ReadSettings
@@ -44,15 +44,12 @@ def reader(endpoint: str, stream: str, tmp_path: Path, store: Any, **kw: Any) ->
     values: dict[str, Any] = dict(
         stream_name=stream,
         endpoint_url=endpoint,
-        job_name="job",
-        checkpoint_store="memory://",
         dead_letter=str(tmp_path / "dead"),
         worker_id="w",
-        empty_shard_backoff=0.05,
         checkpoint_interval=0.5,
         message_timeout=0.0,
     )
-    cfg = SpoutConfig(**{**values, **kw})
+    cfg = spout_config(**{**values, **kw})
     spout = KinesisSpout(
         cfg,
         store=store,

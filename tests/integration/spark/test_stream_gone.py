@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit import spout_config
 from spark_job_helpers import log_stream_records, read_stream_records
 
 from devkit.faultproxy import FaultProxy
@@ -39,14 +40,8 @@ def planner(
     metrics: MetricsCollector | None = None,
     **kw: Any,
 ) -> Planner:
-    cfg = SpoutConfig(
-        streams=streams,
-        endpoint_url=endpoint,
-        job_name="job",
-        checkpoint_store="memory://",
-        dead_letter=str(tmp_path / "dead"),
-        empty_shard_backoff=0.05,
-        **kw,
+    cfg = spout_config(
+        streams=streams, endpoint_url=endpoint, dead_letter=str(tmp_path / "dead"), **kw
     )
     spout = KinesisSpout(
         cfg,
@@ -192,12 +187,11 @@ def test_a_stream_refused_to_the_reader_pauses_and_the_other_is_read_to_its_end(
 
 
 def job_config(endpoint: str, streams: list[str], tmp_path: Path, **kw: Any) -> SpoutConfig:
-    return SpoutConfig(
+    return spout_config(
+        under=tmp_path,
         streams=streams,
         job_name=streams[0],
         endpoint_url=endpoint,
-        checkpoint_store=f"file://{tmp_path / 'checkpoints'}",
-        dead_letter=str(tmp_path / "dead-letter"),
         empty_shard_backoff=0.1,
         batch_max_wait=0.3,
         checkpoint_interval=0.5,
