@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 from kinesis_spout.errors import KinesisSpoutError, OffsetError
 
-__all__ = ["DataLossError", "MissingDependencyError", "OffsetError", "spark_too_old"]
+__all__ = ["DataLossError", "MissingDependencyError", "OffsetError", "data_loss", "spark_too_old"]
 """``OffsetError`` is :class:`kinesis_spout.errors.OffsetError` (the batch-end records of
 the checkpoint store raise it too), named here as well for the source's users."""
 
@@ -15,6 +17,14 @@ class DataLossError(KinesisSpoutError):
 
     Raised only with ``failOnDataLoss=true`` (the default); otherwise logged.
     """
+
+
+def data_loss(message: str, fail: bool) -> None:
+    """Records the source planned to read are gone (``message`` says which): raise
+    :class:`DataLossError` with ``fail`` (``failOnDataLoss``), else log it and go on."""
+    if fail:
+        raise DataLossError(message + "; set failOnDataLoss=false to go on without them")
+    logging.getLogger(__name__).warning("%s (failOnDataLoss=false: going on)", message)
 
 
 class MissingDependencyError(KinesisSpoutError):
