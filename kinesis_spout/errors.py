@@ -128,3 +128,9 @@ class OffsetError(KinesisSpoutError):
     The positions in them (:class:`~kinesis_spout.records.ShardPosition`) are also
     in the batch-end records of the checkpoint store, so a bad one there is one too.
     """
+
+
+class DataLossError(KinesisSpoutError):
+    """Records a read planned or recorded are gone (retention expired, stream deleted
+    and re-created), so a replay cannot return the same records. The streaming source
+    raises it only with ``failOnDataLoss=true`` (the default); otherwise it logs."""

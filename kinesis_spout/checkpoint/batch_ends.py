@@ -12,7 +12,8 @@ on every attempt. The next batch starts from the recorded ends, and the
 commit of a batch writes them as the shards' checkpoints; records of batches
 before the committed one are then removed, and a leftover attempt of a removed
 batch cannot record it again (the store keeps a *floor*: the lowest batch kept).
-The Spark job records its read tasks' ends the same way, a Spark job as a batch.
+The Spark job records its read tasks' ends the same way, a Spark job as a batch
+(both read through :mod:`~kinesis_spout.checkpoint.recorded_read`).
 
 Batch ids restart at 1 in a new Spark checkpoint location, so records are
 kept per *run*: the id the initial offset drew, carried by every offset of

@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Protocol
 
-from kinesis_spout.kinesis.bounded import BoundedRead, Take, read_each, read_until
+from kinesis_spout.kinesis.bounded import BoundedGetter, BoundedRead, Take, read_each, read_until
+from kinesis_spout.kinesis.efo_getter import EfoShardGetter
 from kinesis_spout.kinesis.efo_read import EfoTarget, subscribed_getter
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.processinfo import reader_id
@@ -121,6 +122,13 @@ def read_subscribed(
 ) -> ReadEnd:
     """Enhanced fan-out: subscribe at the plan's position and take events until its
     limit, the tip, the shard's end or ``seconds`` (``read_seconds`` by default)."""
+    budget = settings.read_seconds if seconds is None else seconds
+    getter = _subscribed_getter(plan, settings)
+    return read_until(getter, plan.limit, budget, _taker(consume), fail_soft=True)
+
+
+def _subscribed_getter(plan: ReadPlan, settings: ReadSettings) -> EfoShardGetter:
+    """The task's subscription to the plan's shard at its position (``consumer = "efo"``)."""
     pos = plan.position
     target = settings.target(plan.stream)
     assert pos is not None and target.consumer_arn is not None
@@ -134,7 +142,7 @@ def read_subscribed(
         settings.profile,
         settings.role,
     )
-    getter = subscribed_getter(
+    return subscribed_getter(
         efo,
         plan.shard_id,
         start=pos.after,
@@ -144,8 +152,14 @@ def read_subscribed(
         limit=plan.limit,
         closed=plan.closed,
     )
-    budget = settings.read_seconds if seconds is None else seconds
-    return read_until(getter, plan.limit, budget, _taker(consume), fail_soft=True)
+
+
+def plan_getter(plan: ReadPlan, settings: ReadSettings) -> BoundedGetter:
+    """The getter of the plan's shard at its position, as its task reads it: subscribed
+    with ``consumer = "efo"``, else by GetRecords."""
+    if settings.target(plan.stream).consumer_arn is not None:
+        return _subscribed_getter(plan, settings)
+    return polling_getter(plan, settings)
 
 
 # --- the per-record style ---------------------------------------------------------------

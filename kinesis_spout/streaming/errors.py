@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from kinesis_spout.errors import KinesisSpoutError, OffsetError
+import logging
 
-__all__ = ["DataLossError", "MissingDependencyError", "OffsetError", "spark_too_old"]
-"""``OffsetError`` is :class:`kinesis_spout.errors.OffsetError` (the batch-end records of
-the checkpoint store raise it too), named here as well for the source's users."""
+from kinesis_spout.errors import DataLossError, KinesisSpoutError, OffsetError
+
+__all__ = ["DataLossError", "MissingDependencyError", "OffsetError", "data_loss", "spark_too_old"]
+"""``OffsetError`` and ``DataLossError`` are those of :mod:`kinesis_spout.errors` (the
+batch-end records and the recorded reads raise them too), named here as well for the
+source's users."""
 
 
-class DataLossError(KinesisSpoutError):
-    """Records a batch planned to read are gone (retention expired, stream
-    deleted and re-created), so a replay cannot be the same batch.
-
-    Raised only with ``failOnDataLoss=true`` (the default); otherwise logged.
-    """
+def data_loss(message: str, fail: bool) -> None:
+    """Records the source planned to read are gone (``message`` says which): raise
+    :class:`DataLossError` with ``fail`` (``failOnDataLoss``), else log it and go on."""
+    if fail:
+        raise DataLossError(message + "; set failOnDataLoss=false to go on without them")
+    logging.getLogger(__name__).warning("%s (failOnDataLoss=false: going on)", message)
 
 
 class MissingDependencyError(KinesisSpoutError):

@@ -1,17 +1,13 @@
 """An executor's read of one shard for one batch: once, then recorded (first wins).
 
-The first attempt of a task reads the shard from the batch's start position
-up to its quota, its tip, its end or the availableNow cutoff, keeping the
-records; **before returning any** it records where it stopped
-(:mod:`~kinesis_spout.checkpoint.batch_ends`). If an earlier or concurrent attempt (a retry after a
-lost executor, a speculative copy) recorded first, the task returns exactly
-the recorded range instead, read again with
-:func:`~kinesis_spout.streaming.shard_reader.read_range`. So every attempt of
-a batch returns the same records, and a first attempt fetches each of them once.
-
-A record made for another plan (another run's batch of the same number) is
-refused, never used; an attempt of a batch whose records were already removed
-(committed: a leftover) fails without recording anything.
+The first attempt of a task reads the shard from the batch's start position up to its
+quota, its tip, its end or the availableNow cutoff, keeping the records; **before
+returning any** it records where it stopped under (batch, shard). An attempt that finds
+another attempt's end (a retry after a lost executor, a speculative copy) returns
+exactly that range instead, read again by GetRecords. So every attempt of a batch
+returns the same records, and a first attempt fetches each of them once. The mechanism
+is the Spark job's too (:mod:`~kinesis_spout.checkpoint.recorded_read`); this module
+gives it the source's reads (:mod:`~kinesis_spout.streaming.shard_reader`).
 """
 
 from __future__ import annotations
@@ -22,13 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from kinesis_spout.checkpoint.batch_ends import (
-    BatchEnd,
-    BatchEndStore,
-    PlannedFrom,
-    check_planned,
-    removed_error,
-)
+from kinesis_spout.checkpoint.batch_ends import BatchEnd, BatchEndStore, PlannedFrom
+from kinesis_spout.checkpoint.recorded_read import RecordedAt, read_once
 from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.efo_read import EfoTarget
@@ -36,15 +27,20 @@ from kinesis_spout.processinfo import reader_id
 from kinesis_spout.records import Record, StartPosition
 from kinesis_spout.retrying import never, retrying
 from kinesis_spout.streaming.batch_offset import ShardPlan
-from kinesis_spout.streaming.offsets import ShardRange
-from kinesis_spout.streaming.shard_reader import ReadAhead, read_fresh, read_range
-from kinesis_spout.streaming.subscribed_read import read_fresh_subscribed
+from kinesis_spout.streaming.shard_reader import (
+    ReadAhead,
+    read_fresh,
+    read_fresh_subscribed,
+    read_range,
+)
 from tracker import ExponentialBackoff
 
 log = logging.getLogger(__name__)
 
 READ_ATTEMPTS = 6
 """Tries of a first read that Kinesis throttles or fails before nothing is recorded as read."""
+
+Pages = list[list[Record]]
 
 
 def read_batch_shard(
@@ -70,35 +66,23 @@ def read_batch_shard(
     closed); a replay of a recorded range reads it with GetRecords. ``run``: the run id
     of the batch's offset. ``iterator``: where the previous batch's read of the shard
     stopped (:attr:`BatchEnd.iterator`), for the reads by GetRecords to go on from."""
-    expected = PlannedFrom.of(run, plan, start)
-    where = store.where(run, batch, shard_id)
-    floor = store.floor(run)
-    if batch < floor:
-        raise removed_error(where, batch, floor)
-    recorded = store.get(run, batch, shard_id)
-    if recorded is None:
-        read = _Read(api, shard_id, plan, start, fetch, cutoff, efo, closed, iterator)
-        records, mine = _first_read(read, expected, sleep)
-        recorded = store.record(run, batch, shard_id, mine)
-        if recorded == mine:
-            for i in range(0, len(records), fetch):
-                yield records[i : i + fetch]
-            return
-        log.info(
-            "batch %d, %s: another attempt recorded its end first (%s records); returning "
-            "that range",
-            batch,
-            shard_id,
-            recorded.count,
+    at = RecordedAt(store, run, batch, shard_id, PlannedFrom.of(run, plan, start))
+    read = _Read(api, shard_id, plan, start, fetch, cutoff, efo, closed, iterator)
+
+    def first() -> tuple[Pages, BatchEnd]:
+        records, end = _first_read(read, at.planned, sleep)
+        return [records[i : i + fetch] for i in range(0, len(records), fetch)], end
+
+    def again(recorded: BatchEnd) -> Pages:
+        rng = at.range_of(recorded)
+        if rng is None:
+            return []
+        replayed = read_range(
+            api, rng, fetch=fetch, fail_on_data_loss=fail_on_data_loss, iterator=iterator
         )
-    check_planned(recorded, expected, where)
-    if recorded.position is None or recorded.count == 0:
-        return
-    after = plan.position if plan.position is not None and plan.position.sequence else None
-    rng = ShardRange(shard_id, after, start, recorded.position)
-    yield from read_range(
-        api, rng, fetch=fetch, fail_on_data_loss=fail_on_data_loss, iterator=iterator
-    )
+        return list(replayed)
+
+    yield from read_once(at, first, again)
 
 
 @dataclass(frozen=True, slots=True)

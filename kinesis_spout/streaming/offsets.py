@@ -4,8 +4,7 @@
   :class:`~kinesis_spout.streaming.store_mirror.StoreMirror` writes to the
   checkpoint store;
 * :func:`split_streams`: how many records each stream may add to one batch, and
-  :func:`split_quota`: how many each of a stream's shards may;
-* :class:`ShardRange`: the part of one shard one batch reads.
+  :func:`split_quota`: how many each of a stream's shards may.
 
 The offsets Spark stores are :class:`~kinesis_spout.streaming.batch_offset.BatchOffset`
 (version 2; several streams: ``StreamsOffset``, version 3), with positions
@@ -19,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kinesis_spout.records import ShardPosition, StartPosition
-from tracker import SequenceKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,26 +88,3 @@ def split_streams(
             left -= give
         room = [s for s in room if shares[s] < capacity[s]]
     return dict(shares)
-
-
-@dataclass(frozen=True, slots=True)
-class ShardRange:
-    """The part of one shard one batch reads: after ``after`` (or from
-    ``start`` when ``None``) up to and including ``last``; a task reads it
-    again when another attempt recorded the batch's end
-    (:func:`~kinesis_spout.streaming.shard_reader.read_range`)."""
-
-    shard_id: str
-    after: ShardPosition | None
-    start: StartPosition
-    last: ShardPosition
-
-    @property
-    def after_key(self) -> SequenceKey | None:
-        return self.after.key if self.after is not None else None
-
-    @property
-    def last_key(self) -> SequenceKey:
-        key = self.last.key
-        assert key is not None  # a range is built only when it reads something
-        return key

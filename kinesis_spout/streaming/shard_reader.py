@@ -1,21 +1,18 @@
-"""Kinesis reads of the streaming source, on the executors: a first read and a range replay.
+"""The streaming source's reads of one shard, on the executors: a first read and a replay.
 
-An executor's first read of a batch's shard (:func:`read_fresh`, or
-:func:`~kinesis_spout.streaming.subscribed_read.read_fresh_subscribed` by
-enhanced fan-out; both :func:`first_read`) walks the shard from the batch start
-for at most a quota of user records, keeps them and says where it stopped; that
-end is recorded for the (batch, shard), first writer wins. A task run again
-reads exactly the recorded range (:func:`read_range`), with the same start and
-the same filter, so the batch has the same records on every replay as long as
-Kinesis retains them. Both are the one bounded read of
-:mod:`kinesis_spout.kinesis.bounded` over a getter; both count user records after
-KPL de-aggregation, and a cut inside an aggregate is kept in the position.
+An executor's first read of a batch's shard walks it from the batch start for at most
+a quota of user records (:func:`first_read`), by GetRecords (:func:`read_fresh`) or by
+enhanced fan-out (:func:`read_fresh_subscribed`), keeps the records and says where it
+stopped; that end is recorded for the (batch, shard), first writer wins
+(:mod:`~kinesis_spout.streaming.executor_read`). A task run again reads exactly the
+recorded range by GetRecords (:func:`read_range`), with the same start, so the batch has
+the same records on every replay as long as Kinesis retains them. Both are the one
+bounded read of :mod:`kinesis_spout.kinesis.bounded` over a getter; both count user
+records after KPL de-aggregation, and a cut inside an aggregate is kept in the position.
 """
 
 from __future__ import annotations
 
-import bisect
-import logging
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -23,22 +20,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kinesis_spout.checkpoint.recorded_read import MAX_EMPTY_BEHIND, ShardRange, replay
 from kinesis_spout.errors import KinesisSpoutError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.bounded import BoundedGetter, read_until
+from kinesis_spout.kinesis.efo_read import EfoTarget, subscribed_getter
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.records import Record, ShardBatch, ShardPosition, StartPosition
-from kinesis_spout.streaming.errors import DataLossError
-from kinesis_spout.streaming.offsets import ShardRange
+from kinesis_spout.streaming.errors import data_loss
 from tracker import Backoff, ExponentialBackoff
 
-log = logging.getLogger(__name__)
-
-#: Empty GetRecords answers in a row, at the tip (MillisBehindLatest 0), after
-#: which a replay that has not reached its planned end gives up: the records are gone.
-MAX_EMPTY_AT_TIP = 20
-#: Empty answers in a row while behind (Kinesis skips gaps one page at a time).
-MAX_EMPTY_BEHIND = 500
+READ_SECONDS = 5.0
+"""Longest a subscribed first read stays subscribed (Kinesis sends an event at least
+every 5 s)."""
 
 
 def polling_getter(
@@ -203,6 +197,33 @@ def _position(
     return ShardPosition(None, 0, False, True, 0)
 
 
+def read_fresh_subscribed(
+    target: EfoTarget,
+    shard_id: str,
+    after: ShardPosition | None,
+    start: StartPosition,
+    quota: int,
+    *,
+    cutoff: datetime | None = None,
+    closed: bool = False,
+    seconds: float = READ_SECONDS,
+) -> tuple[list[Record], ReadAhead]:
+    """At most ``quota`` user records of ``shard_id`` after ``after``, by subscription
+    (``consumer=efo``): events until the quota, the tip (an event not behind, or nothing
+    within ``seconds``), the shard's end or the cutoff (see :func:`first_read`)."""
+    getter = subscribed_getter(
+        target,
+        shard_id,
+        start=after.key if after is not None else None,
+        after_whole=after is None or not after.partial,
+        position=start.kind,
+        timestamp=start.timestamp,
+        limit=quota,
+        closed=closed,
+    )
+    return first_read(getter, after, quota, cutoff=cutoff, seconds=seconds)
+
+
 def read_range(
     api: KinesisApi,
     rng: ShardRange,
@@ -215,68 +236,26 @@ def read_range(
     clock: Callable[[], float] = time.monotonic,
     iterator: str | None = None,
 ) -> Iterator[list[Record]]:
-    """The user records of ``rng``, page by page: exactly those of its first read.
-    ``iterator`` (optional) goes on right after ``rng.after``: the one the first read
-    started from, so a replay soon after it does not walk again the empty pages before
-    the range (an expired one is re-opened at ``rng.after``).
+    """The user records of ``rng``, page by page: exactly those of its first read, by
+    GetRecords (:func:`~kinesis_spout.checkpoint.recorded_read.replay`). ``iterator``
+    (optional) goes on right after ``rng.after``: the one the first read started from,
+    so a replay soon after it does not walk again the empty pages before the range (an
+    expired one is re-opened at ``rng.after``).
 
     Throttling and 5xx answers are retried with ``backoff``, up to ``attempts`` in a
-    row (then raised); an expired iterator is re-opened after the last record read.
-    Raises :class:`DataLossError` (or logs, with ``fail_on_data_loss=False``) when
-    the range cannot be read as planned: its records expired.
-    """
-    last_key, expected = rng.last_key, rng.last.count
-    pages: list[list[Record]] = []
-
-    def take(batch: ShardBatch) -> int:
-        page = batch.records
-        n = len(page)
-        if page and page[-1].key > last_key:  # beyond the planned end: clip, stop
-            n = bisect.bisect_right([r.key for r in page], last_key)
-        if n:
-            pages.append(page[:n])
-        return n
-
+    row (then raised). A range whose records expired raises :class:`DataLossError`
+    (or logs, with ``fail_on_data_loss=False``)."""
     getter = polling_getter(
-        api,
-        rng.shard_id,
-        rng.after,
-        rng.start,
-        fetch,
-        iterator=iterator,
-        backoff=backoff or ExponentialBackoff(0.2, cap=5.0),
+        api, rng.shard_id, rng.after, rng.start, fetch, iterator=iterator, backoff=backoff
     )
-    end = read_until(
+    pages, _ = replay(
         getter,
-        expected,
-        None,
-        take,
+        rng,
+        stream=api.stream_name,
+        per_call=fetch,
+        on_loss=lambda msg: data_loss(msg, fail_on_data_loss),
+        max_errors=attempts,
         clock=clock,
         sleep=sleep,
-        per_call=fetch,
-        to_tip=False,
-        max_errors=attempts,
-        max_empty_at_tip=MAX_EMPTY_AT_TIP,
-        max_empty_behind=MAX_EMPTY_BEHIND,
     )
     yield from pages
-    reached = bool(pages) and pages[-1][-1].key == last_key
-    _check_range(api, rng, end.taken, reached, fail_on_data_loss)
-
-
-def _check_range(
-    api: KinesisApi, rng: ShardRange, count: int, reached: bool, fail_on_data_loss: bool
-) -> None:
-    """Raise :class:`DataLossError` (or log) unless the whole range was read."""
-    expected = rng.last.count
-    if reached and count == expected:
-        return
-    msg = (
-        f"{api.stream_name}/{rng.shard_id}: the batch planned {expected} records after "
-        f"{rng.after_key or rng.start.kind.value} up to {rng.last_key}, but Kinesis "
-        f"returned {count}{' and stopped before the end' if not reached else ''}: "
-        "records expired (retention) or the stream was re-created"
-    )
-    if fail_on_data_loss:
-        raise DataLossError(msg + "; set failOnDataLoss=false to go on without them")
-    log.warning("%s (failOnDataLoss=false: going on)", msg)

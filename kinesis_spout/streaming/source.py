@@ -25,26 +25,22 @@ from __future__ import annotations
 import importlib.util
 import logging
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from kinesis_spout.checkpoint.batch_ends import BatchEndStore
 from kinesis_spout.checkpoint.factory import open_batch_ends
-from kinesis_spout.errors import (
-    ConfigError,
-)
+from kinesis_spout.errors import ConfigError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.client import process_client
-from kinesis_spout.kinesis.efo_read import EfoTarget
-from kinesis_spout.records import StartPosition
-from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan, StreamsOffset
+from kinesis_spout.streaming.batch_offset import BatchOffset, StreamsOffset
 from kinesis_spout.streaming.errors import MissingDependencyError, spark_too_old
 from kinesis_spout.streaming.executor_read import read_batch_shard
 from kinesis_spout.streaming.options import SourceOptions, parse_options
-from kinesis_spout.streaming.planner import Planner
+from kinesis_spout.streaming.planner import Planner, ShardRead
 from kinesis_spout.streaming.rows import arrow_schema, to_arrow
-from kinesis_spout.streaming.stream_planner import StreamPlanner
 
 try:
     import pyspark as _pyspark
@@ -122,35 +118,9 @@ def _batch_ends(url: str, job: str, stream: str, zk_auth: str | None, region: st
     return open_batch_ends(url, job, stream, zk_auth, region=region)
 
 
-class BatchShardPartition(InputPartition):
-    """One Spark task: one shard of one stream in one batch. Picklable."""
-
-    def __init__(
-        self,
-        batch: int,
-        stream: str,
-        shard_id: str,
-        plan: ShardPlan,
-        start: StartPosition,
-        cutoff: datetime | None,
-        efo: EfoTarget | None = None,
-        closed: bool = False,
-        run: str = "",
-        arn: str | None = None,
-        iterator: str | None = None,
-    ) -> None:
-        super().__init__(f"{batch}:{stream}/{shard_id}")
-        self.batch, self.stream, self.shard_id, self.plan = batch, stream, shard_id, plan
-        self.arn = arn
-        """The stream's ARN when it was given as one (the calls then name it by ARN)."""
-        self.start, self.cutoff = start, cutoff
-        self.efo, self.closed = efo, closed
-        """``consumer=efo``: subscribe as this consumer; ListShards says it is closed."""
-        self.run = run
-        """The run id of the batch's offset (its batch-end records are kept per run)."""
-        self.iterator = iterator
-        """Where the batch before's read of the shard stopped, if it goes on exactly at
-        ``plan``'s position (:attr:`~kinesis_spout.checkpoint.batch_ends.BatchEnd.iterator`)."""
+@dataclass(frozen=True, repr=False)
+class BatchShardPartition(ShardRead, InputPartition):
+    """One Spark task: one shard of one stream in one batch (:class:`ShardRead`). Picklable."""
 
     def __repr__(self) -> str:
         pos = self.plan.position
@@ -243,9 +213,7 @@ class KinesisStreamReader(DataSourceStreamReader):
         self.planner.planned(last)
         if first.batch == last.batch:
             return []  # no batch between them (PySpark 4.0 asks after a restart)
-        return [
-            p for name in last.streams for p in _partitions(self.planner.parts[name], first, last)
-        ]
+        return self.planner.reads(first, last, BatchShardPartition)
 
     def commit(self, end: dict[str, Any]) -> None:
         self.planner.commit(self.planner.parse(end))
@@ -282,35 +250,6 @@ class KinesisStreamReader(DataSourceStreamReader):
             iterator=p.iterator,
         ):
             yield to_arrow(page)
-
-
-def _partitions(
-    planner: StreamPlanner, start: StreamsOffset, offset: StreamsOffset
-) -> list[BatchShardPartition]:
-    """The tasks of one stream in ``offset``'s batch: one per shard with a quota, each
-    with the iterator where ``start``'s batch left its shard, if any."""
-    part = offset.parts[planner.name]
-    before = start.parts.get(planner.name)
-    iterators = planner.iterators(before, part) if before is not None else {}
-    log.debug("batch %d: %d shards of %s", part.batch, len(part.reads), planner.name)
-    efo = planner.efo_target()
-    closed = planner.closed_shards()
-    return [
-        BatchShardPartition(
-            part.batch,
-            part.stream_name,
-            shard,
-            plan,
-            part.start,
-            part.cutoff,
-            efo,
-            shard in closed,
-            part.run,
-            planner.spec.arn,
-            iterators.get(shard),
-        )
-        for shard, plan in part.reads.items()
-    ]
 
 
 if SupportsTriggerAvailableNow is not None:

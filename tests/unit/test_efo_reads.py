@@ -19,7 +19,7 @@ from kinesis_spout.kinesis.bounded import read_until
 from kinesis_spout.kinesis.efo_api import StartingPosition, SubscriptionEvent
 from kinesis_spout.kinesis.efo_read import EfoTarget, subscribed_getter
 from kinesis_spout.records import ShardBatch, ShardInfo, ShardPosition, StartPosition
-from kinesis_spout.streaming.subscribed_read import read_fresh_subscribed
+from kinesis_spout.streaming.shard_reader import read_fresh_subscribed
 from tracker import SequenceKey
 
 TARGET = EfoTarget("s", "us-east-1", "http://fake", "arn", 0.001, 0.002)

@@ -23,7 +23,8 @@ from kinesis_spout.streaming.batch_offset import BatchOffset, ShardPlan, Streams
 from kinesis_spout.streaming.errors import DataLossError, OffsetError
 from kinesis_spout.streaming.executor_read import read_batch_shard
 from kinesis_spout.streaming.options import parse_options
-from kinesis_spout.streaming.planner import Planner
+from kinesis_spout.streaming.planner import Planner, ShardRead
+from kinesis_spout.streaming.streams import SourceStreams
 
 A, B, C = "shardId-a", "shardId-b", "shardId-c"
 RUN = "r1"
@@ -153,7 +154,11 @@ class FakeApi:
 
 
 def planner(
-    tmp_path: Path, shards: list[ShardInfo], clock: FakeClock | None = None, **options: str
+    tmp_path: Path,
+    shards: list[ShardInfo],
+    clock: FakeClock | None = None,
+    server_time: datetime | None = None,
+    **options: str,
 ) -> Planner:
     opts = parse_options(
         {
@@ -165,9 +170,10 @@ def planner(
         env={},
     )
     opts = dataclasses.replace(opts, shard_list_interval=0.0)
-    p = Planner(opts) if clock is None else Planner(opts, clock=clock, sleep=clock.sleep)
-    p.parts["orders"]._api = FakeApi(shards)  # type: ignore[assignment]  # noqa: SLF001
-    return p
+    streams = SourceStreams(opts, {"orders": FakeApi(shards, server_time)})  # type: ignore[dict-item]
+    if clock is None:
+        return Planner(opts, streams=streams)
+    return Planner(opts, clock=clock, sleep=clock.sleep, streams=streams)
 
 
 def initial(p: Planner) -> BatchOffset:
@@ -187,7 +193,7 @@ def record(p: Planner, batch: int, shard: str, e: BatchEnd) -> BatchEnd:
     offset = planned_last.parts["orders"]
     assert offset.batch == batch
     planned = PlannedFrom.of(offset.run, offset.shards[shard], offset.start)
-    return p.parts["orders"].store.record(
+    return p.streams.store("orders").record(
         offset.run, batch, shard, dataclasses.replace(e, planned=planned)
     )
 
@@ -202,8 +208,7 @@ def test_latest_is_pinned_by_the_servers_clock_less_a_margin(
     driver's clock less the margin. The old code took the driver's clock."""
     local = datetime.now(UTC)
     server = None if skew is None else (local + skew).replace(microsecond=0)
-    p = planner(tmp_path, [ShardInfo(A)], initialPosition="latest")
-    p.parts["orders"]._api = FakeApi([ShardInfo(A)], server)  # type: ignore[assignment]  # noqa: SLF001
+    p = planner(tmp_path, [ShardInfo(A)], server_time=server, initialPosition="latest")
     start = initial(p).start
     assert start.kind is InitialPosition.AT_TIMESTAMP and start.timestamp is not None
     if server is not None:
@@ -232,12 +237,13 @@ def test_latest_offset_plans_without_reading_and_children_wait_for_their_parents
 def test_shards_at_their_tip_rest_so_an_idle_stream_gets_no_batch(tmp_path: Path) -> None:
     import time
 
-    p = planner(tmp_path, [ShardInfo(A)])
+    clock = FakeClock(time.time())  # wall time: a batch end's time is a wall time
+    p = planner(tmp_path, [ShardInfo(A)], clock)
     first = latest(p, initial(p).to_json(), None)
     record(p, 1, A, dataclasses.replace(end(None, caught_up=True), at=time.time()))
     assert latest(p, first.to_json(), None) == first  # resting: no new batch
     record(p, 1, A, end(None))  # (already recorded: first one wins)
-    p.parts["orders"]._rest_until[A] = 0.0  # noqa: SLF001 - the rest is over
+    clock.advance(3600)  # the rest is over
     assert latest(p, first.to_json(), None).batch == 2
 
 
@@ -252,7 +258,7 @@ def test_a_shard_whose_read_was_not_recorded_is_read_again_from_the_same_positio
     p = planner(tmp_path, [ShardInfo(A), ShardInfo(B)])
     first = latest(p, initial(p).to_json(), None)
     record(p, 1, A, end(3, 4))
-    with caplog.at_level("WARNING", logger="kinesis_spout.streaming.stream_planner"):
+    with caplog.at_level("WARNING", logger="kinesis_spout.streaming.shard_ends"):
         second = latest(p, first.to_json(), None)
     assert second.batch == 2
     assert second.shards[A].position == pos(3, 4)
@@ -260,7 +266,7 @@ def test_a_shard_whose_read_was_not_recorded_is_read_again_from_the_same_positio
     assert set(second.reads) == {A, B}
     assert "batch 1 of orders: no read recorded for shard(s) shardId-b" in caplog.text
 
-    p.parts["orders"].store.record(  # a late attempt of B's task (its partition ran late)
+    p.streams.store("orders").record(  # a late attempt of B's task (its partition ran late)
         first.run,
         1,
         B,
@@ -299,7 +305,7 @@ def test_commit_writes_the_checkpoints_and_drops_older_records(tmp_path: Path) -
         assert store.load("orders")[A].sequence_number == "30"
     finally:
         store.close()
-    assert [p.parts["orders"].store.get(offset.run, b, A) is not None for b in (1, 2, 3)] == [
+    assert [p.streams.store("orders").get(offset.run, b, A) is not None for b in (1, 2, 3)] == [
         False,
         False,
         True,
@@ -309,7 +315,8 @@ def test_commit_writes_the_checkpoints_and_drops_older_records(tmp_path: Path) -
 def test_available_now_ends_once_every_shard_reached_the_cutoff(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    p = planner(tmp_path, [ShardInfo(A), ShardInfo(B)], maxRecordsPerShard="5")
+    clock = FakeClock()
+    p = planner(tmp_path, [ShardInfo(A), ShardInfo(B)], clock, maxRecordsPerShard="5")
     p.cutoff = datetime.now(UTC)  # prepareForTriggerAvailableNow
     first = latest(p, initial(p).to_json(), None)
     assert first.cutoff == p.cutoff and BatchOffset.from_json(first.to_json()) == first
@@ -318,7 +325,7 @@ def test_available_now_ends_once_every_shard_reached_the_cutoff(tmp_path: Path) 
     second = latest(p, first.to_json(), None)
     assert set(second.reads) == {A}
     record(p, 2, A, end(7, 2, caught_up=True))
-    p.parts["orders"]._rest_until.clear()  # noqa: SLF001 - even after any rest
+    clock.advance(3600)  # even after any rest
     assert latest(p, second.to_json(), None) == second  # no new batch: the query stops
 
 
@@ -327,10 +334,11 @@ def test_available_now_reads_on_after_an_earlier_query_caught_up(tmp_path: Path)
     tip before this query's cutoff, so records may have arrived since; it reads on."""
     from datetime import UTC, datetime
 
-    p = planner(tmp_path, [ShardInfo(A)], maxRecordsPerShard="5")
+    clock = FakeClock()
+    p = planner(tmp_path, [ShardInfo(A)], clock, maxRecordsPerShard="5")
     first = latest(p, initial(p).to_json(), None)
     record(p, 1, A, end(5, 5, caught_up=True, at=time.time() - 60))  # a minute ago
-    p.parts["orders"]._rest_until.clear()  # noqa: SLF001 - its rest is long over
+    clock.advance(3600)  # its rest is long over
     p.cutoff = datetime.now(UTC)  # the new query's prepareForTriggerAvailableNow
     second = latest(p, first.to_json(), None)
     assert second.batch == first.batch + 1 and set(second.reads) == {A}  # not taken as done
@@ -343,17 +351,18 @@ def test_available_now_reads_on_after_a_batch_cut_at_an_earlier_querys_cutoff(
     that query's older cutoff: its read stops there (counted as at its tip) after this
     query's cutoff was set. That says nothing about the records that arrived between the
     two cutoffs: the shard reads on. The old code took it as done and ended the query."""
-    p = planner(tmp_path, [ShardInfo(A)], maxRecordsPerShard="5")
+    clock = FakeClock()
+    p = planner(tmp_path, [ShardInfo(A)], clock, maxRecordsPerShard="5")
     p.cutoff = datetime.now(UTC) - timedelta(minutes=1)  # the earlier query's
     first = latest(p, initial(p).to_json(), None)
     p.cutoff = datetime.now(UTC)  # the new query's prepareForTriggerAvailableNow
     record(p, 1, A, end(3, 3, caught_up=True))  # stopped at the old cutoff, just now
-    p.parts["orders"]._rest_until.clear()  # noqa: SLF001 - even after any rest
+    clock.advance(3600)  # even after any rest
     second = latest(p, first.to_json(), None)
     assert second.batch == first.batch + 1 and set(second.reads) == {A}
     assert second.cutoff == p.cutoff
     record(p, 2, A, end(6, 3, caught_up=True))  # at its tip after this query's cutoff
-    p.parts["orders"]._rest_until.clear()  # noqa: SLF001
+    clock.advance(3600)
     assert latest(p, second.to_json(), None) == second  # now done: the query ends
 
 
@@ -371,7 +380,9 @@ def test_a_record_planned_from_another_plan_is_refused_naming_both(tmp_path: Pat
     p = planner(tmp_path, [ShardInfo(A)], maxRecordsPerShard="5")
     first = latest(p, initial(p).to_json(), None)
     other = PlannedFrom(first.run, pos(15, 5), StartPosition(), 10)
-    p.parts["orders"].store.record(first.run, 1, A, dataclasses.replace(end(40, 10), planned=other))
+    p.streams.store("orders").record(
+        first.run, 1, A, dataclasses.replace(end(40, 10), planned=other)
+    )
     with pytest.raises(
         BatchEndError,
         match=r"planned from run .*'seq': '15'.*quota 10, but "
@@ -397,11 +408,11 @@ def test_a_record_of_an_earlier_release_is_used_only_under_its_offsets(tmp_path:
     legacy = dataclasses.replace(initial(p), run="")  # no run: an earlier release
     first = latest(p, legacy.to_json(), None)
     assert first.run == "" and "run" not in first.to_json()
-    p.parts["orders"].store.record("", 1, A, end(5, 5))  # no plan in it
+    p.streams.store("orders").record("", 1, A, end(5, 5))  # no plan in it
     assert latest(p, first.to_json(), None).shards[A].position == pos(5, 5)
     fresh = planner(tmp_path, [ShardInfo(A)], maxRecordsPerShard="5")
     ran = latest(fresh, initial(fresh).to_json(), None)
-    p.parts["orders"].store.record(ran.run, 1, A, end(5, 5))
+    p.streams.store("orders").record(ran.run, 1, A, end(5, 5))
     with pytest.raises(BatchEndError, match="unknown plan"):
         latest(fresh, ran.to_json(), None)
 
@@ -482,6 +493,12 @@ class GapShard(MemoryShard):
         return GetRecordsResult([], f"g{step + 1}", 86_400_000, (), 0)
 
 
+def iterator(p: Planner, start: BatchOffset, offset: BatchOffset) -> str | None:
+    """The iterator the planner hands the task reading A in ``offset``'s batch."""
+    (read,) = p.reads(StreamsOffset.of([start]), StreamsOffset.of([offset]), ShardRead)
+    return read.iterator
+
+
 def test_a_shard_behind_more_empty_pages_than_one_read_makes_reaches_its_records(
     tmp_path: Path,
 ) -> None:
@@ -490,15 +507,14 @@ def test_a_shard_behind_more_empty_pages_than_one_read_makes_reaches_its_records
     pages takes three batches. Opening at the position each time never got past it."""
     shard = GapShard([1, 1, 1], gap=120)
     p = planner(tmp_path, [ShardInfo(A)])
-    part = p.parts["orders"]
     offset, got, batches = initial(p), [], 0
     while not got and batches < 5:
         nxt = latest(p, offset.to_json(), None)
-        hint = part.iterators(offset, nxt).get(A)
+        hint = iterator(p, offset, nxt)
         assert (hint is None) == (batches == 0)
         pages = read_batch_shard(
             shard,  # type: ignore[arg-type]
-            part.store,
+            p.streams.store("orders"),
             nxt.batch,
             A,
             nxt.shards[A],
@@ -520,12 +536,11 @@ def test_a_replay_soon_after_goes_on_from_the_iterator_its_first_read_started_fr
     its first read: 600 empty pages (more than a replay walks) are not walked again."""
     shard = GapShard([1, 1, 1], gap=600)
     p = planner(tmp_path, [ShardInfo(A)])
-    part = p.parts["orders"]
     offset, got = initial(p), []
     while not got:
         nxt = latest(p, offset.to_json(), None)
-        hint = part.iterators(offset, nxt).get(A)
-        args = (shard, part.store, nxt.batch, A, nxt.shards[A], nxt.start)
+        hint = iterator(p, offset, nxt)
+        args = (shard, p.streams.store("orders"), nxt.batch, A, nxt.shards[A], nxt.start)
         got = [
             r
             for page in read_batch_shard(*args, run=nxt.run, fetch=100, iterator=hint)

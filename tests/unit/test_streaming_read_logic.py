@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from kit import FakeClock
 
+from kinesis_spout.checkpoint.recorded_read import ShardRange
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.errors import CredentialsError, ThrottledError
 from kinesis_spout.kinesis.api import GetRecordsResult
 from kinesis_spout.records import Record, ShardPosition, StartPosition
-from kinesis_spout.streaming.offsets import ShardRange
 from kinesis_spout.streaming.shard_reader import ReadAhead, read_fresh, read_range
 from tracker import ExponentialBackoff, SequenceKey
 

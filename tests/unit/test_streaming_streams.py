@@ -23,6 +23,7 @@ from kinesis_spout.streaming.errors import OffsetError
 from kinesis_spout.streaming.offsets import split_streams
 from kinesis_spout.streaming.options import SourceOptions, parse_options
 from kinesis_spout.streaming.planner import Planner
+from kinesis_spout.streaming.streams import SourceStreams
 
 ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/payments"
 
@@ -229,16 +230,15 @@ def planner(tmp_path: Path, shards: dict[str, int], **options: str) -> Planner:
         },
         env={},
     )
-    p = Planner(dataclasses.replace(opts, shard_list_interval=0.0))
-    for name, n in shards.items():
-        p.parts[name]._api = FakeApi(name, n)  # type: ignore[assignment]  # noqa: SLF001
-    return p
+    opts = dataclasses.replace(opts, shard_list_interval=0.0)
+    apis = {name: FakeApi(name, n) for name, n in shards.items()}
+    return Planner(opts, streams=SourceStreams(opts, apis))  # type: ignore[arg-type]
 
 
 def run(p: Planner, offset: StreamsOffset) -> None:
     """Every planned read takes its whole quota (as a busy stream's tasks would)."""
     for name, off in offset.parts.items():
-        store = p.parts[name].store
+        store = p.streams.store(name)
         for shard, plan in off.reads.items():
             n = (plan.position.count if plan.position else 0) + plan.quota
             end = BatchEnd(pos(n, n), at=time.time())
@@ -288,11 +288,11 @@ def test_a_resting_streams_share_goes_to_the_other(tmp_path: Path) -> None:
     caught_up = BatchEnd(
         None, caught_up=True, at=time.time(), planned=PlannedFrom.of(a.run, plan, a.start)
     )
-    p.parts["a"].store.record(a.run, 1, "shardId-000000000000", caught_up)  # a is at its tip
+    p.streams.store("a").record(a.run, 1, "shardId-000000000000", caught_up)  # a is at its tip
     b = first.parts["b"]
     for shard, bplan in b.reads.items():
         done = BatchEnd(pos(5, 5), at=time.time(), planned=PlannedFrom.of(b.run, bplan, b.start))
-        p.parts["b"].store.record(b.run, 1, shard, done)
+        p.streams.store("b").record(b.run, 1, shard, done)
     second = p.latest(first.to_json(), 10)
     assert second.parts["a"].reads == {}
     assert sum(x.quota for x in second.parts["b"].reads.values()) == 10

@@ -1,20 +1,15 @@
 """Executor reads whose ranges are recorded: every attempt of a task reads the same records.
 
-The DataFrame styles (a transform, a fan-out) hand the records a task read to
-Spark as a DataFrame, and Spark may compute a partition of it more than once:
-its cached block is lost with an executor, a stage is retried, a speculative
-copy runs, the user's code evaluates the DataFrame twice. Each computation must
-see exactly the same records, or statuses would come back for records the
-driver never saw.
-
-So a read task, once a shard's read is done and **before it returns any record of
-it**, records where the read stopped in the checkpoint store's batch-end
-records, as the streaming source does (:mod:`kinesis_spout.checkpoint.batch_ends`),
-under ``(run, key, shard)``: the run id of the job and the number of
-the Spark job the plans belong to. The first writer wins. An attempt that finds
-another end recorded reads that range instead: the same plan (same start), up
-to the recorded count of user records, checked against the recorded last key.
-A leftover attempt of a job whose records were removed fails without recording.
+The DataFrame styles (a transform, a fan-out) hand the records a task read to Spark as
+a DataFrame, and Spark may compute a partition of it more than once: its cached block
+is lost with an executor, a stage is retried, a speculative copy runs, the user's code
+evaluates the DataFrame twice. Each computation must see exactly the same records, or
+statuses would come back for records the driver never saw. So a read task, once a
+shard's read is done and **before it returns any record of it**, records where the read
+stopped under (run, Spark job, shard), first writer wins, and an attempt that finds
+another range recorded reads that one again: the streaming source's mechanism
+(:mod:`~kinesis_spout.checkpoint.recorded_read`), with the task's own reads (its shards
+interleaved) and getters (polled or subscribed).
 """
 
 from __future__ import annotations
@@ -25,23 +20,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from kinesis_spout.aws import AssumedRole
-from kinesis_spout.checkpoint.batch_ends import (
-    BatchEnd,
-    BatchEndError,
-    BatchEndStore,
-    PlannedFrom,
-    check_planned,
-    removed_error,
-)
+from kinesis_spout.checkpoint.batch_ends import BatchEnd, BatchEndStore, PlannedFrom
 from kinesis_spout.checkpoint.factory import open_batch_ends
+from kinesis_spout.checkpoint.recorded_read import RecordedAt, replay, settle
 from kinesis_spout.config import InitialPosition
 from kinesis_spout.processinfo import reader_id
 from kinesis_spout.records import ReadEnd, Record, ShardPosition, StartPosition
 from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings
-from kinesis_spout.spark.task import Read, fail_unprocessed, read_each_shard, read_shards
+from kinesis_spout.spark.task import Read, fail_unprocessed, plan_getter, read_each_shard
 
-REPLAY_ATTEMPTS = 5
-"""Reads of a recorded range (each within the read deadline) before the task fails."""
+REPLAY_DEADLINES = 5
+"""Read deadlines (``read_seconds``) a replay of a recorded range may take before the
+task fails."""
 
 KeptRead = tuple[ReadResult, list[Record]]
 """A plan's result (keys, end, figures; statuses not yet known) and its records."""
@@ -157,7 +147,7 @@ def read_recorded(
     """One task's plans: its retry plans' records first, then each read plan's as soon
     as its read is done and its end recorded (or the recorded range read instead), in
     the order the reads end, while the task's other reads go on
-    (:func:`~kinesis_spout.spark.read.shards.read_each_shard`). Each result's
+    (:func:`~kinesis_spout.spark.task.read_each_shard`). Each result's
     ``seconds``: from the task's start to its plan's records."""
     t0 = time.monotonic()
     reads: list[Read] = []
@@ -177,74 +167,46 @@ def read_recorded(
     if not reads:
         return
     for plan in {to.of(p).stream: p for p, _, _ in reads}.values():  # once per stream
-        store = _store(to.of(plan))
-        floor = store.floor(to.run)
-        if to.key < floor:
-            raise removed_error(store.where(to.run, to.key, plan.shard_id), to.key, floor)
+        _at(to, plan).check_kept()
     for i in read_each_shard(reads, settings):
         plan, _, res = reads[i]
-        done = _settle(_store(to.of(plan)), to, plan, (res, kept_of[i]), settings)
+        done = _settle(_at(to, plan), plan, (res, kept_of[i]), settings)
         done[0].seconds = time.monotonic() - t0
         yield done
 
 
-def _settle(
-    store: BatchEndStore, to: RecordTo, plan: ReadPlan, mine: KeptRead, settings: ReadSettings
-) -> KeptRead:
+def _at(to: RecordTo, plan: ReadPlan) -> RecordedAt:
+    """Where ``plan``'s read end is recorded."""
+    return RecordedAt(
+        _store(to.of(plan)), to.run, to.key, plan.shard_id, planned_from(plan, to.run)
+    )
+
+
+def _settle(at: RecordedAt, plan: ReadPlan, mine: KeptRead, settings: ReadSettings) -> KeptRead:
     """Record this read's end; if another attempt recorded first, read its range."""
-    planned = planned_from(plan, to.run)
-    end = end_of(mine[0], planned)
-    if mine[0].end is not None and mine[0].end.failure is not None:
+    res = mine[0]
+    if res.end is not None and res.end.failure is not None:
         return mine  # a read that failed as a read: nothing to record, nothing read
-    recorded = store.record(to.run, to.key, plan.shard_id, end)
-    where = store.where(to.run, to.key, plan.shard_id)
-    check_planned(recorded, planned, where)
-    if recorded.count == len(mine[0]) and (
-        recorded.position is None or recorded.position.key == _last_key(mine[0])
-    ):
-        return mine  # this read's range: recorded by it, or by an attempt that read the same
-    return _replay(plan, recorded, settings, where)
+    return settle(at, mine, end_of(res, at.planned), lambda got: _replay(at, plan, got, settings))
 
 
-def _last_key(res: ReadResult) -> object:
-    return res.record_key(len(res) - 1) if len(res) else None
-
-
-def _replay(plan: ReadPlan, recorded: BatchEnd, settings: ReadSettings, where: str) -> KeptRead:
-    """Read the recorded range again: the plan's start, ``recorded.count`` user records."""
-    want = recorded.count
-    bounded = replace(plan, limit=want)
+def _replay(at: RecordedAt, plan: ReadPlan, recorded: BatchEnd, settings: ReadSettings) -> KeptRead:
+    """Read the recorded range again: the plan's start, ``recorded.count`` user records,
+    checked against the recorded last key."""
     res, kept = _fresh(plan)
-    if want == 0:
+    rng = at.range_of(recorded)
+    if rng is None:
         ended = recorded.position is not None and recorded.position.ended
         res.end = ReadEnd(plan.position, ended=ended, caught_up=recorded.caught_up)
         return res, kept
-    for _ in range(REPLAY_ATTEMPTS):
-        part, part_kept = _fresh(plan)
-        position = res.end.position if res.end is not None else plan.position
-        start = bounded if not kept else replace(bounded, position=position, limit=want - len(kept))
-        read_shards([(start, _keeper(part, part_kept), part)], settings)
-        _merge(res, part, kept, part_kept)
-        if len(kept) >= want:
-            break
-    assert recorded.position is not None
-    if len(kept) != want or _last_key(res) != recorded.position.key:
-        raise BatchEndError(
-            f"the range recorded at {where} ({want} records up to {recorded.position.key}) "
-            f"could not be read again: got {len(kept)} records up to {_last_key(res)}"
-        )
+    pages, res.end = replay(
+        plan_getter(replace(plan, limit=recorded.count), settings),
+        rng,
+        stream=plan.stream,
+        per_call=settings.records_per_call,
+        seconds=REPLAY_DEADLINES * settings.read_seconds,
+    )
+    keep = _keeper(res, kept)
+    for page in pages:
+        keep(page)
     return res, kept
-
-
-def _merge(res: ReadResult, part: ReadResult, kept: list[Record], part_kept: list[Record]) -> None:
-    """A replay's part read into the replay: its records, and its end after the last."""
-    kept.extend(part_kept)
-    res.seqs.extend(part.seqs)
-    res.subs.extend(part.subs)
-    res.ok.extend(part.ok)
-    if part.end is None:
-        return
-    if res.end is None:
-        res.end = part.end
-    else:
-        res.end.then(part.end)

@@ -183,7 +183,7 @@ def test_a_corrupt_batch_end_record_fails_the_query_naming_it(
     end = reader.latestOffset(start, None)
     for p in reader.partitions(start, end):
         _read(reader, p)
-    store = reader.planner.parts[stream].store
+    store = reader.planner.streams.store(stream)
     victim = Path(store.where(end["run"], end["batch"], "shardId-000000000001"))
     victim.write_text("{broken")
     fresh = _reader(moto_server.endpoint_url, stream, tmp_path / "store")  # a restarted driver

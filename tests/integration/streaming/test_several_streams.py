@@ -192,5 +192,5 @@ def test_a_stream_by_arn_is_read_by_arn_next_to_one_by_name(
                 rid = r["data"].split(b"|", 1)[0].decode()
                 got.append(Got(r["streamName"], r["shardId"], int(r["sequenceNumber"]), 0, rid))
     assert_once(got, expected)
-    assert reader.planner.parts[by_arn].api.stream_ref == {"StreamARN": arn}
+    assert reader.planner.streams.api(by_arn).stream_ref == {"StreamARN": arn}
     reader.stop()

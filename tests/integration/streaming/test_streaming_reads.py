@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from streaming_helpers import Row, assert_exactly_once, fill, rid
 
+from kinesis_spout.checkpoint.recorded_read import ShardRange
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.records import Record, ShardPosition, StartPosition
 from kinesis_spout.streaming.errors import DataLossError
-from kinesis_spout.streaming.offsets import ShardRange
 from kinesis_spout.streaming.shard_reader import ReadAhead, read_fresh, read_range
 from kinesis_spout.testing.streams import create_stream, emulator_client
 
