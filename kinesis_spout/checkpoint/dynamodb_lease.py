@@ -46,7 +46,7 @@ from kinesis_spout.checkpoint.dynamodb_table import (
     n,
     s,
 )
-from kinesis_spout.coordination.joblease import (
+from kinesis_spout.checkpoint.lease_holder import (
     LeaseWaiter,
     describe_holder,
     holder_info,

@@ -251,7 +251,7 @@ def check_targets(c: CheckedConfig) -> None:
     if c.checkpoint_store.startswith("zk://"):
         check_zookeeper(c.checkpoint_store)
     if c.checkpoint_store.startswith("dynamodb://"):
-        from kinesis_spout.checkpoint.dynamodb_layout import DynamoUrl
+        from kinesis_spout.checkpoint.dynamodb_url import DynamoUrl
 
         DynamoUrl.parse(c.checkpoint_store)  # the table name and parameters
     if c.zk_auth is not None:

@@ -187,8 +187,8 @@ def process_client(
 
 
 def _session(profile: str | None, role: AssumedRole | None = None) -> boto3.session.Session:
-    """One boto3 session per profile and role for this module's clients (loading the
-    service model costs ~0.1 s per session), with the UTC timestamp parser."""
+    """One boto3 session per profile and role for this module's clients (a session
+    loads the service model once), with the UTC timestamp parser."""
     session = _SESSIONS.get((profile, role))
     if session is None:
         from kinesis_spout.aws import botocore_session

@@ -1,24 +1,13 @@
 """Planning each micro-batch from the reader's shards, and applying what its tasks read.
 
-The driver keeps a :class:`~kinesis_spout.spout.KinesisSpout` whose shards are read
-elsewhere (``read_here=False``): it holds shard lifecycle and resharding, trackers,
-retries, dead letters, checkpoints, and per shard a cursor (where the next read goes on,
-when). :class:`Planner` makes the plans of a micro-batch from it and applies the
-results, as PySpark's data source contract and the AWS connector do (plan on the
-driver, read on an executor, commit):
-
-* per shard with due retries, a *retry plan* (the failed records it keeps), first;
-* per readable shard, a *read plan*: its cursor's position and a limit in user
-  records, the smaller of ``batch_size`` and the room in its replay window (a window
-  half savable saves early); a shard in quarantine gets a *fetch plan* instead (read one
-  record and fail it, unprocessed: :mod:`~kinesis_spout.spark.quarantine`);
-* a result goes into the core in one step: statuses into the tracker (the records
-  between failures are tracked sparsely: each failed record, the record before it, the
-  last), the read's end applied (lineage, lag, position) and the replay window moved.
-
-A read that failed as a read (the stream deleted, access denied, a KMS key disabled)
-is never a record's fault: a stream gone is let go (or, its only stream, stops the job),
-anything else pauses the shard with a growing backoff, said at WARNING.
+The driver's :class:`~kinesis_spout.spout.KinesisSpout` reads nothing itself
+(``read_here=False``): it keeps shards, trackers, retries, dead letters, checkpoints and,
+per shard, a cursor. :class:`Planner` plans from it (a retry plan per shard with due
+retries; a read plan from the cursor, its limit the smaller of ``batch_size`` and the
+replay window's room; a fetch plan for a quarantined shard) and applies each result in
+one step: statuses to the tracker (sparsely), the read's end to the core. A read that
+failed as a read is never a record's fault: a stream gone is let go, anything else
+pauses the shard with a backoff.
 """
 
 from __future__ import annotations

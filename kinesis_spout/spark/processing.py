@@ -1,38 +1,14 @@
-"""The user's processing: three styles, and the code that runs them on executors.
+"""The user's processing, in three styles, and what runs them on the executors.
 
-* **Per-record function** (:func:`per_record`, or any plain callable)::
+* a **per-record function** (:func:`per_record`, or any plain callable): returning
+  means ok, raising an ``Exception`` fails the record (retried, then dead-lettered);
+* a **DataFrame transform** (:func:`dataframe_transform`): takes the micro-batch,
+  returns ``_row`` with a ``status`` (and optionally an ``error``) column;
+* a **fan-out** (:func:`fan_out`): ``emit(record)`` makes derived records that sinks
+  write; a source is acked once every sink wrote every one of them (Storm's acker).
 
-      def process(record: InputRecord) -> None: ...
-
-  Runs on the executors, once per record. Returning means ok; raising any
-  ``Exception`` fails the record with ``"<Type>: <message>"`` as the error,
-  and the spout retries it or, after ``retry_limit`` retries, dead-letters it.
-  The function writes wherever it likes (at-least-once: it may see a record
-  again after a failure or a crash).
-
-* **DataFrame transform** (:func:`dataframe_transform`)::
-
-      def transform(df: DataFrame) -> DataFrame: ...
-
-  Gets the micro-batch (the columns of :data:`~kinesis_spout.spark.process.arrow.DATA_COLUMNS`
-  plus ``_row``) and returns a DataFrame that keeps ``_row`` and adds a
-  ``status`` column (boolean, or the string ``"ok"`` for success) and optionally
-  an ``error`` column (string). A record with no status row, a null status or
-  any non-ok row fails. Errors must be turned into statuses: an exception that
-  escapes the transform (or a failed Spark job) is a batch-level failure, see
-  :mod:`kinesis_spout.spark.isolation`.
-
-* **Fan-out** (:func:`fan_out`): ``emit(record)`` returns derived records
-  (tuples, dicts or single values matching ``schema``); each derived record
-  is anchored to its source with Storm's XOR acker and handed to every sink
-  (``sink(derived_df) -> statuses | None``); the source record is acked only
-  when every derived record is acked by every sink. See
-  :mod:`kinesis_spout.spark.process.fanout`.
-
-``--process module:attr`` names one of these: a processor object, a plain
-function (a per-record function), or a factory marked with
-:func:`processor_factory` that takes the :class:`SpoutConfig` and returns a
-processor.
+``--process module:attr`` names one: a processor, a plain function, or a factory marked
+with :func:`processor_factory`. The contracts in full: docs/spark-job.md.
 """
 
 from __future__ import annotations

@@ -368,7 +368,7 @@ def _store(
             _STORE_NEEDED + " (memory:// cannot work: they run in separate processes)",
         )
     if store is not None and store.startswith("dynamodb://"):
-        from kinesis_spout.checkpoint.dynamodb_layout import DynamoUrl
+        from kinesis_spout.checkpoint.dynamodb_url import DynamoUrl
 
         try:
             DynamoUrl.parse(store)

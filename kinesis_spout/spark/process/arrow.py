@@ -137,13 +137,11 @@ def arrival_times(column: pa.Array | pa.ChunkedArray) -> list[datetime | None]:
     """A timestamp column as aware UTC datetimes (None where null), as every
     :class:`~kinesis_spout.records.Record` has them.
 
-    The instants ``column.to_pylist()`` gives, which costs about 8 µs per value (it
-    goes through the time zone database, and gives the column's zone: Spark sends its
-    session's, UTC in the job's session); here the microseconds since the epoch are
-    added to a UTC epoch, about 1 µs, and a value equal to the one before it (records
-    of one put, or of one millisecond) is the same object. On the word count this was
-    a third of the emit stage's Python time. A unit other than microseconds is cast to
-    them first (cut to the microsecond, as Kinesis's milliseconds always are)."""
+    The instants ``column.to_pylist()`` gives, without its cost (it goes through the
+    time zone database for every value): the microseconds since the epoch are added to
+    a UTC epoch, and a value equal to the one before it (records of one put) is the same
+    object. A unit other than microseconds is cast to them first (cut to the
+    microsecond, as Kinesis's milliseconds always are)."""
     if not pa.types.is_timestamp(column.type):
         raise TypeError(f"arrival times: expected a timestamp column, not {column.type}")
     if column.type.unit != "us":

@@ -1,36 +1,12 @@
 """Fan-out with Storm's guarantee: a source record is done when its whole tree is.
 
-When one Kinesis record becomes many derived records (a sentence becomes
-words) that separate sinks write, the source may be acked only once every
-derived record has been written by every sink; if any of them fails or the
-tree is not complete within ``message_timeout``, the source fails (and is
-retried, then dead-lettered, like any record).
-
-How it is tracked, as in Storm's acker:
-
-* The driver gives each source record of a micro-batch a fresh random 64-bit
-  **root** id (``_root`` column), via :meth:`tracker.Acker.new_id`.
-* On the executor, ``emit(record)`` returns the derived records. Derived
-  record ``k`` of root ``r`` gets the id ``mix(r ^ mix(k + 1))``, and its
-  **edge** to sink ``s`` the id ``edge(id, s)``: one id per (derived record,
-  sink), like one tuple id per target task in Storm. The executor reports,
-  per source record, the XOR of all its edges (the *ack-val*).
-  Ids are derived from the root, not drawn at random on the executor, so a
-  Spark task that is recomputed (a lost cache block, a retried task) yields
-  exactly the same ids; if the user's ``emit`` is not deterministic, the XOR
-  simply never returns to 0 and the tree times out (safe, never a false ack).
-  With executor reads (:mod:`~kinesis_spout.spark.process.settle`) a sink that returns
-  None acks through the emit stage's ``_sink_vals``: a source is then acked when
-  every such sink was given, and wrote, a whole evaluation of its ``emit`` (a
-  record's derived records are in one partition, computed together).
-* The driver ``init``\\ s the root with that ack-val; each sink returns a
-  status per derived record (``_root``, ``_id``, ``status``, ``error``); the
-  driver XORs ``edge(id, s)`` of every ok row into its root (``update``) and
-  fails the root of every failed row. A root whose ack-val returns to 0 is
-  complete: its source record is acked. ``expire(now)`` times out the rest.
-
-A source record with no derived records completes at once; one whose
-``emit`` raised fails at once with that error, without touching the acker.
+A source record of a micro-batch gets a random 64-bit root id; ``emit`` on the executor
+makes its derived records, whose ids are derived from the root (so a recomputed task
+yields the same ids: a non-deterministic ``emit`` times out, never acks falsely), and
+each (derived record, sink) edge has an id. The executor reports, per source, the XOR of
+its edges; the driver XORs back every edge a sink wrote: a root at 0 is complete and its
+source acked, a failed edge fails it. This module holds the id arithmetic, the emit
+stage's columns and the executors' emit; how the trees settle: :mod:`.settle`.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
-"""When a running micro-batch job's ``task_timeout`` counts from.
+"""When a running micro-batch job's deadline counts from (:class:`TaskClocks`).
 
-A job is given up (:class:`~kinesis_spout.spark.loop.MicroBatchLoop`) when it
-still runs ``task_timeout`` seconds after the time :class:`TaskClocks` gives it, which is
-
-* while none of its tasks started yet (the executors busy, lost or not there yet): the
-  latest look, so a job that waits for Spark, not on a record, is not taken for a hang;
-* once one started: when the driver first saw it started;
-* when it looks overdue: the time of that look if its tasks moved since the last one
-  (Spark's status tracker counts the tasks that run and those that ended: a task
-  started or ended), so a task that starts only when others of its job end (more tasks
-  than free task slots: the job's tasks run in waves) has its whole ``task_timeout``
-  too. A job is never given up before its latest task ran ``task_timeout``; one whose
-  tasks run in waves is given up at most one ``task_timeout`` after its last task
-  started or ended, plus the time between two looks.
-
-Why both counts, not the tasks started: the tracker writes a stage at most every
-100 ms, so of the events at a wave's turn (tasks ending, the next ones starting, all
-within milliseconds) it may show only the first, one task ended and one fewer running,
-until the stage's next event. The tasks started would not have moved; the counts
-have. (A count that shows late only makes the clock start later.)
-
-The tracker is asked only while the job waits for its first task and when it looks
-overdue, not at each step of the loop.
+A job is given up when it still runs its deadline past the time this gives it: the
+latest look while none of its tasks has started (it waits for Spark, not on a record),
+else when its tasks last started or ended as Spark's status tracker shows them, so
+tasks that run in waves each get their whole deadline. Both the running and the ended
+counts are watched: the tracker writes a stage at most every 100 ms and may show only
+the first of a wave's events. The tracker is asked only while a job waits for its first
+task and when it looks overdue.
 """
 
 from __future__ import annotations

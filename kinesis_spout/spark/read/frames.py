@@ -1,26 +1,12 @@
 """The DataFrame styles (a transform, a fan-out) over what the read tasks read, with only
 statuses, failed payloads and read ends at the driver.
 
-A micro-batch of these styles is **one Spark job** while records flow:
-
-1. **Read** (:mod:`~kinesis_spout.spark.read.stage`): the read tasks read their shards
-   and record each read's end (first writer wins) before returning any record, so a
-   partition Spark computes again has the same records. Their output is persisted on
-   the executors. Each plan's rows are numbered from a base the driver gave it
-   beforehand (:class:`RowSpace`), and for a fan-out each row's root id is a random
-   first id plus the row, so no driver round trip sits between the read and the
-   processing. A fan-out's ``emit`` runs in the read task, on the records it read.
-2. **Process**: the records become a DataFrame on the executors and the user's
-   transform runs on it (:meth:`~kinesis_spout.spark.process.runner.SparkRunner.run_frame`),
-   or a fan-out's sinks run on its derived records and its trees are settled where they
-   are (:meth:`~kinesis_spout.spark.process.runner.SparkRunner.run_emitted`). The
-   statuses come back **with the read ends** (a union, in the same Spark job).
-3. **Failed payloads**: only when records failed, their payloads are taken from the
-   persisted reads (a small Spark job).
-
-When every shard of the batch was at its tip with nothing read last time (an idle
-poll), the read ends are collected first, alone, and nothing is processed if nothing
-was read: no user code and no sink write for an empty batch.
+A micro-batch is one Spark job while records flow: the read tasks read and record each
+read's range before returning a record (:mod:`.stage`), their output persisted and its
+rows numbered beforehand (:class:`RowSpace`); the transform, or the fan-out's sinks, run
+on it and the statuses come back with the read ends in the same job; only when records
+failed does a small job take their payloads. After an idle poll the read ends come
+first, alone: an empty micro-batch runs no user code and writes no sink.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
-"""Running a micro-batch's read plans on Spark, and isolating what fails them.
+"""A micro-batch's plans as one Spark job, and cutting down a job that fails.
 
-One Spark job per call: an RDD of
-:class:`~kinesis_spout.spark.plan.ReadPlan` s in :meth:`ReadJobs.tasks_for`
-partitions (``shards_per_task`` plans each, or one task per core), each task
-reading and processing its shards on an executor, ``collect`` of the
-:class:`~kinesis_spout.spark.plan.ReadResult` s. Spark
-keeps one result per partition, so a task it ran again (a lost executor) is
-counted once. With ``process_partitions`` the records read are spread onto
-that many processing partitions (:mod:`kinesis_spout.spark.read.shuffle`).
-
-A job that fails as a whole (a task failing ``spark.task.maxFailures`` times:
-a function that kills its Python worker, a Kinesis error that needs a human)
-is isolated (:mod:`kinesis_spout.spark.isolation`); :data:`PLANS` is how a job of read
-plans is cut: run again plan by plan (a job
-per shard); a read plan that fails alone is run again with half its limit
-(and, when that half reads ok, the rest of its limit from where the half
-stopped, halved in turn if it fails: a binary search), a retry plan with half
-its records, down to one record. Who fails alone is then judged: poison (failed:
-retried, then dead-lettered) when something else ran, else a systematic error that
-stops the job with nothing failed. A read plan of one record that fails alone has its
-shard quarantined: its next plan fetches that record and fails it
-(:mod:`~kinesis_spout.spark.quarantine`).
+One job per call: the plans in :meth:`ReadJobs.tasks_for` partitions, each a read task
+on an executor, ``collect`` of the results (Spark keeps one per partition, so a task it
+ran again is counted once). The per-record style runs in its tasks' sandboxes; the
+DataFrame styles through :mod:`.frames`; ``process_partitions`` through :mod:`.shuffle`.
+A job that fails as a whole is cut (:data:`PLANS`, :mod:`~kinesis_spout.spark.isolation`):
+plan by plan, then a read plan halved (reading on from where a good half stopped) and a
+retry plan halved, down to one record, judged poison or a systematic error.
 """
 
 from __future__ import annotations

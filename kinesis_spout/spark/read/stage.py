@@ -1,31 +1,12 @@
 """What a read task of the DataFrame styles returns: its records, its plans' ends and,
 for a fan-out, what ``emit`` made of the records.
 
-A task reads its shards (:func:`~kinesis_spout.spark.read.recorded.read_recorded`:
-each read's end recorded before any of its records is returned) and returns rows of
-:data:`FRAME_SCHEMA`: a row per record (``_row`` its plan's base plus its index in the
-plan's read), then a row per plan with its pickled result (:data:`META`). A plan's rows
-go as soon as its read ends, while the task's other reads go on, so the JVM (and a
-fan-out's ``emit``) works on one shard's records while the next shard is read; the
-plans' rows come in the order their reads end, which the row numbers make no matter.
-
-**A fan-out's emit in the read task.** The read task has the records it read as
-:class:`~kinesis_spout.records.Record` objects, the very ones ``emit`` takes, so it
-calls ``emit`` on them there (:class:`ReadEmitter`) instead of handing the records
-to the JVM and having a second Python stage take them back to run ``emit``. Each
-record then crosses from Python to the JVM once and is cached once, and the driver
-builds one ``mapInArrow`` fewer per micro-batch. The rows
-(:attr:`ReadEmitter.schema`: :data:`FRAME_SCHEMA`, then the emit stage's columns,
-:func:`~kinesis_spout.spark.process.fanout.stage_schema`):
-
-* a **record row** per record read: its columns, ``_row``, its plan, its root id (the
-  micro-batch's first id plus the row, as the derived ids need), its emit status
-  (``_ok``, ``_error``, ``_ack_val``, ``_sink_vals``) and its derived records (``_ids``
-  and one list column per derived field, ``_d_`` before its name);
-* a plan's end, as in every read.
-
-A partition Spark computes again reads the same records (the recorded read ends),
-gets the same roots from the same rows, and so the same derived ids.
+Rows of :data:`FRAME_SCHEMA`: a row per record read (``_row``: its plan's base plus its
+index in the read), then a row per plan with its pickled result (:data:`META`), sent as
+each read ends so the JVM works on one shard while the next is read. For a fan-out the
+task runs ``emit`` on the records it holds (:class:`ReadEmitter`): each record crosses to
+the JVM once, with its emit status and derived records in the same row. A partition
+computed again reads the same recorded ranges, hence the same rows, roots and ids.
 """
 
 from __future__ import annotations
