@@ -360,3 +360,61 @@ def test_a_stream_created_again_while_read_is_let_go_and_the_others_go_on(
             time.sleep(0.05)
         assert "created again" in spout.gone[b] or "deleted" in spout.gone[b]
         assert metrics.count("streams_gone") == 1
+
+
+def test_the_readme_loop_with_streams_in_job_toml_reads_every_stream(
+    moto_server: Any, moto_client: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """The quickstart's ``loop.py``, as the README has it, with ``streams = [a, b]`` in its
+    ``job.toml``: every order of both streams is handled (the one not JSON of each stream
+    dead-lettered) and each stream checkpointed. The release before read the first
+    stream only and said nothing."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    from kinesis_spout.checkpoint import open_store
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    loop = re.search(r"`loop\.py`.*?^```python\n(.*?)^```$", readme, flags=re.M | re.S)
+    assert loop is not None, "the README's loop.py"
+    (tmp_path / "loop.py").write_text(loop.group(1))
+    names = [f"{unique_name}-a", f"{unique_name}-b"]
+    for n, name in enumerate(names):
+        create_stream(moto_client, name, 2)
+        items = [(f"c{i}", b'{"order": %d}' % (100 * n + i)) for i in range(20)]
+        items[7] = ("c7", b"not json")
+        put_records(moto_client, name, items)
+    (tmp_path / "job.toml").write_text(
+        f"streams = {names!r}\n"
+        f'job_name = "{unique_name}"\n'
+        'region = "us-east-1"\n'
+        f'endpoint_url = "{moto_server.endpoint_url}"\n'
+        'checkpoint_store = "file://./checkpoints"\n'
+        'dead_letter = "./dead-letter"\n'
+        "retry_limit = 0\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "loop.py"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    out: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:  # until the line that counts everything (or the test timeout)
+        out.append(line)
+        if "acked 38, dead-lettered 2, in flight 0" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, "".join(out) + rest
+    orders = {int(line.split()[1]) for line in out if line.startswith("order ")}
+    assert orders == {100 * n + i for n in range(2) for i in range(20) if i != 7}
+    store = open_store(f"file://{tmp_path / 'checkpoints'}", unique_name)
+    try:
+        assert all(store.load(name) for name in names)  # each stream checkpointed
+    finally:
+        store.close()
