@@ -26,25 +26,35 @@ SHARD = "shardId-000000000000"
 
 HOLDER = """
 import sys
+import threading
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.coordination.joblease import open_job_lease
 from kinesis_spout.errors import StaleCheckpointError
 from kinesis_spout.records import Checkpoint
 
 url, job = sys.argv[1], sys.argv[2]
+said = threading.Lock()
+
+
+def say(line):  # one write per line: the heartbeat thread says "lost" beside the main one
+    with said:
+        sys.stdout.write(line + "\\n")
+        sys.stdout.flush()
+
+
 lease = open_job_lease(url, job, reader="holder")
-lease.on_lost = lambda: print("lost", flush=True)
+lease.on_lost = lambda: say("lost")
 lease.acquire()
 store = open_store(url, job, owner="holder")
 store.save(Checkpoint("orders", "shardId-000000000000", "10"))
-print("held", flush=True)
+say("held")
 for line in sys.stdin:
     seq = line.strip()
     try:
         store.save(Checkpoint("orders", "shardId-000000000000", seq))
-        print("saved", seq, flush=True)
+        say(f"saved {seq}")
     except StaleCheckpointError as exc:
-        print("refused", exc, flush=True)
+        say(f"refused {exc}")
 """
 
 
