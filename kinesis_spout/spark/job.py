@@ -31,6 +31,11 @@ if __name__ == "__main__" and sys.path and Path(sys.path[0]).resolve() == Path(_
     # Run as a script: this folder must not shadow top-level modules.
     sys.path.pop(0)
 
+if __name__ == "__main__":
+    from kinesis_spout.spark.launch.sparkpath import prefer_installed_pyspark
+
+    sys.path[:] = prefer_installed_pyspark(sys.path)
+
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import logging  # noqa: E402

@@ -63,6 +63,11 @@ class _SignalModule:
 
 
 def main() -> None:
+    import sys
+
+    from kinesis_spout.spark.launch.sparkpath import prefer_installed_pyspark
+
+    sys.path[:] = prefer_installed_pyspark(sys.path)
     from pyspark import daemon
 
     daemon.signal = _SignalModule()  # type: ignore[assignment,attr-defined]
