@@ -5,19 +5,17 @@ dummy credentials are used, since emulators accept any.
 
 Timestamps are parsed into UTC datetimes by :func:`utc_timestamp` instead of
 botocore's default, which converts every ``ApproximateArrivalTimestamp`` to
-the local zone through dateutil's ``tzlocal``: about 10 of the ~18 µs of
-client CPU per record of a GetRecords answer on this project's machines.
+the local zone through dateutil's ``tzlocal``: about half the client's CPU per record.
 
 A successful GetRecords answer is parsed by :class:`_FastParsers` with one
 ``json.loads`` and a base64 decode per record (the same result as botocore's
-shape-driven parser, which walks every field of every record: ~11 µs per
-record); so is each ``SubscribeToShardEvent`` of an enhanced fan-out event stream,
-whose messages are framed from a growing ``bytearray`` read 1 MiB at a time (botocore
-appends 64 KiB reads to an immutable ``bytes``: quadratic in an event's size, ~0.5 µs
-per record of a 10,000-record event); every other answer and event goes to botocore,
-and so does an answer that does not look as the fast parser expects (an unknown
-field, a type that differs), or every event stream if the botocore internals the
-fast one relies on are not there: said once at INFO.
+shape-driven parser, which walks every field of every record); so is each
+``SubscribeToShardEvent`` of an enhanced fan-out event stream, whose messages are framed
+from a growing ``bytearray`` read 1 MiB at a time (botocore appends 64 KiB reads to an
+immutable ``bytes``: quadratic in an event's size); every other answer and event goes
+to botocore, and so does an answer that does not look as the fast parser expects (an
+unknown field, a type that differs), or every event stream if the botocore internals
+the fast one relies on are not there: said once at INFO.
 """
 
 from __future__ import annotations
