@@ -31,6 +31,7 @@ from kinesis_spout.spark.process.settle import (
     PARTIAL_SCHEMA,
     _partials,
     settle,
+    written_partials,
 )
 
 START = 5  # the rows of the (sub-)batch: START..START+n-1
@@ -210,6 +211,23 @@ def test_settled_trees_match_the_acker_fed_every_edge(
     got = settle(partials(batch, sinks, cuts), START, START + batch.n)
     assert got.ok.tolist() == want.ok.tolist()
     assert {r: got.errors[r] for r in got.failed_rows.tolist()} == want.errors
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=batches())
+def test_a_read_task_s_partials_are_the_emit_rows_of_sinks_that_all_wrote_everything(
+    case: tuple[Batch, list[pa.Table | None]],
+) -> None:
+    """What a read task reports (``written_partials``, in numpy) is what the statuses'
+    job makes of the emit rows when every sink returned None, and settles as the acker."""
+    batch, _ = case
+    every = frozenset(range(batch.n_sinks))
+    got = pa.Table.from_batches([written_partials(batch.stage())])
+    assert got.equals(batch.emit_table(every))
+    want = reference(batch, [None] * batch.n_sinks)
+    settled = settle(got, START, START + batch.n)
+    assert settled.ok.tolist() == want.ok.tolist()
+    assert {r: settled.errors[r] for r in settled.failed_rows.tolist()} == want.errors
 
 
 def test_a_lost_derived_record_fails_its_source_as_an_incomplete_tree() -> None:

@@ -6,7 +6,8 @@ This is the Spark boundary (pyspark's types are loose, hence ``Any``):
   (:meth:`SparkRunner.run_frame`);
 * fan-out: ``emit`` ran in the read task; each sink
   (:mod:`~kinesis_spout.spark.process.fanout_sinks`) runs on the derived rows and the
-  trees are settled where they are (:meth:`SparkRunner.run_emitted`).
+  trees are settled where they are (:meth:`SparkRunner.run_emitted`), or from what the
+  read tasks reported when every sink wrote everything.
 
 Nothing here acks or fails: the driver applies the :class:`BatchOutcome`
 only if the whole job ran, so a Spark failure leaves no half state.
@@ -67,6 +68,9 @@ class BatchOutcome:
 Collect = Callable[[Any], tuple[pa.Table, int, int]]
 """Brings a statuses DataFrame to the driver: its Arrow table and the rows
 ``start, stop`` it numbers."""
+Reported = Callable[[], tuple[pa.Table, int, int] | None]
+"""A fan-out's emit rows' partials as its read tasks reported them, and the rows
+``start, stop`` they number; None when the reports are not whole."""
 
 
 class SparkRunner:
@@ -108,13 +112,16 @@ class SparkRunner:
         writer = ok_rows_writer(self.sink_target, batch_id, extra)  # written on the executors
         return BatchOutcome(statuses_from_arrow(*collect(back.mapInArrow(writer, STATUS_DDL))))
 
-    def run_emitted(self, batch_id: int, stage: Any, collect: Collect) -> BatchOutcome:
+    def run_emitted(
+        self, batch_id: int, stage: Any, collect: Collect, reported: Reported | None = None
+    ) -> BatchOutcome:
         """A fan-out whose ``emit`` already ran where its records were read: ``stage`` has
         the rows of :func:`~kinesis_spout.spark.process.fanout.stage_schema` (columns by
         name, others may be there too), made with :attr:`n_sinks` sinks. Its sinks run,
         and its trees are settled in the statuses' Spark job
         (:mod:`~kinesis_spout.spark.process.settle`): ``collect`` brings their statuses
-        back."""
+        back. When every sink wrote everything, ``reported`` may give the emit rows'
+        partials the read tasks reported instead, and then no statuses' job runs."""
         p = self.processor
         if not isinstance(p, FanOutProcessor):
             raise TypeError(f"run_emitted runs fan-outs, not {type(p).__name__}")
@@ -124,6 +131,11 @@ class SparkRunner:
         derived = derived_frame(stage, derived_schema.names, self.exprs)
         x = self.exprs
         frames = [(name, sink_frame(name, sink, derived, x)) for name, sink in sinks]
+        if reported is not None and all(f is None for _, f in frames):
+            partials = reported()
+            if partials is not None:
+                return BatchOutcome(settle(*partials))
+            log.debug("the read tasks' reports are not whole: the statuses' job settles")
         return BatchOutcome(settle(*collect(partials_frame(stage, frames, x))))
 
     def fan_out_schema(self) -> pa.Schema:

@@ -146,6 +146,34 @@ def _emit_partials(wrote_all: tuple[bool, ...]) -> tuple[Any, ...]:
     return columns
 
 
+def written_partials(stage: pa.RecordBatch) -> pa.RecordBatch:
+    """The emit rows' partials of a batch of the emit stage as :func:`_emit_partials`
+    makes them when every sink wrote everything, in numpy: what a read task reports
+    (:mod:`~kinesis_spout.spark.read.emit_reports`)."""
+    ok = stage.column("_ok").fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+    acks = stage.column("_ack_val")
+    ack = acks.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    known = acks.is_valid().to_numpy(zero_copy_only=False).astype(bool)
+    xor = ack.copy()
+    vals = stage.column(SINK_VALS)
+    if len(vals.flatten()):  # each row's list holds a value per sink (nulls: 0)
+        parents = pc.list_parent_indices(vals).to_numpy(zero_copy_only=False)
+        flat = vals.flatten().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        np.bitwise_xor.at(xor, parents, flat)
+    sink = np.where(ok & known & (ack == 0), EMIT_DONE, EMIT).astype(np.int64)
+    return pa.RecordBatch.from_arrays(
+        [
+            stage.column(ROW).cast(pa.int64()),
+            stage.column(ROOT).cast(pa.int64()),
+            pa.array(sink, pa.int64()),
+            pa.array(xor, pa.int64()),
+            pa.array(~ok, pa.bool_()),
+            stage.column("_error").cast(pa.string()),
+        ],
+        schema=PARTIAL_SCHEMA,
+    )
+
+
 def settle(partials: pa.Table, start: int, stop: int) -> Statuses:
     """The status of rows ``start..stop-1`` from their partials (see the module)."""
     n = stop - start

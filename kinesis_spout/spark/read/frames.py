@@ -4,9 +4,11 @@ statuses, failed payloads and read ends at the driver.
 A micro-batch is one Spark job while records flow: the read tasks read and record each
 read's range before returning a record (:mod:`.stage`), their output persisted and its
 rows numbered beforehand (:class:`RowSpace`); the transform, or the fan-out's sinks, run
-on it and the statuses come back with the read ends in the same job; only when records
-failed does a small job take their payloads. After an idle poll the read ends come
-first, alone: an empty micro-batch runs no user code and writes no sink.
+on it and the statuses come back with the read ends in the same job (a fan-out whose
+sinks all wrote everything has none: its read tasks reported their emit rows and ends,
+:mod:`.emit_reports`); only when records failed does a small job take their payloads.
+After an idle poll the read ends come first, alone: an empty micro-batch runs no user
+code and writes no sink.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from kinesis_spout.spark.process.arrow import DATA_COLUMNS, ROW, Statuses
 from kinesis_spout.spark.process.exprs import Exprs
 from kinesis_spout.spark.process.runner import SparkRunner
 from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor, input_record
+from kinesis_spout.spark.read.emit_reports import EmitReports, Reporter
 from kinesis_spout.spark.read.keys import JobKeys
 from kinesis_spout.spark.read.recorded import RecordTo
 from kinesis_spout.spark.read.rows import RowSpace, split_tasks
@@ -52,14 +55,29 @@ class _Collect:
         space: RowSpace,
         ends: Callable[[], Any] | None,
         exprs: Exprs,
-        results: list[ReadResult] | None = None,
+        reports: Callable[[], tuple[pa.Table, list[ReadResult]] | None] | None = None,
     ) -> None:
         self.space = space
         self.ends = ends
-        self.results: list[ReadResult] = results or []
+        self.results: list[ReadResult] = []
         self.exprs = exprs
+        self.reports = reports
+        """A fan-out's reports of the job (:mod:`.emit_reports`)."""
         self.jobs = 0
         """Spark jobs run to collect: 1 once a statuses' job ran."""
+
+    def reported(self) -> tuple[pa.Table, int, int] | None:
+        """The emit rows' partials the read tasks reported, numbered as :meth:`__call__`
+        numbers the statuses; None when they are not whole. With the ends still to
+        collect, the reports' ends are the job's results."""
+        got = self.reports() if self.reports is not None else None
+        if got is None:
+            return None
+        partials, results = got
+        if self.ends is not None:
+            self.results = results
+        table, n = self.space.dense(partials, self.results)
+        return table, 0, n
 
     def __call__(self, frame: Any) -> tuple[pa.Table, int, int]:
         self.jobs = 1
@@ -104,6 +122,8 @@ class FrameJobs:
         self._forgetting = threading.Lock()
         """One floor raise at a time: the stores' floors then only go up."""
         self._schema: Any = None
+        self.reports = EmitReports(spark) if self.fan_out else None
+        """What a fan-out's read tasks report (:mod:`.emit_reports`)."""
         self._caught_up: set[tuple[str, str]] = set()
         """Shards (stream, shard) whose last read was at their tip and read nothing."""
 
@@ -118,14 +138,16 @@ class FrameJobs:
         stage = None
         try:  # from the key on: whatever fails, the key ends (else it holds the floor)
             space = RowSpace(plans)
-            emitter = self._emitter()
+            flowing = self._flowing(plans)
+            reporter = self.reports.open(key, ends=flowing) if self.reports else None
+            emitter = self._emitter(reporter)
             to = self.ends(run, key)
             reader = frame_reader(split_tasks(plans, tasks), settings, to, space.bases, emitter)
             struct = self._struct(emitter)
             stage = self.spark.range(0, tasks, 1, tasks).mapInArrow(reader, struct)
             stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
-            got = _Collect(space, None, self.exprs)
-            if self._flowing(plans):
+            got = _Collect(space, None, self.exprs, self._reported(key, tasks))
+            if flowing:
                 results, jobs = self._in_one(stage, key, got)
             else:
                 results, jobs = self._in_two(stage, key, got)
@@ -134,6 +156,8 @@ class FrameJobs:
         finally:
             if stage is not None:
                 stage.unpersist()
+            if self.reports is not None:
+                self.reports.close(key)
             self.keys.end(key)
             self._forget(run)
 
@@ -196,6 +220,15 @@ class FrameJobs:
         results, fetched = self._settle(stage, got, st)
         return results, 1 + got.jobs + self.runner.n_sinks + fetched
 
+    def _reported(
+        self, key: int, tasks: int
+    ) -> Callable[[], tuple[pa.Table, list[ReadResult]] | None] | None:
+        """Job ``key``'s reports, whole, from its ``tasks`` read tasks (a fan-out's)."""
+        reports = self.reports
+        if reports is None:
+            return None
+        return lambda: reports.take(key, tasks)
+
     def _ends(self, stage: Any) -> Any:
         """The read ends' rows of the stage (task number and pickled result)."""
         from pyspark.sql import functions as F
@@ -214,19 +247,19 @@ class FrameJobs:
         x = self.exprs
         read = stage.where(x.get("records", lambda: F.col(META).isNull()))
         if self.fan_out:
-            return self.runner.run_emitted(key, read, got).statuses
+            return self.runner.run_emitted(key, read, got, got.reported).statuses
         frame = read.select(*x.columns(*DATA_COLUMNS, ROW))
         return self.runner.run_frame(key, frame, got).statuses
 
-    def _emitter(self) -> ReadEmitter | None:
+    def _emitter(self, reporter: Reporter | None) -> ReadEmitter | None:
         """A fan-out's ``emit`` for this micro-batch's read tasks, its roots from a fresh
-        random first id (None for a transform)."""
+        random first id, its tasks reporting to ``reporter`` (None for a transform)."""
         p = self.runner.processor
         if not isinstance(p, FanOutProcessor):
             return None
         first = random.getrandbits(62)  # the rows' roots: first + row (ids mix them)
         derived = self.runner.fan_out_schema()
-        return ReadEmitter(p.emit, derived, self.runner.n_sinks, first)
+        return ReadEmitter(p.emit, derived, self.runner.n_sinks, first, reporter)
 
     def _settle(self, stage: Any, got: _Collect, st: Statuses) -> tuple[list[ReadResult], int]:
         """The statuses (rows ``0..n-1``, plan by plan) into the plans' results, in plan

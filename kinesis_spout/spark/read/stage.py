@@ -6,7 +6,9 @@ index in the read), then a row per plan with its pickled result (:data:`META`), 
 each read ends so the JVM works on one shard while the next is read. For a fan-out the
 task runs ``emit`` on the records it holds (:class:`ReadEmitter`): each record crosses to
 the JVM once, with its emit status and derived records in the same row. A partition
-computed again reads the same recorded ranges, hence the same rows, roots and ids.
+computed again reads the same recorded ranges, hence the same rows, roots and ids. With
+a reporter, a fan-out's task also reports its emit rows and ends once Spark took all its
+rows (:mod:`~kinesis_spout.spark.read.emit_reports`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from kinesis_spout.spark.plan import ReadPlan, ReadSettings
 from kinesis_spout.spark.process.arrow import INPUT_SCHEMA, ROW, records_to_arrow
 from kinesis_spout.spark.process.fanout import emit_records, stage_schema
 from kinesis_spout.spark.processing import EmitFunction
+from kinesis_spout.spark.read.emit_reports import Reporter, TaskReport
 from kinesis_spout.spark.read.recorded import KeptRead, RecordTo, read_recorded
 
 PLAN = "_plan"
@@ -43,10 +46,12 @@ def stage_batches(
     tasks: list[ReadPlan],
     bases: dict[int, int],
     emitter: ReadEmitter | None = None,
+    report: TaskReport | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """A task's reads as rows of :data:`FRAME_SCHEMA`: each plan's records (``_row``
     from the plan's base on), then its end. With ``emitter`` (a fan-out), its rows
-    instead: the records with their emit statuses, their derived records, the end."""
+    instead: the records with their emit statuses, their derived records, the end; with
+    ``report`` too, the emit rows and the ends go into it."""
     sizes = {p.task: p.size for p in tasks}
     schema = FRAME_SCHEMA if emitter is None else emitter.schema
     for res, records in kept:
@@ -67,9 +72,14 @@ def stage_batches(
             if emitter is None:
                 yield from table.to_batches()
             else:
-                yield emitter(table, records)
+                emitted = emitter(table, records)
+                if report is not None:
+                    report.add(res.task, emitted)
+                yield emitted
         end: dict[str, list[Any]] = {name: [None] for name in schema.names}
         end[PLAN], end[META] = [res.task], [pickle.dumps(res)]
+        if report is not None:
+            report.ends.append(end[META][0])
         yield pa.RecordBatch.from_pydict(end, schema=schema)
 
 
@@ -83,13 +93,18 @@ def frame_reader(
     """The ``mapInArrow`` body over ``spark.range(len(tasks))``: task ``i`` reads
     ``tasks[i]`` (:func:`~kinesis_spout.spark.read.recorded.read_recorded`); a plan's
     rows are numbered from its base in ``bases`` (by task number). A fan-out's
-    ``emitter`` runs its ``emit`` on the records read (:class:`ReadEmitter`)."""
+    ``emitter`` runs its ``emit`` on the records read (:class:`ReadEmitter`) and, with a
+    reporter, reports each task's emit rows once they are all taken."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        reporter = emitter.reporter if emitter is not None else None
         for batch in batches:
             for i in batch.column(0).to_pylist():
                 kept = read_recorded(tasks[i], settings, to)
-                yield from stage_batches(kept, tasks[i], bases, emitter)
+                report = TaskReport() if reporter is not None else None
+                yield from stage_batches(kept, tasks[i], bases, emitter, report)
+                if reporter is not None and report is not None:
+                    reporter.report(i, report)  # all its rows taken: whole
 
     return run
 
@@ -103,12 +118,15 @@ class ReadEmitter:
         derived: pa.Schema,
         n_sinks: int,
         first_root: int,
+        reporter: Reporter | None = None,
     ) -> None:
         self.emit = emit
         self.derived = derived
         self.n_sinks = n_sinks
         self.first_root = first_root
         """The root id of row 0; row ``r``'s is ``first_root + r`` (below 2**63)."""
+        self.reporter = reporter
+        """Where each task reports its emit rows (None: it does not)."""
         seen = set(FRAME_SCHEMA.names)
         self.schema = pa.schema(
             [*FRAME_SCHEMA, *(f for f in stage_schema(derived) if f.name not in seen)]
