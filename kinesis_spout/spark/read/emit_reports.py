@@ -9,7 +9,8 @@ in a Spark accumulator, once Spark took all its rows. Spark applies a task's upd
 when the task succeeds, never for a failed attempt. The driver uses a job's reports
 only if every read task reported and no task reported twice with other rows (``emit``
 answered otherwise when Spark computed the task again); else the statuses' job settles
-from the cached stage. Kept for the fan-out's driver CPU per record (docs/figures.md).
+from the stage. Kept for the fan-out's driver CPU per record and, since a one-sink
+fan-out settled from reports needs no cache (:mod:`.frames`), its records/s.
 """
 
 from __future__ import annotations
@@ -120,6 +121,11 @@ class EmitReports:
         tables = [pa.ipc.open_stream(got[t][0]).read_all() for t in range(tasks)]
         results = [pickle.loads(b) for t in range(tasks) for b in got[t][1]]
         return pa.concat_tables([PARTIAL_SCHEMA.empty_table(), *tables]), results
+
+    def differ(self, key: int) -> bool:
+        """Whether a task of job ``key`` reported twice with other rows."""
+        with self._board.lock:
+            return key in self._board.differ
 
     def close(self, key: int) -> None:
         """Job ``key`` ended: its reports go, and later copies are not kept."""

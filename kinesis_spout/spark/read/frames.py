@@ -8,7 +8,8 @@ on it and the statuses come back with the read ends in the same job (a fan-out w
 sinks all wrote everything has none: its read tasks reported their emit rows and ends,
 :mod:`.emit_reports`); only when records failed does a small job take their payloads.
 After an idle poll the read ends come first, alone: an empty micro-batch runs no user
-code and writes no sink.
+code and writes no sink. A one-sink fan-out whose last micro-batch settled from its
+reports does not cache its reads: its sink's job is the one job that reads them.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, PLAN, ReadEmitter
 
 log = logging.getLogger(__name__)
 
+RECOMPUTED = (
+    "emit answered otherwise when Spark computed the micro-batch's reads again (uncached): "
+    "every record of the micro-batch fails rather than risk an ack"
+)
 _END = "_end"
 """Marks the read ends among the statuses collected with them (:class:`_Collect`)."""
 
@@ -124,6 +129,9 @@ class FrameJobs:
         self._schema: Any = None
         self.reports = EmitReports(spark) if self.fan_out else None
         """What a fan-out's read tasks report (:mod:`.emit_reports`)."""
+        self._read_once = True
+        """No micro-batch yet, or the last one settled from its reports with no other
+        Spark job: a one-sink fan-out's next reads are not cached."""
         self._caught_up: set[tuple[str, str]] = set()
         """Shards (stream, shard) whose last read was at their tip and read nothing."""
 
@@ -145,10 +153,12 @@ class FrameJobs:
             reader = frame_reader(split_tasks(plans, tasks), settings, to, space.bases, emitter)
             struct = self._struct(emitter)
             stage = self.spark.range(0, tasks, 1, tasks).mapInArrow(reader, struct)
-            stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
+            uncached = flowing and self._read_once and self.runner.n_sinks == 1
+            if not uncached:
+                stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
             got = _Collect(space, None, self.exprs, self._reported(key, tasks))
             if flowing:
-                results, jobs = self._in_one(stage, key, got)
+                results, jobs = self._in_one(stage, key, got, uncached)
             else:
                 results, jobs = self._in_two(stage, key, got)
             self.keys.if_running(key, lambda: self._note_tips(results))  # not if given up
@@ -202,11 +212,22 @@ class FrameJobs:
             else:
                 self._caught_up.discard(key)
 
-    def _in_one(self, stage: Any, key: int, got: _Collect) -> tuple[list[ReadResult], int]:
-        """Read and process in one Spark job: the read ends come back with the statuses."""
+    def _in_one(
+        self, stage: Any, key: int, got: _Collect, uncached: bool
+    ) -> tuple[list[ReadResult], int]:
+        """Read and process in one Spark job: the read ends come back with the statuses
+        (or in the read tasks' reports).
+
+        Reads not cached (``uncached``) that a statuses' job read again: should ``emit``
+        have answered otherwise there than for the sink (a task's reports differ), the
+        sink's statuses may be of derived records that job did not make, so every record
+        of the micro-batch fails (and is retried) rather than risk an ack."""
         got.ends = lambda: self._ends(stage)
         st = self._process(key, stage, got)
+        if uncached and got.jobs and self.reports is not None and self.reports.differ(key):
+            st = _all_failed(st, RECOMPUTED)
         results, fetched = self._settle(stage, got, st)
+        self._read_once = not got.jobs and not fetched
         return results, got.jobs + self.runner.n_sinks + fetched
 
     def _in_two(self, stage: Any, key: int, got: _Collect) -> tuple[list[ReadResult], int]:

@@ -31,6 +31,7 @@ from kinesis_spout.records import GetterPosition
 from kinesis_spout.spark.plan import ReadPlan, ReadResult
 from kinesis_spout.spark.processing import fan_out
 from kinesis_spout.spark.read.emit_reports import EmitReports
+from kinesis_spout.spark.read.frames import RECOMPUTED
 from kinesis_spout.testing.streams import create_stream, put_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
@@ -220,3 +221,108 @@ def test_a_batch_read_first_settles_from_the_reports_without_its_ends_again(
         frames.close()
     assert jobs == 2  # the ends first, then the sink's
     assert read.seqs == [seq for _, seq in put] and all(read.ok)
+
+
+class CacheSpy:
+    """A sink that notes whether the session caches anything when it runs (the read
+    stage, persisted or not), then writes every derived record, or, from micro-batch
+    ``statuses_from`` on, returns a status per derived record instead."""
+
+    name = "spy"
+
+    def __init__(self, spark: Any, statuses_from: int) -> None:
+        self.spark = spark
+        self.statuses_from = statuses_from
+        self.cached: list[bool] = []
+
+    def __call__(self, derived: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        cache = self.spark._jsparkSession.sharedState().cacheManager()
+        self.cached.append(not cache.isEmpty())
+        if len(self.cached) >= self.statuses_from:
+            return derived.select("_root", "_id", F.lit(True).alias("status"))
+        derived.toArrow()
+        return None
+
+
+def test_a_one_sink_fan_out_that_settles_from_its_reports_reads_uncached_until_it_does_not(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str
+) -> None:
+    """While its micro-batches settle from their reports (their reads computed once), a
+    one-sink fan-out's reads are not cached: the sink's job is the one Spark job that
+    reads them. When that sink returns statuses, the statuses' job reads them again (the
+    recorded range) and the statuses are right; the micro-batch after is cached."""
+    create_stream(moto_client, unique_name, 1)
+    (shard,) = shard_ids(moto_client, unique_name)
+    spy = CacheSpy(spark, statuses_from=3)
+    process = fan_out(words_with_a_bad_one, "word string", [spy], "spied")
+    frames, settings = frame_jobs(spark, job_config(), unique_name, process)
+    position, seen, jobs = OLDEST, 0, []
+    try:
+        for batch in range(1, 5):
+            put = put_records(moto_client, unique_name, [(f"k{i}", b"a b") for i in range(20)])
+            plan = ReadPlan(batch, unique_name, shard, position, 500)
+            (res,), n = frames.collect([plan], 1, settings, "r", batch)
+            assert res.seqs == [seq for _, seq in put] and all(res.ok)
+            assert res.end is not None
+            position, seen = res.end.position, seen + len(res)
+            jobs.append(n)
+    finally:
+        frames.close()
+    assert spy.cached == [False, False, False, True]
+    assert jobs == [1, 1, 2, 2]  # the sink's; from the third on, the statuses' too
+    assert seen == 80
+
+
+class WritesThenStatuses:
+    """A sink that writes every derived record of the first micro-batch; in the second
+    it reads them, creates ``flag`` (the ``emit`` answers otherwise from then on) and
+    returns a status per derived record, all ok."""
+
+    name = "flagging"
+
+    def __init__(self, flag: Path) -> None:
+        self.flag = flag
+        self.calls = 0
+
+    def __call__(self, derived: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        self.calls += 1
+        derived.toArrow()
+        if self.calls == 1:
+            return None
+        self.flag.touch()
+        return derived.select("_root", "_id", F.lit(True).alias("status"))
+
+
+def test_uncached_reads_read_again_by_the_statuses_job_fail_the_batch_when_emit_changed(
+    spark: Any, moto_client: Any, job_config: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """The second micro-batch's reads are not cached (the first settled from its reports),
+    so its statuses' job computes them again; ``emit`` now fails the ``odd`` records it
+    gave the sink before. The sink's statuses may be of derived records that job did not
+    make: every record of the micro-batch fails rather than any being acked."""
+    create_stream(moto_client, unique_name, 1)
+    (shard,) = shard_ids(moto_client, unique_name)
+    flag = tmp_path / "flag"
+    emit = split_unless_flagged(str(flag), str(tmp_path / "calls"))
+    process = fan_out(emit, "word string", [WritesThenStatuses(flag)], "flagging")
+    frames, settings = frame_jobs(spark, job_config(), unique_name, process)
+    items = [(f"k{i}", b"odd one" if i % 2 else b"even one") for i in range(20)]
+    try:
+        put_records(moto_client, unique_name, items)
+        first_plan = ReadPlan(1, unique_name, shard, OLDEST, 500)
+        (first,), jobs = frames.collect([first_plan], 1, settings, "r", 1)
+        assert all(first.ok) and jobs == 1  # settled from the reports
+        assert first.end is not None
+        put_records(moto_client, unique_name, items)
+        plan = ReadPlan(2, unique_name, shard, first.end.position, 500)
+        (second,), jobs = frames.collect([plan], 1, settings, "r", 2)
+    finally:
+        frames.close()
+    assert jobs == 3  # the sink's, the statuses', the payloads'
+    assert len(second) == 20 and not any(second.ok)
+    assert set(second.errors.values()) == {RECOMPUTED}
+    assert len(second.failed) == 20  # each with its payload, for its retry
