@@ -20,6 +20,7 @@ import pickle
 import random
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -156,7 +157,8 @@ class FrameJobs:
             uncached = flowing and self._read_once and self.runner.n_sinks == 1
             if not uncached:
                 stage = stage.persist(StorageLevel.MEMORY_AND_DISK)
-            got = _Collect(space, None, self.exprs, self._reported(key, tasks))
+            reported = partial(self.reports.take, key, tasks) if self.reports else None
+            got = _Collect(space, None, self.exprs, reported)
             if flowing:
                 results, jobs = self._in_one(stage, key, got, uncached)
             else:
@@ -240,15 +242,6 @@ class FrameJobs:
         st = self._process(key, stage, got)
         results, fetched = self._settle(stage, got, st)
         return results, 1 + got.jobs + self.runner.n_sinks + fetched
-
-    def _reported(
-        self, key: int, tasks: int
-    ) -> Callable[[], tuple[pa.Table, list[ReadResult]] | None] | None:
-        """Job ``key``'s reports, whole, from its ``tasks`` read tasks (a fan-out's)."""
-        reports = self.reports
-        if reports is None:
-            return None
-        return lambda: reports.take(key, tasks)
 
     def _ends(self, stage: Any) -> Any:
         """The read ends' rows of the stage (task number and pickled result)."""

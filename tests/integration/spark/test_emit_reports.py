@@ -32,7 +32,7 @@ from kinesis_spout.spark.plan import ReadPlan, ReadResult
 from kinesis_spout.spark.processing import fan_out
 from kinesis_spout.spark.read.emit_reports import EmitReports
 from kinesis_spout.spark.read.frames import RECOMPUTED
-from kinesis_spout.testing.streams import create_stream, put_records
+from kinesis_spout.testing.streams import create_stream, put_records, shard_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -52,10 +52,6 @@ def read_stream(
         return frames.collect(plans, 2, settings, run, 1)
     finally:
         frames.close()
-
-
-def shard_ids(client: Any, stream: str) -> list[str]:
-    return [s["ShardId"] for s in client.list_shards(StreamName=stream)["Shards"]]
 
 
 def outcome(results: list[ReadResult]) -> dict[str, tuple[bool, str | None]]:
