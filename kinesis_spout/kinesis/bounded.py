@@ -252,8 +252,8 @@ def read_each(
     page is accepted here, in this thread, so each ``take`` sees its shard's pages in
     order and one at a time. The pool is refilled before a read is yielded, so the
     other shards' calls go on while the caller handles it (a Spark task hands its
-    records on while it reads its next shard). Past the deadline nothing more is asked,
-    and the calls in flight are waited for."""
+    records on while it reads its next shard). Past the deadline only a shard due and
+    not called yet gets its one call; the calls in flight are waited for."""
     for i, r in enumerate(reads):
         if r.done:
             yield i, r.finish()
@@ -266,6 +266,16 @@ def read_each(
         yield index[r], r.finish()
 
 
+def _callable(waiting: list[BoundedRead], now: float, deadline: float) -> list[BoundedRead]:
+    """The reads that may be called (once due): all before the deadline; past it, those
+    due and never called yet (each shard of a task gets its call: a plan is a promise to
+    poll its shard, and a read its deadline left out would leave it out of the next
+    micro-batch's rhythm too)."""
+    if now < deadline:
+        return list(waiting)
+    return [r for r in waiting if not r.turn and r.next_poll_at <= now]
+
+
 def _interleave(waiting: list[BoundedRead], deadline: float, threads: int) -> Iterator[BoundedRead]:
     """:func:`read_each`'s loop over the reads not done yet: yields each as it is done
     (and takes it out of ``waiting``); those left in ``waiting`` the deadline stopped."""
@@ -276,21 +286,22 @@ def _interleave(waiting: list[BoundedRead], deadline: float, threads: int) -> It
         while flying or waiting or finished:
             now = time.monotonic()
             waiting.sort(key=lambda r: (r.next_poll_at, r.turn))
-            while now < deadline and waiting and len(flying) < threads:
-                if waiting[0].next_poll_at > now:
-                    break
-                r = waiting.pop(0)
+            due = _callable(waiting, now, deadline)
+            while due and len(flying) < threads and due[0].next_poll_at <= now:
+                r = due.pop(0)
+                waiting.remove(r)
                 turn += 1
                 r.turn = turn
                 flying[pool.submit(r.fetch, now)] = r
             while finished:  # the pool is busy again while the caller takes these
                 yield finished.pop(0)
                 now = time.monotonic()
-            if now >= deadline and not flying:
+            due = _callable(waiting, now, deadline)
+            if not (flying or due):
                 break
-            wake = waiting[0].next_poll_at if waiting and now < deadline else None
+            wake = due[0].next_poll_at if due else None
             if not flying:
-                if wake is None or wake > deadline:
+                if wake is None or wake > max(deadline, now):
                     break
                 time.sleep(max(wake - now, 0.0))
                 continue

@@ -89,3 +89,30 @@ def test_reads_the_deadline_stopped_come_back_last_in_their_order() -> None:
     got = [(i, e.taken) for i, e in read_each(reads, time.monotonic() + 5, threads=2)]
     assert sorted(got[:2]) == [(1, 4), (3, 2)] and got[2:] == [(0, 0), (2, 0)]
     assert [g.calls for g in late] == [0, 0]
+
+
+class SlowGetter(PagedGetter):
+    """Its first call returns only once ``until`` (a monotonic time) has passed."""
+
+    def __init__(self, pages: list[int], until: float) -> None:
+        super().__init__(pages)
+        self.until = until
+
+    def poll(self, now: float) -> ShardBatch:
+        while time.monotonic() < self.until:
+            time.sleep(0.005)
+        return super().poll(now)
+
+
+def test_every_shard_is_called_once_even_when_the_deadline_passes_first() -> None:
+    """One call at a time and a first call that outlasts the deadline: each other shard
+    still gets its one call (a plan is a promise to poll its shard: otherwise its
+    micro-batch read nothing of it), but no read is called again past the deadline."""
+    deadline = time.monotonic() + 0.05
+    slow = SlowGetter([2, 2], until=deadline + 0.01)
+    rest = [PagedGetter([3]), PagedGetter([1, 5])]
+    reads = [bounded(slow), *(bounded(g) for g in rest)]
+    got = {i: e for i, e in read_each(reads, deadline, threads=1)}
+    assert [g.calls for g in (slow, *rest)] == [1, 1, 1]
+    assert {i: e.taken for i, e in got.items()} == {0: 2, 1: 3, 2: 1}
+    assert got[1].caught_up and not got[2].caught_up
