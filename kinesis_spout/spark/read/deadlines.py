@@ -4,9 +4,9 @@ A job is given up when it still runs its deadline past the time this gives it: t
 latest look while none of its tasks has started (it waits for Spark, not on a record),
 else when its tasks last started or ended as Spark's status tracker shows them, so
 tasks that run in waves each get their whole deadline. Both the running and the ended
-counts are watched: the tracker writes a stage at most every 100 ms and may show only
-the first of a wave's events. The tracker is asked only while a job waits for its first
-task and when it looks overdue.
+counts are watched: the tracker writes a stage only once per
+``spark.ui.liveUpdatePeriod`` and may show only the first of a wave's events. The
+tracker is asked only while a job waits for its first task and when it looks overdue.
 """
 
 from __future__ import annotations

@@ -188,8 +188,8 @@ class ReadJobs:
         failed attempts), as Spark's status tracker shows them; None while it has no
         Spark job yet (its driver-side code runs). ``(0, 0)``: it waits for Spark (its
         executors busy, lost or not there yet), not on a record. The tracker may show a
-        task's start or end only at its stage's next event (it writes a stage at most
-        every 100 ms): the counts may lag, never lead."""
+        task's start or end only at its stage's next write (once per
+        ``spark.ui.liveUpdatePeriod``): the counts may lag, never lead."""
         tracker = self.spark.sparkContext.statusTracker()
         jobs = tracker.getJobIdsForGroup(self.group(batch_id))
         running = ended = 0
