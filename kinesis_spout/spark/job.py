@@ -221,7 +221,7 @@ def run_with_lease(
 
     # The lease is this process's already (take_job_lease): the reader takes none.
     planner = job_planner(config, metrics=metrics, job_lease=False)
-    spark, opened = start_spark_opening(config, process, times, planner)
+    spark, opened = start_spark_with_reader(config, process, times, planner)
     # Not opened: a new reader, opened by the loop, raises what this one met.
     reader = planner if opened else None
     print(describe(config, process), flush=True)
@@ -273,7 +273,7 @@ def run_driver(driver: MicroBatchLoop, spark: Any) -> int:
     return code
 
 
-def start_spark_opening(
+def start_spark_with_reader(
     config: SpoutConfig, process: str, times: StartupTimes, reader: Planner
 ) -> tuple[Any, bool]:
     """The SparkSession (:func:`start_spark`), with ``reader`` opened meanwhile in a thread
