@@ -16,7 +16,6 @@ import random
 from datetime import datetime
 
 from kinesis_spout.config import InitialPosition, SpoutConfig
-from kinesis_spout.errors import KinesisError
 from kinesis_spout.kinesis.api import KinesisApi
 from kinesis_spout.kinesis.buffered import ShardGetter
 from kinesis_spout.kinesis.consumer import deregister_consumer, ensure_consumer
@@ -24,7 +23,7 @@ from kinesis_spout.kinesis.efo_api import Consumer, FanOutApi
 from kinesis_spout.kinesis.efo_getter import EfoShardGetter
 from kinesis_spout.kinesis.getter import KinesisShardGetter
 from kinesis_spout.kinesis.shards import ShardMap
-from kinesis_spout.records import Checkpoint, GetterPosition
+from kinesis_spout.records import Checkpoint
 from tracker import Backoff, ExponentialBackoff, JitteredBackoff, SequenceKey
 
 log = logging.getLogger(__name__)
@@ -126,25 +125,6 @@ class GetterFactory:
             empty_shard_backoff=cfg.empty_shard_backoff,
             empty_shard_backoff_max=cfg.empty_shard_backoff_max,
         )
-
-    def opened(self, shard_id: str, position: GetterPosition) -> GetterPosition:
-        """``position`` with its shard iterator opened (one GetShardIterator), so that a
-        read elsewhere starts with GetRecords; as it was if Kinesis refused it (that read
-        opens it then, with its retries, and reports what it met)."""
-        getter = KinesisShardGetter(
-            self.api,
-            shard_id,
-            backoff=self.backoff,
-            start=position.after,
-            after_whole=position.after_whole,
-            position=position.initial,
-            timestamp=position.timestamp,
-        )
-        try:
-            getter.open_now()
-        except KinesisError as exc:
-            log.info("%s: iterator left to the first read: %s", shard_id, exc)
-        return getter.position
 
 
 def throttle_backoff(config: SpoutConfig, rng: random.Random) -> Backoff:

@@ -2,8 +2,7 @@
 keyed by name, as KCL keys its leases by stream.
 
 :class:`ReaderStreams` opens each stream (described, its shards listed, its identity
-claimed, its checkpoints loaded and its shards adopted; for the Spark job's driver, its
-polled shards' iterators opened), finds a shard by
+claimed, its checkpoints loaded and its shards adopted), finds a shard by
 ``(stream, shard id)`` for the acks, runs each stream's housekeeping, and lets a stream
 go when it is deleted or created again under its name: a WARNING, the ``streams_gone``
 metric, nothing saved (its positions belong to no stream now), the other streams go on.
@@ -18,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kinesis_spout.checkpoint.base import CheckpointStore
@@ -138,31 +136,6 @@ class ReaderStreams:
                 len(checkpoints),
             )
         self.check_left()
-        if not read_here:
-            self._open_iterators()
-
-    def _open_iterators(self) -> None:
-        """Open the iterators of the polled shards read elsewhere (Spark tasks), up to
-        ``poll_threads`` calls at once: the job opens its reader while its Spark session
-        starts, and each shard's first read task goes straight to GetRecords."""
-        unopened = [
-            (st.getters, sh)
-            for st in self.sets.values()
-            if st.getters is not None and not st.getters.efo
-            for sh in st.rotation
-            if sh.cursor is not None and sh.cursor.position.iterator is None
-        ]
-        if not unopened:
-            return
-
-        def open_one(item: tuple[GetterFactory, ShardPartition]) -> None:
-            getters, sh = item
-            assert sh.cursor is not None
-            sh.cursor.position = getters.opened(sh.shard_id, sh.cursor.position)
-
-        threads = min(self.config.poll_threads, len(unopened))
-        with ThreadPoolExecutor(threads, thread_name_prefix="kinesis-spout-open") as pool:
-            list(pool.map(open_one, unopened))
 
     # ------------------------------------------------------------------ a stream gone
     def failed(self, stream: str, exc: Exception) -> None:

@@ -42,7 +42,6 @@ import logging  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 from collections.abc import Callable, Mapping, Sequence  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from types import FrameType  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
@@ -62,7 +61,6 @@ from kinesis_spout.spark.launch.startup import StartupTimes  # noqa: E402
 
 if TYPE_CHECKING:
     from kinesis_spout.spark.loop import MicroBatchLoop
-    from kinesis_spout.spark.plan import Planner
 
 log = logging.getLogger(__name__)
 
@@ -216,26 +214,17 @@ def run_with_lease(
     """Start Spark and run the micro-batch loop; the exit code. Once the driver
     exists, its ``request_stop`` is put in ``stop`` (for the launcher watch)."""
     times = times or StartupTimes()
-    from kinesis_spout.spark.launch.build import build_driver, job_planner
+    spark = start_spark(config, process, times)
+    from kinesis_spout.spark.launch.build import build_driver
     from kinesis_spout.spark.launch.deploy import check_deploy_mode
 
-    # The lease is this process's already (take_job_lease): the reader takes none.
-    planner = job_planner(config, metrics=metrics, job_lease=False)
-    spark, opened = start_spark_with_reader(config, process, times, planner)
-    # Not opened: a new reader, opened by the loop, raises what this one met.
-    reader = planner if opened else None
     print(describe(config, process), flush=True)
     try:
         mode = spark.sparkContext.getConf().get("spark.submit.deployMode", "client")
         check_deploy_mode(config, str(mode))
-        driver = build_driver(
-            config, process, spark=spark, metrics=metrics, job_lease=False, reader=reader
-        )
-    except BaseException as exc:
-        if reader is not None:
-            reader.spout.close()
-        if not isinstance(exc, KinesisSpoutError):
-            raise
+        # The lease is this process's already (take_job_lease): the reader takes none.
+        driver = build_driver(config, process, spark=spark, metrics=metrics, job_lease=False)
+    except KinesisSpoutError as exc:
         print(f"kinesis-spout job: error: {exc}", file=sys.stderr)
         spark.stop()
         return 2
@@ -273,29 +262,6 @@ def run_driver(driver: MicroBatchLoop, spark: Any) -> int:
     return code
 
 
-def start_spark_with_reader(
-    config: SpoutConfig, process: str, times: StartupTimes, reader: Planner
-) -> tuple[Any, bool]:
-    """The SparkSession (:func:`start_spark`), with ``reader`` opened meanwhile in a thread
-    (the stream described, its checkpoints loaded, its shards' iterators opened: time
-    the JVM's start waits anyway); whether it opened. One that failed to open is left
-    (its open closed what it had opened): the caller's next reader meets the error again
-    where the loop reports it. If Spark fails to start, the reader is closed."""
-    with ThreadPoolExecutor(1, thread_name_prefix="kinesis-spout-open") as pool:
-        opening = pool.submit(reader.spout.open)
-        try:
-            spark = start_spark(config, process, times)
-        except BaseException:
-            if opening.exception() is None:  # waited for
-                reader.spout.close()
-            raise
-    failed = opening.exception()
-    if failed is not None:
-        log.debug("the reader did not open while Spark started: %s", failed)
-    times.mark("reader open")
-    return spark, failed is None
-
-
 def start_spark(config: SpoutConfig, process: str, times: StartupTimes) -> Any:
     """The SparkSession, with the user's processing file shipped to the executors."""
     from pyspark.sql import SparkSession
@@ -306,7 +272,6 @@ def start_spark(config: SpoutConfig, process: str, times: StartupTimes) -> Any:
     spec_file = process.rpartition(":")[0]
     if spec_file.endswith(".py"):
         spark.sparkContext.addPyFile(str(Path(spec_file).resolve()))
-        times.mark("process file")
     return spark
 
 

@@ -38,7 +38,6 @@ def build_driver(
     rng: random.Random | None = None,
     metrics: MetricsCollector | None = None,
     job_lease: bool = True,
-    reader: Planner | None = None,
 ) -> MicroBatchLoop:
     """A ready micro-batch loop (not started) for every processing style.
 
@@ -48,8 +47,6 @@ def build_driver(
     ``metrics``: where the reader and the loop report (the job passes its endpoint's);
     None: the reader's own (its endpoint with ``metrics_port``, else none).
     ``job_lease``: the reader takes the job lease on open (``job.py``, holding it: False).
-    ``reader``: the planner of a reader made (and opened, or being opened) already, by
-    :func:`job_planner`; None: a new one, opened as the loop starts.
     """
     from kinesis_spout.spark.process.runner import uncompressed_caches
     from kinesis_spout.spark.processing import as_processor, load_processor
@@ -64,8 +61,7 @@ def build_driver(
         # Only transforms and fan-outs cache. A per-record job never touches the SQL
         # session state.
         uncompressed_caches(spark)
-    if reader is None:
-        reader = job_planner(config, clock=clock, rng=rng, metrics=metrics, job_lease=job_lease)
+    reader = _reader(config, clock, rng, metrics, job_lease)
     if isinstance(processor, RecordProcessor):
         fn, frames = processor.fn, None
     else:
@@ -83,16 +79,15 @@ def build_driver(
     )
 
 
-def job_planner(
+def _reader(
     config: SpoutConfig,
-    *,
-    clock: Callable[[], float] = time.monotonic,
-    rng: random.Random | None = None,
-    metrics: MetricsCollector | None = None,
-    job_lease: bool = True,
+    clock: Callable[[], float],
+    rng: random.Random | None,
+    metrics: MetricsCollector | None,
+    job_lease: bool,
 ) -> Planner:
-    """The planner over a new reader of ``config`` whose shards the Spark tasks read (not
-    open yet: the loop opens it, unless the job did while its Spark session started)."""
+    """The planner over a new reader of ``config`` whose shards the Spark tasks read
+    (opened by the loop)."""
     from kinesis_spout.spark.plan import Planner
     from kinesis_spout.spark.quarantine import Quarantine
     from kinesis_spout.spout import KinesisSpout

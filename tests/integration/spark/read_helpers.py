@@ -4,17 +4,10 @@ planner, the read task and the results applied, as the micro-batch loop runs the
 from __future__ import annotations
 
 import time
-from pathlib import Path
-from typing import Any
 
-from kit import spout_config
-
-from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.records import Record
 from kinesis_spout.spark.plan import Planner, ReadSettings
-from kinesis_spout.spark.quarantine import Quarantine
 from kinesis_spout.spark.task import run_plans
-from kinesis_spout.spout import KinesisSpout
 
 
 def run_tasks(sp: Planner, *, want: int, timeout: float = 30.0) -> list[list[str]]:
@@ -42,29 +35,3 @@ def run_tasks(sp: Planner, *, want: int, timeout: float = 30.0) -> list[list[str
                 tasks.append(done)
                 seen += len(done)
     return tasks
-
-
-def reader(endpoint: str, stream: str, tmp_path: Path, store: Any, **kw: Any) -> Planner:
-    """An open planner of the job's reader of ``stream`` at ``endpoint`` (its config from
-    ``spout_config``, ``kw`` overriding; ``clock`` goes to the reader)."""
-    spout_kw = {k: kw.pop(k) for k in ("clock",) if k in kw}
-    values: dict[str, Any] = dict(
-        stream_name=stream,
-        endpoint_url=endpoint,
-        dead_letter=str(tmp_path / "dead"),
-        worker_id="w",
-        checkpoint_interval=0.5,
-        message_timeout=0.0,
-    )
-    cfg = spout_config(**{**values, **kw})
-    spout = KinesisSpout(
-        cfg,
-        store=store,
-        client=make_client(endpoint),
-        read_here=False,
-        job_lease=False,
-        **spout_kw,
-    )
-    sp = Planner(spout, Quarantine())
-    spout.open()
-    return sp

@@ -15,14 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from read_helpers import reader, run_tasks
+from kit import spout_config
+from read_helpers import run_tasks
 
 from devkit.faultproxy import FaultProxy
 from kinesis_spout.checkpoint.base import MemoryCheckpointStore
+from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.records import Record
 from kinesis_spout.spark.plan import Planner, ReadPlan, ReadResult, ReadSettings
+from kinesis_spout.spark.quarantine import Quarantine
 from kinesis_spout.spark.sandbox import Sandbox
 from kinesis_spout.spark.task import run_plans
+from kinesis_spout.spout import KinesisSpout
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, kpl_aggregate, put_records
 
@@ -33,6 +37,30 @@ SHARD = "shardId-000000000000"
 
 def aggregate(prefix: str, n: int) -> tuple[str, bytes]:
     return kpl_aggregate((f"{prefix}-{u}", f"{prefix}.{u}|x".encode()) for u in range(n))
+
+
+def reader(endpoint: str, stream: str, tmp_path: Path, store: Any, **kw: Any) -> Planner:
+    spout_kw = {k: kw.pop(k) for k in ("clock",) if k in kw}
+    values: dict[str, Any] = dict(
+        stream_name=stream,
+        endpoint_url=endpoint,
+        dead_letter=str(tmp_path / "dead"),
+        worker_id="w",
+        checkpoint_interval=0.5,
+        message_timeout=0.0,
+    )
+    cfg = spout_config(**{**values, **kw})
+    spout = KinesisSpout(
+        cfg,
+        store=store,
+        client=make_client(endpoint),
+        read_here=False,
+        job_lease=False,
+        **spout_kw,
+    )
+    sp = Planner(spout, Quarantine())
+    spout.open()
+    return sp
 
 
 def settings_of(sp: Planner, **kw: Any) -> ReadSettings:
