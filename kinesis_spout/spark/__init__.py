@@ -1,22 +1,11 @@
-"""The PySpark job: spout micro-batches processed on Spark executors.
+"""The PySpark job: spout micro-batches processed on Spark executors (the ``spark`` extra).
 
-Needs the ``spark`` extra (PySpark 3.5 or 4.x, pyarrow, pandas). The pieces:
-
-* :mod:`~kinesis_spout.spark.job`: the ``spark-submit`` entry point;
-* :mod:`~kinesis_spout.spark.processing`: the user's processing styles
-  (:func:`per_record`, :func:`dataframe_transform`, :func:`fan_out`);
-* the micro-batch loop (:mod:`~kinesis_spout.spark.loop`), its plans
-  (:mod:`~kinesis_spout.spark.plan`), its read tasks (:mod:`~kinesis_spout.spark.task`),
-  its quarantine (:mod:`~kinesis_spout.spark.quarantine`);
-* :mod:`kinesis_spout.spark.launch`: the job's launch (``kinesis-spout run``, the
-  session, building the driver: :func:`run_job`);
-* :mod:`kinesis_spout.spark.read`: the read path (plans, read tasks, recorded ranges);
-* :mod:`kinesis_spout.spark.process`: processing a micro-batch (Arrow, fan-out and
-  Storm's acker, fast retries, sinks).
-
-Importing this package loads nothing heavy (the CLI imports
-:mod:`~kinesis_spout.spark.launch.submit` without pyarrow installed); the names
-below are loaded on first use. See ``docs/spark-job.md``.
+The micro-batch loop (:mod:`~kinesis_spout.spark.loop`) plans each micro-batch
+(:mod:`~kinesis_spout.spark.plan`), runs its read tasks as one Spark job
+(:mod:`~kinesis_spout.spark.task`) and applies what they return; the user's styles are
+in :mod:`~kinesis_spout.spark.processing`, the launch in :mod:`kinesis_spout.spark.launch`.
+Importing this package loads nothing heavy: the names below load on first use (the CLI
+imports the launcher without pyarrow). See ``docs/spark-job.md``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
-"""The ``spark-submit`` entry point of the kinesis-spout job.
-
-::
+"""The ``spark-submit`` entry point of the kinesis-spout job (``kinesis-spout run`` calls
+``spark-submit`` with it)::
 
     spark-submit --master local[2] kinesis_spout/spark/job.py \\
         --config job.toml [--<field> VALUE ...] [--process module:function]
 
-(``kinesis-spout run`` finds this file and calls ``spark-submit`` for you.)
-
-Configuration: every :class:`~kinesis_spout.config.SpoutConfig` field, from
-the TOML file, then ``KINESIS_SPOUT_<FIELD>`` variables, then ``--<field>``
-flags (the flags win). The file may also name the processing with a
-top-level ``process = "module:function"`` key (``--process`` wins).
-
-Signals: the first SIGTERM or SIGINT finishes the current micro-batch, acks
-and fails what came back, writes a forced checkpoint and exits 0; a second
-one interrupts at once (still with a final checkpoint of what is done).
-Exit codes: 0 done, 1 the job failed, 2 bad configuration, 130 interrupted.
+It takes the job lease, starts Spark and runs the micro-batch loop to its summary. Its
+configuration, signals and exit codes: ``docs/spark-job.md``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Settling a micro-batch's fan-out trees where they were emitted: Storm's XOR acker,
 folded per root on the executors and finished in numpy on the driver.
 
-With executor reads every tree of a micro-batch ends within it: its sinks have
-answered when their statuses are read, and nothing can XOR into a tree later.
-So the edges need not travel to the driver one by one (on the word count, ten
-ids per record and sink): each task XORs the edges it saw per root, and the
-driver gets a few rows per source record (:func:`edge_partials`, its output
-:data:`PARTIAL_DDL`), all in one Spark job with the emit statuses
-(:func:`partials_frame`; a sink that wrote everything needs none: the emit stage
-has the XOR of its edges per root). :func:`settle` folds them as :class:`tracker.Acker`
-would decide (tested against it, property-based):
-
-* a record whose ``emit`` failed (or that emit lost) fails with that error;
-* else a sink that failed one of its derived records fails it, with the first
-  such sink's error (sink order);
-* else it is done iff its ack-val XOR every edge acked back is 0; otherwise a
-  derived record was lost and it fails as an incomplete tree.
+Every tree of a micro-batch ends within it, so the edges need not travel to the driver
+one by one: each task XORs the edges it saw per root (:func:`edge_partials`), and
+:func:`settle` folds those rows as :class:`tracker.Acker` would decide (tested against
+it, property-based). The rules a tree is settled by: ``docs/spark-job.md``.
 """
 
 from __future__ import annotations
