@@ -1,46 +1,11 @@
 """Metrics through an injected collector; the default does nothing.
 
-Names used by the project (``shard`` is passed for per-shard figures, ``stream`` by a
-reader of several streams: None is the collector's own stream). How each
-is exported to Prometheus (``metrics_port``) is in
-:mod:`kinesis_spout.observability.names` and ``docs/metrics.md``.
-
-========================  =====  ==============================================
-name                      kind   meaning
-========================  =====  ==============================================
-records_read              count  records handed out for the first time
-records_acked             count  acks that took effect
-records_failed            count  fails that took effect (each retried or given up)
-records_expired           count  records given up as older than ``max_record_age``, once written
-retries                   count  retry deliveries (fast retries inside a batch included)
-dead_lettered             count  records given up as out of retries, once written
-dead_letter_errors        count  dead-letter writes that failed (retried before each save)
-in_flight                 gauge  records emitted and not done (per shard)
-millis_behind_latest      gauge  MillisBehindLatest of the last GetRecords (per shard)
-checkpoint_age_seconds    gauge  seconds since the last successful checkpoint write
-checkpoint_writes         count  checkpoint writes that took effect
-checkpoint_store_errors   count  checkpoint store reads or writes that failed (retried)
-get_records_seconds       obs    duration of each GetRecords call (answered or not)
-kinesis_throttled         count  throttling answers from Kinesis
-kinesis_errors            count  5xx answers and dropped connections
-read_failures             count  reads refused (access denied, a KMS key): the shard pauses
-rebalances                count  shard assignments recomputed (workers joined or left)
-leases_acquired           count  shard leases taken by this worker
-leases_released           count  shard leases given up after a flush
-leases_lost               count  shard leases lost with an expired ZooKeeper session
-iterators_expired         count  ExpiredIteratorException answers (the iterator is re-opened)
-empty_aggregates_skipped  count  KPL aggregates that held no user record
-corrupt_aggregates        count  records with the KPL magic but a bad body (handed on whole)
-batches                   count  micro-batches of the Spark job (one per progress line)
-========================  =====  ==============================================
-
-``count`` names go through :meth:`~MetricsCollector.increment`, ``gauge`` ones through
-:meth:`~MetricsCollector.gauge` and ``obs`` ones through :meth:`~MetricsCollector.observe`
-(a value per event, for a histogram).
-
-``records_acked``, ``dead_lettered`` and ``records_expired`` are disjoint: each
-record is counted by one of them, once, when it is done (a given-up record when its
-dead letter is written); their sum is the records done.
+The project reports each figure by a plain name (``records_acked``, ``in_flight``,
+``get_records_seconds``, ...) with ``shard`` for a per-shard figure and ``stream`` for a
+reader of several streams; a collector counts, sets or observes it
+(:meth:`~MetricsCollector.increment`, :meth:`~MetricsCollector.gauge`,
+:meth:`~MetricsCollector.observe`). The names, their meaning and their Prometheus export
+(``metrics_port``): :mod:`kinesis_spout.observability.names` and ``docs/metrics.md``.
 """
 
 from __future__ import annotations

@@ -1,57 +1,14 @@
 """The streaming source's offsets: one batch's plan, pure, no I/O.
 
-A source of one stream writes version 2 (:class:`BatchOffset`, below); one of several
-streams writes version 3 (:class:`StreamsOffset`, at the end), which nests one stream's
-plan under its name.
-
-An offset *is* one micro-batch: its id and, per shard, where its read starts
-and how many records it may take. Where each read stopped is not in the
-offset (``latestOffset`` never reads records): the executor task records it in
-the checkpoint store under ``(batch, shard)``
-(:mod:`~kinesis_spout.checkpoint.batch_ends`), and the next batch's offset
-starts there::
-
-    {"version": 2, "stream": "orders", "job": "spark-orders", "batch": 7,
-     "run": "3f2a...", "start": {"type": "TRIM_HORIZON"},
-     "shards": {
-       "shardId-000000000000": {"seq": "4959...", "sub": 0, "n": 250, "q": 10000},
-       "shardId-000000000001": {"q": 10000},
-       "shardId-000000000002": {"seq": "4959...", "sub": 0, "ended": true, "n": 0},
-       "shardId-000000000003": {"q": 10000, "parents": ["shardId-000000000002"]}}}
-
-* ``seq``/``sub``/``partial``/``ended``/``n``: the shard's position before this
-  batch (the last record of earlier batches, see
-  :class:`~kinesis_spout.records.ShardPosition`); no ``seq``: the shard starts
-  at ``start`` (deterministic: LATEST is pinned to a timestamp).
-* ``q``: how many user records this batch may read from the shard (0 or
-  absent: none, e.g. it was found idle a moment ago, or it ended).
-* ``parents``: the shard's parents (lineage): a child gets a quota only once
-  each listed parent is ``ended`` in an offset whose batch ran before.
-* ``cutoff`` (``Trigger.AvailableNow``): records that arrived later are not read.
-* ``run``: drawn by the initial offset, so it names the Spark checkpoint location
-  (batch ids restart at 1 in a new one); the batch-end records are kept per run.
-  Absent in offsets of earlier releases.
-
-Spark compares offsets as JSON to decide "no new data", so the JSON is
-canonical (sorted keys, fixed shape). Batch 0 is the initial offset: it
-reads nothing.
-
-Several streams (version 3)::
-
-    {"version": 3, "job": "spark-orders-payments", "batch": 7, "run": "3f2a...",
-     "streams": {
-       "orders": {"start": {"type": "TRIM_HORIZON"},
-                  "shards": {"shardId-000000000000": {"seq": "4959...", "n": 9, "q": 500}}},
-       "payments": {"start": {"type": "TRIM_HORIZON"},
-                    "shards": {"shardId-000000000000": {"q": 500}, ...}}}}
-
-``job``, ``batch``, ``run`` and ``cutoff`` are the batch's; each stream's ``start`` and
-``shards`` mean what they mean in version 2 (each stream's batch-end records and
-checkpoints are its own, under its name). A new version rather than a superset of 2:
-a release that reads only version 2 refuses a version-3 offset with an error naming the
-version, where a superset would let it read one stream's plan as if it were the
-query's and lose the others. Version 2 stays what a one-stream source writes, so a
-query started before several streams were supported resumes unchanged.
+An offset *is* one micro-batch: its id and, per shard, where its read starts and how many
+records it may take. Where each read stopped is not in it (``latestOffset`` reads no
+records): the read task records it under ``(batch, shard)``
+(:mod:`~kinesis_spout.checkpoint.batch_ends`), and the next offset starts there. A source
+of one stream writes version 2 (:class:`BatchOffset`), one of several streams version 3
+(:class:`StreamsOffset`, a version-2 plan per stream), so a release that reads only
+version 2 refuses it by name instead of reading one stream's plan as the query's. The
+JSON is canonical (sorted keys, fixed shape): Spark compares offsets as JSON to decide
+"no new data". The format, field by field: ``docs/streaming-source.md``.
 """
 
 from __future__ import annotations
