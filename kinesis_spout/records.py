@@ -23,7 +23,7 @@ Read outcomes::
     SubscriptionEvent kinesis/efo_api.py: one SubscribeToShard event (the adapter's)
     ReadAhead         streaming/shard_reader.py: a streaming first read's end, in the
                       source's terms (ShardPosition of the records kept, idle, error)
-    ReadResult        spark/read/plan.py: a Spark read task's result, sent to the driver
+    ReadResult        spark/plan.py: a Spark read task's result, sent to the driver
     BatchEnd          checkpoint/batch_ends.py: the persisted end of a (batch, shard) read
 """
 
