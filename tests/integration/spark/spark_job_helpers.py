@@ -9,6 +9,7 @@ and the job ships it to the executors with ``addPyFile``.
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 import uuid
@@ -27,6 +28,7 @@ from kinesis_spout.spark.processing import (
     per_record,
     processor_factory,
 )
+from kinesis_spout.testing.processes import wait_until
 
 POISON = b"POISON"
 
@@ -172,18 +174,23 @@ RETRY_HANG = b"RETRY-HANG"
 
 def hold_task_slots(sc: Any, slots: int, seconds: float) -> threading.Thread:
     """Start a Spark job whose ``slots`` tasks each sleep ``seconds`` (in a thread) and
-    return once all of them run: the executors' task slots are busy until then."""
-    blocker = threading.Thread(
-        target=lambda: sc.parallelize(range(slots), slots).foreach(lambda _: time.sleep(seconds))
-    )
+    return once all of them run: the executors' task slots are busy until then. Each task
+    says it started with a file: Spark's status store writes a stage's task counts at most
+    every ``spark.ui.liveUpdatePeriod``, so two tasks that start together may never show
+    as two active there."""
+    started = Path(tempfile.mkdtemp(prefix="ks-slots-"))
+
+    def hold(i: int) -> None:
+        (started / str(i)).touch()
+        time.sleep(seconds)
+
+    blocker = threading.Thread(target=lambda: sc.parallelize(range(slots), slots).foreach(hold))
     blocker.start()
-    deadline = time.monotonic() + 60
-    while not any(
-        (st := sc.statusTracker().getStageInfo(i)) is not None and st.numActiveTasks == slots
-        for i in sc.statusTracker().getActiveStageIds()
-    ):
-        assert time.monotonic() < deadline, "the blocking job's tasks never started"
-        time.sleep(0.05)
+    wait_until(
+        lambda: len(list(started.iterdir())) == slots,
+        timeout=60,
+        what=f"the blocking job's {slots} tasks to start",
+    )
     return blocker
 
 
