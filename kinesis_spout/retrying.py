@@ -1,26 +1,13 @@
 """The one retry loop: a call tried again after a backoff while it fails in a way that may pass.
 
-:func:`retrying` calls ``fn()``. When it raises an error the caller's ``retriable``
-test accepts (by default a :class:`~kinesis_spout.errors.KinesisSpoutError` whose
-``retriable`` is true), or returns a result the caller's ``again`` test asks to try
-again (a read that got nothing because it was throttled, a put some of whose records
-were refused), it waits ``backoff.delay(n)`` (``n``: the tries made so far; a
-:mod:`tracker` :class:`~tracker.Backoff` such as
-:class:`~tracker.ExponentialBackoff`), logs the retry and calls again, until
-``attempts`` tries were made or ``deadline`` has passed. Then the last error is
-raised, or the last result returned as it is: what a partial try got is the
-caller's to keep (``fn`` may gather it as it goes). Any other error is raised at
-once, after one try.
-
-Each retry is one log line ``"<what>: <error or reason>; retry <n> in <delay>s"``
-at the caller's level and on the caller's logger. ``sleep`` and ``clock`` are
-injectable, for tests.
-
-Users: the start's stream check (:func:`kinesis_spout.core.startup.startup_call`),
-the executors' first read of a batch
-(:mod:`kinesis_spout.streaming.executor_read`), the enhanced fan-out consumer's wait
-for ACTIVE (:func:`kinesis_spout.kinesis.consumer.ensure_consumer`) and the
-re-drive of dead letters (:func:`kinesis_spout.deadletter.cli.put_entries`).
+:func:`retrying` calls ``fn()`` again after ``backoff.delay(n)`` while it raises an error
+the caller's ``retriable`` test accepts (by default a retriable
+:class:`~kinesis_spout.errors.KinesisSpoutError`) or returns a result its ``again`` test
+asks to try again (a throttled read, a put with refused records), until ``attempts``
+tries or ``deadline``; then the last error is raised, or the last result returned as it
+is (what a partial try got is the caller's to keep). Any other error is raised after one
+try. Each retry is one log line on the caller's logger, ``"<what>: <error or reason>;
+retry <n> in <delay>s"``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Stopping a reading loop cleanly on SIGTERM or SIGINT: :class:`StopSignals`.
 
-``docker stop`` and Kubernetes send SIGTERM, and Python's default action for it
-ends the process at once: no ``finally``, no ``close``, no final checkpoint. In
-the block of a :class:`StopSignals` the first SIGTERM or SIGINT only sets
-:attr:`~StopSignals.requested` (and wakes :meth:`~StopSignals.sleep`), so the
-loop finishes its batch, acks what it processed and leaves; the spout's
-``with`` block then closes it, which writes the final checkpoint. A second
-signal raises :class:`KeyboardInterrupt` at once (``close`` still runs as the
-exception leaves the ``with`` blocks, and checkpoints what is done)::
-
-    with StopSignals() as stop, KinesisSpout(config) as spout:
-        while not stop.requested:
-            batch = spout.next_batch(1000)
-            if not batch:
-                stop.sleep(spout.poll_delay())
-                continue
-            ...
-
-This is what the Spark job does for its driver (``kinesis_spout/spark/job.py``).
-Enter it before the spout, so the spout's ``close`` runs with the handlers still
-in place. Signal handlers can only be installed from the main thread.
+``docker stop`` and Kubernetes send SIGTERM, and Python's default action for it ends the
+process at once: no ``finally``, no final checkpoint. In a :class:`StopSignals` block the
+first SIGTERM or SIGINT only sets :attr:`~StopSignals.requested` (and wakes
+:meth:`~StopSignals.sleep`), so the loop finishes its batch and leaves, and the spout's
+``with`` block writes the final checkpoint; a second signal raises
+:class:`KeyboardInterrupt` at once. Enter it before the spout, from the main thread (the
+usage: README and docs/reader.md).
 """
 
 from __future__ import annotations

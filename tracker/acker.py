@@ -1,29 +1,12 @@
 """Storm's XOR acker: completion of a tuple tree in a fixed number of bytes per root.
 
-Every tuple of a tree gets a random non-zero 64-bit id.  The ledger keeps, per
-root, the XOR of every id created and every id acked (the *ack-val*): an id
-XORed in twice cancels, so the ack-val is 0 exactly when every created id has
-been acked (up to a 2**-64 chance of a false zero per update).
-
-* ``init(root, ack_val, owner)``: the spout's message: the XOR of the ids it
-  sent downstream, and who to tell.
-* ``update(root, xor_val)``: a bolt acked a tuple: its own id XOR the ids of
-  the tuples it anchored to it.
-* ``fail(root)`` / ``expire(now)``: the tree fails at once / after ``timeout``.
-
-As in Storm, updates and fails may arrive before the init (they travel by
-another route): the ledger keeps the XOR (or the failure) and the init then
-completes (or fails) the root.  Roots must be fresh for every delivery (use
-``new_id()``, also for a retry of the same record; ``owner`` says which record).
-Finished roots are remembered in a bounded FIFO so that late updates from a
-failed or timed-out tree are counted as unknown instead of starting a new entry.
-
-Memory per open root, whatever the size of its tree: one dict entry, one
-``_Root`` (3 slots: ack-val, owner, deadline; 56 bytes) and the current ack-val
-(a 64-bit int, 36 bytes); with a timeout also a float and two deque slots.
-Measured with tracemalloc (``bench/tracker_bench.py``: 100,000 roots, no
-timeout, root ids and initial ack-vals created before measuring): about 108
-bytes per open root.
+Every tuple of a tree gets a random non-zero 64-bit id. The ledger keeps, per root, the
+XOR of every id created and every id acked (the *ack-val*): an id XORed in twice
+cancels, so the ack-val is 0 exactly when every created id has been acked (up to a
+2**-64 chance of a false zero per update). As in Storm, updates and fails may arrive
+before the root's init; roots must be fresh for every delivery (``new_id()``, a retry
+too), and finished roots are remembered in a bounded FIFO so late updates count as
+unknown. The calls: :class:`Acker`'s methods; the memory per open root: docs/figures.md.
 """
 
 from __future__ import annotations

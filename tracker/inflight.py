@@ -1,41 +1,17 @@
 """The per-shard in-flight record tracker (after kinesis-storm-spout's InflightRecordTracker).
 
-Contract in a few lines (details in ``docs/tracker.md``):
+``emitted`` registers a record handed downstream, ``ack`` marks it done, ``fail``
+schedules a retry or, past ``retry_limit``, hands it back once to be dead-lettered (it
+stays pending until ``dead_lettered``); ``checkpoint`` is the highest key such that it and
+every key emitted before it are done, and never decreases. The contract: docs/tracker.md.
 
-* ``emitted`` registers a record handed downstream.  New keys arrive in
-  increasing order; a new key not greater than the latest key ever emitted is a
-  re-read duplicate, ignored and counted.  Emitting a key that awaits a retry is
-  that retry.
-* ``ack`` marks a record done.  ``fail`` schedules a retry (``retry_at = now +
-  backoff.delay(deliveries)``) or, after ``retry_limit`` retries, gives the
-  record up: it is handed back once, in the outcome, so the caller can
-  dead-letter it, and it stays pending (it blocks the checkpoint, is neither
-  retried nor expired again) until the caller confirms the durable
-  dead-letter write with ``dead_lettered``; only then is it done.
-* ``checkpoint`` is the highest key such that it and every key emitted before
-  it are done.  It never decreases.
-* Late, duplicate and unknown acks/fails/emits are counted, never raised.
-
-Layout.  An ordered hash map in emit order, kept lazily.  ``_slot`` maps the
-key of every record not yet done (in flight or awaiting a retry) to its
-record, so ``len(_slot)`` is the in-flight count and its insertion order is
-emit order; an emitted key is done once it is no longer there.  ``_order``
-(:class:`~tracker.layout.EmitOrder`) is the emit-order array of the emitted
-keys with its head and the checkpoint; ``_latest`` is the greatest key ever
-emitted.  Deliveries are 1 unless the key is in ``_att`` (keys failed at
-least once); a key awaits a retry when it is in ``_retries``
-(:class:`~tracker.retrying.RetryQueue`), and each delivery has a deadline in
-``_deadlines`` (:class:`~tracker.timeouts.Deadlines`) when there is a message
-timeout.  ``_counts`` (:class:`~tracker.counters.Counters`) counts the cold
-paths.  No per-record Python object is created and nothing here feeds the
-cyclic garbage collector.
-
-Ack: pop the key from ``_slot`` (and from ``_att``/``_retries`` if it was ever
-failed), nothing else.  Reading ``checkpoint`` advances the head of the
-emit-order array over the done entries; done runs collapse lazily when the
-array outgrows ``3 * in_flight + 64`` entries (see :mod:`tracker.layout`).
-
-Over 400 lines because it is one class that does one job (its docstring says why).
+Layout: ``_slot`` maps every key not yet done to its record (insertion order is emit
+order; ``len`` is the in-flight count); ``_order`` (:class:`~tracker.layout.EmitOrder`)
+is the emit-order array with its head and the checkpoint, collapsed lazily; retries,
+deadlines and the cold paths' counters live in :mod:`tracker.retrying`,
+:mod:`tracker.timeouts` and :mod:`tracker.counters`. An ack only pops the key; no
+per-record Python object is created. Over 400 lines because it is one class that does
+one job (its docstring says why).
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Shard leases and worker membership in ZooKeeper (the I/O half of coordination).
 
-Nodes (see :mod:`kinesis_spout.checkpoint.zookeeper` for the whole layout)::
-
-    /<root>/<job>/<stream>/@workers/<workerId>       ephemeral: this worker is alive
-    /<root>/<job>/<stream>/@leases/<shardId>         persistent: version = lease epoch
-    /<root>/<job>/<stream>/@leases/<shardId>/holder  ephemeral: the lease
-
-A lease is the ephemeral ``holder`` node: it exists while its creator's
-session lives, and ZooKeeper deletes it when the session ends (a crash is
-noticed after the session timeout). Acquiring is one transaction that creates
-``holder`` and bumps the epoch node's version; that version, the *epoch*, is
-handed to the checkpoint store, which then fences every checkpoint write of
-the shard on it (a write from a worker whose lease was taken over is refused).
-
-:class:`LeaseState` is the per-shard state a coordinator keeps; this module
-only does the ZooKeeper operations and translates kazoo's errors.
+A lease is the ephemeral ``@leases/<shardId>/holder`` node: it lives while its creator's
+session does (a crash is noticed after the session timeout). Acquiring is one transaction
+that creates ``holder`` and bumps the persistent ``@leases/<shardId>`` node's version, the
+lease *epoch*, which the checkpoint store then fences every write of the shard on. The
+node layout: docs/checkpoints.md. :class:`LeaseState` is the per-shard state a coordinator
+keeps; this module only does the ZooKeeper operations and translates kazoo's errors.
 """
 
 from __future__ import annotations

@@ -1,37 +1,14 @@
 """A worker process for multi-worker runs: one spout, ZooKeeper-coordinated.
 
-Run as many as you like on one stream or several, on one or several machines::
-
-    python -m kinesis_spout.coordination.worker --config job.toml \\
-        --checkpoint-store zk://127.0.0.1:2181/kinesis-spout --worker-id w1 \\
-        --output ./processed
-
-Each worker joins each stream's worker group in ZooKeeper, takes the shards
-assigned to it, and runs a trivial processing function: it appends one line
-per record to ``<output>/<worker_id>.records``::
-
-    <shard_id> <sequence_number> <sub_sequence_number> <payload id>
-
-(the payload id is the record data up to the first ``|``, as written by
-:func:`kinesis_spout.testing.streams.make_payloads`), flushes the file, then
-acks the batch. So a record is "processed" once its line is in the file, and
-a line without an ack (a crash in between) is exactly an in-flight duplicate.
-A worker of several streams writes the stream first: ``<stream> <shard_id> ...``.
-
-**Several streams** (``streams`` in the config): one
-:class:`~kinesis_spout.spout.KinesisSpout` (no job lease: the shard leases fence the
-workers) and one :class:`ShardCoordinator` per stream, each steering its stream's shards
-(:meth:`~kinesis_spout.spout.KinesisSpout.stream`; :mod:`kinesis_spout.coordination.group`
-steps them together); the leases and worker groups are each stream's, as with one stream.
-Each stream's assignment is rotated past the extra shards of the streams before it
-(:func:`~kinesis_spout.coordination.assignment.stream_rotations`), so the streams'
-shards are balanced over the workers as a whole: every worker of a job must list the
-same streams in the same order. A stream found deleted or created again is let go
-(its leases and member node deleted); the others go on.
-
-SIGTERM or SIGINT: the worker gives its shards up cleanly (drain, final
-checkpoint, lease deleted) and exits 0. ``kill -9`` is what the takeover test
-uses: its leases vanish when its ZooKeeper session expires.
+``python -m kinesis_spout.coordination.worker --config job.toml --checkpoint-store
+zk://... --worker-id w1 --output DIR``: the worker joins each stream's worker group,
+takes the shards assigned to it, and appends one line per record to
+``<output>/<worker_id>.records`` before it acks the batch, so a line without an ack is
+exactly an in-flight duplicate (what the takeover and chaos tests count). Several
+streams: one spout and one :class:`ShardCoordinator` per stream, each stream's
+assignment rotated past the extra shards of the streams before it, so every worker of a
+job must list the same streams in the same order. SIGTERM or SIGINT gives the shards up
+cleanly. Usage and line format: docs/checkpoints.md ("The worker entry point").
 """
 
 from __future__ import annotations

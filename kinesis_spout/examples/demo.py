@@ -1,21 +1,13 @@
 """``kinesis-spout demo``: the word-count job on a local Kinesis emulator.
 
-Each run: starts moto's Kinesis server (pip-installed, no Node needed),
-creates the demo stream, puts the sample sentences, runs the word-count job
-with ``spark-submit`` on ``local[2]`` (file checkpoints, JSON-lines dead
-letters), prints the word counts and where everything is, and stops the
-emulator. Everything it keeps is under ``--output`` (``./demo-output``).
-
-**Resuming.** moto keeps streams in memory only, so every run starts a fresh
-emulator. The demo makes it *reproducible*: run ``k`` puts the same records
-in the same order as runs ``1..k-1`` did (moto numbers records 1, 2, 3, ...
-per shard, and a partition key always maps to the same shard), so they get
-the same shard ids and sequence numbers as before, and then one new chunk of
-sentences. The job finds its checkpoints from the earlier runs and resumes
-after them: it reads only the new chunk. The demo checks it: the counts
-summed over all runs must equal the counts of every good sentence put so
-far (a sentence processed twice or lost would show), and every poison
-record must be in the dead-letter files exactly once. ``--fresh`` starts over.
+Each run starts moto's Kinesis server, creates the demo stream, puts the sample
+sentences, runs the word-count job with ``spark-submit`` on ``local[2]`` (file
+checkpoints, JSON-lines dead letters), prints the word counts and stops the emulator;
+everything it keeps is under ``--output``. moto keeps streams in memory only, so run
+``k`` puts the same records in the same order as the runs before it (the same shard ids
+and sequence numbers) and then one new chunk: the job resumes after its checkpoints, and
+the demo checks that the counts over all runs match every good sentence put, each
+poison record dead-lettered once. docs/spark-job.md ("The demo") says more.
 """
 
 from __future__ import annotations

@@ -2,24 +2,12 @@
 
 :class:`ShellSpoutAdapter` speaks to Storm over a :class:`MessageReader` /
 :class:`MessageWriter` pair and drives any object with the spout's shape
-(:class:`SpoutLike`, e.g. :class:`kinesis_spout.spout.KinesisSpout`):
-
-1. handshake: read ``{"conf", "pidDir", "context"}``, create the empty file
-   ``<pidDir>/<pid>``, reply ``{"pid": N}``;
-2. build the spout from the Storm conf (a callback), ``open()`` it;
-3. loop: read one command (``next``, ``ack``, ``fail``, ``activate``,
-   ``deactivate``), reply with zero or more ``emit``/``log`` messages and then
-   exactly one ``{"command": "sync"}``. An emit's id is the spout's message id
-   of the record (:func:`~kinesis_spout.multilang.tuples.tuple_id`: it names the
-   stream when the spout reads several). After an emit that asks for task ids
-   the parent's JSON list is read before anything else;
-4. at the end of input: checkpoint and close the spout, exit status 0.
-
-Malformed input (not JSON, unknown command, no id, input ending inside a
-message or before the task ids) is fatal: an ``error`` message naming the
-problem, the spout is closed (its checkpoint covers only finished records),
-exit status 2. An ack or fail of an id this process has no record of in
-flight is not fatal: it is logged (a Storm ``log`` message) and ignored.
+(:class:`SpoutLike`, e.g. :class:`kinesis_spout.spout.KinesisSpout`): the handshake, then
+one command at a time (``next``, ``ack``, ``fail``, ``activate``, ``deactivate``), each
+answered with zero or more ``emit``/``log`` messages and exactly one ``sync``; at the end
+of input it checkpoints and closes the spout. Malformed input is fatal (an ``error``
+message, the spout closed, exit status 2); an ack or fail of an unknown id is only
+logged. The protocol and every error case: docs/multilang.md.
 """
 
 from __future__ import annotations

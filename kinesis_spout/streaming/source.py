@@ -1,23 +1,14 @@
 """``spark.readStream.format("kinesis")``: a Structured Streaming source in pure Python.
 
-Built on PySpark's Python Data Source API (4.0+). Each record is read once,
-on the executors:
-
-* the *offset process* (one Python worker for the query's lifetime) runs
-  ``initialOffset``, ``latestOffset``, ``partitions`` and ``commit``. It never
-  reads records: it lists shards and plans each batch from where the last
-  one's tasks stopped (:class:`~kinesis_spout.streaming.planner.Planner`);
-* the *executors* run ``read``: one task per shard and batch reads from the
-  batch's start position up to its quota and records where it stopped in the
-  checkpoint store before returning (first writer wins, so a retried task
-  returns the same range: :mod:`~kinesis_spout.streaming.executor_read`);
-  with several streams (``streamName=a,b``, ``streamARN=...``) a task is one shard
-  of one stream, and its rows carry that stream's name;
-* the driver holds the offsets (batch plans) in Spark's checkpoint location.
-
-So clients and stores are created lazily and never pickled. This module holds
-the PySpark side (data source, stream reader, partitions). See
-``docs/streaming-source.md`` for options, guarantees and constraints.
+Built on PySpark's Python Data Source API (4.0+); each record is read once, on the
+executors. The *offset process* (one Python worker for the query's lifetime) lists shards
+and plans each batch from where the last one's tasks stopped
+(:class:`~kinesis_spout.streaming.planner.Planner`); the *executors* read one shard of
+one stream per task and record where they stopped (first writer wins, so a retried task
+returns the same range: :mod:`~kinesis_spout.streaming.executor_read`); the driver holds
+the offsets in Spark's checkpoint location. So clients and stores are created lazily and
+never pickled. This module holds the PySpark side (data source, stream reader,
+partitions); options, guarantees and constraints: docs/streaming-source.md.
 """
 
 from __future__ import annotations

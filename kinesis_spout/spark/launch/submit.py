@@ -1,20 +1,11 @@
 """``kinesis-spout run``: call ``spark-submit`` on the job file for you.
 
-It validates the config first (a bad value, or a ``metrics_port`` already in
-use, fails in a second, not after Spark has started), finds ``spark-submit``
-(next to this Python, then on ``PATH``), points ``PYSPARK_PYTHON`` at this
-Python, and adds quiet defaults (``--master local[2]``, no console progress
-bars, WARN logs, Arrow on);
-``--master`` and ``--spark-conf KEY=VALUE`` override them.
-
-Signals: ``spark-submit`` runs in its own session with SIGINT and SIGTERM
-ignored, so the JVM does not shut down under the Python driver; the first
-SIGINT/SIGTERM this command gets is forwarded as SIGTERM to the job's Python
-process alone (its pid comes through a pid file), which finishes its batch,
-checkpoints and exits; a second one kills the whole process group. If this
-command is killed outright (``kill -9``), the job notices (it watches this
-process, :mod:`kinesis_spout.spark.launch.launcher`) and stops the same way; the JVM
-and its PySpark workers end with the job's Python process.
+It validates the config first (a bad value fails in a second, not after Spark has
+started), finds ``spark-submit``, points ``PYSPARK_PYTHON`` at this Python and adds quiet
+defaults that ``--master`` and ``--spark-conf`` override. ``spark-submit`` runs in a
+session of its own with SIGINT and SIGTERM ignored, and the first signal this command
+gets goes to the job's Python process alone, so the job finishes its batch and
+checkpoints before the JVM goes. The defaults and the signals: docs/spark-job.md.
 
 This module imports nothing from Spark: it only builds a command line.
 """

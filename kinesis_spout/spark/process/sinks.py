@@ -1,20 +1,10 @@
 """Sinks for the processed rows: ``none``, ``console``, ``parquet://DIR``.
 
-The executors write the rows of a micro-batch that processed ok **before** their
-statuses reach the driver, and the checkpoint moves only after the ack. So the semantics are
-**at-least-once**: every acked record is in the sink; after a crash (or a
-retry of a fan-out tree) rows already written are written again. Readers
-that need each record once deduplicate on ``(shardId, sequenceNumber,
-subSequenceNumber)`` (or their own key for fan-out rows).
-
-What the rows are depends on the processing style: the input columns of the
-ok records (per-record function), the transform's output rows that are ok
-(minus ``_row``/``status``/``error``), or the derived records (fan-out, where
-the sink is one more anchored sink of the tree).
-
-Parquet files are written as ``part-<batch>-<random>.parquet`` through a
-hidden temporary name and an atomic rename, so a reader never sees a half
-file; a crash may leave a ``.tmp-*`` file that readers ignore.
+The executors write a micro-batch's ok rows before its statuses reach the driver, and
+the checkpoint moves only after the ack: every acked record is in the sink, and rows
+may be written again after a crash (at-least-once). Parquet files appear whole, through
+a hidden temporary name and a rename. What the rows are per processing style, and how
+readers deduplicate: docs/spark-job.md ("Output and delivery semantics").
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """The keys of the frame jobs that run, and the batch-end floor they allow.
 
-Each Spark job of executor reads with a transform or a fan-out records its read ends
-under a key of its own (:mod:`~kinesis_spout.spark.read.recorded`), so a partition Spark
-computes again reads exactly what the first attempt read. Once no running job can need
-the ends below a key, the driver removes them (the store's *floor*). :class:`JobKeys`
-says which floor is safe:
-
-* a key is taken and marked running in one step, so a job ending meanwhile on another
-  thread never raises the floor past a job that is about to record;
-* a job the driver gave up (its micro-batch past its deadline) stops holding the floor
-  at once, even while its thread goes on (user code on the driver that does not return):
-  once a later job has raised the floor, its late tasks record nothing (their key is
-  below it) and fail, and the driver never applies what it read. A given-up micro-batch
-  gets no new key (:class:`GivenUpError`), so its thread starts no Spark job after that;
-* the floor never goes down: keys are handed out in order, and it is the lowest key
-  running, or the next key when none runs.
+Each Spark job of a transform or a fan-out records its read ends under a key of its own
+(:mod:`~kinesis_spout.spark.read.recorded`), so a partition Spark computes again reads
+what the first attempt read. Once no running job can need the ends below a key, the
+driver removes them (the store's *floor*). :class:`JobKeys` says which floor is safe:
+a key is taken and marked running in one step; a job given up past its deadline stops
+holding the floor at once, and gets no new key (:class:`GivenUpError`); the floor never
+goes down (the lowest key running, or the next key when none runs).
 """
 
 from __future__ import annotations
