@@ -1,24 +1,13 @@
 """Checkpoint stores: "everything up to here is done", per shard.
 
-One small protocol (:class:`CheckpointStore`), several implementations, one
-contract test suite (``tests/integration/checkpoint/test_checkpoint_contract.py``):
-
-* ``memory://`` — :class:`MemoryCheckpointStore`, for tests and embedding;
-* ``file://DIR`` — the local-file store, the embedded default (one worker);
-* ``zk://host:port[,host:port]/root`` — the ZooKeeper store (kazoo);
-* ``dynamodb://TABLE`` — the DynamoDB store (boto3), for jobs on AWS.
-
-Rules every store keeps:
-
-* a checkpoint never moves backwards: a save that is not after the stored
-  one is a no-op when equal and :class:`StaleCheckpointError` when behind;
-* a shard marked ended stays ended;
-* a stored value that cannot be parsed, or that names another stream or job,
-  raises :class:`CorruptCheckpointError` instead of being ignored.
-
-Beside the checkpoints, a ``file://``, ``zk://`` or ``dynamodb://`` store holds the
-batch-end records of the Spark reads (:mod:`~kinesis_spout.checkpoint.batch_ends`),
-opened by the same URL (:func:`~kinesis_spout.checkpoint.factory.open_batch_ends`).
+One small protocol (:class:`CheckpointStore`), one contract test suite
+(``tests/integration/checkpoint/test_checkpoint_contract.py``) and four stores:
+``memory://``, ``file://DIR`` (the embedded default), ``zk://host:port/root`` and
+``dynamodb://TABLE``. Every store keeps the same rules: a checkpoint never moves
+backwards, an ended shard stays ended, a stored value that cannot be parsed or names
+another stream or job is an error (docs/checkpoints.md). The ``file://``, ``zk://`` and
+``dynamodb://`` stores also hold the Spark reads' batch ends
+(:mod:`~kinesis_spout.checkpoint.batch_ends`).
 """
 
 from __future__ import annotations

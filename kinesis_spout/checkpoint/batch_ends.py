@@ -1,34 +1,17 @@
 """Batch-end records: where each (batch, shard) read stopped, the checkpoint store's
 second family beside the checkpoints (:func:`~kinesis_spout.checkpoint.factory.open_batch_ends`).
 
-They serve the streaming source and the Spark job alike. The streaming source's
-``latestOffset`` never reads records: a batch's offset names, per shard, where
-its read starts and how many records it may take; the executor task reading
-the shard stops at that limit, at the shard's tip or at its end, and **before
-it returns** records where it stopped under ``(batch id, shard)`` in the
-checkpoint store. The first writer wins: a retried or speculative task finds
-the record and reads exactly the same range, so a batch has the same records
-on every attempt. The next batch starts from the recorded ends, and the
-commit of a batch writes them as the shards' checkpoints; records of batches
-before the committed one are then removed, and a leftover attempt of a removed
-batch cannot record it again (the store keeps a *floor*: the lowest batch kept).
-The Spark job records its read tasks' ends the same way, a Spark job as a batch
-(both read through :mod:`~kinesis_spout.checkpoint.recorded_read`).
-
-Batch ids restart at 1 in a new Spark checkpoint location, so records are
-kept per *run*: the id the initial offset drew, carried by every offset of
-that checkpoint location. Each record also says what it was planned from
-(:class:`PlannedFrom`: the run, the shard's start position and quota); a
-record that does not match the batch's plan is refused, never used.
-
-Layout (next to the checkpoints of the job, never mistaken for one)::
-
-    file://DIR   DIR/<job>/<stream>.batches/run-<run>/<batch, 12 digits>/<shard>.json
-    zk://h/root  /root/<job>/<stream>/@batches/run-<run>/<batch, 12 digits>/<shard>
-
-plus a ``floor`` file or node next to the batches. Offsets of earlier releases
-have no run (``""``): their records are directly under ``.batches``/``@batches``.
-The backends: :mod:`~kinesis_spout.checkpoint.file_batch_ends` and
+A read task records where it stopped under ``(batch id, shard)`` before it returns, first
+writer wins, so a retried or speculative task reads exactly the same range; the next batch
+starts from the recorded ends, and a commit removes the records below it (the store keeps
+a *floor*, so a leftover attempt of a removed batch cannot record it again). The
+streaming source and the Spark job both read this way
+(:mod:`~kinesis_spout.checkpoint.recorded_read`). Records are kept per *run* (batch ids
+restart in a new Spark checkpoint location), and each says what it was planned from
+(:class:`PlannedFrom`): a record that does not match the batch's plan is refused. Offsets
+of earlier releases have no run (``""``): their records sit directly under the batches'
+directory or node. Layout and rules: docs/streaming-source.md and docs/checkpoints.md; the
+backends: :mod:`~kinesis_spout.checkpoint.file_batch_ends` and
 :mod:`~kinesis_spout.checkpoint.zk_batch_ends`.
 """
 

@@ -1,24 +1,12 @@
 """The checkpoint items of one job in a DynamoDB table: read them, write them on a condition.
 
-An item is ``{pk: "<job>/<stream>", sk: "<shardId>", checkpoint: <codec.py JSON>,
-version: N}``; ``version`` counts its writes. Every write is conditional on the version
-and the checkpoint read (``attribute_not_exists(pk)`` for a first one: an item edited
-by hand without a new version is not overwritten either), and asks for the item found
-when the condition fails, so a lost race costs no extra read.
-
-How a round of writes goes out (:meth:`CheckpointItems.put_many`):
-
-* **fenced** (this process holds the job's lease): TransactWriteItems of up to 99
-  checkpoints and one ConditionCheck of the lease item. A transaction is all or
-  nothing, so its cancellation reasons give each checkpoint its own outcome (its
-  condition failed, with the item found; or it was fine and goes again); a refused
-  lease check refuses them all. Two write units per checkpoint (transactions cost
-  double), and one call per 99 shards;
-* **not fenced**: one conditional PutItem per checkpoint, one write unit each, all
-  in flight together; each answer is that checkpoint's outcome.
-
-BatchWriteItem is not used: it takes no condition, so it could move a checkpoint
-backwards.
+An item is ``{pk: "<job>/<stream>", sk: "<shardId>", checkpoint, version}``. Every write
+is conditional on the version and the checkpoint read, and asks for the item found when
+the condition fails, so a lost race costs no extra read. A round
+(:meth:`CheckpointItems.put_many`) goes out as TransactWriteItems of up to 99 checkpoints
+and a check of the lease item when this process holds the job's lease, else as one
+conditional PutItem per checkpoint, all in flight; never as BatchWriteItem, which takes no
+condition. Why, and what each costs: docs/checkpoints.md ("Compare-and-set, and a round").
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """The job lease of a ``dynamodb://`` store: an item with an owner, a counter and an expiry.
 
-The item ``pk=<job>, sk=@job-lease`` (:mod:`.dynamodb_layout`) holds ``owner`` (this
-holder's token, ``host:pid:random``), ``holder`` (who holds it, the JSON every store's
-lease records), ``lease_counter`` (one more at each take and renewal, as KCL counts
-its leases), ``expires_at`` (epoch seconds) and ``lease_seconds``.
-
-* **Taking it** is one conditional PutItem: the item is absent, or its expiry has
-  passed, or its holder ran on this host and is dead (the ZooKeeper lease's rule), on
-  the condition that it still has the owner and counter read; of two takers one wins.
-* **A heartbeat thread** renews it every third of its length (UpdateItem on the
-  condition that the owner is still this one). The lease is **lost** when a renewal
-  finds another owner, or when this process's own monotonic clock says it ran out
-  before a renewal got through (a process paused by SIGSTOP, a table unreachable):
-  ``lost`` turns true and ``on_lost`` is called, as for an expired ZooKeeper session.
-* **Fencing.** While this process holds a job's lease, every checkpoint write of that
-  job to the same table is a transaction with a check that the lease item still has
-  this owner and an expiry ahead of this process's clock (:func:`held_lease`,
-  :mod:`.dynamodb_writes`): a holder cut off and past its expiry, taken over or not,
-  has its writes refused with :class:`~kinesis_spout.errors.StaleCheckpointError`.
-
-States: ``new -> held`` (``acquire``) ``-> released`` (``release``); ``held -> lost``.
+The ``@job-lease`` item has KCL's lease shape for the whole job. Taking it is one
+conditional PutItem (absent, expired, or its holder dead on this host), a heartbeat thread
+renews it every third of its length, and it is **lost** when a renewal finds another owner
+or this process's own monotonic clock says it ran out (``lost`` turns true, ``on_lost`` is
+called). While it is held, every checkpoint write of the job is fenced on it in a
+transaction (:func:`held_lease`, :mod:`.dynamodb_writes`). States: ``new -> held ->
+released``, ``held -> lost``. The item and the rules: docs/checkpoints.md ("The job lease
+item").
 """
 
 from __future__ import annotations

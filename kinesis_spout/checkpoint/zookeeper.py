@@ -1,35 +1,13 @@
 """The ZooKeeper checkpoint store (``zk://host:port[,host:port...]/root``), via kazoo.
 
-Node layout under the URL's root (the root acts as a chroot: nothing is
-written outside it)::
-
-    /<root>/<job>/<stream>/<shardId>                 checkpoint JSON (codec.py), persistent
-    /<root>/<job>/<stream>/@leases/<shardId>         lease epoch node, persistent
-    /<root>/<job>/<stream>/@leases/<shardId>/holder  the lease itself, ephemeral
-    /<root>/<job>/<stream>/@workers/<workerId>       live workers, ephemeral
-    /<root>/<job>/<stream>/@batches/...              batch-end records (zk_batch_ends.py)
-
-The job name is part of every path, so two jobs reading one stream never
-share checkpoints by accident. Shard ids and stream names never contain
-``@``, so the ``@`` nodes cannot collide with a shard.
-
-Every write is compare-and-set on the node's version (kazoo's ``Counter``
-recipe): read, check the new value is after the stored one, write with
-``version=``; a concurrent writer makes the write fail with a bad version, and
-the loop re-reads and re-checks. So a checkpoint never moves backwards.
-
-Fencing (several workers, :mod:`~kinesis_spout.checkpoint.zk_fencing`): once a
-coordinator calls :meth:`require_leases` for a stream, a write is accepted only
-in one ZooKeeper transaction with a check that the shard's lease epoch node
-still has the version this worker got when it acquired the lease. Any later
-acquisition by another worker bumps that version, so a zombie (a paused
-process, a worker whose session expired) has its writes refused with
-:class:`StaleCheckpointError`.
-
-Connection state: while kazoo reports SUSPENDED or LOST no write is sent
-(kazoo would queue it and block): :class:`CheckpointStoreUnavailableError`
-(retriable) is raised at once. Each call waits at most ``op_timeout``; an
-answer that does not come in time is also "unavailable", never success.
+Checkpoints are persistent nodes ``/<root>/<job>/<stream>/<shardId>`` beside the lease,
+worker and batch-end nodes (the root acts as a chroot). Every write is compare-and-set on
+the node's version, so a checkpoint never moves backwards; once a coordinator calls
+:meth:`require_leases`, a write is also fenced on the shard's lease epoch in the same
+transaction (:mod:`~kinesis_spout.checkpoint.zk_fencing`), so a zombie's write is refused.
+While kazoo reports SUSPENDED or LOST nothing is sent, and a call that gets no answer in
+``op_timeout`` is "unavailable" (retriable), never success. The layout and the rules:
+docs/checkpoints.md.
 """
 
 from __future__ import annotations

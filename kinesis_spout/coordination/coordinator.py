@@ -1,36 +1,13 @@
 """Drive one spout from ZooKeeper shard leases: several workers, one stream.
 
-Each worker registers an ephemeral member node, computes the assignment of
-the stream's live shards over the live workers (:func:`assign_shards`), takes
-the leases of its shards and gives up the others. The spout is told through
-``set_owned_shards``, ``deactivate`` and ``activate`` only; it never sees
-ZooKeeper.
-
-Threading: kazoo calls its listeners and watches on its own thread. Those
-callbacks only put an event on a thread-safe queue; everything else (ZooKeeper
-reads and writes, every call into the spout) happens in :meth:`poll`, which
-the worker loop calls between batches on the thread that owns the spout.
-
-Safety rules:
-
-* **flush before release**: a shard being given up stops reading new records
-  (its retries still go out; every other shard keeps flowing), its in-flight
-  records get ``drain_timeout`` to be acked, the spout drops it (which writes
-  its final checkpoint, fenced by the lease), and only then is the lease node
-  deleted;
-* **SUSPENDED** (connection lost, session maybe alive): the spout stops
-  emitting at once; acks are still taken, checkpoint writes fail as
-  retriable until the connection is back. Resumed only if the same session
-  comes back and the lease nodes are still ours;
-* **LOST** (session expired): every lease is gone. When a new session is up,
-  the spout's pending acks are flushed (accepted only where no other worker
-  took the shard over meanwhile: the epoch fence), every shard is dropped,
-  and the worker rejoins and re-acquires what is assigned to it. It emits
-  nothing in between.
-
-The queue, the session's state and what kazoo's events mean are the
-coordinator's :class:`~kinesis_spout.coordination.session.ZkSession`; the
-coordinator holds the lease tables and the spout and acts on what it is told.
+Each worker registers an ephemeral member node, computes the assignment of the stream's
+live shards over the live workers (:func:`assign_shards`), takes the leases of its shards
+and gives up the others, flushing before it releases. The spout is told through
+``set_owned_shards``, ``deactivate`` and ``activate`` only; it never sees ZooKeeper.
+kazoo's callbacks only queue events (:class:`~kinesis_spout.coordination.session.ZkSession`
+says what they mean); everything else happens in :meth:`poll`, on the thread that owns
+the spout, between batches. The safety rules (flush before release, SUSPENDED, LOST):
+docs/checkpoints.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
 """The job lease: one active reader per job name and checkpoint store.
 
-Two readers with the same job name would both read every shard and race on
-the same checkpoints. So each reader holds a lease for its job name before it
-reads anything: the Spark job's driver (``kinesis-spout run``), and every
-:class:`~kinesis_spout.spout.KinesisSpout` (your own loop, the multilang
-process), unless it shares the stream through the coordination worker's shard
-leases instead:
-
-* ``file://DIR`` stores: an OS lock (``flock``) on ``DIR/<job>/.job.lock``,
-  released by the kernel when the process dies, even by ``kill -9``;
-* ``zk://`` stores: an ephemeral node ``<root>/<job>/@job-lease``, gone when the
-  driver's ZooKeeper session ends;
-* ``dynamodb://`` stores: an item with an owner, a counter and an expiry that a
-  heartbeat renews (:mod:`~kinesis_spout.checkpoint.dynamodb_lease`), free once it
-  expires;
-* ``memory://`` stores live in one process: nothing to share, no lease.
-
-Each records who holds it (host, pid, start time, and what reads: ``kinesis-spout
-run``, ``KinesisSpout (loop.py)``), so a second reader fails
-with :class:`JobLeaseHeldError` naming the job and the holder, or, asked to
-wait, logs that it waits and takes the lease when the holder goes.
-
-Lease states (:class:`JobLease`): ``new -> held`` (``acquire``), ``held ->
-released`` (``release``), ``held -> lost`` (ZooKeeper session expired, DynamoDB lease
-not renewed in time or taken over: another driver may now start; the job is told
-through ``lost`` and stops).
+Two readers with the same job name would both read every shard and race on the same
+checkpoints, so each reader (the Spark job's driver, every
+:class:`~kinesis_spout.spout.KinesisSpout` not coordinated by shard leases) holds a lease
+for its job name before it reads anything: a ``flock`` for ``file://``, an ephemeral node
+for ``zk://``, an item a heartbeat renews for ``dynamodb://``
+(:mod:`~kinesis_spout.checkpoint.dynamodb_lease`), none for ``memory://``. A second
+reader fails with :class:`JobLeaseHeldError` naming the holder, or waits for it. A lease
+is ``new``, ``held``, ``released`` or ``lost`` (the job is told and stops). The table per
+store: docs/checkpoints.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """The ZooKeeper session the shard coordinator's leases live in: SUSPENDED, LOST, CONNECTED.
 
-kazoo reports connection states and fires watches on its own thread;
-:class:`ZkSession` only queues them there. On the thread that owns the spout,
-:meth:`ZkSession.drain` reads the queue and says what the events mean
-(:class:`SessionNews`); the coordinator, which owns the lease tables and the
-spout, acts on it:
-
-* SUSPENDED: every held or releasing lease is SUSPENDED (the spout stops);
-* LOST, or CONNECTED with a new session: every lease is gone (the session is
-  *lost*); once a session is up, what the spout can flush is flushed
-  (accepted only where no other worker took the shard over), every shard is
-  dropped, the coordinator says so (:meth:`ZkSession.renewed`) and the worker
-  rejoins;
-* CONNECTED, same session: the session is *reconnected*: each suspended lease
-  whose holder node is still ours is HELD again, the others are dropped, and
-  the coordinator says so (:meth:`ZkSession.verified`);
-* a watch, or CONNECTED: the coordinator rebalances.
+kazoo reports connection states and fires watches on its own thread; :class:`ZkSession`
+only queues them there. On the thread that owns the spout, :meth:`ZkSession.drain` reads
+the queue and says what the events mean (:class:`SessionNews`: suspended, lost, a new
+session, the same session back, a rebalance due); the coordinator, which owns the lease
+tables and the spout, acts on it as docs/checkpoints.md ("The safety rules") says.
 """
 
 from __future__ import annotations

@@ -1,26 +1,17 @@
 """One shard's reading state: tracker, replay window, dead-letter write-ahead.
 
-A :class:`ShardPartition` is what a reader keeps per shard between fetches; it
-does no I/O of its own (the dead-letter sink is passed in). Its lifecycle is
-:class:`~kinesis_spout.records.ShardState`::
+A :class:`ShardPartition` is what a reader keeps per shard between fetches, whether it
+reads the shard itself or Spark tasks do; it does no I/O of its own (the dead-letter sink
+is passed in). Its ``state`` is a :class:`~kinesis_spout.records.ShardState`.
 
-    WAITING -> OPEN       its parents ended (or it has none): reading starts
-    OPEN -> DRAINING      its last page was read (the shard is closed)
-    DRAINING -> ENDED     every record of it is done and the end is saved
-
-*Window* (:class:`ReplayWindow`): the keys handed out for the first time after the
-last *saved* checkpoint, done or not. A crash now would replay exactly those, so a shard
-whose window holds ``max_in_flight`` keys is not fetched, with one exception
-(:meth:`ShardPartition.room`): a checkpoint on the first user record of a
-multi-record KPL aggregate cannot be saved (a resume from ``(seq, 0)`` would
-skip the rest of the aggregate), so when every record handed out is done and
-the checkpoint sits there, the next record (the aggregate's second) is let in;
-once it is done the checkpoint can be saved. A crash replays that aggregate
-whole anyway.
-
-*Dead-letter write-ahead*: a given-up record joins ``dead_pending`` before its
-write, and its tracker (which keeps it pending) is told only after the write
-returned, so an interrupted write leaves the checkpoint below the record.
+*Window* (:class:`ReplayWindow`): the keys handed out for the first time since the last
+saved checkpoint, what a crash now would replay. A full window (``max_in_flight``) is not
+fetched, except that :meth:`ShardPartition.room` lets the next record in while the
+checkpoint waits on the first user record of a multi-record KPL aggregate, which cannot
+be saved. *Dead-letter write-ahead*: a given-up record joins ``dead_pending`` before its
+write, and its tracker is told only after the write returned, so an interrupted write
+leaves the checkpoint below it. Details: docs/guarantees.md ("The replay bound") and
+docs/reader.md ("Checkpoints and KPL aggregates").
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """KPL record de-aggregation, without a protobuf dependency.
 
-A KPL aggregated record is ``MAGIC + protobuf(AggregatedRecord) + md5(protobuf)``
-where::
+A KPL aggregated record is ``MAGIC + protobuf(AggregatedRecord) + md5(protobuf)`` (the
+format: aggregation-format.md of awslabs/amazon-kinesis-producer). Only the fields used
+are decoded: ``AggregatedRecord`` 1 (``partition_key_table``) and 3 (``records``), each
+``Record``'s 1 (``partition_key_index``) and 3 (``data``); the others (explicit hash
+keys, tags) are skipped by wire type.
 
-    message AggregatedRecord {
-      repeated string partition_key_table     = 1;
-      repeated string explicit_hash_key_table = 2;
-      repeated Record records                 = 3;
-    }
-    message Record {
-      required uint64 partition_key_index     = 1;
-      optional uint64 explicit_hash_key_index = 2;
-      required bytes  data                    = 3;
-      repeated Tag    tags                    = 4;
-    }
-
-A payload that has the magic prefix but a wrong checksum or a malformed body
-is passed through as one plain record (what the KCL does), never dropped.
+A payload with the magic prefix but a wrong checksum or a malformed body is passed
+through as one plain record (what the KCL does), never dropped; the reader counts it as
+``corrupt_aggregates`` (docs/metrics.md, "The metrics").
 """
 
 from __future__ import annotations

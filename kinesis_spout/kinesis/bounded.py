@@ -1,34 +1,17 @@
 """Reading a bounded range of one shard: the one loop every reading mode shares.
 
-A :class:`BoundedRead` takes pages from one shard's getter, GetRecords
-(:class:`~kinesis_spout.kinesis.getter.KinesisShardGetter`) or an enhanced
-fan-out subscription (:class:`~kinesis_spout.kinesis.efo_getter.EfoShardGetter`),
-neither of which ever blocks, and hands each page to its ``take``, until the
-first of its bounds:
-
-* ``limit`` user records: a KPL aggregate past it is cut, and the getter's
-  position is inside it (the next read goes on there);
-* ``take`` took fewer records than the page held: the caller's own bound (an
-  arrival-time cutoff, the last key of a recorded range);
-* the shard's tip, by the getter's rule (:meth:`KinesisShardGetter.at_tip_after`,
-  :meth:`EfoShardGetter.at_tip_after`), unless ``to_tip`` is False;
-* the end of a closed shard;
-* ``max_calls`` answers, or too many empty answers in a row (``max_empty_at_tip``,
-  ``max_empty_behind``: Kinesis walks over a gap one empty page at a time);
-* a retriable error, with ``stop_on_error`` (otherwise the getter backs off and
-  polls again; an expired iterator is always re-opened, never an end), or
-  ``max_errors`` errors in a row, expired iterators included (the last one is raised);
-* an error of the read that needs a human (the stream deleted, access denied, a KMS key
-  disabled): raised, or with ``fail_soft`` said in :attr:`ReadEnd.failure` (a Spark task
-  hands it to the driver, which pauses the shard: it is never a record's fault);
-* its driver's deadline, or its driver stopped (``stopped``).
-
-:func:`read_until` reads one shard in this thread (the streaming source's first
-reads and replays, a Spark task's enhanced fan-out reads, the one-record read of
-a poison); :func:`read_each` reads a Spark task's polled shards
-interleaved, up to N calls in flight, and hands each read back as it ends. How a
-read ended is its
-:class:`~kinesis_spout.records.ReadEnd`.
+A :class:`BoundedRead` hands the pages of one shard's getter (GetRecords or an enhanced
+fan-out subscription; neither blocks) to its ``take``; :func:`read_until` drives one in
+this thread, :func:`read_each` a Spark task's polled shards interleaved. A read ends at
+the first of: ``limit`` user records (a KPL aggregate past it is cut; the next read
+starts inside it); a page ``take`` took only part of (the caller's own bound); the tip
+(``to_tip``, the getter's ``at_tip_after``); a closed shard's end; ``max_calls`` answers,
+or ``max_empty_at_tip`` / ``max_empty_behind`` empty ones in a row; a retriable error
+with ``stop_on_error`` (an expired iterator is always re-opened); ``max_errors`` errors in
+a row, expired iterators included (the last is raised); an error that needs a human
+(raised, or with ``fail_soft`` kept in :attr:`~kinesis_spout.records.ReadEnd.failure`);
+the deadline; ``stopped``. Where each mode uses it: docs/architecture.md ("The parts,
+bottom up"); a read that fails soft: docs/spark-job.md ("How a micro-batch runs").
 """
 
 from __future__ import annotations

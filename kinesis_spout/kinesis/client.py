@@ -1,21 +1,18 @@
-"""Building the boto3 Kinesis client.
+"""Building the boto3 Kinesis client, with cheaper answer parsing.
 
-Against an emulator (an explicit endpoint URL) with no credentials set,
-dummy credentials are used, since emulators accept any.
+:func:`make_client` makes a client (:func:`process_client`: the one of an executor
+process). Against an emulator (an explicit endpoint URL) with no credentials set, dummy
+credentials are used, since emulators accept any.
 
-Timestamps are parsed into UTC datetimes by :func:`utc_timestamp` instead of
-botocore's default, which converts every ``ApproximateArrivalTimestamp`` to
-the local zone through dateutil's ``tzlocal``: about half the client's CPU per record.
-
-A successful GetRecords answer is parsed by :class:`_FastParsers` with one
-``json.loads`` and a base64 decode per record (the same result as botocore's
-shape-driven parser, which walks every field of every record); so is each
-``SubscribeToShardEvent`` of an enhanced fan-out event stream, whose messages are framed
-from a growing ``bytearray`` read 1 MiB at a time (botocore appends 64 KiB reads to an
-immutable ``bytes``: quadratic in an event's size); every other answer and event goes
-to botocore, and so does an answer that does not look as the fast parser expects (an
-unknown field, a type that differs), or every event stream if the botocore internals
-the fast one relies on are not there: said once at INFO.
+Its sessions parse timestamps straight to UTC (:func:`utc_timestamp`; botocore's default
+converts each ``ApproximateArrivalTimestamp`` through dateutil's ``tzlocal``, which is
+costly), and :class:`_FastParsers` parses a successful GetRecords answer and each
+``SubscribeToShardEvent`` with one ``json.loads`` (the same result as botocore's
+parsers), framing event streams in a growing ``bytearray`` (:class:`_LinearBuffer`).
+Other answers, one the fast parser does not expect (an unknown field, a type that
+differs), and every event stream where botocore lacks the internals :class:`_LinearBuffer`
+relies on go to botocore's parsers, said once at INFO. The costs: docs/reader.md ("API",
+the ``client`` row) and docs/efo.md ("Figures").
 """
 
 from __future__ import annotations

@@ -1,43 +1,16 @@
-"""Reading one shard: :class:`KinesisShardGetter` and :class:`BufferedShardGetter`.
+"""Reading one shard by polling: :class:`KinesisShardGetter`.
 
-A getter never sleeps. ``poll(now)`` makes at most one GetRecords call (plus a
-GetShardIterator when it needs a new iterator) and returns a
-:class:`ShardBatch`: the records, whether the shard has ended, and
-``next_poll_at``, the clock time before which polling again does nothing.
-Callers sleep on that themselves (``KinesisSpout.poll_delay``).
+GetShardIterator and GetRecords for the spout, Spark read tasks and the streaming source.
+It never sleeps: ``poll(now)`` makes at most one GetRecords call (plus a GetShardIterator
+when it needs an iterator) and returns a :class:`~kinesis_spout.records.ShardBatch` whose
+``next_poll_at`` the caller sleeps on.
 
-Positions and duplicates
-    The getter remembers ``after``, the key of the last record it returned
-    (at start: the checkpoint). Every answer is cut to keys ``> after``, so a
-    re-read (a re-opened iterator, a resumed checkpoint) never duplicates.
-
-Opening an iterator
-    * after a record this getter returned: ``AFTER_SEQUENCE_NUMBER`` of it (a
-      GetRecords answer always ends on a whole Kinesis record, never inside a
-      KPL aggregate);
-    * from a checkpoint ``(seq, sub)``: ``AFTER_SEQUENCE_NUMBER seq`` when
-      ``sub == 0`` (a whole record: the spout never saves ``(seq, 0)`` for the
-      first user record of a multi-record aggregate), else
-      ``AT_SEQUENCE_NUMBER seq``, dropping sub-records ``<= sub`` (a resume in
-      the middle of an aggregate);
-    * otherwise the initial position (TRIM_HORIZON, LATEST, AT_TIMESTAMP). If
-      a LATEST iterator expires before any record was read, it re-opens
-      ``AT_TIMESTAMP`` of the moment the first one was opened (by the server's
-      ``Date`` header, else the local clock; minus one second), so nothing
-      written in between is skipped.
-
-Errors
-    * ``ExpiredIteratorException``: the iterator is re-opened (next poll, after
-      the rate-limit interval) from the position above;
-    * throttling (ProvisionedThroughputExceeded, LimitExceeded), 5xx and
-      dropped or refused connections: the same iterator is retried after a
-      jittered exponential backoff, so nothing is dropped or read twice (an
-      iterator is an immutable position);
-    * anything else (unknown stream, rejected credentials, an invalid
-      sequence number) is raised: it needs a human.
-
-A missing ``NextShardIterator`` means the shard is closed: the records of that
-last answer are returned with ``ended=True`` and the getter stays ended.
+Three rules: every answer is cut to keys after ``after`` (the last record returned, at
+start the checkpoint), so a re-read never duplicates; a retriable error keeps the same
+iterator (an immutable position), so nothing is skipped or read twice; an answer ends on a
+whole Kinesis record, never inside a KPL aggregate, so a re-open after it is
+``AFTER_SEQUENCE_NUMBER``. Each answer and what the getter does, and resumes inside an
+aggregate: docs/reader.md ("How the reading works", "Checkpoints and KPL aggregates").
 """
 
 from __future__ import annotations

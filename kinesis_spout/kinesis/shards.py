@@ -1,26 +1,15 @@
 """The shards of one stream, their lineage and their lifecycle.
 
-:class:`ShardMap` is pure bookkeeping (no I/O, no clock): the spout feeds it
-ListShards answers, ChildShards of GetRecords answers and the shard ends
-found in the checkpoint store, and asks it which shards may start.
+:class:`ShardMap` is pure bookkeeping (no I/O, no clock): the spout feeds it ListShards
+answers, ChildShards of GetRecords answers and the shard ends found in the checkpoint
+store, and asks it which shards may start. A child starts only after every parent ended
+(ENDED here, ``shard_end`` in the store, or no longer listed: trimmed, no readable data),
+which keeps the order per partition key across a split or merge.
 
-Lifecycle of a shard this worker reads (:class:`~kinesis_spout.records.ShardState`)::
-
-    (new) ---------------------------------> WAITING   a parent has not ended yet
-    (new) ---------------------------------> OPEN      no parent, or every parent ended
-    (new) ---------------------------------> ENDED     its checkpoint says shard_end
-    WAITING --every parent ENDED-----------> OPEN
-    WAITING --shard_end found in the store-> ENDED     (another worker finished it)
-    OPEN    --GetRecords: no NextShardIterator--> DRAINING   the shard is closed
-    OPEN    --shard_end found in the store-> ENDED
-    DRAINING --every record done, shard_end saved--> ENDED
-
-No other transition exists; :func:`check_transition` enforces it. "Ended"
-for a parent means ENDED locally or ``shard_end`` in the checkpoint store
-(written by whichever worker drained it). A parent that is not in the shard
-list any more (trimmed after the retention period) counts as ended: it holds
-no readable data. So a child starts only after every record of its parents
-was done, which keeps the order per partition key across a split or merge.
+The states are :class:`~kinesis_spout.records.ShardState`; :func:`check_transition`
+allows only the transitions of docs/reader.md ("How the reading works", the shard
+lifecycle), plus WAITING or OPEN to ENDED when ``shard_end`` is found in the store
+(another worker finished the shard).
 """
 
 from __future__ import annotations

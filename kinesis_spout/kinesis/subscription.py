@@ -1,39 +1,14 @@
 """One shard's enhanced fan-out subscriptions, read by a thread into a small buffer.
 
-:class:`SubscriptionPump` keeps a ``SubscribeToShard`` event stream open for one
-shard and puts its events into a buffer of at most ``capacity`` events; its owner
-(:class:`~kinesis_spout.kinesis.efo_getter.EfoShardGetter`) takes them without
-blocking. States of the pump::
-
-    NEW --start()--> RUNNING --end of a closed shard--> ENDED
-                     RUNNING --an error that needs a human--> FAILED  (``error`` set)
-    NEW | RUNNING --stop()--> STOPPED                  (start() again resumes)
-
-While RUNNING it loops: subscribe at the resume point, read events, subscribe
-again. The resume point is a :class:`~kinesis_spout.records.GetterPosition`
-without an iterator (:attr:`SubscriptionPump.resume`): ``AFTER_SEQUENCE_NUMBER`` of
-the last Kinesis record received or of a larger ``ContinuationSequenceNumber``
-(once a record or a sequence number anchors it, :func:`past`), else the start (a
-checkpoint, or the initial position; ``LATEST`` turns into ``AT_TIMESTAMP`` of the
-first subscription), as a request by :func:`starting_position`.
-
-* **Back-pressure**: a full buffer stops the thread before it reads the next event,
-  so the subscription pauses (the server's pushes wait in the socket) instead of
-  growing memory; an owner whose replay window is full stops taking, which fills
-  the buffer.
-* **Renewal**: a subscription is given up and renewed from the resume point at the
-  first event after ``renew_after`` seconds (Kinesis ends each after 5 minutes);
-  one that Kinesis ends is renewed at once.
-* **Shard end**: an event with ``ChildShards`` (or no continuation) is the last.
-  Some emulators end a closed shard's subscription without them: a subscription
-  that ends after an event with no records (or, with ``closed_hint``, any such
-  event) is followed by one GetRecords page from the resume point (the *probe*),
-  which says whether the shard is closed and names its children.
-* **Errors**: throttling (``LimitExceededException``), ``ResourceInUseException``
-  (another subscription to the shard is active), 5xx and dropped connections are
-  retried after a jittered backoff; anything else, or a first subscription that
-  never succeeds in ``FIRST_TRIES`` tries (an endpoint without enhanced fan-out),
-  is kept in ``error`` for the owner to raise.
+:class:`SubscriptionPump` keeps a ``SubscribeToShard`` event stream open for one shard
+and puts its events into a buffer of at most ``capacity`` events, which its owner
+(:class:`~kinesis_spout.kinesis.efo_getter.EfoShardGetter`) takes without blocking; a
+full buffer pauses the subscription instead of growing memory. ``start()`` runs the
+thread until the end of a closed shard (``ended``), an error that needs a human
+(``error``, for the owner to raise) or ``stop()``, after which ``start()`` resumes.
+Every subscription starts at :attr:`SubscriptionPump.resume` (:func:`past`,
+:func:`starting_position`). Resume positions, renewal, the shard-end probe and the
+retried errors: docs/efo.md ("How a shard is read").
 """
 
 from __future__ import annotations

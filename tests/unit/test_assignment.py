@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import doctest
 import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kinesis_spout.coordination import assignment
 from kinesis_spout.coordination.assignment import (
     affinity,
     assign_shards,
@@ -27,9 +25,33 @@ worker_ids = st.lists(
 )
 
 
-def test_worked_example_in_the_docstring_holds() -> None:
-    result = doctest.testmod(assignment)
-    assert result.attempted >= 3 and result.failed == 0
+SIX = [f"shard-{i}" for i in range(6)]
+
+
+def test_worked_example_of_the_docs_holds() -> None:
+    # docs/checkpoints.md, "Who owns what": w3 dies and w1, w2 keep theirs; w4 joins
+    # and takes one shard from w2 and one from w3, w1 keeps both of its own.
+    assert assign_shards(SIX, ["w1", "w2", "w3"]) == {
+        "w1": ("shard-3", "shard-5"),
+        "w2": ("shard-0", "shard-2"),
+        "w3": ("shard-1", "shard-4"),
+    }
+    assert assign_shards(SIX, ["w1", "w2"]) == {
+        "w1": ("shard-1", "shard-3", "shard-5"),
+        "w2": ("shard-0", "shard-2", "shard-4"),
+    }
+    assert assign_shards(SIX, ["w1", "w2", "w3", "w4"]) == {
+        "w1": ("shard-3", "shard-5"),
+        "w2": ("shard-0",),
+        "w3": ("shard-4",),
+        "w4": ("shard-1", "shard-2"),
+    }
+
+
+def test_two_one_shard_streams_go_to_different_workers() -> None:
+    assert stream_rotations([(1, 2), (1, 2)]) == [0, 1]
+    assert assign_shards(["shard-0"], ["w1", "w2"], rotation=0) == {"w1": ("shard-0",), "w2": ()}
+    assert assign_shards(["shard-0"], ["w1", "w2"], rotation=1) == {"w1": (), "w2": ("shard-0",)}
 
 
 def test_six_shards_three_workers() -> None:
