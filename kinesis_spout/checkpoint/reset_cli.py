@@ -1,22 +1,13 @@
 """``kinesis-spout checkpoints``: the stored checkpoints; ``checkpoints reset``: move
-them, with the job stopped. Both cover every stream of the config, or those of
-``--stream NAME`` (repeatable); each line names its stream.
+them, with the job stopped.
 
-``--shard ID`` (of one stream) or ``--all`` (every shard each stream lists, and every
-shard with a checkpoint), to one of:
-
-* ``--to-trim-horizon``: the oldest record kept (a start pinned at 1970-01-01:
-  AT_TIMESTAMP of it is the trim horizon);
-* ``--to-latest``: records put after the reset (a start pinned at now);
-* ``--to-timestamp T``: records that arrived at T or later (ISO 8601; naive = UTC);
-* ``--to-sequence S[:SUB]``: the records after S (the checkpoint becomes S: "S is
-  done"), one shard only.
-
-Checkpoints otherwise only move forward; a reset is the operator's override
-(:mod:`kinesis_spout.checkpoint.resets`). The rule is "stop the job first": the
-command takes the job lease for the time of the reset, so it is refused, naming
-the holder, while a reader runs; with a ``zk://`` store it is also refused while
-coordination workers of the stream are alive.
+Both cover every stream of the config, or those of ``--stream NAME``. A reset takes
+``--shard ID`` or ``--all`` to ``--to-trim-horizon``, ``--to-latest``,
+``--to-timestamp T`` or ``--to-sequence S[:SUB]`` (one shard); it is the operator's
+override of "checkpoints only move forward" (:mod:`kinesis_spout.checkpoint.resets`).
+It takes the job lease for the time of the reset, so it is refused, naming the holder,
+while a reader runs (with a ``zk://`` store also while coordination workers of the
+stream are alive). What each target means: docs/checkpoints.md ("Resetting a checkpoint").
 """
 
 from __future__ import annotations

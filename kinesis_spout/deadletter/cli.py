@@ -1,26 +1,13 @@
 """``kinesis-spout dead-letters list|redrive``: look at dead letters and put them back.
 
-The target, job and streams come from the usual config (``dead_letter``,
-``job_name``, ``stream_name`` or ``streams``; ``--stream NAME``, repeatable, picks
-streams): a directory of JSON lines files or an ``s3://bucket/prefix``. A target
-that does not exist yet holds no dead letters.
-
-* ``list`` prints one line per entry (stream, shard, sequence, reason, attempts,
-  when, error), or with ``--json`` each full entry (payload included) as one JSON
-  object per line.
-* ``redrive`` puts the entries' records back on a stream (``--to-stream``,
-  default the stream each came from) with their partition keys and payloads, with
-  PutRecords in batches of 500; failed entries of a batch are put again with
-  backoff. Each accepted entry is recorded in the target's re-drive log
-  (:mod:`kinesis_spout.deadletter.redrive`) before the next call, and entries
-  the log has already put on that stream are skipped: a re-drive that failed
-  half-way is run again without putting an entry twice. ``--delete`` then
-  removes the re-driven entries (and only those) from the target, safely while
-  a reader writes more (:mod:`kinesis_spout.deadletter.remove`). ``--dry-run``
-  shows what would be put.
-
-``--shard`` and ``--reason`` select entries for both. Both check the stream
-they would put on, ``--dry-run`` too.
+The target, job and streams come from the usual config (``--stream NAME`` picks
+streams); a target that does not exist yet holds no dead letters. ``list`` prints one
+line per entry, or each full entry as JSON; ``redrive`` puts the entries back on a stream
+with PutRecords, at most once per entry through the target's re-drive log
+(:mod:`kinesis_spout.deadletter.redrive`), and with ``--delete`` then removes what it put,
+safely while a reader writes more (:mod:`kinesis_spout.deadletter.remove`). ``--shard``
+and ``--reason`` select entries for both. The flags and the output: docs/operations.md
+("Dead letters: list and re-drive").
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Putting dead letters back on a stream, at most once per entry: the re-drive log.
 
-Each PutRecords answer's accepted entries are recorded, durably, in the re-drive
-log of the dead-letter target before anything else is put; a re-drive skips the
-entries the log says it already put on the same stream. So a re-drive that
-failed half-way (a refused batch, an unreachable endpoint, a ^C) can be run
-again and puts only what is left. The one window is a single PutRecords call:
-if the process dies after Kinesis accepted a batch and before its log write,
-that batch is put again (Kinesis has no idempotent put).
-
-The log sits beside the entries, where no dead-letter reader looks (not
-``*.jsonl``):
-
-* a directory: ``<dir>/<job>/<stream>/redrive.log``, JSON lines, appended and
-  fsynced per PutRecords answer;
-* ``s3://bucket/prefix``: one object per answer under
-  ``<prefix>/<job>/<stream>/_redrive/`` (S3 has no append).
-
-A line is ``{"message_id", "to_stream", "sequence_number", "at"}``: the entry's id
-(its original record), where it was put and the new record's sequence number.
+Each PutRecords answer's accepted entries are recorded, durably, in the re-drive log of
+the dead-letter target before anything else is put, and a re-drive skips the entries the
+log says it already put on the same stream: one that failed half-way can be run again
+and puts only what is left. The one window is a single PutRecords call (Kinesis has no
+idempotent put). The log sits beside the entries where no reader looks: ``redrive.log``
+(JSON lines, fsynced per answer) in a directory, one object per answer under
+``_redrive/`` in S3; a line is ``{"message_id", "to_stream", "sequence_number", "at"}``.
+Where it lives: docs/operations.md ("Dead letters: list and re-drive").
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """Dead letters in S3: ``dead_letter = "s3://bucket/prefix"``.
 
-Each write of a shard's given-up records is **one object** of JSON lines (the
-same entry as the file sink: full payload in base64, error, attempts, reason,
-shard, sequence, sub-sequence, arrival time, job), under
-
-    <prefix>/<job>/<stream>/<shard>/<first sequence, 64 digits>-<sub, 10 digits>.jsonl
-
-The write happens before the checkpoint can pass the records (the shard's
-write-ahead, :class:`~kinesis_spout.core.partition.ShardPartition`). Exactly
-one entry per given-up record across restarts: on its first write to a shard
-the sink reads the ids already stored under the shard's prefix and leaves
-those records out; the key is named by the first record written, so the same
-letters always go to the same key and an object is never overwritten with
-other content. The client honours boto3's endpoint conventions
-(``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``), so it works against moto's
-server or any S3-compatible store.
-
-A failing write (unreachable endpoint, missing bucket, access denied) raises
-:class:`DeadLetterWriteError` naming the bucket, key and S3 error; the shard
-then stops advancing its checkpoint past the records and the write is tried
-again before each checkpoint save, so the job recovers when S3 does.
+Each write of a shard's given-up records is one object of JSON lines (the file sink's
+entries), written before the checkpoint can pass them, under a key named by its first
+record. On its first write to a shard the sink reads the ids already stored under the
+shard's prefix and leaves those out, so every given-up record has exactly one entry
+across restarts and an object is never overwritten with other content. A failing write
+raises :class:`DeadLetterWriteError` naming the bucket, key and S3 error; the shard's
+checkpoint then waits below the records and the write is tried again before each save.
+The key layout, the entry's fields and the IAM actions: docs/spark-job.md ("Dead letters
+in S3") and docs/deploy.md.
 """
 
 from __future__ import annotations
