@@ -1,22 +1,12 @@
 """The pure parts of the DynamoDB store: where each item lives (its URL: :mod:`.dynamodb_url`).
 
 One table (``dynamodb://TABLE``) holds every item of every job, keyed by two strings,
-``pk`` (partition key) and ``sk`` (sort key), so an operator can read it with the AWS
-CLI (docs/checkpoints.md)::
-
-    pk                                   sk                         attributes
-    <job>                                @job-lease                 owner, holder, lease_counter,
-                                                                    expires_at, lease_seconds
-    <job>/<stream>                       <shardId>                  checkpoint, version
-    <job>/<stream>                       @identity                  identity, version
-    <job>/<stream>/@retired/<identity>   <shardId>                  checkpoint, version
-    <job>/<stream>/@batches[/run-<run>]  <batch, 12 digits>/<shard> end
-    <job>/<stream>/@batches[/run-<run>]  @floor                     floor
-
-``checkpoint`` is the JSON object of :mod:`~kinesis_spout.checkpoint.codec` (the other
-stores' too), ``end`` a batch-end record's (:mod:`~kinesis_spout.checkpoint.batch_ends`).
-Job and stream names hold no ``/`` and start with no ``@``, shard ids never start with
-``@``: an ``@`` item never collides with a shard's.
+``pk`` and ``sk``, so an operator can read it with the AWS CLI: ``<job>`` / ``@job-lease``,
+``<job>/<stream>`` / ``<shardId>`` and ``@identity``, ``<job>/<stream>/@retired/<identity>``
+/ ``<shardId>``, ``<job>/<stream>/@batches[/run-<run>]`` / ``<batch>/<shard>`` and
+``@floor``. Job and stream names hold no ``/`` and start with no ``@``, and shard ids never
+start with ``@``, so an ``@`` item never collides with a shard's. The table with each
+item's attributes: docs/checkpoints.md ("The DynamoDB store").
 """
 
 from __future__ import annotations

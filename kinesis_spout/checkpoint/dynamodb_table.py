@@ -1,22 +1,15 @@
 """The DynamoDB table of a ``dynamodb://TABLE`` store: its client, its calls, its errors.
 
 Every item of the store, the job lease and the batch-end records goes through
-:meth:`DynamoTable.call`, which is where botocore's errors become the project's:
-
-* throttling (``ProvisionedThroughputExceededException``, ``ThrottlingException``,
-  ``RequestLimitExceeded``, a transaction cancelled for throttling or a conflict), a
-  5xx answer or a dropped connection is tried again after a jittered exponential
-  backoff, then is :class:`~kinesis_spout.errors.CheckpointStoreUnavailableError`
-  naming the table: a checkpoint not saved now is saved at the next round;
-* access denied is one :class:`~kinesis_spout.errors.CheckpointError` line naming the
-  table and the IAM action refused; a failed condition is :class:`ConditionFailed`
-  (with the item found), a cancelled transaction :class:`TransactionCancelled`.
-
-The table is made on first use when it is missing (:meth:`DynamoTable.ensure`: on-demand
-billing, waited for until ACTIVE). Clients come from :func:`dynamodb_client`, one per
-region, profile, assumed role, endpoint and credentials in a process, with the credentials
-of the Kinesis clients (:func:`~kinesis_spout.aws.boto_session`); the endpoint is boto3's
-own resolution (``AWS_ENDPOINT_URL_DYNAMODB``, ``AWS_ENDPOINT_URL``), as for S3 dead letters.
+:meth:`DynamoTable.call`, where botocore's errors become the project's: throttling, a
+transaction cancelled for throttling or a conflict, a 5xx answer or a dropped connection
+is tried again with jittered backoff, then is
+:class:`~kinesis_spout.errors.CheckpointStoreUnavailableError` naming the table (saved at
+the next round); access denied is one :class:`~kinesis_spout.errors.CheckpointError` line
+naming the table and the action; a failed condition is :class:`ConditionFailed`, a
+cancelled transaction :class:`TransactionCancelled`. :meth:`DynamoTable.ensure` makes a
+missing table (on-demand). :func:`dynamodb_client` makes one client per region, profile,
+role, endpoint and credentials in a process. docs/checkpoints.md ("The DynamoDB store").
 """
 
 from __future__ import annotations

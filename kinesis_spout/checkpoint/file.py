@@ -1,20 +1,13 @@
 """The local-file checkpoint store (``file://DIR``), the embedded default.
 
-Layout: ``DIR/<job>/<stream>.json``, one file per job and stream::
-
-    {"format": 1, "job": "billing", "stream": "orders",
-     "shards": {"shardId-000000000000": {<the object of codec.py>}, ...}}
-
-and ``DIR/<job>/<stream>.identity``, the creation time of the stream those checkpoints
-are of (``claim_stream``); the checkpoints of a stream since deleted and created again
-are kept as ``<stream>.json.retired-<its creation time>``.
-
-A write is read-check-modify-write under an exclusive ``flock`` on
-``DIR/<job>/.<stream>.lock`` (so two stores on one directory, even in two
-processes, still compare-and-set), and lands atomically: write a temporary
-file in the same directory, ``fsync`` it, ``rename`` it over the old one,
-``fsync`` the directory. A crash leaves either the old or the new file, never
-a torn one. It is safe for one worker; several workers need ``zk://``.
+One file per job and stream, ``DIR/<job>/<stream>.json``, beside ``<stream>.identity``
+(the creation time of the stream those checkpoints are of; the checkpoints of a stream
+since deleted and created again are kept as ``<stream>.json.retired-<its creation
+time>``). A write is read-check-modify-write under an exclusive ``flock``, so two stores
+on one directory still compare-and-set, and lands atomically (temporary file, ``fsync``,
+``rename``, ``fsync`` of the directory): a crash leaves the old or the new file, never a
+torn one. Safe for one worker; several need ``zk://`` or ``dynamodb://``. The format and
+the steps: docs/checkpoints.md ("The file store").
 """
 
 from __future__ import annotations

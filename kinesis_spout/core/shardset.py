@@ -1,19 +1,13 @@
 """The shards of one stream that a reader owns, and their lifecycle.
 
-A :class:`ShardSet` keeps the reader's :class:`ShardPartition` per owned shard of its
-stream (a reader of several streams has one per stream),
-the pure lineage registry (:class:`~kinesis_spout.kinesis.shards.ShardMap`),
-the round-robin rotation of the shards being read and the ones draining. It
-adopts shards (with their stored checkpoints), starts them once their parents
-ended, drains and ends closed shards, refreshes the shard list, and gives
-shards up (ownership). Store errors while adopting are retried with backoff,
-never raised from a fetch. States of a shard (:class:`ShardState`)::
-
-    WAITING -> OPEN -> DRAINING -> ENDED     (ENDED at once if its checkpoint says so)
-
-What a read of a shard said (its lineage, lag, KPL aggregates, end) is applied in one
-step, :meth:`ShardSet.apply_end`, whoever read it: the spout's own poll, or a Spark task.
-The fetch itself is :mod:`kinesis_spout.kinesis.getter`; checkpoint writes are the
+A :class:`ShardSet` keeps a :class:`ShardPartition` per owned shard of its stream, the
+lineage registry (:class:`~kinesis_spout.kinesis.shards.ShardMap`) and the round-robin
+rotation of the shards being read and draining. It adopts shards (store errors retried
+with backoff, never raised from a fetch), starts them once their parents ended
+(WAITING -> OPEN -> DRAINING -> ENDED), refreshes the shard list and gives shards up.
+What a read of a shard said (lineage, lag, KPL aggregates, end) is applied in one step,
+:meth:`ShardSet.apply_end`, whoever read it: the spout's own poll or a Spark task. The
+fetch is :mod:`kinesis_spout.kinesis.getter`'s; checkpoint writes are the
 :class:`~kinesis_spout.core.committer.Committer`'s.
 """
 

@@ -1,20 +1,14 @@
 """Removing re-driven entries from the dead-letter target without losing any other,
 whatever writes beside it (``dead-letters redrive --delete``).
 
-Only entries whose ids were re-driven are removed, from what the target holds
-*at removal time* (read again then, not the copy read before the puts):
-
-* a shard's file is read, rewritten to a new file and renamed over the old one
-  while holding the same exclusive ``flock`` the writers take
-  (:class:`~kinesis_spout.deadletter.jsonl.JsonlDeadLetterSink`); a writer that held
-  the old file open sees the rename under the lock and re-opens the new file.
-  Nothing appended before the lock is lost (it is read under the lock), and
-  nothing after it goes to the old copy. Lines that are not entries (torn or
-  malformed) are kept as they are.
-* S3 objects are written once and never overwritten: an object whose entries
-  were all re-driven is deleted; one with entries left has those written to a
-  new key (``<name>-kept-<random>.jsonl``) before it is deleted, so a writer
-  that later writes the old key (a replay after a restart) clobbers nothing.
+Only entries whose ids were re-driven are removed, from what the target holds at removal
+time. A shard's file is rewritten to a new file and renamed over the old one under the
+same exclusive ``flock`` the writers take
+(:class:`~kinesis_spout.deadletter.jsonl.JsonlDeadLetterSink`), which re-open the new file;
+lines that are not entries are kept. S3 objects are never overwritten: one with entries
+left has those written to a new key (``<name>-kept-<random>.jsonl``) before it is
+deleted, so a later write of the old key clobbers nothing. docs/operations.md ("Dead
+letters: list and re-drive").
 """
 
 from __future__ import annotations

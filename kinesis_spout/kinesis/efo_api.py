@@ -2,19 +2,12 @@
 
 Like :mod:`kinesis_spout.kinesis.api` (whose :class:`KinesisApi` it wraps), this is the
 only place that sees the boto3 dictionaries of these calls and botocore's event-stream
-errors. :class:`FanOutApi` returns value objects (:class:`Consumer`,
-:class:`Subscription`, :class:`SubscriptionEvent`) and raises the project's errors:
-
-* ``ResourceInUseException`` (another subscription to the shard is active, or the
-  consumer is being created or deleted): :class:`~kinesis_spout.errors.ResourceInUseError`,
-  retriable;
-* ``LimitExceededException``: :class:`~kinesis_spout.errors.ThrottledError`;
-* a connection that drops or times out while events stream in, or a damaged event:
-  :class:`~kinesis_spout.errors.TransientKinesisError`.
-
-An event's records are de-aggregated exactly as a GetRecords page is
-(:func:`~kinesis_spout.kinesis.api.to_records`). botocore sends ``SubscribeToShard``
-over HTTP/1.1 (it has no HTTP/2): Kinesis accepts that today, but documents HTTP/2.
+errors: :class:`FanOutApi` returns value objects (:class:`Consumer`,
+:class:`Subscription`, :class:`SubscriptionEvent`) and raises the project's errors
+(``ResourceInUseException`` retriable, ``LimitExceededException`` a throttle, a dropped
+stream or damaged event transient). An event's records are de-aggregated exactly as a
+GetRecords page is (:func:`~kinesis_spout.kinesis.api.to_records`). The errors, and
+botocore's HTTP/1.1 for an API documented over HTTP/2: docs/efo.md.
 """
 
 from __future__ import annotations

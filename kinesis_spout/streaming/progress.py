@@ -1,23 +1,14 @@
 """The streaming source's progress, as Spark reports it: :class:`KinesisProgressListener`.
 
-PySpark's Python Data Source API (4.0 to 4.3) gives a streaming source no way to
-report custom metrics: the JVM side of a Python stream implements neither
-``ReportsSourceMetrics`` nor custom task metrics, so ``SourceProgress.metrics``
-stays empty. What Spark does report for the ``kinesis`` source, in every
-``StreamingQueryProgress``, is ``numInputRows``, the input and processing rates
-and the batch's start and end offsets, which for this source are its batch plans
-(stream, job, the source's batch number and, per shard, the position before the
-batch and its quota; see :mod:`~kinesis_spout.streaming.batch_offset`). A source of
-several streams gives one :class:`KinesisSourceProgress` too (Spark counts its rows
-together): ``stream`` lists them, comma-separated, and shards are ``<stream>/<shardId>``. The
-``description`` is only the JVM class name (``PythonMicroBatchStream...``), so
-the source is recognised by its offsets.
-
-:class:`KinesisProgressListener` is a ``StreamingQueryListener`` that turns those
-into :class:`KinesisSourceProgress` values, keeps the last ones, and can feed a
-:class:`~kinesis_spout.metrics.MetricsCollector` (e.g. a
-:class:`~kinesis_spout.observability.MetricsEndpoint`'s) with the rows read and
-the batches. ``docs/streaming-source.md`` shows it in use.
+PySpark's Python Data Source API gives a streaming source no way to report custom
+metrics (``SourceProgress.metrics`` stays empty), but every ``StreamingQueryProgress``
+carries ``numInputRows``, the rates and the batch's start and end offsets, which for this
+source are its batch plans (:mod:`~kinesis_spout.streaming.batch_offset`); its
+``description`` is only a JVM class name, so the source is recognised by its offsets.
+:class:`KinesisProgressListener` turns those into :class:`KinesisSourceProgress` values
+(one per query, several streams together, shards named ``<stream>/<shardId>``), keeps
+the last ones, and can feed a :class:`~kinesis_spout.metrics.MetricsCollector`. In use:
+docs/streaming-source.md.
 """
 
 from __future__ import annotations
