@@ -6,7 +6,7 @@ since deleted and created again are kept as ``<stream>.json.retired-<its creatio
 time>``). A write is read-check-modify-write under an exclusive ``flock``, so two stores
 on one directory still compare-and-set, and lands atomically (temporary file, ``fsync``,
 ``rename``, ``fsync`` of the directory): a crash leaves the old or the new file, never a
-torn one. Safe for one worker; several need ``zk://`` or ``dynamodb://``. The format and
+torn one. Safe for one worker; coordinated workers need ``zk://``. The format and
 the steps: docs/checkpoints.md ("The file store").
 """
 

@@ -2,9 +2,11 @@
 
 kazoo reports connection states and fires watches on its own thread; :class:`ZkSession`
 only queues them there. On the thread that owns the spout, :meth:`ZkSession.drain` reads
-the queue and says what the events mean (:class:`SessionNews`: suspended, lost, a new
-session, the same session back, a rebalance due); the coordinator, which owns the lease
-tables and the spout, acts on it as docs/checkpoints.md ("The safety rules") says.
+the queue and says what the events mean (:class:`SessionNews`: suspend, lose, rebalance;
+:attr:`ZkSession.reconnected` when the same session came back); the coordinator, which
+owns the lease tables and the spout, acts on it as docs/checkpoints.md ("The safety
+rules") says, and tells the session when it has rejoined (:meth:`ZkSession.renewed`) or
+checked its leases again (:meth:`ZkSession.verified`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 zk://... --worker-id w1 --output DIR``: the worker joins each stream's worker group,
 takes the shards assigned to it, and appends one line per record to
 ``<output>/<worker_id>.records`` before it acks the batch, so a line without an ack is
-exactly an in-flight duplicate (what the takeover and chaos tests count). Several
+exactly an in-flight duplicate (what the takeover tests count). Several
 streams: one spout and one :class:`ShardCoordinator` per stream, each stream's
 assignment rotated past the extra shards of the streams before it, so every worker of a
 job must list the same streams in the same order. SIGTERM or SIGINT gives the shards up
