@@ -9,7 +9,6 @@ and the job ships it to the executors with ``addPyFile``.
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 import uuid
@@ -172,13 +171,14 @@ RETRY = b"RETRY"
 RETRY_HANG = b"RETRY-HANG"
 
 
-def hold_task_slots(sc: Any, slots: int, seconds: float) -> threading.Thread:
+def hold_task_slots(sc: Any, slots: int, seconds: float, started: Path) -> threading.Thread:
     """Start a Spark job whose ``slots`` tasks each sleep ``seconds`` (in a thread) and
     return once all of them run: the executors' task slots are busy until then. Each task
-    says it started with a file: Spark's status store writes a stage's task counts at most
-    every ``spark.ui.liveUpdatePeriod``, so two tasks that start together may never show
-    as two active there."""
-    started = Path(tempfile.mkdtemp(prefix="ks-slots-"))
+    says it started with a file in the empty directory ``started`` (local mode: the test's
+    ``tmp_path``): Spark's status store writes a stage's task counts at most every
+    ``spark.ui.liveUpdatePeriod``, so two tasks that start together may never show as two
+    active there."""
+    started.mkdir(parents=True, exist_ok=True)
 
     def hold(i: int) -> None:
         (started / str(i)).touch()

@@ -170,13 +170,18 @@ def test_a_record_of_a_retry_task_that_hangs_is_failed_alone_and_the_others_run_
 
 
 def test_a_job_that_waits_for_spark_past_its_task_timeout_is_not_taken_for_a_hang(
-    spark: Any, moto_client: Any, job_config: Any, unique_name: str, deliveries: Path
+    spark: Any,
+    moto_client: Any,
+    job_config: Any,
+    unique_name: str,
+    deliveries: Path,
+    tmp_path: Path,
 ) -> None:
     """Another Spark job holds both of local[2]'s task slots: the micro-batch waits,
     past its task_timeout, with no task started. It is not given up (nor its record
     failed alone, which the function never saw): its time counts from its tasks."""
     put = put_stream(moto_client, unique_name, 1, 4, 100, {})
-    blocker = hold_task_slots(spark.sparkContext, 2, 10)
+    blocker = hold_task_slots(spark.sparkContext, 2, 10, tmp_path / "slots")
     cfg = job_config(task_timeout=2.0, batch_size=1)  # the job's backstop: 5 s
     driver = build_driver(cfg, log_deliveries(str(deliveries)), spark=spark, progress=None)
     assert isinstance(driver, MicroBatchLoop)
@@ -190,7 +195,12 @@ def test_a_job_that_waits_for_spark_past_its_task_timeout_is_not_taken_for_a_han
 
 
 def test_a_job_whose_task_starts_late_has_its_whole_task_timeout_from_then(
-    spark: Any, moto_client: Any, job_config: Any, unique_name: str, deliveries: Path
+    spark: Any,
+    moto_client: Any,
+    job_config: Any,
+    unique_name: str,
+    deliveries: Path,
+    tmp_path: Path,
 ) -> None:
     """Another Spark job holds both task slots for 7 s; the micro-batch's one task, two
     records of 1.5 s, starts when they are free. The job's deadline (``task_timeout``
@@ -199,7 +209,7 @@ def test_a_job_whose_task_starts_late_has_its_whole_task_timeout_from_then(
     the deadline (5 s after the job started, while it waited) and gave the task up 5 s
     later, after 3 s of running."""
     put = put_stream(moto_client, unique_name, 1, 2, 100, {})
-    blocker = hold_task_slots(spark.sparkContext, 2, 7)
+    blocker = hold_task_slots(spark.sparkContext, 2, 7, tmp_path / "slots")
     cfg = job_config(task_timeout=2.0, batch_size=2, stop_when_idle=3.0)
     fn = log_deliveries(str(deliveries), sleep_ms=1500)
     driver = build_driver(cfg, fn, spark=spark, progress=None)
