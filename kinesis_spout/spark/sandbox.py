@@ -41,6 +41,7 @@ from kinesis_spout.spark.process.fastretry import FastRetry
 from kinesis_spout.spark.process.sinks import write_task_rows
 from kinesis_spout.spark.processing import RecordFunction, run_records
 from kinesis_spout.spark.task import Consume, run_plans
+from kinesis_spout.spark.worker_heap import freeze_imports
 from tracker import SequenceKey
 
 log = logging.getLogger(__name__)
@@ -408,6 +409,7 @@ def task_function(
     one task in this Python worker's sandbox."""
 
     def run(plans: Iterator[ReadPlan]) -> Iterator[ReadResult]:
+        freeze_imports()
         yield from worker_sandbox().run(list(plans), settings, fn, batch_id)
 
     return run

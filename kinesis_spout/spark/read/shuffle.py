@@ -29,6 +29,7 @@ from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.processing import RecordFunction
 from kinesis_spout.spark.task import Read, fail_unprocessed, read_shards, write_rows
+from kinesis_spout.spark.worker_heap import freeze_imports
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ def _read_stage(
     def run(plans: Iterator[ReadPlan]) -> Iterator[tuple[int, Any]]:
         import os
 
+        freeze_imports()
         taken: list[tuple[ReadPlan, ReadResult, list[Record]]] = []
         reads: list[Read] = []
         for plan in plans:

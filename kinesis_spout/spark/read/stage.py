@@ -27,6 +27,7 @@ from kinesis_spout.spark.process.fanout import emit_records, stage_schema
 from kinesis_spout.spark.processing import EmitFunction
 from kinesis_spout.spark.read.emit_reports import Reporter, TaskReport
 from kinesis_spout.spark.read.recorded import KeptRead, RecordTo, read_recorded
+from kinesis_spout.spark.worker_heap import freeze_imports
 
 PLAN = "_plan"
 """The task number of the plan a row was read for."""
@@ -97,6 +98,7 @@ def frame_reader(
     reporter, reports each task's emit rows once they are all taken."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        freeze_imports()
         reporter = emitter.reporter if emitter is not None else None
         for batch in batches:
             for i in batch.column(0).to_pylist():
