@@ -512,8 +512,8 @@ def split_unless_flagged(flag: str, calls: str) -> Callable[[InputRecord], list[
 
 
 def note_frozen_heap(directory: str) -> Callable[[InputRecord], None]:
-    """A per-record function that leaves a file per call, ``<shard>-<sequence>.<n>``: ``n`` is how
-    many objects its process has frozen out of the garbage collector's scans."""
+    """A per-record function that leaves a file per call, ``<shard>-<sequence>.<n>``: ``n``
+    is how many objects its process has frozen out of the garbage collector's scans."""
 
     def process(record: InputRecord) -> None:
         import gc
@@ -529,12 +529,10 @@ def words_noting_frozen_heap(directory: str) -> Callable[[InputRecord], list[str
     """A fan-out ``emit`` (a record's words) that leaves the same file as
     :func:`note_frozen_heap` for each record."""
 
-    def emit(record: InputRecord) -> list[str]:
-        import gc
+    note = note_frozen_heap(directory)
 
-        Path(
-            directory, f"{record.shard_id}-{record.sequence_number}.{gc.get_freeze_count()}"
-        ).touch()
+    def emit(record: InputRecord) -> list[str]:
+        note(record)
         return record.data.decode().split()
 
     return emit
