@@ -16,6 +16,11 @@ runs, the library's defaults otherwise: batch 10,000, ``empty_shard_backoff`` 1 
   Spark session is up; the stream is opened while the session starts) to its last progress
   line, ``rps_warm_<S>`` from its first progress line to its last (the
   ratios ``shards_<max>_vs_<min>_wall`` and ``_warm``).
+* ``boto3_rps_<S>``: a plain boto3 GetRecords loop (a stock client, an iterator per
+  shard, then round-robin pages until every shard is empty) over the same stream, run
+  just before each data run; the median of the rounds (each in ``boto3_rps_runs_<S>``).
+  ``boto3_shards_<max>_vs_<min>`` is what the emulator itself gives a reader that calls
+  it twice per shard: its per-request cost is paid on the same cores as the job.
 * ``spark_jobs_per_batch``: those runs write Spark's event log; its SparkListenerJobStart
   events (but the start-up's warm-up job, one per run) over the micro-batches the job ran
   at the largest S, as its summary line counts them: those with a progress line and those
@@ -151,6 +156,7 @@ def chart(shards: list[int]) -> BarChart:
                     Series("summary line", "rps_{}"),
                     Series("session up to last batch", "rps_wall_{}"),
                     Series("after batch 0", "rps_warm_{}"),
+                    Series("plain boto3 loop", "boto3_rps_{}"),
                 ),
             ),
             Panel(
@@ -160,7 +166,8 @@ def chart(shards: list[int]) -> BarChart:
                 (Series("", "idle_cores_{}"),),
             ),
         ),
-        note=f"shards_{shards[-1]}_vs_{shards[0]} {{shards_{shards[-1]}_vs_{shards[0]}:.2f}}; "
+        note=f"shards_{shards[-1]}_vs_{shards[0]} {{shards_{shards[-1]}_vs_{shards[0]}:.2f}} "
+        f"(boto3 loop {{boto3_shards_{shards[-1]}_vs_{shards[0]}:.2f}}); "
         "idle {idle_cpu_ms_per_shard_s:.1f} ms CPU per shard-second; "
         "start-up overhead {startup_overhead_s:.1f} s",
     )
@@ -230,6 +237,8 @@ class Measured:
 
     data: dict[int, dict[str, Any]]
     """Per shard count: :func:`data_run`'s figures."""
+    boto3: dict[int, list[float]]
+    """Per shard count: the boto3 loop's records/s, a run per round."""
     idle: list[dict[int, JobRun]]
     """The idle runs, in pairs: each a run at the smallest and one at the largest shard
     count, one after the other."""
@@ -261,10 +270,14 @@ def measure(args: argparse.Namespace, boto3_loop: BotoLoop) -> Measured:
             create_stream(client, f"empty-{s}", s)
         fill(client, "startup", ends[0], ends[0] * STARTUP_RECORDS_PER_SHARD, args.size)
         runs: dict[int, list[dict[str, Any]]] = {s: [] for s in args.shards}
+        boto3: dict[int, list[float]] = {s: [] for s in args.shards}
+        plain = stock_client(endpoint)
         for _, s in itertools.product(range(args.rounds), args.shards):
+            boto3[s].append(boto3_loop(plain, f"data-{s}", args.records))
             runs[s].append(r := data_run(endpoint, tmp, s, args.records))
             print(
-                f"{s:>4} shards: {r['rps']:>7,.0f} records/s (session up to last batch "
+                f"{s:>4} shards: {r['rps']:>7,.0f} records/s (boto3 loop {boto3[s][-1]:,.0f}; "
+                f"session up to last batch "
                 f"{r['rps_wall'] or 0:,}, after the first micro-batch {r['rps_warm'] or 0:,}), "
                 f"{r['batches']} micro-batches ({r['batches_with_records']} with records), "
                 f"{r['spark_jobs']} Spark jobs, tree CPU "
@@ -283,11 +296,11 @@ def measure(args: argparse.Namespace, boto3_loop: BotoLoop) -> Measured:
                 f"data-{args.shards[0]}",
                 args.records,
                 boto3_loop,
-                stock_client(endpoint),
+                plain,
             )
         finally:
             spark.stop()
-    return Measured(data, idle, job, bare, styles)
+    return Measured(data, boto3, idle, job, bare, styles)
 
 
 def figures(args: argparse.Namespace, m: Measured) -> dict[str, Any]:
@@ -307,6 +320,12 @@ def figures(args: argparse.Namespace, m: Measured) -> dict[str, Any]:
     for kind in ("wall", "warm"):
         pair = (m.data[hi][f"rps_{kind}"], m.data[lo][f"rps_{kind}"])
         out[f"shards_{hi}_vs_{lo}_{kind}"] = round(pair[0] / pair[1], 3) if all(pair) else None
+    for s, loops in m.boto3.items():
+        out[f"boto3_rps_{s}"] = round(statistics.median(loops))
+        out[f"boto3_rps_runs_{s}"] = [round(x) for x in loops]
+    out[f"boto3_shards_{hi}_vs_{lo}"] = round(
+        statistics.median(m.boto3[hi]) / statistics.median(m.boto3[lo]), 3
+    )
     jobs = m.data[hi]["spark_jobs"]
     out["spark_jobs_per_batch"] = round(jobs / m.data[hi]["batches"], 2)
     out["spark_jobs_per_batch_with_records"] = round(jobs / m.data[hi]["batches_with_records"], 2)
@@ -328,7 +347,8 @@ def print_summary(result: dict[str, Any], shards: list[int]) -> None:
     print(
         f"records/s at {hi} shards over {lo}: {result[f'shards_{hi}_vs_{lo}']:.2f} (summary "
         f"lines; session up to last batch {result[f'shards_{hi}_vs_{lo}_wall']}, after the first "
-        f"micro-batch {result[f'shards_{hi}_vs_{lo}_warm']})"
+        f"micro-batch {result[f'shards_{hi}_vs_{lo}_warm']}); a plain boto3 loop on the same "
+        f"streams: {result[f'boto3_shards_{hi}_vs_{lo}']:.2f}"
     )
     print(
         f"Spark jobs per micro-batch at {hi} shards: {result['spark_jobs_per_batch']:.2f} "

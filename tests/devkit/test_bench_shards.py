@@ -7,6 +7,7 @@ import argparse
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kit import spout_config
@@ -147,25 +148,43 @@ def test_a_style_s_driver_cpu_is_the_median_of_its_runs_after_a_warm_up(
     }
 
 
-def test_the_start_up_overhead_is_the_median_of_each_job_run_less_its_own_bare_run() -> None:
+def _figures(**measured: Any) -> dict[str, Any]:
+    """``figures`` of runs at 4 and 128 shards (every run's figures alike but these)."""
+
     def data(rps: float) -> dict[str, float]:
         keys = ("rps", "rps_wall", "rps_warm")
         return {k: rps for k in keys} | {"spark_jobs": 4, "batches": 4, "batches_with_records": 3}
 
     idle = job_runs.JobRun([], [], 0.0, None, 5.0, 25.0, 26.0, 10.0, 4.0)
-    measured = spark_shards.Measured(
-        data={4: data(8000), 128: data(6400)},
-        idle=[{4: idle, 128: idle}],
+    defaults: dict[str, Any] = {
+        "data": {4: data(8000), 128: data(6400)},
+        "boto3": {4: [20_000.0], 128: [10_000.0]},
+        "idle": [{4: idle, 128: idle}],
+        "startup_job": [13.0],
+        "startup_bare": [12.0],
+        "styles": {},
+    }
+    args = argparse.Namespace(shards=[4, 128], records=40_000, size=200, rounds=1)
+    out: dict[str, Any] = spark_shards.figures(args, spark_shards.Measured(**(defaults | measured)))
+    return out
+
+
+def test_the_start_up_overhead_is_the_median_of_each_job_run_less_its_own_bare_run() -> None:
+    out = _figures(
         startup_job=[13.7, 13.7, 12.1],
         startup_bare=[11.4, 13.6, 12.1],  # the bare run moves by more than the job's share
-        styles={},
     )
-    args = argparse.Namespace(shards=[4, 128], records=40_000, size=200, rounds=1)
-    out = spark_shards.figures(args, measured)
     assert out["startup_overhead_s_runs"] == [2.3, 0.1, 0.0]
     assert out["startup_overhead_s"] == 0.1  # each pair at its own hour
     assert out["startup_overhead_of_medians_s"] == 1.6  # 13.7 against 12.1: other pairs
     assert out["shards_128_vs_4"] == 0.8
+
+
+def test_the_boto3_loop_s_shard_ratio_is_of_its_own_median_runs() -> None:
+    out = _figures(boto3={4: [20_000.0, 24_000.0, 22_000.0], 128: [11_000.0, 9_900.0, 12_000.0]})
+    assert out["boto3_rps_4"] == 22_000 and out["boto3_rps_runs_128"] == [11_000, 9_900, 12_000]
+    assert out["boto3_shards_128_vs_4"] == 0.5  # 11,000 over 22,000
+    assert out["shards_128_vs_4"] == 0.8  # the job's own ratio is apart
 
 
 def _idle(cpu: float, window_cpu: float) -> job_runs.JobRun:
