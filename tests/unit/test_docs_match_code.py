@@ -8,7 +8,8 @@ config key or a metric name in them no longer matches the code.
 * every key of a TOML block is a config field, and the configuration table
   (docs/configuration.md) names every :class:`SpoutConfig` field and nothing else;
 * every ``kinesis_spout_*`` metric name is one the endpoint exports;
-* every ``from kinesis_spout... import`` in a Python block imports.
+* every ``from kinesis_spout... import`` in a Python block imports;
+* the docstring of each of ``spark``'s packages names its modules, and only them.
 """
 
 from __future__ import annotations
@@ -241,3 +242,16 @@ def test_every_import_of_the_package_in_a_python_block_imports(doc: Path) -> Non
                 if name and not hasattr(mod, name):
                     missing.append(f"{module}.{name}")
     assert missing == []
+
+
+# --- package docstrings ----------------------------------------------------------------
+
+SPARK = REPO / "kinesis_spout" / "spark"
+
+
+@pytest.mark.parametrize("package", ["launch", "process", "read"])
+def test_a_spark_package_s_docstring_names_its_modules_and_only_them(package: str) -> None:
+    mod = importlib.import_module(f"kinesis_spout.spark.{package}")
+    named = set(re.findall(r"``(\w+)``", mod.__doc__ or ""))
+    modules = {p.stem for p in (SPARK / package).glob("*.py") if p.stem != "__init__"}
+    assert (sorted(named - modules), sorted(modules - named)) == ([], [])
