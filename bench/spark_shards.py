@@ -16,11 +16,11 @@ runs, the library's defaults otherwise: batch 10,000, ``empty_shard_backoff`` 1 
   Spark session is up; the stream is opened while the session starts) to its last progress
   line, ``rps_warm_<S>`` from its first progress line to its last (the
   ratios ``shards_<max>_vs_<min>_wall`` and ``_warm``).
-* ``boto3_rps_<S>``: a plain boto3 GetRecords loop (a stock client, an iterator per
-  shard, then round-robin pages until every shard is empty) over the same stream, run
-  just before each data run; the median of the rounds (each in ``boto3_rps_runs_<S>``).
-  ``boto3_shards_<max>_vs_<min>`` is what the emulator itself gives a reader that calls
-  it twice per shard: its per-request cost is paid on the same cores as the job.
+* ``boto3_rps_<S>``: a plain boto3 GetRecords loop in one thread (a stock client, an
+  iterator per shard, then round-robin pages until every shard is empty) over the same
+  stream, run just before each data run; the median of the rounds (each in
+  ``boto3_rps_runs_<S>``). ``boto3_shards_<max>_vs_<min>``: what the emulator allows a
+  bare reader as the shards grow, its per-request cost paid on the same cores as the job.
 * ``spark_jobs_per_batch``: those runs write Spark's event log; its SparkListenerJobStart
   events (but the start-up's warm-up job, one per run) over the micro-batches the job ran
   at the largest S, as its summary line counts them: those with a progress line and those
