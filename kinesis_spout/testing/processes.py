@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -28,8 +29,33 @@ class BackendUnavailableError(KinesisSpoutError):
     """A local backend could not be found or did not start."""
 
 
+_PORTS = random.Random()  # its own seed: tests that seed the global random share no ports
+_LOWEST_PORT = 10_000
+
+
+def _ephemeral_start() -> int:
+    """Where the kernel's ephemeral ports begin (Linux's setting; else 32768, below the
+    49152 of macOS and Windows)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port() -> int:
-    """A TCP port on loopback that is free right now."""
+    """A TCP port on loopback that is free right now, below the kernel's ephemeral range:
+    the kernel never hands it to another process by itself (a Spark job's accumulator
+    server, a JVM, a client's connection), so a server started on it, or a connection
+    meant to be refused there, meets no one else."""
+    top = _ephemeral_start()
+    for _ in range(100 if top > _LOWEST_PORT else 0):
+        port = _PORTS.randrange(_LOWEST_PORT, top)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((LOOPBACK, 0))
         return int(s.getsockname()[1])
