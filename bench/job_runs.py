@@ -25,7 +25,7 @@ from proctree import TreeCpu
 
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config.load import to_toml
-from kinesis_spout.spark.launch.submit import job_environment
+from kinesis_spout.spark.submit import job_environment
 from kinesis_spout.testing.processes import OutputLines
 
 MASTER = "local[2]"

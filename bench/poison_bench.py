@@ -38,7 +38,7 @@ from devkit.spark import local_spark_session
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.deadletter import read_dead_letters
 from kinesis_spout.spark.launch.build import run_job
-from kinesis_spout.spark.processing import InputRecord, per_record
+from kinesis_spout.spark.process.styles import InputRecord, per_record
 from kinesis_spout.spark.reports import BatchReport
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import (

@@ -66,7 +66,7 @@ from devkit.plots import (  # noqa: E402
 )
 from devkit.spark import bench_job_config, local_spark_session  # noqa: E402
 from kinesis_spout.spark.launch.build import run_job  # noqa: E402
-from kinesis_spout.spark.processing import InputRecord, per_record  # noqa: E402
+from kinesis_spout.spark.process.styles import InputRecord, per_record  # noqa: E402
 from kinesis_spout.spark.reports import BatchReport  # noqa: E402
 from kinesis_spout.testing.servers import MotoServer  # noqa: E402
 from kinesis_spout.testing.streams import emulator_client, fill_stream  # noqa: E402

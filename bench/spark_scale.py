@@ -33,7 +33,7 @@ from typing import Any
 from devkit.cluster import StandaloneCluster, cluster_spark_conf
 from devkit.spark import bench_job_config, local_spark_session
 from kinesis_spout.spark.launch.build import build_driver
-from kinesis_spout.spark.processing import InputRecord
+from kinesis_spout.spark.process.styles import InputRecord
 
 BURN_US = 200.0
 STYLE_RUNS = 3

@@ -35,7 +35,7 @@ from typing import Any
 from devkit.spark import bench_job_config
 from kinesis_spout.examples.wordcount import WordCountSink, sample_records, split_sentence
 from kinesis_spout.spark.launch.build import run_job
-from kinesis_spout.spark.processing import Processor, dataframe_transform, fan_out
+from kinesis_spout.spark.process.styles import Processor, dataframe_transform, fan_out
 from kinesis_spout.testing.streams import create_stream, put_records
 
 WORDS_STREAM = "bench-spark-words"

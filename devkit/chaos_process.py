@@ -25,7 +25,7 @@ from typing import Protocol
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.kinesis.aggregation import MAGIC
-from kinesis_spout.spark.processing import (
+from kinesis_spout.spark.process.styles import (
     FanOutProcessor,
     InputRecord,
     fan_out,

@@ -116,9 +116,9 @@ COMMANDS: dict[str, Command] = {
     ),
     "run": Command(
         "run the Spark job with spark-submit (--process module:function)",
-        _lazy("kinesis_spout.spark.launch.submit", "cmd_run"),
+        _lazy("kinesis_spout.spark.submit", "cmd_run"),
         None,
-        _lazy("kinesis_spout.spark.launch.submit", "add_run_arguments"),
+        _lazy("kinesis_spout.spark.submit", "add_run_arguments"),
         usage=None,
     ),
     "demo": Command(

@@ -114,7 +114,7 @@ class JobProcess:
 
 def job_command(config_path: Path, master: str) -> list[str]:
     """``spark-submit ... kinesis_spout/spark/job.py --config FILE`` (quiet defaults)."""
-    from kinesis_spout.spark.launch.submit import DEFAULT_CONF, find_spark_submit, job_file
+    from kinesis_spout.spark.submit import DEFAULT_CONF, find_spark_submit, job_file
 
     conf = {**DEFAULT_CONF, "spark.ui.enabled": "false"}
     cmd = [find_spark_submit(), "--master", master]

@@ -131,7 +131,7 @@ def _run_loop(
     say: Callable[[str], None],
 ) -> ChaosLoop:
     """Run the job under the planned kills until a run drains; returns the finished loop."""
-    from kinesis_spout.spark.launch.submit import job_environment
+    from kinesis_spout.spark.submit import job_environment
 
     started_run = clock.last
     loop = ChaosLoop(

@@ -182,7 +182,7 @@ def _run_job(args: argparse.Namespace, out: Path, endpoint: str, store_url: str)
     """``kinesis-spout run`` of the word count, as a user would type it."""
     from kinesis_spout.config.load import add_config_arguments
     from kinesis_spout.examples.wordcount import CONFIG_FILE, OUTPUT_ENV
-    from kinesis_spout.spark.launch.submit import add_run_arguments, cmd_run
+    from kinesis_spout.spark.submit import add_run_arguments, cmd_run
 
     argv = [
         "--config",

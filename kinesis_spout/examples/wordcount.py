@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.spark.processing import (
+from kinesis_spout.spark import (
     FanOutProcessor,
     InputRecord,
     fan_out,

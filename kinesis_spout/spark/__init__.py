@@ -2,8 +2,9 @@
 
 The micro-batch loop (:mod:`~kinesis_spout.spark.loop`) plans each micro-batch
 (:mod:`~kinesis_spout.spark.plan`), runs its read tasks as one Spark job
-(:mod:`~kinesis_spout.spark.task`) and applies what they return; the user's styles are
-in :mod:`~kinesis_spout.spark.processing`, the launch in :mod:`kinesis_spout.spark.launch`.
+(:mod:`~kinesis_spout.spark.task`) and applies what they return. The user's styles are
+in :mod:`~kinesis_spout.spark.process.styles`; ``kinesis-spout run`` is
+:mod:`~kinesis_spout.spark.submit`, which starts :mod:`~kinesis_spout.spark.job`.
 Importing this package loads nothing heavy: the names below load on first use (the CLI
 imports the launcher without pyarrow). See ``docs/spark-job.md``.
 """
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kinesis_spout.spark.launch.build import build_driver, run_job
-    from kinesis_spout.spark.processing import (
+    from kinesis_spout.spark.process.styles import (
         FanOutProcessor,
         InputRecord,
         Processor,
@@ -32,17 +33,17 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "build_driver": "launch.build",
     "run_job": "launch.build",
-    "FanOutProcessor": "processing",
-    "InputRecord": "processing",
-    "Processor": "processing",
-    "RecordProcessor": "processing",
-    "TransformProcessor": "processing",
-    "dataframe_transform": "processing",
-    "fan_out": "processing",
-    "input_record": "processing",
-    "load_processor": "processing",
-    "per_record": "processing",
-    "processor_factory": "processing",
+    "FanOutProcessor": "process.styles",
+    "InputRecord": "process.styles",
+    "Processor": "process.styles",
+    "RecordProcessor": "process.styles",
+    "TransformProcessor": "process.styles",
+    "dataframe_transform": "process.styles",
+    "fan_out": "process.styles",
+    "input_record": "process.styles",
+    "load_processor": "process.styles",
+    "per_record": "process.styles",
+    "processor_factory": "process.styles",
 }
 
 __all__ = [

@@ -8,19 +8,20 @@ Python worker, or an exception escaping a transform or a sink) is run again in p
 is judged (:class:`PoisonJudge`): poison, to be failed (retried, then dead-lettered),
 or the sign of a systematic error (nothing works), which stops the job with
 :class:`BatchFailedError` and nothing failed, so no good record is dead-lettered
-because, say, Spark went away.
+because, say, Spark went away. A job whose executors cannot import kinesis_spout is not
+cut at all: it stops at once with one line that says so (:func:`missing_on_executors`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from kinesis_spout.errors import KinesisSpoutError
-from kinesis_spout.spark.launch.shipenv import missing_on_executors
 from kinesis_spout.spark.process.arrow import format_error
 from kinesis_spout.spark.process.contract import ProcessingContractError
 
@@ -44,6 +45,10 @@ POISON_MEMORY = 10_000
 def split_budget(size: int) -> int:
     """The splits a group of ``size`` (records, or records a read may take) may use."""
     return 4 * math.ceil(math.log2(max(size, 2))) + 4
+
+
+class ExecutorEnvironmentError(KinesisSpoutError):
+    """The executors' Python cannot import kinesis_spout: ship the environment."""
 
 
 class BatchFailedError(KinesisSpoutError):
@@ -262,3 +267,25 @@ class PoisonJudge:
             self.poison[i] = None
         while len(self.poison) > POISON_MEMORY:
             del self.poison[next(iter(self.poison))]
+
+
+_MISSING = (
+    re.compile(r"No module named '(kinesis_spout|tracker)[.']"),
+    re.compile(r"port number from kinesis_spout\.spark\.launch\.worker_daemon"),
+)
+_WORKER_PYTHON = re.compile(r"Error from python worker:\s+(\S+?):")
+
+
+def missing_on_executors(error: BaseException) -> ExecutorEnvironmentError | None:
+    """The one-line error of a Spark job that failed because the executors' Python has
+    no kinesis_spout (None: it failed for another reason)."""
+    text = str(error)
+    if not any(p.search(text) for p in _MISSING):
+        return None
+    python = _WORKER_PYTHON.search(text)
+    where = f" ({python.group(1)})" if python else ""
+    return ExecutorEnvironmentError(
+        f"the executors' Python{where} cannot import kinesis_spout: pass --ship-env to "
+        "kinesis-spout run (it ships this virtualenv), or install kinesis-spout there "
+        "(docs/deploy.md)"
+    )

@@ -47,7 +47,7 @@ from kinesis_spout.spark.launch.launcher import (  # noqa: E402
     watch_launcher,
     watch_parent,
 )
-from kinesis_spout.spark.launch.startup import StartupTimes  # noqa: E402
+from kinesis_spout.spark.startup import StartupTimes  # noqa: E402
 
 if TYPE_CHECKING:
     from kinesis_spout.spark.loop import MicroBatchLoop

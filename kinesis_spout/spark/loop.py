@@ -26,10 +26,9 @@ from typing import Any
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.records import ShardKey
-from kinesis_spout.spark.launch.startup import StartupTimes
 from kinesis_spout.spark.plan import Planner, ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.process.arrow import format_error
-from kinesis_spout.spark.processing import RecordFunction
+from kinesis_spout.spark.process.styles import RecordFunction
 from kinesis_spout.spark.read.deadlines import TaskClocks
 from kinesis_spout.spark.read.frames import FrameJobs
 from kinesis_spout.spark.read.jobs import PLANS, ReadIsolation, ReadJobs
@@ -41,6 +40,7 @@ from kinesis_spout.spark.reports import (
     batch_report,
     print_progress,
 )
+from kinesis_spout.spark.startup import StartupTimes
 
 log = logging.getLogger(__name__)
 

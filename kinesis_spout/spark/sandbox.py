@@ -39,7 +39,7 @@ from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.process.arrow import format_error, records_to_arrow
 from kinesis_spout.spark.process.fastretry import FastRetry
 from kinesis_spout.spark.process.sinks import write_task_rows
-from kinesis_spout.spark.processing import RecordFunction, run_records
+from kinesis_spout.spark.process.styles import RecordFunction, run_records
 from kinesis_spout.spark.task import Consume, run_plans
 from kinesis_spout.spark.worker_heap import freeze_imports
 from tracker import SequenceKey

@@ -33,7 +33,7 @@ from kinesis_spout.processinfo import reader_id
 from kinesis_spout.records import ReadEnd, Record, ShardBatch
 from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.process.fastretry import FastRetry
-from kinesis_spout.spark.processing import RecordFunction, run_records
+from kinesis_spout.spark.process.styles import RecordFunction, run_records
 from tracker import ExponentialBackoff, JitteredBackoff
 
 Consume = Callable[[list[Record]], None]

@@ -36,7 +36,7 @@ from kinesis_spout.observability import MetricsPortInUseError, check_port_free
 from kinesis_spout.observability.names import BY_NAME, MODES
 from kinesis_spout.records import Record
 from kinesis_spout.spark import job
-from kinesis_spout.spark.launch.submit import job_environment
+from kinesis_spout.spark.submit import job_environment
 from kinesis_spout.spout import KinesisSpout
 from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer, free_port
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records

@@ -27,7 +27,7 @@ from kinesis_spout.deadletter import (
 )
 from kinesis_spout.records import Record
 from kinesis_spout.spark.process.fastretry import FastRetry
-from kinesis_spout.spark.processing import InputRecord, input_record
+from kinesis_spout.spark.process.styles import InputRecord, input_record
 from tracker import (
     Backoff,
     ExponentialBackoff,

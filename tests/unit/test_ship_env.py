@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from kinesis_spout.cli import build_parser
+from kinesis_spout.spark.isolation import missing_on_executors
 from kinesis_spout.spark.launch.shipenv import (
     PACK_NOW,
     ShipEnvError,
-    missing_on_executors,
     pack_virtualenv,
     ship_env_arguments,
     shipped_env,
 )
-from kinesis_spout.spark.launch.submit import build_command, job_file
+from kinesis_spout.spark.submit import build_command, job_file
 
 
 def test_client_mode_ships_the_archive_for_the_executors_and_keeps_the_drivers_python() -> None:

@@ -26,7 +26,7 @@ from kinesis_spout.spark.process.fanout import (
     xor_by_group,
     xor_by_key,
 )
-from kinesis_spout.spark.processing import InputRecord
+from kinesis_spout.spark.process.styles import InputRecord
 
 U = np.uint64
 

@@ -12,7 +12,7 @@ from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import ConfigError, KinesisSpoutError
 from kinesis_spout.spark import job as job_module
 from kinesis_spout.spark.job import build_arg_parser, describe, job_config
-from kinesis_spout.spark.launch.submit import (
+from kinesis_spout.spark.submit import (
     DEFAULT_MASTER,
     SparkSubmitNotFoundError,
     build_command,
@@ -152,7 +152,7 @@ def test_the_job_runs_with_this_python_on_loopback() -> None:
 
 
 def test_run_refuses_to_start_without_a_process(toml: Path) -> None:
-    from kinesis_spout.spark.launch.submit import cmd_run
+    from kinesis_spout.spark.submit import cmd_run
 
     toml.write_text('stream_name = "x"\n')
     with pytest.raises(KinesisSpoutError, match="no processing given"):

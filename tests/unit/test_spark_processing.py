@@ -17,7 +17,7 @@ from kinesis_spout.records import Record
 from kinesis_spout.spark.process.arrow import ROW, records_to_arrow
 from kinesis_spout.spark.process.fastretry import FastRetry
 from kinesis_spout.spark.process.sinks import ConsoleSink, ParquetSink, open_sink, read_parquet_dir
-from kinesis_spout.spark.processing import (
+from kinesis_spout.spark.process.styles import (
     FanOutProcessor,
     InputRecord,
     RecordProcessor,

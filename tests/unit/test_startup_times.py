@@ -7,7 +7,7 @@ import logging
 import pytest
 from kit import FakeClock
 
-from kinesis_spout.spark.launch.startup import StartupTimes
+from kinesis_spout.spark.startup import StartupTimes
 
 
 def test_phases_are_the_times_between_marks_and_the_line_is_said_once(
@@ -19,7 +19,7 @@ def test_phases_are_the_times_between_marks_and_the_line_is_said_once(
     clock.now = 12.25
     times.mark("spark session")
     clock.now = 12.5
-    with caplog.at_level(logging.DEBUG, logger="kinesis_spout.spark.launch.startup"):
+    with caplog.at_level(logging.DEBUG, logger="kinesis_spout.spark.startup"):
         times.finish("first micro-batch")
         clock.now = 20.0
         times.finish("again")

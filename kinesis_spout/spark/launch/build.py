@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.metrics import MetricsCollector
 from kinesis_spout.spark.loop import MicroBatchLoop
-from kinesis_spout.spark.processing import (
+from kinesis_spout.spark.process.styles import (
     FanOutProcessor,
     RecordProcessor,
     TransformProcessor,
@@ -42,14 +42,14 @@ def build_driver(
     """A ready micro-batch loop (not started) for every processing style.
 
     ``process``: a processor, a plain per-record function, or a
-    ``"module:attr"`` spec (see :mod:`kinesis_spout.spark.processing`).
+    ``"module:attr"`` spec (see :mod:`kinesis_spout.spark.process.styles`).
     ``spark`` None: the active session, or a new one (``getOrCreate``).
     ``metrics``: where the reader and the loop report (the job passes its endpoint's);
     None: the reader's own (its endpoint with ``metrics_port``, else none).
     ``job_lease``: the reader takes the job lease on open (``job.py``, holding it: False).
     """
     from kinesis_spout.spark.process.runner import uncompressed_caches
-    from kinesis_spout.spark.processing import as_processor, load_processor
+    from kinesis_spout.spark.process.styles import as_processor, load_processor
 
     processor = load_processor(process, config) if isinstance(process, str) else None
     processor = processor or as_processor(process, config)

@@ -12,7 +12,8 @@ the virtualenv is left out (said once). venv-pack ships no interpreter: the exec
 need the same Python at the same path (docs/deploy.md).
 
 A job whose executors cannot import kinesis_spout fails at once with one line saying so
-(:func:`missing_on_executors`), instead of splitting its micro-batch in vain.
+(:func:`~kinesis_spout.spark.isolation.missing_on_executors`), instead of splitting its
+micro-batch in vain.
 """
 
 from __future__ import annotations
@@ -45,10 +46,6 @@ LEFT_OUT = ("pyspark", "pyspark-*.dist-info")
 
 class ShipEnvError(KinesisSpoutError):
     """The virtualenv cannot be packed (not a virtualenv, venv-pack missing, a build failed)."""
-
-
-class ExecutorEnvironmentError(KinesisSpoutError):
-    """The executors' Python cannot import kinesis_spout: ship the environment."""
 
 
 def ship_env_arguments(archive: str | Path, deploy_mode: str = "client") -> list[str]:
@@ -219,25 +216,3 @@ def _unpack_wheel(wheel: Path, site: Path) -> None:
             dest.unlink(missing_ok=True)
             with zf.open(info) as src, open(dest, "xb") as dst:
                 shutil.copyfileobj(src, dst)
-
-
-_MISSING = (
-    re.compile(r"No module named '(kinesis_spout|tracker)[.']"),
-    re.compile(r"port number from kinesis_spout\.spark\.launch\.worker_daemon"),
-)
-_WORKER_PYTHON = re.compile(r"Error from python worker:\s+(\S+?):")
-
-
-def missing_on_executors(error: BaseException) -> ExecutorEnvironmentError | None:
-    """The one-line error of a Spark job that failed because the executors' Python has
-    no kinesis_spout (None: it failed for another reason)."""
-    text = str(error)
-    if not any(p.search(text) for p in _MISSING):
-        return None
-    python = _WORKER_PYTHON.search(text)
-    where = f" ({python.group(1)})" if python else ""
-    return ExecutorEnvironmentError(
-        f"the executors' Python{where} cannot import kinesis_spout: pass --ship-env to "
-        "kinesis-spout run (it ships this virtualenv), or install kinesis-spout there "
-        "(docs/deploy.md)"
-    )

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from kinesis_spout.records import Record
 from kinesis_spout.spark.process.arrow import ROOT, ROW, clip_error, format_error
 from kinesis_spout.spark.process.exprs import Exprs
-from kinesis_spout.spark.processing import EmitFunction, batch_records
+from kinesis_spout.spark.process.styles import EmitFunction, batch_records
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from kinesis_spout.spark.process.contract import ProcessingContractError, ok_and
 from kinesis_spout.spark.process.exprs import Exprs
 from kinesis_spout.spark.process.fanout import ID
 from kinesis_spout.spark.process.sinks import rows_writer
-from kinesis_spout.spark.processing import FanOutProcessor, FanOutSink
+from kinesis_spout.spark.process.styles import FanOutProcessor, FanOutSink
 
 
 def anchored_sinks(

@@ -36,7 +36,7 @@ from kinesis_spout.spark.process.fanout import ID, SINK_VALS, derived_frame, sta
 from kinesis_spout.spark.process.fanout_sinks import anchored_sinks, sink_frame
 from kinesis_spout.spark.process.settle import partials_frame, settle
 from kinesis_spout.spark.process.sinks import ok_rows_writer
-from kinesis_spout.spark.processing import FanOutProcessor, Processor, TransformProcessor
+from kinesis_spout.spark.process.styles import FanOutProcessor, Processor, TransformProcessor
 
 log = logging.getLogger(__name__)
 

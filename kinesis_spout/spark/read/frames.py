@@ -34,7 +34,7 @@ from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.process.arrow import DATA_COLUMNS, ROW, Statuses
 from kinesis_spout.spark.process.exprs import Exprs
 from kinesis_spout.spark.process.runner import SparkRunner
-from kinesis_spout.spark.processing import FanOutProcessor, TransformProcessor, input_record
+from kinesis_spout.spark.process.styles import FanOutProcessor, TransformProcessor, input_record
 from kinesis_spout.spark.read.emit_reports import EmitReports, Reporter
 from kinesis_spout.spark.read.keys import JobKeys
 from kinesis_spout.spark.read.recorded import RecordTo

@@ -29,7 +29,7 @@ from kinesis_spout.spark.isolation import (
 )
 from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.process.arrow import format_error
-from kinesis_spout.spark.processing import RecordFunction
+from kinesis_spout.spark.process.styles import RecordFunction
 from kinesis_spout.spark.read.followup import follow_up
 from kinesis_spout.spark.read.shuffle import shuffled_results
 from kinesis_spout.spark.sandbox import task_function

@@ -27,7 +27,7 @@ from kinesis_spout.processinfo import reader_id
 from kinesis_spout.records import Record
 from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.process.arrow import format_error
-from kinesis_spout.spark.processing import RecordFunction
+from kinesis_spout.spark.process.styles import RecordFunction
 from kinesis_spout.spark.task import Read, fail_unprocessed, read_shards, write_rows
 from kinesis_spout.spark.worker_heap import freeze_imports
 

@@ -24,7 +24,7 @@ from kinesis_spout.records import Record
 from kinesis_spout.spark.plan import ReadPlan, ReadSettings
 from kinesis_spout.spark.process.arrow import INPUT_SCHEMA, ROW, records_to_arrow
 from kinesis_spout.spark.process.fanout import emit_records, stage_schema
-from kinesis_spout.spark.processing import EmitFunction
+from kinesis_spout.spark.process.styles import EmitFunction
 from kinesis_spout.spark.read.emit_reports import Reporter, TaskReport
 from kinesis_spout.spark.read.recorded import KeptRead, RecordTo, read_recorded
 from kinesis_spout.spark.worker_heap import freeze_imports

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.spark.processing import (
+from kinesis_spout.spark.process.styles import (
     FanOutProcessor,
     InputRecord,
     RecordProcessor,
@@ -331,7 +331,7 @@ def per_record_transform(
         import pyarrow as pa
 
         from kinesis_spout.spark.process.arrow import ROW, format_error
-        from kinesis_spout.spark.processing import batch_records
+        from kinesis_spout.spark.process.styles import batch_records
 
         for batch in batches:
             ok, errors = [], []
@@ -445,7 +445,7 @@ def submit_and_kill(
     spark-submit itself, not ``kinesis-spout run`` (whose job outlives it by a moment):
     SIGKILL of its process group is the driver's death."""
     from devkit.chaos.process import JobProcess
-    from kinesis_spout.spark.launch.submit import (
+    from kinesis_spout.spark.submit import (
         DEFAULT_CONF,
         find_spark_submit,
         job_environment,

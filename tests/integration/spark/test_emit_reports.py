@@ -29,7 +29,7 @@ from kinesis_spout.examples.wordcount import (
 )
 from kinesis_spout.records import GetterPosition
 from kinesis_spout.spark.plan import ReadPlan, ReadResult
-from kinesis_spout.spark.processing import fan_out
+from kinesis_spout.spark.process.styles import fan_out
 from kinesis_spout.spark.read.emit_reports import EmitReports
 from kinesis_spout.spark.read.frames import RECOMPUTED
 from kinesis_spout.testing.streams import create_stream, put_records, shard_ids

@@ -45,7 +45,7 @@ from kinesis_spout.spark.plan import ReadPlan, ReadSettings
 from kinesis_spout.spark.process.fanout import derived_ids, to_signed
 from kinesis_spout.spark.process.runner import CACHE_COMPRESSED, uncompressed_caches
 from kinesis_spout.spark.process.sinks import read_parquet_dir
-from kinesis_spout.spark.processing import dataframe_transform, fan_out
+from kinesis_spout.spark.process.styles import dataframe_transform, fan_out
 from kinesis_spout.spark.read.recorded import RecordTo
 from kinesis_spout.spark.read.rows import RowSpace
 from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, frame_reader

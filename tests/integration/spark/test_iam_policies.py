@@ -29,7 +29,7 @@ from devkit.localstack import LocalStackServer
 from kinesis_spout.aws import CALL_LOG_ENV
 from kinesis_spout.cli import main as cli_main
 from kinesis_spout.spark.launch.build import run_job
-from kinesis_spout.spark.processing import dataframe_transform
+from kinesis_spout.spark.process.styles import dataframe_transform
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import (
     create_stream,

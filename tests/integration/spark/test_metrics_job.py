@@ -22,8 +22,8 @@ import spark_job_helpers
 from spark_job_helpers import POISON
 
 from devkit.scrape import Scrape, wait_for_scrape
-from kinesis_spout.spark.launch.submit import job_environment
 from kinesis_spout.spark.reports import JobSummary
+from kinesis_spout.spark.submit import job_environment
 from kinesis_spout.testing.servers import MotoServer, free_port
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 

@@ -25,7 +25,7 @@ from kinesis_spout.config.load import load_config
 from kinesis_spout.deadletter.s3 import iter_s3_entries
 from kinesis_spout.spark.launch.build import run_job
 from kinesis_spout.spark.process.sinks import read_parquet_dir
-from kinesis_spout.spark.processing import per_record
+from kinesis_spout.spark.process.styles import per_record
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 

@@ -67,7 +67,7 @@ def wait_until_forwarding(proc: subprocess.Popen[str], output: OutputLines) -> N
 
 SUPERVISOR = """
 import sys
-from kinesis_spout.spark.launch.submit import supervise, job_environment
+from kinesis_spout.spark.submit import supervise, job_environment
 sys.exit(supervise([sys.executable, sys.argv[1], sys.argv[2]], job_environment()))
 """
 

@@ -17,7 +17,7 @@ from devkit.holders import start_lease_holder
 from devkit.status import run_status, status_json, table_rows
 from kinesis_spout.deadletter import read_dead_letters
 from kinesis_spout.spark.launch.build import run_job
-from kinesis_spout.spark.processing import per_record
+from kinesis_spout.spark.process.styles import per_record
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 

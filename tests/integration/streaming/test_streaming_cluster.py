@@ -17,7 +17,7 @@ from streaming_helpers import Row, assert_exactly_once, fill
 
 from devkit.cluster import StandaloneCluster, cluster_spark_conf
 from devkit.faultproxy import FaultProxy
-from kinesis_spout.spark.launch.submit import job_environment
+from kinesis_spout.spark.submit import job_environment
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream
 

@@ -53,7 +53,7 @@ class SparkSubmitNotFoundError(KinesisSpoutError):
 
 def job_file() -> Path:
     """The job file to give ``spark-submit`` (inside the installed package)."""
-    return Path(__file__).resolve().parent.parent / "job.py"
+    return Path(__file__).resolve().with_name("job.py")
 
 
 def find_spark_submit(explicit: str | None = None) -> str:
