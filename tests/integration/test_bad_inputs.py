@@ -33,7 +33,7 @@ from kinesis_spout.errors import (
     KinesisError,
     StreamNotFoundError,
 )
-from kinesis_spout.spark.launch.build import run_job
+from kinesis_spout.spark import run_job
 from kinesis_spout.spark.submit import job_environment
 from kinesis_spout.testing.servers import MotoServer, ZooKeeperServer, free_port
 from kinesis_spout.testing.streams import create_stream, put_records

@@ -26,8 +26,8 @@ from kinesis_spout.deadletter import (
     read_dead_letters,
 )
 from kinesis_spout.records import Record
+from kinesis_spout.spark import InputRecord, input_record
 from kinesis_spout.spark.process.fastretry import FastRetry
-from kinesis_spout.spark.process.styles import InputRecord, input_record
 from tracker import (
     Backoff,
     ExponentialBackoff,

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kinesis_spout.records import GetterPosition, Record
+from kinesis_spout.spark import InputRecord
 from kinesis_spout.spark.plan import ReadPlan, ReadResult
 from kinesis_spout.spark.process.arrow import DATA_COLUMNS, ROOT, ROW
 from kinesis_spout.spark.process.fanout import IDS, derived_column, derived_rows, run_emit
-from kinesis_spout.spark.process.styles import InputRecord
 from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, PLAN, ReadEmitter, stage_batches
 from tracker import SequenceKey
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from kinesis_spout.spark import InputRecord
 from kinesis_spout.spark.process.arrow import (
     ROOT,
     ROW,
@@ -26,7 +27,6 @@ from kinesis_spout.spark.process.fanout import (
     xor_by_group,
     xor_by_key,
 )
-from kinesis_spout.spark.process.styles import InputRecord
 
 U = np.uint64
 

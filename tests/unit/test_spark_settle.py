@@ -306,9 +306,9 @@ def test_a_row_past_the_batch_is_a_clear_error() -> None:
 
 @pytest.mark.parametrize("name", ["_sink_vals", "_ack_val", "_root"])
 def test_a_fan_out_schema_may_not_use_the_stage_columns(name: str) -> None:
+    from kinesis_spout.spark import fan_out
     from kinesis_spout.spark.process.contract import ProcessingContractError
     from kinesis_spout.spark.process.runner import SparkRunner
-    from kinesis_spout.spark.process.styles import fan_out
 
     process = fan_out(lambda r: [], pa.schema([pa.field(name, pa.int64())]), [lambda d: None], "f")
     runner = SparkRunner(None, process)

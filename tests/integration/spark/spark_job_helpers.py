@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.spark.process.styles import (
+from kinesis_spout.spark import (
     FanOutProcessor,
     InputRecord,
     RecordProcessor,

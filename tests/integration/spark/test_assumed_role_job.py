@@ -16,8 +16,7 @@ import pytest
 from spark_job_helpers import POISON, not_poison, record_deliveries
 
 from devkit.awscalls import MotoRequests, caller_arn, client_as_role, executor_env
-from kinesis_spout.spark.launch.build import run_job
-from kinesis_spout.spark.process.styles import dataframe_transform
+from kinesis_spout.spark import dataframe_transform, run_job
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 

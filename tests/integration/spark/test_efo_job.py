@@ -18,7 +18,7 @@ from test_executor_reads import checkpoints, last_per_shard, spy_results
 
 from devkit.localstack import LocalStackServer
 from kinesis_spout.deadletter import read_dead_letters
-from kinesis_spout.spark.launch.build import build_driver
+from kinesis_spout.spark import build_driver
 from kinesis_spout.spark.loop import MicroBatchLoop
 from kinesis_spout.testing.streams import create_stream, emulator_client, make_payloads, put_records
 

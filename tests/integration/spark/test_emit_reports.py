@@ -28,8 +28,8 @@ from kinesis_spout.examples.wordcount import (
     split_sentence,
 )
 from kinesis_spout.records import GetterPosition
+from kinesis_spout.spark import fan_out
 from kinesis_spout.spark.plan import ReadPlan, ReadResult
-from kinesis_spout.spark.process.styles import fan_out
 from kinesis_spout.spark.read.emit_reports import EmitReports
 from kinesis_spout.spark.read.frames import RECOMPUTED
 from kinesis_spout.testing.streams import create_stream, put_records, shard_ids

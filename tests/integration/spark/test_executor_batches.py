@@ -22,7 +22,7 @@ from spark_job_helpers import (
 )
 
 from kinesis_spout.checkpoint import open_store
-from kinesis_spout.spark.launch.build import build_driver
+from kinesis_spout.spark import build_driver
 from kinesis_spout.spark.loop import MicroBatchLoop
 from kinesis_spout.testing.streams import create_stream, put_records
 
@@ -207,7 +207,7 @@ def test_a_transform_reads_and_processes_in_one_spark_job_and_skips_empty_polls(
     nothing read, a poll reads first and runs no transform on an empty batch."""
     from pyspark.sql import functions as F
 
-    from kinesis_spout.spark.process.styles import dataframe_transform
+    from kinesis_spout.spark import dataframe_transform
 
     create_stream(moto_client, unique_name, 6)
     put = put_records(moto_client, unique_name, spread_items(300))
@@ -238,7 +238,7 @@ def test_a_transforms_spark_job_count_includes_the_failed_payloads_job(
     payloads are fetched from the persisted reads (one more job per micro-batch)."""
     from pyspark.sql import functions as F
 
-    from kinesis_spout.spark.process.styles import dataframe_transform
+    from kinesis_spout.spark import dataframe_transform
 
     create_stream(moto_client, unique_name, 2)
     put_records(moto_client, unique_name, spread_items(40))

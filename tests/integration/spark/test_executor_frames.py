@@ -39,13 +39,12 @@ from kinesis_spout.examples.wordcount import (
     split_sentence,
 )
 from kinesis_spout.records import GetterPosition
-from kinesis_spout.spark.launch.build import build_driver
+from kinesis_spout.spark import build_driver, dataframe_transform, fan_out
 from kinesis_spout.spark.loop import MicroBatchLoop
 from kinesis_spout.spark.plan import ReadPlan, ReadSettings
 from kinesis_spout.spark.process.fanout import derived_ids, to_signed
 from kinesis_spout.spark.process.runner import CACHE_COMPRESSED, uncompressed_caches
 from kinesis_spout.spark.process.sinks import read_parquet_dir
-from kinesis_spout.spark.process.styles import dataframe_transform, fan_out
 from kinesis_spout.spark.read.recorded import RecordTo
 from kinesis_spout.spark.read.rows import RowSpace
 from kinesis_spout.spark.read.stage import FRAME_SCHEMA, META, frame_reader

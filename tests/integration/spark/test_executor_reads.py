@@ -31,7 +31,7 @@ from spark_job_helpers import (
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.deadletter import read_dead_letters
-from kinesis_spout.spark.launch.build import build_driver
+from kinesis_spout.spark import build_driver
 from kinesis_spout.spark.loop import MicroBatchLoop
 from kinesis_spout.testing.servers import KinesisMock
 from kinesis_spout.testing.streams import (

@@ -14,8 +14,7 @@ import pytest
 from spark_job_helpers import POISON, flaky_and_poison
 
 from kinesis_spout.deadletter import read_dead_letters
-from kinesis_spout.spark.launch.build import run_job
-from kinesis_spout.spark.process.styles import dataframe_transform, per_record
+from kinesis_spout.spark import dataframe_transform, per_record, run_job
 from kinesis_spout.spark.reports import BatchReport
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 

@@ -11,8 +11,7 @@ import pytest
 from spark_job_helpers import note_frozen_heap, words_noting_frozen_heap
 
 from kinesis_spout.examples.wordcount import WordCountSink
-from kinesis_spout.spark.launch.build import build_driver
-from kinesis_spout.spark.process.styles import fan_out
+from kinesis_spout.spark import build_driver, fan_out
 from kinesis_spout.testing.streams import create_stream, put_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]

@@ -28,8 +28,7 @@ from devkit.awscalls import executor_env, read_call_log
 from devkit.localstack import LocalStackServer
 from kinesis_spout.aws import CALL_LOG_ENV
 from kinesis_spout.cli import main as cli_main
-from kinesis_spout.spark.launch.build import run_job
-from kinesis_spout.spark.process.styles import dataframe_transform
+from kinesis_spout.spark import dataframe_transform, run_job
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import (
     create_stream,

@@ -27,10 +27,9 @@ from kinesis_spout.checkpoint import open_store
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.config.load import load_config
 from kinesis_spout.deadletter import read_dead_letters
-from kinesis_spout.spark.launch.build import build_driver, run_job
+from kinesis_spout.spark import build_driver, dataframe_transform, run_job
 from kinesis_spout.spark.loop import MicroBatchLoop
 from kinesis_spout.spark.process.sinks import read_parquet_dir
-from kinesis_spout.spark.process.styles import dataframe_transform
 from kinesis_spout.testing.servers import KinesisEmulator
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 

@@ -23,9 +23,8 @@ from spark_job_helpers import submit_and_kill
 from kinesis_spout.cli import main as cli_main
 from kinesis_spout.config.load import load_config
 from kinesis_spout.deadletter.s3 import iter_s3_entries
-from kinesis_spout.spark.launch.build import run_job
+from kinesis_spout.spark import per_record, run_job
 from kinesis_spout.spark.process.sinks import read_parquet_dir
-from kinesis_spout.spark.process.styles import per_record
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 

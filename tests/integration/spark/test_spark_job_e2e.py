@@ -12,9 +12,8 @@ from spark_job_helpers import POISON, failing_word_sink, record_deliveries, word
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.deadletter import read_dead_letters
 from kinesis_spout.examples import wordcount
-from kinesis_spout.spark.launch.build import run_job
+from kinesis_spout.spark import dataframe_transform, fan_out, run_job
 from kinesis_spout.spark.process.sinks import read_parquet_dir
-from kinesis_spout.spark.process.styles import dataframe_transform, fan_out
 from kinesis_spout.spark.reports import BatchReport
 from kinesis_spout.testing.servers import ZooKeeperServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records

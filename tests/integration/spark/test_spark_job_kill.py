@@ -14,7 +14,7 @@ from spark_job_helpers import sink_rows, submit_and_kill
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.config.load import load_config
-from kinesis_spout.spark.launch.build import run_job
+from kinesis_spout.spark import run_job
 from kinesis_spout.spark.process.sinks import read_parquet_dir
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records

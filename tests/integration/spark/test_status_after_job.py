@@ -16,8 +16,7 @@ from spark_job_helpers import POISON, flaky_and_poison
 from devkit.holders import start_lease_holder
 from devkit.status import run_status, status_json, table_rows
 from kinesis_spout.deadletter import read_dead_letters
-from kinesis_spout.spark.launch.build import run_job
-from kinesis_spout.spark.process.styles import per_record
+from kinesis_spout.spark import per_record, run_job
 from kinesis_spout.testing.servers import MotoServer
 from kinesis_spout.testing.streams import create_stream, make_payloads, put_records
 

@@ -22,7 +22,7 @@ from kinesis_spout.checkpoint.base import MemoryCheckpointStore
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.kinesis.client import make_client
 from kinesis_spout.metrics import InMemoryMetrics, MetricsCollector
-from kinesis_spout.spark.launch.build import build_driver
+from kinesis_spout.spark import build_driver
 from kinesis_spout.spark.loop import MicroBatchLoop
 from kinesis_spout.spark.plan import Planner, ReadPlan, ReadSettings
 from kinesis_spout.spark.quarantine import Quarantine
