@@ -161,14 +161,17 @@ class _PlanRun:
 
     def end_before(self, n: int, why: str | None) -> ReadEnd:
         """A read cut by a lost child after its first ``n`` records ends there: the next
-        read goes on after the last one (inside its KPL aggregate if more of it came).
+        read goes on after the last one, inside its Kinesis record (a KPL aggregate)
+        unless the next record that came starts another. After the last record that came
+        it goes on inside too: the read may have cut its page inside an aggregate, and the
+        child died before it said so (a plain record is then read again and dropped).
         ``why``: the record in progress failed alone (the next read fetches it)."""
         res, pos = self.res, self.plan.position
         assert pos is not None
         res.poisoned = why
         seqs = [int(q) for q in res.seqs]
         aggregates = tuple(sorted({q for q, s in zip(seqs, res.subs, strict=True) if s}))
-        whole = n == len(seqs) or seqs[n] != seqs[n - 1]
+        whole = n < len(seqs) and seqs[n] != seqs[n - 1]
         self.cut(n)
         if not n:
             return ReadEnd(pos)

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from kit import spout_config
 
-from kinesis_spout.records import Record
+from kinesis_spout.records import GetterPosition, Record
 from kinesis_spout.spark.plan import ReadPlan, ReadResult, ReadSettings
 from kinesis_spout.spark.process.fastretry import FastRetry
-from kinesis_spout.spark.sandbox import Sandbox
+from kinesis_spout.spark.sandbox import Sandbox, after_loss
 from tracker import SequenceKey
 
 SHARD = "shardId-000000000000"
@@ -181,3 +181,46 @@ def test_a_task_after_a_hang_is_not_taken_for_one(sandbox: Sandbox, tmp_path: Pa
     assert "ran past task_timeout" in (statuses(hung)["1"] or "")
     after = sandbox.run([retry_plan([record(2), record(3)])], quick, SlowToLoad(log), 1)
     assert statuses(after) == {"2": None, "3": None} and sandbox.lost == 1
+
+
+def read_run(shard: str, keys: list[tuple[int, int]]) -> Any:
+    """A read plan's run in the worker, its child having announced and done ``keys``
+    (one page) but not yet said how the read ended."""
+    from kinesis_spout.spark.sandbox import _PlanRun
+
+    plan = ReadPlan(0, "st", shard, GetterPosition(after=SequenceKey(10, 0)), limit=len(keys))
+    run = _PlanRun(plan, ReadResult.for_plan(plan))
+    run.page([str(q) for q, _ in keys], [s for _, s in keys], None)
+    return run
+
+
+def test_a_read_cut_inside_a_kpl_aggregate_goes_on_inside_it_after_a_lost_child() -> None:
+    """Shard a's read took the first user record of aggregate 67 (its limit cut the
+    page there) and processed it; the child then died on shard b's killer before it
+    said how a's read ended. a's next read must start *at* 67 (its sub-records after 0
+    still to come), not after it: that lost them (chaos seed 3, 14 records)."""
+    cut = read_run("a", [(66, 0), (66, 1), (67, 0)])
+    killer = read_run("b", [(80, 0)])
+
+    done, again = after_loss([cut, killer], "died", (True, 1, 0, 0.0))
+
+    assert again == [] and done == [cut, killer]
+    position = cut.res.end.position
+    assert position.after == SequenceKey(67, 0) and position.after_whole is False
+    assert position.iterator is None
+    assert cut.res.end.taken == 3
+
+
+def test_a_read_whose_next_record_came_knows_where_its_kinesis_record_ended() -> None:
+    """A record in progress that starts a new Kinesis record ends the read after the
+    whole one before it; one inside the same aggregate, inside it."""
+    whole = read_run("a", [(66, 0), (66, 1), (67, 0)])
+    inside = read_run("b", [(70, 0), (70, 1), (70, 2)])
+
+    after_loss([whole], "died", (True, 0, 2, 0.0))
+    after_loss([inside], "died", (True, 0, 2, 0.0))
+
+    assert whole.res.end.position.after == SequenceKey(66, 1)
+    assert whole.res.end.position.after_whole is True
+    assert inside.res.end.position.after == SequenceKey(70, 1)
+    assert inside.res.end.position.after_whole is False
