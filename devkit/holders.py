@@ -8,7 +8,7 @@ import sys
 
 _HOLDER = """
 import sys, time
-from kinesis_spout.coordination.joblease import open_job_lease
+from kinesis_spout.checkpoint.joblease import open_job_lease
 lease = open_job_lease(sys.argv[1], sys.argv[2])
 lease.acquire()
 print("held", flush=True)

@@ -251,7 +251,7 @@ def unknown_argument_error(
 
 def _exit_status(exc: KinesisSpoutError) -> int:
     """2 for bad input, 3 for a job that runs (its lease held), else 1."""
-    from kinesis_spout.coordination.joblease import JobLeaseHeldError
+    from kinesis_spout.checkpoint.joblease import JobLeaseHeldError
 
     if isinstance(exc, ConfigError):
         return EXIT_BAD_INPUT

@@ -64,7 +64,7 @@ class LeaseItem:
 
     owner: str
     holder: str | None
-    """The holder's JSON record (:func:`~kinesis_spout.coordination.joblease.holder_info`)."""
+    """The holder's JSON record (:func:`~kinesis_spout.checkpoint.joblease.holder_info`)."""
     counter: int
     expires_at: float
 

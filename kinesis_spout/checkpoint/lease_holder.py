@@ -1,5 +1,5 @@
 """Who holds a job lease, and waiting for one: what every store's lease shares
-(:mod:`~kinesis_spout.coordination.joblease` opens the lease of a store URL).
+(:mod:`~kinesis_spout.checkpoint.joblease` opens the lease of a store URL).
 
 A holder's record names its host, pid, start time and what reads; a second reader's
 error names the holder, and a holder that died on this host is seen gone at once.
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from kinesis_spout.errors import KinesisSpoutError
 
-log = logging.getLogger("kinesis_spout.coordination.joblease")
+log = logging.getLogger("kinesis_spout.checkpoint.joblease")
 
 
 class JobLeaseHeldError(KinesisSpoutError):

@@ -119,7 +119,7 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 def job_stopped(cfg: SpoutConfig, store: CheckpointStore) -> Iterator[None]:
     """Hold the job lease (and, on ZooKeeper, see no live worker) while the body runs;
     :class:`ResetRefusedError` naming who reads otherwise."""
-    from kinesis_spout.coordination.joblease import JobLeaseHeldError, open_job_lease
+    from kinesis_spout.checkpoint.joblease import JobLeaseHeldError, open_job_lease
 
     lease = open_job_lease(
         cfg.checkpoint_store,

@@ -2,7 +2,7 @@
 
 A spout in your own loop, the multilang process and anything built on the
 spout read every shard of the job, as ``kinesis-spout run`` does; so they take
-the same job lease (:mod:`kinesis_spout.coordination.joblease`): a second
+the same job lease (:mod:`kinesis_spout.checkpoint.joblease`): a second
 reader with the same job name and checkpoint store fails naming the holder,
 or waits with ``wait_for_lease``. Readers fenced otherwise opt out with
 ``job_lease=False``: the coordination worker and a multilang component of
@@ -19,13 +19,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from kinesis_spout.config import SpoutConfig
-from kinesis_spout.coordination.joblease import (
+from kinesis_spout.checkpoint.joblease import (
     WAIT_FLAG_HINT,
     JobLease,
     JobLeaseHeldError,
     open_job_lease,
 )
+from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import KinesisSpoutError
 
 
@@ -50,7 +50,7 @@ class ReaderLease:
 
     def take(self) -> None:
         """Take the lease (waiting if ``wait_for_lease``), or raise
-        :class:`~kinesis_spout.coordination.joblease.JobLeaseHeldError` naming the holder."""
+        :class:`~kinesis_spout.checkpoint.joblease.JobLeaseHeldError` naming the holder."""
         if not self.enabled or self._lease is not None:
             return
         cfg = self.config

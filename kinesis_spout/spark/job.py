@@ -35,9 +35,9 @@ from collections.abc import Callable, Mapping, Sequence  # noqa: E402
 from types import FrameType  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
+from kinesis_spout.checkpoint.joblease import JobLease, open_job_lease  # noqa: E402
 from kinesis_spout.config import SpoutConfig  # noqa: E402
 from kinesis_spout.config.load import add_config_arguments, load_config  # noqa: E402
-from kinesis_spout.coordination.joblease import JobLease, open_job_lease  # noqa: E402
 from kinesis_spout.errors import ConfigError, KinesisSpoutError  # noqa: E402
 from kinesis_spout.metrics import MetricsCollector  # noqa: E402
 from kinesis_spout.observability.endpoint import MetricsEndpoint  # noqa: E402

@@ -239,7 +239,7 @@ def check_metrics_port(config: SpoutConfig) -> None:
     try:
         check_port_free(config)
     except MetricsPortInUseError:
-        from kinesis_spout.coordination.joblease import held_error
+        from kinesis_spout.checkpoint.joblease import held_error
         from kinesis_spout.status.sources_store import held_job_lease
 
         try:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kinesis_spout.coordination.joblease import ZK_LEASE_NODE, holder_is_gone, holder_name
+from kinesis_spout.checkpoint.joblease import ZK_LEASE_NODE, holder_is_gone, holder_name
 from kinesis_spout.status.model import (
     JobLeaseStatus,
     LeaseState,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kinesis_spout.coordination.joblease import LOCK_FILE, ZK_LEASE_NODE
+from kinesis_spout.checkpoint.joblease import LOCK_FILE, ZK_LEASE_NODE
 from kinesis_spout.errors import ConfigError
 from kinesis_spout.records import Checkpoint
 from kinesis_spout.status.model import (

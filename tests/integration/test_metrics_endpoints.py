@@ -26,8 +26,8 @@ from kit import spout_config
 
 from devkit.holders import start_lease_holder
 from devkit.scrape import Scrape, scrape, wait_for_scrape
+from kinesis_spout.checkpoint.joblease import JobLeaseHeldError
 from kinesis_spout.config import SpoutConfig
-from kinesis_spout.coordination.joblease import JobLeaseHeldError
 from kinesis_spout.coordination.worker import run_worker
 from kinesis_spout.errors import ConfigError
 from kinesis_spout.kinesis.client import make_client

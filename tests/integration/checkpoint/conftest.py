@@ -14,8 +14,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from kinesis_spout.checkpoint import CheckpointStore, open_store
+from kinesis_spout.checkpoint.joblease import JobLease, open_job_lease
 from kinesis_spout.checkpoint.zk_layout import ZkUrl
-from kinesis_spout.coordination.joblease import JobLease, open_job_lease
 from kinesis_spout.testing.servers import ZooKeeperServer
 
 StoreFactory = Callable[..., CheckpointStore]

@@ -18,7 +18,7 @@ from kinesis_spout.checkpoint.batch_ends import BatchEnd
 from kinesis_spout.checkpoint.dynamodb_lease import DynamoDbJobLease, LeaseItem
 from kinesis_spout.checkpoint.dynamodb_table import dynamodb_client, iam_action
 from kinesis_spout.checkpoint.factory import open_batch_ends
-from kinesis_spout.coordination.joblease import open_job_lease
+from kinesis_spout.checkpoint.joblease import open_job_lease
 from kinesis_spout.records import Checkpoint, ShardPosition
 from kinesis_spout.status.sources_store import read_store
 

@@ -16,7 +16,7 @@ import pytest
 
 from kinesis_spout.checkpoint import open_store
 from kinesis_spout.checkpoint.dynamodb_lease import DynamoDbJobLease, LeaseItem
-from kinesis_spout.coordination.joblease import JobLeaseHeldError, open_job_lease
+from kinesis_spout.checkpoint.joblease import JobLeaseHeldError, open_job_lease
 from kinesis_spout.errors import StaleCheckpointError
 from kinesis_spout.records import Checkpoint
 
@@ -28,7 +28,7 @@ HOLDER = """
 import sys
 import threading
 from kinesis_spout.checkpoint import open_store
-from kinesis_spout.coordination.joblease import open_job_lease
+from kinesis_spout.checkpoint.joblease import open_job_lease
 from kinesis_spout.errors import StaleCheckpointError
 from kinesis_spout.records import Checkpoint
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from devkit.holders import start_lease_holder
-from kinesis_spout.coordination.joblease import JobLease, JobLeaseHeldError, open_job_lease
+from kinesis_spout.checkpoint.joblease import JobLease, JobLeaseHeldError, open_job_lease
 
 pytestmark = pytest.mark.integration
 

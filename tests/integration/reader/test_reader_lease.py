@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kit import spout_config
 
-from kinesis_spout.coordination.joblease import JobLeaseHeldError
+from kinesis_spout.checkpoint.joblease import JobLeaseHeldError
 from kinesis_spout.spout import KinesisSpout
 from kinesis_spout.status.command import gather
 from kinesis_spout.status.model import LeaseState
