@@ -164,24 +164,28 @@ class _PlanRun:
         read goes on after the last one, inside its Kinesis record (a KPL aggregate)
         unless the next record that came starts another. After the last record that came
         it goes on inside too: the read may have cut its page inside an aggregate, and the
-        child died before it said so (a plain record is then read again and dropped).
-        ``why``: the record in progress failed alone (the next read fetches it)."""
+        child died before it said so (a plain record is then read again and dropped), and
+        that record counts as a multi-record aggregate, so a checkpoint at its first
+        sub-record is held back. ``why``: the record in progress failed alone (the next
+        read fetches it)."""
         res, pos = self.res, self.plan.position
         assert pos is not None
         res.poisoned = why
         seqs = [int(q) for q in res.seqs]
-        aggregates = tuple(sorted({q for q, s in zip(seqs, res.subs, strict=True) if s}))
+        aggregates = {q for q, s in zip(seqs, res.subs, strict=True) if s}
         whole = n < len(seqs) and seqs[n] != seqs[n - 1]
         self.cut(n)
         if not n:
             return ReadEnd(pos)
         last = SequenceKey(seqs[n - 1], res.subs[n - 1])
+        if not whole:
+            aggregates.add(last.sequence)
         return ReadEnd(
             GetterPosition(None, last, whole, pos.initial, pos.timestamp),
             taken=n,
             last=last,
             events=1,
-            aggregates=tuple(a for a in aggregates if a <= last.sequence),
+            aggregates=tuple(sorted(a for a in aggregates if a <= last.sequence)),
         )
 
     def ok_rows(self) -> list[pa.Table]:

@@ -209,6 +209,9 @@ def test_a_read_cut_inside_a_kpl_aggregate_goes_on_inside_it_after_a_lost_child(
     assert position.after == SequenceKey(67, 0) and position.after_whole is False
     assert position.iterator is None
     assert cut.res.end.taken == 3
+    # ... and 67 counts as a multi-record aggregate: a checkpoint at 67:0 is held back
+    # (saved as "67", a restart would read on after the whole record).
+    assert cut.res.end.aggregates == (66, 67)
 
 
 def test_a_read_whose_next_record_came_knows_where_its_kinesis_record_ended() -> None:
