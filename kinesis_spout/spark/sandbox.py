@@ -160,14 +160,13 @@ class _PlanRun:
             del res.failed[i], res.errors[i]
 
     def end_before(self, n: int, why: str | None) -> ReadEnd:
-        """A read cut by a lost child after its first ``n`` records ends there: the next
+        """A read cut by a lost child after its first ``n`` records ends there. The next
         read goes on after the last one, inside its Kinesis record (a KPL aggregate)
-        unless the next record that came starts another. After the last record that came
-        it goes on inside too: the read may have cut its page inside an aggregate, and the
-        child died before it said so (a plain record is then read again and dropped), and
-        that record counts as a multi-record aggregate, so a checkpoint at its first
-        sub-record is held back. ``why``: the record in progress failed alone (the next
-        read fetches it)."""
+        unless the next record that came starts another. If no record came after it, the
+        read goes on inside it too, and it counts as a multi-record aggregate (no
+        checkpoint is saved at its first sub-record): the read's limit may have cut the
+        page there before the child died. A plain record is then read again and dropped.
+        ``why``: the record in progress failed alone (the next read fetches it)."""
         res, pos = self.res, self.plan.position
         assert pos is not None
         res.poisoned = why
