@@ -9,6 +9,7 @@ in floors, each importing only those below it.
 from __future__ import annotations
 
 import ast
+import graphlib
 from pathlib import Path
 
 import kinesis_spout.spark
@@ -51,38 +52,22 @@ def arrows() -> dict[str, set[str]]:
 
 
 def a_circle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One circle of the graph, as the parts along it (None: there is none)."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return [*path[path.index(nxt) :], nxt]
-            if nxt not in state:
-                found = visit(nxt)
-                if found:
-                    return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for start in sorted(graph):
-        if start not in state:
-            found = visit(start)
-            if found:
-                return found
+    """One circle of the graph, as the parts along it in the direction of the imports
+    (None: there is none)."""
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as err:  # its nodes each imported by the next one
+        return list(reversed(err.args[1]))
     return None
 
 
 def test_a_circle_is_found_and_named() -> None:
     assert a_circle({"loop": {"launch"}, "launch": {"plan", "loop"}, "plan": set()}) == [
-        "launch",
         "loop",
         "launch",
+        "loop",
     ]
+    assert a_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert a_circle({"job": {"loop", "launch"}, "launch": {"loop"}, "loop": set()}) is None
 
 
