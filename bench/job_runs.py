@@ -71,7 +71,10 @@ SUMMARY = re.compile(
     r"done.* (?P<rps>[\d,.]+) records done/s of processing"
     r"(?: \| (?P<empty>\d+) more micro-batches read nothing)?"
 )
-PROGRESS = re.compile(r"^batch \d+: .*\| ok (?P<ok>\d+) \|.*\| dead-lettered (?P<dead>\d+)")
+PROGRESS = re.compile(
+    r"^batch \d+: .*\| ok (?P<ok>\d+) \|.*\| dead-lettered (?P<dead>\d+)"
+    r".*\| (?P<rate>[\d,]+) done records/s$"
+)
 BARE_JOB = """
 import sys, time
 from pyspark.sql import SparkSession
@@ -129,6 +132,16 @@ class JobRun:
             for line, t in zip(self.lines, self.times, strict=True)
             if (m := PROGRESS.match(line))
         ]
+
+    def batch_windows(self) -> list[tuple[float, float]]:
+        """Per micro-batch with a progress line: when it started and ended, as here (its
+        line's arrival, less its wall time: records done over its records done/s)."""
+        windows = []
+        for line, t in zip(self.lines, self.times, strict=True):
+            if m := PROGRESS.match(line):
+                done, rate = int(m["ok"]) + int(m["dead"]), int(m["rate"].replace(",", ""))
+                windows.append((t - done / rate if rate else t, t))
+        return windows
 
     def warm_records_per_second(self) -> float | None:
         """Records done per second from the first progress line (the first micro-batch

@@ -13,6 +13,8 @@ is reparented away from the tree. :class:`TreeCpu` therefore samples ``/proc`` e
 Only the CPU such a process spends after its last sample is missed (at most
 ``interval`` each). :meth:`TreeCpu.sampled` is the sum of every process's own CPU as
 sampled (no rusage): what a window inside the run (from one instant to another) spent.
+:class:`CpuTrace` keeps one process's CPU as a series over time (the emulator's, beside
+a run), for windows named only once the run has printed them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 import os
 import resource
 import threading
+import time
+from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -164,3 +168,59 @@ class TreeCpu:
         self.sample()
         with self._lock:
             return sum(s.own for s in self._last.values())
+
+
+class CpuTrace:
+    """One process's own CPU (user + system, every thread) sampled with the wall clock
+    from a thread, so the CPU of a window named only afterwards can be read::
+
+        with CpuTrace(server.pid) as trace:
+            ...  # run something that keeps the server busy
+        trace.between(t0, t1)  # its CPU seconds from t0 to t1 (``time.time()``)
+    """
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.times: list[float] = []
+        self.cpu: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-trace", daemon=True)
+
+    def __enter__(self) -> Self:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def _sample(self) -> None:
+        s = read_stat(self.pid)
+        if s is not None:
+            self.times.append(time.time())
+            self.cpu.append(s.own)
+
+    def at(self, t: float) -> float:
+        """The process's CPU seconds at ``t``, linear between the samples around it."""
+        i = bisect_left(self.times, t)
+        if i == 0:
+            return self.cpu[0]
+        if i == len(self.times):
+            return self.cpu[-1]
+        t0, t1, c0, c1 = self.times[i - 1], self.times[i], self.cpu[i - 1], self.cpu[i]
+        return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else c1
+
+    def between(self, start: float, end: float) -> float:
+        return self.at(end) - self.at(start)

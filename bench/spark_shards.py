@@ -15,7 +15,11 @@ runs, the library's defaults otherwise: batch 10,000, ``empty_shard_backoff`` 1 
   progress lines as they arrived: ``rps_wall_<S>`` from the job's banner (printed once its
   Spark session is up; the stream is opened while the session starts) to its last progress
   line, ``rps_warm_<S>`` from its first progress line to its last (the
-  ratios ``shards_<max>_vs_<min>_wall`` and ``_warm``).
+  ratios ``shards_<max>_vs_<min>_wall`` and ``_warm``). The moto server's own CPU
+  beside that run (``/proc``, sampled every 50 ms): ``emulator_cpu_s_<S>`` launch to
+  exit, ``emulator_busy_<S>`` over the micro-batches with records only (each from its
+  progress line's arrival back by its records over its records/s), per second of them:
+  moto serves every call in one Python process, so near 1.0 it, not the job, set the pace.
 * ``boto3_rps_<S>``: a plain boto3 GetRecords loop in one thread (a stock client, an
   iterator per shard, then round-robin pages until every shard is empty) over the same
   stream, run just before each data run; the median of the rounds (each in
@@ -75,6 +79,7 @@ import job_runs
 import spark_idle
 import spark_styles
 from job_runs import JobRun
+from proctree import CpuTrace
 from reader_bench import stock_client
 
 from devkit.plots import Bar, BarChart, Panel, Series, finish_bench
@@ -184,12 +189,15 @@ def fill(client: Any, stream: str, shards: int, records: int, size: int) -> tupl
     return min(per_shard.values()) if len(per_shard) == shards else 0, max(per_shard.values())
 
 
-def data_run(endpoint: str, tmp: Path, shards: int, records: int) -> dict[str, Any]:
-    """The job over the stream of ``shards`` shards, with Spark's event log: its figures."""
+def data_run(emulator: MotoServer, tmp: Path, shards: int, records: int) -> dict[str, Any]:
+    """The job over the stream of ``shards`` shards, with Spark's event log and the
+    emulator's CPU traced beside it: its figures."""
     workdir = job_runs.job_dir(tmp, f"data-{shards}")
-    toml = job_runs.write_job(workdir, f"data-{shards}", endpoint, stop_when_idle=0.5)
+    toml = job_runs.write_job(workdir, f"data-{shards}", emulator.endpoint_url, stop_when_idle=0.5)
     events = workdir / "events"
-    run = job_runs.run_job(toml, spark_conf=job_runs.event_log_conf(events))
+    assert emulator.proc is not None
+    with CpuTrace(emulator.proc.pid) as trace:
+        run = job_runs.run_job(toml, spark_conf=job_runs.event_log_conf(events))
     done = int(run.summary()["done"])
     if done != records:
         raise RuntimeError(f"{shards} shards: the job did {done} of {records} records")
@@ -203,7 +211,18 @@ def data_run(endpoint: str, tmp: Path, shards: int, records: int) -> dict[str, A
         "spark_jobs": job_runs.count_job_starts(events),
         "cpu_s": round(run.cpu_seconds, 2),
         "wall_s": round(run.wall_seconds, 1),
+        "emulator_cpu_s": round(trace.between(run.launched, run.ended), 2),
+        "emulator_busy": emulator_busy(trace, run.batch_windows()),
     }
+
+
+def emulator_busy(trace: CpuTrace, windows: list[tuple[float, float]]) -> float | None:
+    """The emulator's CPU seconds per second of the job's micro-batches with records: near
+    1.0, its one Python process (one core, under its GIL) was the bound."""
+    seconds = sum(end - start for start, end in windows)
+    if seconds <= 0:
+        return None
+    return round(sum(trace.between(start, end) for start, end in windows) / seconds, 2)
 
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -274,14 +293,15 @@ def measure(args: argparse.Namespace, boto3_loop: BotoLoop) -> Measured:
         plain = stock_client(endpoint)
         for _, s in itertools.product(range(args.rounds), args.shards):
             boto3[s].append(boto3_loop(plain, f"data-{s}", args.records))
-            runs[s].append(r := data_run(endpoint, tmp, s, args.records))
+            runs[s].append(r := data_run(moto, tmp, s, args.records))
             print(
                 f"{s:>4} shards: {r['rps']:>7,.0f} records/s (boto3 loop {boto3[s][-1]:,.0f}; "
                 f"session up to last batch "
                 f"{r['rps_wall'] or 0:,}, after the first micro-batch {r['rps_warm'] or 0:,}), "
                 f"{r['batches']} micro-batches ({r['batches_with_records']} with records), "
                 f"{r['spark_jobs']} Spark jobs, tree CPU "
-                f"{r['cpu_s']:.1f} s, wall {r['wall_s']:.0f} s"
+                f"{r['cpu_s']:.1f} s, wall {r['wall_s']:.0f} s; moto CPU "
+                f"{r['emulator_cpu_s']:.1f} s, busy {r['emulator_busy']} of the micro-batches"
             )
         data = {s: median_run(done) for s, done in runs.items()}
         idle = spark_idle.idle_pairs(endpoint, tmp, ends, args.idle_seconds, args.idle_pairs)
@@ -349,6 +369,12 @@ def print_summary(result: dict[str, Any], shards: list[int]) -> None:
         f"lines; session up to last batch {result[f'shards_{hi}_vs_{lo}_wall']}, after the first "
         f"micro-batch {result[f'shards_{hi}_vs_{lo}_warm']}); a plain boto3 loop on the same "
         f"streams: {result[f'boto3_shards_{hi}_vs_{lo}']:.2f}"
+    )
+    print(
+        f"moto's CPU per second of the micro-batches with records: "
+        f"{result[f'emulator_busy_{hi}']} at {hi} shards, {result[f'emulator_busy_{lo}']} at "
+        f"{lo} (1.0: its one process is the bound); over the whole run "
+        f"{result[f'emulator_cpu_s_{hi}']} s against {result[f'emulator_cpu_s_{lo}']} s"
     )
     print(
         f"Spark jobs per micro-batch at {hi} shards: {result['spark_jobs_per_batch']:.2f} "

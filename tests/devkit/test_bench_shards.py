@@ -54,6 +54,47 @@ def test_the_figures_come_from_the_job_s_own_lines() -> None:
     assert run.wall_records_per_second() == pytest.approx(9_000 / 6.0)
 
 
+def test_a_micro_batch_s_window_ends_at_its_line_and_lasts_its_records_over_its_rate() -> None:
+    run = _run([(12.0, _report(0, 1_000, 2.0)), (20.0, _report(1, 4_000, 0.5))])
+    assert run.batch_windows() == [
+        pytest.approx((10.0, 12.0), abs=1e-3),
+        pytest.approx((19.5, 20.0), abs=1e-3),
+    ]
+
+
+def test_the_emulator_s_busy_share_is_its_cpu_over_the_micro_batches() -> None:
+    trace = proctree.CpuTrace(0)
+    trace.times, trace.cpu = [0.0, 10.0, 20.0], [0.0, 10.0, 12.0]
+    assert trace.between(5.0, 10.0) == pytest.approx(5.0)  # interpolated inside a gap
+    assert trace.between(-1.0, 30.0) == pytest.approx(12.0)  # outside: the ends
+    # 4 s of windows: 2 s at a core (2.0 CPU), 2 s at a fifth (0.4)
+    assert spark_shards.emulator_busy(trace, [(6.0, 8.0), (12.0, 14.0)]) == 0.6
+    assert spark_shards.emulator_busy(trace, []) is None
+
+
+SPIN = """
+import time
+end = time.process_time() + 0.5
+while time.process_time() < end:
+    pass
+print("spun", flush=True)
+time.sleep(30)
+"""
+
+
+def test_a_cpu_trace_follows_a_process_as_it_runs() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE, text=True)
+    try:
+        with proctree.CpuTrace(proc.pid, interval=0.02) as trace:
+            assert proc.stdout is not None and proc.stdout.readline() == "spun\n"
+        # the half second it spun, less what its start cost before the first sample
+        assert 0.4 <= trace.between(trace.times[0], trace.times[-1]) <= 1.0
+        assert trace.times == sorted(trace.times)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.parametrize("empty", [0, 2])
 def test_the_micro_batches_that_read_nothing_are_micro_batches_too(empty: int) -> None:
     summary = JobSummary(3, 9_000, 9_000, 0, 0, 0, 12.0, "idle", empty_batches=empty)
