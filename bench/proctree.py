@@ -13,8 +13,8 @@ is reparented away from the tree. :class:`TreeCpu` therefore samples ``/proc`` e
 Only the CPU such a process spends after its last sample is missed (at most
 ``interval`` each). :meth:`TreeCpu.sampled` is the sum of every process's own CPU as
 sampled (no rusage): what a window inside the run (from one instant to another) spent.
-:class:`CpuTrace` keeps one process's CPU as a series over time (the emulator's, beside
-a run), for windows named only once the run has printed them.
+:class:`CpuTrace` keeps a CPU counter as a series over time (the emulator's process,
+the whole machine: beside a run), for windows named only once the run has printed them.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import resource
 import threading
 import time
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -170,17 +171,35 @@ class TreeCpu:
             return sum(s.own for s in self._last.values())
 
 
-class CpuTrace:
-    """One process's own CPU (user + system, every thread) sampled with the wall clock
-    from a thread, so the CPU of a window named only afterwards can be read::
+def process_cpu(pid: int) -> Callable[[], float | None]:
+    """The own CPU seconds of ``pid`` (every thread), read now; None once it is gone."""
 
-        with CpuTrace(server.pid) as trace:
+    def read() -> float | None:
+        s = read_stat(pid)
+        return s.own if s is not None else None
+
+    return read
+
+
+def machine_cpu() -> float | None:
+    """The machine's busy CPU seconds since boot, over every core (``/proc/stat``: all
+    but idle and iowait; steal included, as the job could not use it either)."""
+    with open("/proc/stat", "rb") as fh:
+        ticks = [int(x) for x in fh.readline().split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / TICKS
+
+
+class CpuTrace:
+    """A CPU counter (:func:`process_cpu`, :func:`machine_cpu`) sampled with the wall
+    clock from a thread, so the CPU of a window named only afterwards can be read::
+
+        with CpuTrace(process_cpu(server.pid)) as trace:
             ...  # run something that keeps the server busy
         trace.between(t0, t1)  # its CPU seconds from t0 to t1 (``time.time()``)
     """
 
-    def __init__(self, pid: int, interval: float = 0.05) -> None:
-        self.pid = pid
+    def __init__(self, read: Callable[[], float | None], interval: float = 0.05) -> None:
+        self.read = read
         self.interval = interval
         self.times: list[float] = []
         self.cpu: list[float] = []
@@ -207,10 +226,10 @@ class CpuTrace:
             self._sample()
 
     def _sample(self) -> None:
-        s = read_stat(self.pid)
-        if s is not None:
+        cpu = self.read()
+        if cpu is not None:
             self.times.append(time.time())
-            self.cpu.append(s.own)
+            self.cpu.append(cpu)
 
     def at(self, t: float) -> float:
         """The process's CPU seconds at ``t``, linear between the samples around it."""

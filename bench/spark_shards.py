@@ -19,12 +19,20 @@ runs, the library's defaults otherwise: batch 10,000, ``empty_shard_backoff`` 1 
   beside that run (``/proc``, sampled every 50 ms): ``emulator_cpu_s_<S>`` launch to
   exit, ``emulator_busy_<S>`` over the micro-batches with records only (each from its
   progress line's arrival back by its records over its records/s), per second of them:
-  moto serves every call in one Python process, so near 1.0 it, not the job, set the pace.
+  moto serves every call in one Python process, so near 1.0 it, not the job, set the pace;
+  ``machine_busy_<S>`` the same of the whole machine (``/proc/stat``: near 2.0 on two
+  cores, the run was CPU-bound, moto's share included).
 * ``boto3_rps_<S>``: a plain boto3 GetRecords loop in one thread (a stock client, an
   iterator per shard, then round-robin pages until every shard is empty) over the same
   stream, run just before each data run; the median of the rounds (each in
   ``boto3_rps_runs_<S>``). ``boto3_shards_<max>_vs_<min>``: what the emulator allows a
   bare reader as the shards grow, its per-request cost paid on the same cores as the job.
+* ``read_floor_rps_<S>``: the stream read whole by the read tasks' own code in two
+  processes, no Spark, no processing (:mod:`read_floor`), just before each data run; the
+  median of the rounds (each in ``read_floor_rps_runs_<S>``). ``read_floor_<max>_vs_<min>``:
+  the shard scaling the emulator leaves a job that reads as this one does;
+  ``shards_<max>_vs_<min>_of_floor``: the job's ratio over it (1.0: the job's own cost
+  grows with the shards no faster than its reads through the emulator do).
 * ``spark_jobs_per_batch``: those runs write Spark's event log; its SparkListenerJobStart
   events (but the start-up's warm-up job, one per run) over the micro-batches the job ran
   at the largest S, as its summary line counts them: those with a progress line and those
@@ -79,7 +87,8 @@ import job_runs
 import spark_idle
 import spark_styles
 from job_runs import JobRun
-from proctree import CpuTrace
+from proctree import CpuTrace, machine_cpu, process_cpu
+from read_floor import read_floor
 from reader_bench import stock_client
 
 from devkit.plots import Bar, BarChart, Panel, Series, finish_bench
@@ -196,7 +205,10 @@ def data_run(emulator: MotoServer, tmp: Path, shards: int, records: int) -> dict
     toml = job_runs.write_job(workdir, f"data-{shards}", emulator.endpoint_url, stop_when_idle=0.5)
     events = workdir / "events"
     assert emulator.proc is not None
-    with CpuTrace(emulator.proc.pid) as trace:
+    with (
+        CpuTrace(process_cpu(emulator.proc.pid)) as trace,
+        CpuTrace(machine_cpu) as machine,
+    ):
         run = job_runs.run_job(toml, spark_conf=job_runs.event_log_conf(events))
     done = int(run.summary()["done"])
     if done != records:
@@ -212,13 +224,15 @@ def data_run(emulator: MotoServer, tmp: Path, shards: int, records: int) -> dict
         "cpu_s": round(run.cpu_seconds, 2),
         "wall_s": round(run.wall_seconds, 1),
         "emulator_cpu_s": round(trace.between(run.launched, run.ended), 2),
-        "emulator_busy": emulator_busy(trace, run.batch_windows()),
+        "emulator_busy": cores_busy(trace, run.batch_windows()),
+        "machine_busy": cores_busy(machine, run.batch_windows()),
     }
 
 
-def emulator_busy(trace: CpuTrace, windows: list[tuple[float, float]]) -> float | None:
-    """The emulator's CPU seconds per second of the job's micro-batches with records: near
-    1.0, its one Python process (one core, under its GIL) was the bound."""
+def cores_busy(trace: CpuTrace, windows: list[tuple[float, float]]) -> float | None:
+    """CPU seconds per second of the job's micro-batches with records: the emulator's
+    (near 1.0, its one Python process, one core under its GIL, was the bound) or the
+    machine's (near its cores, 2.0 here, the run was CPU-bound)."""
     seconds = sum(end - start for start, end in windows)
     if seconds <= 0:
         return None
@@ -258,6 +272,8 @@ class Measured:
     """Per shard count: :func:`data_run`'s figures."""
     boto3: dict[int, list[float]]
     """Per shard count: the boto3 loop's records/s, a run per round."""
+    floor: dict[int, list[float]]
+    """Per shard count: :func:`read_floor.read_floor`'s records/s, a run per round."""
     idle: list[dict[int, JobRun]]
     """The idle runs, in pairs: each a run at the smallest and one at the largest shard
     count, one after the other."""
@@ -290,18 +306,22 @@ def measure(args: argparse.Namespace, boto3_loop: BotoLoop) -> Measured:
         fill(client, "startup", ends[0], ends[0] * STARTUP_RECORDS_PER_SHARD, args.size)
         runs: dict[int, list[dict[str, Any]]] = {s: [] for s in args.shards}
         boto3: dict[int, list[float]] = {s: [] for s in args.shards}
+        floor: dict[int, list[float]] = {s: [] for s in args.shards}
         plain = stock_client(endpoint)
         for _, s in itertools.product(range(args.rounds), args.shards):
             boto3[s].append(boto3_loop(plain, f"data-{s}", args.records))
+            floor[s].append(read_floor(client, endpoint, f"data-{s}", args.records))
             runs[s].append(r := data_run(moto, tmp, s, args.records))
             print(
-                f"{s:>4} shards: {r['rps']:>7,.0f} records/s (boto3 loop {boto3[s][-1]:,.0f}; "
+                f"{s:>4} shards: {r['rps']:>7,.0f} records/s (boto3 loop {boto3[s][-1]:,.0f}, "
+                f"read floor {floor[s][-1]:,.0f}; "
                 f"session up to last batch "
                 f"{r['rps_wall'] or 0:,}, after the first micro-batch {r['rps_warm'] or 0:,}), "
                 f"{r['batches']} micro-batches ({r['batches_with_records']} with records), "
                 f"{r['spark_jobs']} Spark jobs, tree CPU "
                 f"{r['cpu_s']:.1f} s, wall {r['wall_s']:.0f} s; moto CPU "
-                f"{r['emulator_cpu_s']:.1f} s, busy {r['emulator_busy']} of the micro-batches"
+                f"{r['emulator_cpu_s']:.1f} s, busy {r['emulator_busy']} of the micro-batches "
+                f"(the machine {r['machine_busy']} cores)"
             )
         data = {s: median_run(done) for s, done in runs.items()}
         idle = spark_idle.idle_pairs(endpoint, tmp, ends, args.idle_seconds, args.idle_pairs)
@@ -320,7 +340,7 @@ def measure(args: argparse.Namespace, boto3_loop: BotoLoop) -> Measured:
             )
         finally:
             spark.stop()
-    return Measured(data, boto3, idle, job, bare, styles)
+    return Measured(data, boto3, floor, idle, job, bare, styles)
 
 
 def figures(args: argparse.Namespace, m: Measured) -> dict[str, Any]:
@@ -346,6 +366,12 @@ def figures(args: argparse.Namespace, m: Measured) -> dict[str, Any]:
     out[f"boto3_shards_{hi}_vs_{lo}"] = round(
         statistics.median(m.boto3[hi]) / statistics.median(m.boto3[lo]), 3
     )
+    for s, floors in m.floor.items():
+        out[f"read_floor_rps_{s}"] = round(statistics.median(floors))
+        out[f"read_floor_rps_runs_{s}"] = [round(x) for x in floors]
+    floor_ratio = statistics.median(m.floor[hi]) / statistics.median(m.floor[lo])
+    out[f"read_floor_{hi}_vs_{lo}"] = round(floor_ratio, 3)
+    out[f"shards_{hi}_vs_{lo}_of_floor"] = round(out[f"shards_{hi}_vs_{lo}"] / floor_ratio, 3)
     jobs = m.data[hi]["spark_jobs"]
     out["spark_jobs_per_batch"] = round(jobs / m.data[hi]["batches"], 2)
     out["spark_jobs_per_batch_with_records"] = round(jobs / m.data[hi]["batches_with_records"], 2)
@@ -368,13 +394,17 @@ def print_summary(result: dict[str, Any], shards: list[int]) -> None:
         f"records/s at {hi} shards over {lo}: {result[f'shards_{hi}_vs_{lo}']:.2f} (summary "
         f"lines; session up to last batch {result[f'shards_{hi}_vs_{lo}_wall']}, after the first "
         f"micro-batch {result[f'shards_{hi}_vs_{lo}_warm']}); a plain boto3 loop on the same "
-        f"streams: {result[f'boto3_shards_{hi}_vs_{lo}']:.2f}"
+        f"streams: {result[f'boto3_shards_{hi}_vs_{lo}']:.2f}; the read tasks' reads alone "
+        f"(the read floor): {result[f'read_floor_{hi}_vs_{lo}']:.2f}, the job "
+        f"{result[f'shards_{hi}_vs_{lo}_of_floor']:.2f}x that"
     )
     print(
         f"moto's CPU per second of the micro-batches with records: "
         f"{result[f'emulator_busy_{hi}']} at {hi} shards, {result[f'emulator_busy_{lo}']} at "
         f"{lo} (1.0: its one process is the bound); over the whole run "
-        f"{result[f'emulator_cpu_s_{hi}']} s against {result[f'emulator_cpu_s_{lo}']} s"
+        f"{result[f'emulator_cpu_s_{hi}']} s against {result[f'emulator_cpu_s_{lo}']} s; "
+        f"the machine's cores busy in them {result[f'machine_busy_{hi}']} and "
+        f"{result[f'machine_busy_{lo}']}"
     )
     print(
         f"Spark jobs per micro-batch at {hi} shards: {result['spark_jobs_per_batch']:.2f} "

@@ -1,5 +1,6 @@
 """bench/spark_bench.py --shards: reading the job's lines, the process tree's CPU time, and
-the shard counts flag (the bench itself runs Spark; these parts do not)."""
+the shard counts flag, the emulator's CPU traced beside a run and the read floor (the bench
+itself runs Spark; these parts do not)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ from kit import spout_config
 
 from kinesis_spout.spark.job import describe
 from kinesis_spout.spark.reports import BatchReport, JobSummary
+from kinesis_spout.testing.servers import MotoServer
+from kinesis_spout.testing.streams import create_stream, put_records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import job_runs  # noqa: E402
 import proctree  # noqa: E402
+import read_floor  # noqa: E402
 import spark_idle  # noqa: E402
 import spark_shards  # noqa: E402
 
@@ -63,13 +67,13 @@ def test_a_micro_batch_s_window_ends_at_its_line_and_lasts_its_records_over_its_
 
 
 def test_the_emulator_s_busy_share_is_its_cpu_over_the_micro_batches() -> None:
-    trace = proctree.CpuTrace(0)
+    trace = proctree.CpuTrace(lambda: None)
     trace.times, trace.cpu = [0.0, 10.0, 20.0], [0.0, 10.0, 12.0]
     assert trace.between(5.0, 10.0) == pytest.approx(5.0)  # interpolated inside a gap
     assert trace.between(-1.0, 30.0) == pytest.approx(12.0)  # outside: the ends
     # 4 s of windows: 2 s at a core (2.0 CPU), 2 s at a fifth (0.4)
-    assert spark_shards.emulator_busy(trace, [(6.0, 8.0), (12.0, 14.0)]) == 0.6
-    assert spark_shards.emulator_busy(trace, []) is None
+    assert spark_shards.cores_busy(trace, [(6.0, 8.0), (12.0, 14.0)]) == 0.6
+    assert spark_shards.cores_busy(trace, []) is None
 
 
 SPIN = """
@@ -85,7 +89,7 @@ time.sleep(30)
 def test_a_cpu_trace_follows_a_process_as_it_runs() -> None:
     proc = subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE, text=True)
     try:
-        with proctree.CpuTrace(proc.pid, interval=0.02) as trace:
+        with proctree.CpuTrace(proctree.process_cpu(proc.pid), interval=0.02) as trace:
             assert proc.stdout is not None and proc.stdout.readline() == "spun\n"
         # the half second it spun, less what its start cost before the first sample
         assert 0.4 <= trace.between(trace.times[0], trace.times[-1]) <= 1.0
@@ -141,6 +145,18 @@ def test_the_tree_s_cpu_counts_children_reaped_by_nobody() -> None:
         proc.wait(30)
     # rusage alone sees the child's 0.3 s (and its start), not the grandchild's 0.6 s
     assert 0.85 <= cpu.seconds <= 2.0
+
+
+def test_the_machine_s_busy_cpu_grows_while_a_process_spins() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE, text=True)
+    try:
+        with proctree.CpuTrace(proctree.machine_cpu, interval=0.02) as trace:
+            assert proc.stdout is not None and proc.stdout.readline() == "spun\n"
+        # at least the half second it spun (other processes may add to it)
+        assert trace.between(trace.times[0], trace.times[-1]) >= 0.4
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_shard_counts_are_sorted_and_checked() -> None:
@@ -200,6 +216,7 @@ def _figures(**measured: Any) -> dict[str, Any]:
     defaults: dict[str, Any] = {
         "data": {4: data(8000), 128: data(6400)},
         "boto3": {4: [20_000.0], 128: [10_000.0]},
+        "floor": {4: [20_000.0], 128: [16_000.0]},
         "idle": [{4: idle, 128: idle}],
         "startup_job": [13.0],
         "startup_bare": [12.0],
@@ -226,6 +243,18 @@ def test_the_boto3_loop_s_shard_ratio_is_of_its_own_median_runs() -> None:
     assert out["boto3_rps_4"] == 22_000 and out["boto3_rps_runs_128"] == [11_000, 9_900, 12_000]
     assert out["boto3_shards_128_vs_4"] == 0.5  # 11,000 over 22,000
     assert out["shards_128_vs_4"] == 0.8  # the job's own ratio is apart
+
+
+def test_the_job_s_shard_ratio_is_set_against_the_read_floor_s() -> None:
+    out = _figures(floor={4: [20_000.0, 30_000.0, 25_000.0], 128: [16_000.0, 12_000.0, 15_000.0]})
+    assert out["read_floor_rps_4"] == 25_000 and out["read_floor_rps_runs_128"] == [
+        16_000,
+        12_000,
+        15_000,
+    ]
+    assert out["read_floor_128_vs_4"] == 0.6  # 15,000 over 25,000
+    assert out["shards_128_vs_4"] == 0.8
+    assert out["shards_128_vs_4_of_floor"] == 1.333  # the job scales better than its reads
 
 
 def _idle(cpu: float, window_cpu: float) -> job_runs.JobRun:
@@ -258,3 +287,14 @@ def test_a_count_flag_below_one_or_not_a_number_is_refused_naming_the_value(bad:
     with pytest.raises(argparse.ArgumentTypeError, match=repr(bad)):
         spark_shards.at_least_one(bad)
     assert spark_shards.at_least_one("3") == 3
+
+
+def test_the_read_floor_reads_every_record_with_the_read_tasks_code(
+    moto_server: MotoServer, moto_client: Any, unique_name: str
+) -> None:
+    create_stream(moto_client, unique_name, 5)
+    put_records(moto_client, unique_name, [(f"k{i}", b"x" * 50) for i in range(300)])
+    url = moto_server.endpoint_url
+    assert read_floor.read_floor(moto_client, url, unique_name, 300) > 0
+    with pytest.raises(RuntimeError, match=f"read 300 records of {unique_name}, expected 301"):
+        read_floor.read_floor(moto_client, url, unique_name, 301)
