@@ -49,11 +49,13 @@ __all__ = [
     "holder_info",
     "holder_is_gone",
     "holder_name",
+    "open_config_job_lease",
     "open_job_lease",
 ]
 
 if TYPE_CHECKING:
     from kinesis_spout.aws import AssumedRole
+    from kinesis_spout.config import SpoutConfig
 
 log = logging.getLogger(__name__)
 
@@ -223,4 +225,18 @@ def open_job_lease(
         "checkpoint_store",
         store_url,
         "a URL: memory://, file://DIR, zk://host:port/root or dynamodb://TABLE",
+    )
+
+
+def open_config_job_lease(cfg: SpoutConfig, reader: str) -> JobLease:
+    """The job lease of a config's job (not yet acquired): its store with its ZooKeeper
+    auth, AWS region, profile and assumed role; ``reader`` as :func:`open_job_lease`'s."""
+    return open_job_lease(
+        cfg.checkpoint_store,
+        cfg.job_name,
+        zk_auth=cfg.zk_auth,
+        reader=reader,
+        region=cfg.region,
+        profile=cfg.profile,
+        role=cfg.assumed_role,
     )

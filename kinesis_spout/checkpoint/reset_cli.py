@@ -119,17 +119,9 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 def job_stopped(cfg: SpoutConfig, store: CheckpointStore) -> Iterator[None]:
     """Hold the job lease (and, on ZooKeeper, see no live worker) while the body runs;
     :class:`ResetRefusedError` naming who reads otherwise."""
-    from kinesis_spout.checkpoint.joblease import JobLeaseHeldError, open_job_lease
+    from kinesis_spout.checkpoint.joblease import JobLeaseHeldError, open_config_job_lease
 
-    lease = open_job_lease(
-        cfg.checkpoint_store,
-        cfg.job_name,
-        zk_auth=cfg.zk_auth,
-        reader=READER,
-        region=cfg.region,
-        profile=cfg.profile,
-        role=cfg.assumed_role,
-    )
+    lease = open_config_job_lease(cfg, READER)
     try:
         lease.acquire(wait=False)
     except JobLeaseHeldError as exc:

@@ -23,7 +23,7 @@ from kinesis_spout.checkpoint.joblease import (
     WAIT_FLAG_HINT,
     JobLease,
     JobLeaseHeldError,
-    open_job_lease,
+    open_config_job_lease,
 )
 from kinesis_spout.config import SpoutConfig
 from kinesis_spout.errors import KinesisSpoutError
@@ -53,18 +53,9 @@ class ReaderLease:
         :class:`~kinesis_spout.checkpoint.joblease.JobLeaseHeldError` naming the holder."""
         if not self.enabled or self._lease is not None:
             return
-        cfg = self.config
-        lease = open_job_lease(
-            cfg.checkpoint_store,
-            cfg.job_name,
-            zk_auth=cfg.zk_auth,
-            reader=self.reader,
-            region=cfg.region,
-            profile=cfg.profile,
-            role=cfg.assumed_role,
-        )
+        lease = open_config_job_lease(self.config, self.reader)
         try:
-            lease.acquire(wait=cfg.wait_for_lease)
+            lease.acquire(wait=self.config.wait_for_lease)
         except JobLeaseHeldError as exc:  # a reader in Python code: name the config key
             lease.release()
             said = str(exc).replace(WAIT_FLAG_HINT, "set wait_for_lease = true")

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence  # noqa: E402
 from types import FrameType  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
-from kinesis_spout.checkpoint.joblease import JobLease, open_job_lease  # noqa: E402
+from kinesis_spout.checkpoint.joblease import JobLease, open_config_job_lease  # noqa: E402
 from kinesis_spout.config import SpoutConfig  # noqa: E402
 from kinesis_spout.config.load import add_config_arguments, load_config  # noqa: E402
 from kinesis_spout.errors import ConfigError, KinesisSpoutError  # noqa: E402
@@ -175,15 +175,7 @@ def run_tied_to_launcher(
 
 def take_job_lease(config: SpoutConfig) -> JobLease:
     """The job lease of ``config``'s job, taken before Spark starts (see joblease)."""
-    lease = open_job_lease(
-        config.checkpoint_store,
-        config.job_name,
-        zk_auth=config.zk_auth,
-        reader=JOB_READER,
-        region=config.region,
-        profile=config.profile,
-        role=config.assumed_role,
-    )
+    lease = open_config_job_lease(config, JOB_READER)
     try:
         lease.acquire(wait=config.wait_for_lease)
     except BaseException:
