@@ -122,14 +122,12 @@ class TreeCpu:
         self._first_parent: dict[tuple[int, str], int] = {}
         self._lost: set[tuple[int, str]] = set()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tree-cpu", daemon=True)
+        self._trace = CpuTrace(self.sampled, interval)
         self._rusage0 = 0.0
 
     def __enter__(self) -> Self:
         self._rusage0 = _rusage_children()
-        self.sample()
-        self._thread.start()
+        self._trace.__enter__()
         return self
 
     def __exit__(
@@ -138,14 +136,9 @@ class TreeCpu:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._trace.__exit__(exc_type, exc, tb)
         lost = sum(self._last[k].own + self._last[k].reaped for k in self._lost)
         self.seconds = _rusage_children() - self._rusage0 + lost
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
 
     def sample(self) -> None:
         """Read the tree now: new processes, their CPU so far, which ones are lost."""
