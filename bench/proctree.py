@@ -116,7 +116,6 @@ class TreeCpu:
 
     def __init__(self, root: int, interval: float = 0.2) -> None:
         self.root = root
-        self.interval = interval
         self.seconds = 0.0
         self._last: dict[tuple[int, str], ProcSample] = {}
         self._first_parent: dict[tuple[int, str], int] = {}
@@ -225,7 +224,7 @@ class CpuTrace:
             self.cpu.append(cpu)
 
     def at(self, t: float) -> float:
-        """The process's CPU seconds at ``t``, linear between the samples around it."""
+        """The counter's CPU seconds at ``t``, linear between the samples around it."""
         i = bisect_left(self.times, t)
         if i == 0:
             return self.cpu[0]

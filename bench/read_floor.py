@@ -39,10 +39,13 @@ def read_floor(client: Any, endpoint: str, stream: str, records: int) -> float:
     start = time.perf_counter()
     for task in tasks:
         task.start()
-    read = sum(counts.get(timeout=600) for _ in tasks)
-    elapsed = time.perf_counter() - start
     for task in tasks:
-        task.join()
+        task.join(600)
+    elapsed = time.perf_counter() - start
+    failed = [task.exitcode for task in tasks if task.exitcode != 0]
+    if failed:
+        raise RuntimeError(f"the read floor's tasks of {stream} ended with {failed}")
+    read = sum(counts.get(timeout=10) for _ in tasks)
     if read != records:
         raise RuntimeError(f"the read floor read {read} records of {stream}, expected {records}")
     return read / elapsed
