@@ -3,28 +3,8 @@
 One job, the value types, so one module even where it passes the 400-line guide: the
 values that the whole package shares are said once, here, each with what it is in its
 docstring; pure, no I/O, and no raw boto3 dictionary travels past the Kinesis adapter
-(:mod:`kinesis_spout.kinesis`). The tables name every position and read outcome type of
-the package; those that belong to one part live there, as named.
-
-Positions in a shard (here unless a place is named)::
-
-    Checkpoint        the saved "everything up to this key is done" of a shard (the stores)
-    ShardPosition     the last user record a streaming read included (offsets, batch ends)
-    StartPosition     where a shard with no position starts: TRIM_HORIZON or AT_TIMESTAMP
-    GetterPosition    where a getter's next read starts: its iterator, the last key it
-                      returned, its initial position (no iterator: a subscription's start)
-    StartingPosition  kinesis/efo_api.py: the SubscribeToShard request's starting position
-
-Read outcomes::
-
-    ShardBatch        what one poll of a getter produced: records, end, next poll time
-    ReadEnd           how a bounded read of one shard ended, and where its getter stands
-    GetRecordsResult  kinesis/api.py: one GetRecords answer, de-aggregated (the adapter's)
-    SubscriptionEvent kinesis/efo_api.py: one SubscribeToShard event (the adapter's)
-    ReadAhead         streaming/shard_reader.py: a streaming first read's end, in the
-                      source's terms (ShardPosition of the records kept, idle, error)
-    ReadResult        spark/plan.py: a Spark read task's result, sent to the driver
-    BatchEnd          checkpoint/batch_ends.py: the persisted end of a (batch, shard) read
+(:mod:`kinesis_spout.kinesis`). docs/architecture.md ("Positions and read outcomes")
+names every position and read outcome type of the package and where each lives.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """Storm's classic word count, on Kinesis and Spark, with Storm's guarantee.
 
-Each Kinesis record is a JSON sentence: ``{"id": 7, "sentence": "the cow jumped"}``.
-
-* **split** (:func:`split_sentence`, on the executors): the sentence's words
-  become derived records, each anchored to the sentence (fan-out).
-* **count** (:class:`WordCountSink`, a sink of the derived records): counts
-  the words of the micro-batch and appends ``(word, count)`` rows to a
-  Parquet directory. Once the file is written, every word of the batch is
-  acked; a sentence is acked only when every one of its word counts is
-  written, and the checkpoint moves past it only then.
-* **poison**: a record that is not JSON, or whose sentence is not a string,
-  makes ``split`` raise: the spout delivers it ``retry_limit`` more times,
-  then writes it to the dead-letter directory with the error, and the shard
-  moves on.
-
-Counts are at-least-once: a sentence replayed after a crash (at most what
-was in flight) is counted again. :func:`read_counts` sums the files.
-
-Run it::
+Each record is a JSON sentence; :func:`split_sentence` emits its words anchored to it
+(fan-out) and :class:`WordCountSink` writes each micro-batch's counts to Parquet, so a
+sentence is acked only once every one of its word counts is written. What it does with
+poison and replays: docs/spark-job.md ("The word-count example"). Run it::
 
     kinesis-spout run --config kinesis_spout/examples/wordcount.toml \\
         --process kinesis_spout.examples.wordcount:job --endpoint-url http://...
